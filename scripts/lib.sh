@@ -1,0 +1,57 @@
+# Shared by the scripts: cache locations and idempotent installation of what ingot needs.
+# Everything built or installed lives outside the repository, keyed by version.
+set -euo pipefail
+INGOT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export INGOT_CACHE_DIR=${INGOT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ingot}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$INGOT_CACHE_DIR/target}
+mkdir -p "$INGOT_CACHE_DIR"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+# apt packages from scripts/deps/apt.txt that are not installed yet.
+install_apt_packages() {
+  local wanted missing=()
+  wanted=$(grep -vE '^\s*(#|$)' "$INGOT_ROOT/scripts/deps/apt.txt" || true)
+  for pkg in $wanted; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    log "installing Debian packages: ${missing[*]}"
+    local sudo=""; [[ $(id -u) -eq 0 ]] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+# A virtualenv keyed by the requirements file, put first on PATH.
+install_python_packages() {
+  local req="$INGOT_ROOT/scripts/deps/requirements.txt" key venv
+  key=$( (python3 --version; cat "$req") | sha256sum | cut -c1-12)
+  venv="$INGOT_CACHE_DIR/venv-$key"
+  if [[ ! -x "$venv/bin/python" ]] || [[ ! -f "$venv/.complete" ]]; then
+    log "creating the Python virtualenv for the test peers"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --upgrade pip
+    if grep -qvE '^\s*(#|$)' "$req"; then "$venv/bin/pip" install -q -r "$req"; fi
+    touch "$venv/.complete"
+  fi
+  export PATH="$venv/bin:$PATH"
+}
+
+# kube-apiserver, etcd and kube-controller-manager built from Go modules (cached by version).
+build_control_plane() {
+  log "control plane binaries (built from Go modules on first use; cached afterwards)"
+  INGOT_K8S_BIN=$("$INGOT_ROOT/tools/k8s-testbin/build.sh")
+  export INGOT_K8S_BIN
+}
+
+# kubectl: the machine's, at a minor version within one of the server's.
+find_kubectl() {
+  local candidate
+  for candidate in kubectl.1.34 kubectl.1.33 kubectl; do
+    if command -v "$candidate" >/dev/null 2>&1; then INGOT_KUBECTL=$(command -v "$candidate"); export INGOT_KUBECTL; return; fi
+  done
+  echo "kubectl not found: install kubectl 1.33 or newer" >&2
+  return 1
+}
