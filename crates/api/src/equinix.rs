@@ -1,0 +1,379 @@
+//! `equinix.harvesterhci.io/v1`: InstancePool and Instance, as the harvester-equinix-addon
+//! serves them (cluster-scoped, the original's field names and casing).
+//!
+//! Every field is optional on the wire, as it was upstream; the schema adds the validation the
+//! original only did at run time (or never), with messages that name the field and the fix.
+
+use std::collections::BTreeMap;
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::Condition;
+
+/// The label that ties an Instance to its pool (unprefixed, camelCase: the original's key).
+pub const POOL_LABEL: &str = "instancePool";
+/// The original's finalizer on Instances; ingot sets and honours the same one.
+pub const INSTANCE_FINALIZER: &str = "equinix.instance.harvesterhci.io";
+/// The finalizer wrangler added to the original's Instances; ingot removes it so they can go.
+pub const WRANGLER_INSTANCE_FINALIZER: &str = "wrangler.cattle.io/instance-remove";
+/// The management interface used when a pool names none.
+pub const DEFAULT_MANAGEMENT_INTERFACE: &str = "eth0";
+
+/// Pool status strings, exactly as the original writes them.
+pub mod pool_status {
+    pub const NEW: &str = "";
+    pub const TOKEN_READY: &str = "tokenReady";
+    pub const SUBMITTED: &str = "submitted";
+    pub const READY: &str = "ready";
+    pub const CLEANUP_NODES: &str = "cleanupNodes";
+}
+
+/// Instance status strings, exactly as the original writes them.
+pub mod instance_status {
+    pub const NEW: &str = "";
+    pub const QUEUED: &str = "queued";
+    pub const SUBMITTED: &str = "submitted";
+    pub const REINSTALLING: &str = "reinstalling";
+    pub const READY: &str = "ready";
+    pub const MANAGED: &str = "managed";
+}
+
+const GO_DURATION_RULE: &str = r"self.matches('^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')";
+const GO_DURATION_MESSAGE: &str =
+    "must be a Go duration such as 5m, 90s or 1h30m (a number followed by ns, us, ms, s, m or h)";
+
+/// A pool of Equinix Metal servers that join the Harvester cluster as nodes.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "equinix.harvesterhci.io",
+    version = "v1",
+    kind = "InstancePool",
+    plural = "instancepools",
+    status = "InstancePoolStatus",
+    doc = "A pool of Equinix Metal servers provisioned with iPXE into a Harvester cluster.",
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.ready"),
+    printcolumn(name = "Requested", type_ = "integer", json_path = ".status.requested")
+)]
+pub struct InstancePoolSpec {
+    /// Desired number of Instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub count: Option<i64>,
+    /// Equinix Metal billing cycle, e.g. `hourly`.
+    #[serde(
+        rename = "billingCycle",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(extend("enum" = ["", "hourly", "daily", "monthly", "yearly"]))]
+    pub billing_cycle: Option<String>,
+    #[serde(
+        rename = "spotInstance",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub spot_instance: Option<bool>,
+    /// Highest spot price, a quantity such as `0.5`.
+    #[serde(
+        rename = "spotPriceMax",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub spot_price_max: Option<String>,
+    /// Accepted for compatibility; the original never used it either.
+    #[serde(
+        rename = "customData",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub custom_data: Option<String>,
+    #[serde(
+        rename = "usersshKeys",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub user_ssh_keys: Option<Vec<String>>,
+    #[serde(
+        rename = "projectsshKeys",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub project_ssh_keys: Option<Vec<String>>,
+    /// Accepted for compatibility; not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<BTreeMap<String, String>>,
+    /// Accepted for compatibility; not used.
+    #[serde(rename = "nosshKeys", default, skip_serializing_if = "Option::is_none")]
+    pub no_ssh_keys: Option<bool>,
+    /// Metal ports whose MACs form the Harvester management network (default `[eth0]`).
+    /// Singular on the pool, plural on the Instance: both are the original's names.
+    #[serde(
+        rename = "managementInterface",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub management_interfaces: Option<Vec<String>>,
+    /// Bond options of the management interface, e.g. `{mode: balance-tlb, miimon: "100"}`.
+    #[serde(
+        rename = "managementBondingOptions",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub management_bonding_options: Option<BTreeMap<String, String>>,
+    /// iPXE script of the install boot.
+    #[serde(
+        rename = "ipxeScriptUrl",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ipxe_script_url: Option<String>,
+    /// Harvester ISO URL.
+    #[serde(rename = "isoUrl", default, skip_serializing_if = "Option::is_none")]
+    pub iso_url: Option<String>,
+    /// Equinix Metal plan, e.g. `c3.small.x86`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    /// Equinix Metal metro, e.g. `SG`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metro: Option<String>,
+    /// Retired by Equinix Metal in 2023: only an empty list is accepted; use `metro`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16), inner(length(max = 64)))]
+    #[x_kube(validation = kube::core::Rule::new("size(self) == 0").message(
+        "facility is retired by Equinix Metal and refused by its API: remove spec.facility and set spec.metro instead"
+    ))]
+    pub facility: Option<Vec<String>>,
+    /// How long a managed node may stay NotReady before it is replaced, e.g. `5m`.
+    #[serde(
+        rename = "nodeCleanupWaitInterval",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = kube::core::Rule::new(GO_DURATION_RULE).message(GO_DURATION_MESSAGE))]
+    pub node_cleanup_wait_interval: Option<String>,
+    #[serde(
+        rename = "networkingConfiguration",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub networking_configuration: Option<NetworkingConfiguration>,
+}
+
+/// How the servers' ports are wired, as in the fork's README.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct NetworkingConfiguration {
+    /// `layer3` (the Metal default), `hybrid`, `hybrid-bonded`, `layer2-bonded` or
+    /// `layer2-individual`; empty leaves the network as Metal provisions it.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["", "layer3", "hybrid", "hybrid-bonded", "layer2-bonded", "layer2-individual"]))]
+    pub type_: Option<String>,
+    #[serde(
+        rename = "interfaceConfiguration",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 64))]
+    pub interface_configuration: Option<Vec<InterfaceConfiguration>>,
+}
+
+/// The VLANs of one port (`eth1`, `bond0`, ...).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct InterfaceConfiguration {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// VLANs as strings: a vxlan number (2 to 3999) or a virtual network UUID.
+    #[serde(rename = "vlanIDS", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), inner(length(max = 64)))]
+    #[x_kube(validation = kube::core::Rule::new(
+        "self.all(v, v.matches('^[0-9]+$') ? (int(v) >= 2 && int(v) <= 3999) : v.matches('^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'))"
+    ).message("each VLAN must be a vxlan number from 2 to 3999 or the UUID of a Metal virtual network"))]
+    pub vlan_ids: Option<Vec<String>>,
+}
+
+/// The pool's status: the original's fields, always present, plus conditions.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct InstancePoolStatus {
+    /// `""`, `tokenReady`, `submitted`, `ready` or `cleanupNodes`.
+    #[serde(default)]
+    pub status: String,
+    /// Instances whose status is `managed`.
+    #[serde(default)]
+    pub ready: i64,
+    /// The `count` last acted on.
+    #[serde(default)]
+    pub requested: i64,
+    /// Instances still to create (> 0) or remove (< 0).
+    #[serde(default)]
+    pub needed: i64,
+    /// Written in the clear by the original; ingot reads it but never writes it, and clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    #[serde(
+        rename = "observedGeneration",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// One Equinix Metal server of a pool, named `<pool>-<8 lowercase letters>`; the Node that
+/// joins carries the same name.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "equinix.harvesterhci.io",
+    version = "v1",
+    kind = "Instance",
+    plural = "instances",
+    status = "InstanceStatus",
+    doc = "One Equinix Metal server of an InstancePool.",
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
+    printcolumn(
+        name = "InstanceID",
+        type_ = "string",
+        json_path = ".status.instanceID"
+    ),
+    printcolumn(name = "publicIP", type_ = "string", json_path = ".status.publicIP"),
+    printcolumn(name = "privateIP", type_ = "string", json_path = ".status.privateIP")
+)]
+pub struct InstanceSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    /// Retired by Equinix Metal; kept so that objects written by the original still read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facility: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metro: Option<String>,
+    /// Always `custom_ipxe` for pool members.
+    #[serde(
+        rename = "operating_system",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub operating_system: Option<String>,
+    #[serde(
+        rename = "billingCycle",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(extend("enum" = ["", "hourly", "daily", "monthly", "yearly"]))]
+    pub billing_cycle: Option<String>,
+    #[serde(rename = "projectID", default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// The first boot's cloud-config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub userdata: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// iPXE script of the first boot.
+    #[serde(
+        rename = "ipxeScriptUrl",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ipxe_script_url: Option<String>,
+    #[serde(
+        rename = "publicIPv4SubnetSize",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub public_ipv4_subnet_size: Option<i64>,
+    #[serde(rename = "alwaysPxe", default, skip_serializing_if = "Option::is_none")]
+    pub always_pxe: Option<bool>,
+    #[serde(
+        rename = "hardwareReservation_id",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub hardware_reservation_id: Option<String>,
+    #[serde(
+        rename = "spotInstance",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub spot_instance: Option<bool>,
+    #[serde(
+        rename = "spotPriceMax",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub spot_price_max: Option<String>,
+    #[serde(
+        rename = "customData",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub custom_data: Option<String>,
+    #[serde(
+        rename = "usersshKeys",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub user_ssh_keys: Option<Vec<String>>,
+    #[serde(
+        rename = "projectsshKeys",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub project_ssh_keys: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<BTreeMap<String, String>>,
+    #[serde(rename = "nosshKeys", default, skip_serializing_if = "Option::is_none")]
+    pub no_ssh_keys: Option<bool>,
+    #[serde(
+        rename = "nodeCleanupWaitInterval",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = kube::core::Rule::new(GO_DURATION_RULE).message(GO_DURATION_MESSAGE))]
+    pub node_cleanup_wait_interval: Option<String>,
+    #[serde(
+        rename = "managementInterfaces",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub management_interfaces: Option<Vec<String>>,
+    #[serde(
+        rename = "managementBondingOptions",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub management_bonding_options: Option<BTreeMap<String, String>>,
+    #[serde(
+        rename = "networkingConfiguration",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub networking_configuration: Option<NetworkingConfiguration>,
+}
+
+/// The Instance's status: the original's fields, always present, plus conditions.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct InstanceStatus {
+    /// `""`, `queued`, `submitted`, `reinstalling`, `ready` or `managed`.
+    #[serde(default)]
+    pub status: String,
+    /// The Equinix Metal device UUID.
+    #[serde(rename = "instanceID", default)]
+    pub instance_id: String,
+    #[serde(rename = "publicIP", default)]
+    pub public_ip: String,
+    #[serde(rename = "privateIP", default)]
+    pub private_ip: String,
+    #[serde(
+        rename = "observedGeneration",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
