@@ -1,0 +1,62 @@
+//! ingot's reconcilers. Each module owns one part of the system and runs as a kube-runtime
+//! controller; this crate root holds what they share.
+//!
+//! Data flows one way: API objects -> reconciler -> provider or BMC trait -> status and Events.
+//! Reconcilers are level-triggered and idempotent: they read the world, compute, apply, and can
+//! be stopped at any line.
+
+pub mod metrics;
+pub mod pools;
+
+use std::sync::Arc;
+
+use kube::Client;
+use kube::runtime::events::Reporter;
+
+pub use metrics::Metrics;
+
+/// The controllers `ingot run` can start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ControllerKind {
+    /// InstancePool and Instance (harvester-equinix-addon).
+    Pools,
+}
+
+impl ControllerKind {
+    pub const ALL: [ControllerKind; 1] = [ControllerKind::Pools];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ControllerKind::Pools => "pools",
+        }
+    }
+}
+
+/// What every reconciler gets: the API client, metrics, and who it reports Events as.
+#[derive(Clone)]
+pub struct Context {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub reporter: Reporter,
+    pub pools: pools::Settings,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        instance: String,
+        pools: pools::Settings,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "ingot".into(),
+            instance: Some(instance),
+        };
+        Self {
+            client,
+            metrics,
+            reporter,
+            pools,
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! `ingot`: the operator (`ingot run`) and its tools (`ingot crds`).
+
+mod http;
+mod leader;
+mod run;
+mod telemetry;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// ingot runs the lifecycle of bare-metal Kubernetes and Harvester nodes: it provisions
+/// Equinix Metal servers into Harvester clusters (InstancePool / Instance), talks to BMCs over
+/// Redfish and IPMI (Inventory, bmc.tinkerbell.org Machine / Job / Task), and acts as the
+/// machine controller for Gardener's machine.sapcloud.io Machines. Its resources are
+/// wire-compatible with harvester-equinix-addon, Harvester Seeder, Tinkerbell Rufio and the
+/// Gardener Equinix Metal provider.
+#[derive(Parser)]
+#[command(name = "ingot", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the operator: watch the resources and reconcile them (one replica leads at a time).
+    Run(run::RunArgs),
+    /// Print the CustomResourceDefinitions ingot generates, as YAML (apply them with kubectl).
+    Crds,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crds => match ingot_api::crds::all_to_yaml() {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("error: rendering the CRDs: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Run(args) => {
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    eprintln!("error: starting the async runtime: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(run::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    tracing::error!(error = format!("{error:#}"), "ingot stopped");
+                    eprintln!("error: {error:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! `ingot run`: connect, serve health and metrics, win the lease, run the chosen controllers,
+//! and stop cleanly on SIGTERM.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use futures::FutureExt;
+use ingot_controllers::{Context, ControllerKind, Metrics, pools};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::http::{self, Health};
+use crate::leader::{LeaderElector, LeaseConfig};
+use crate::telemetry::{self, LogFormat};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Kubeconfig to use; without it, KUBECONFIG, ~/.kube/config or the in-cluster service
+    /// account, in that order.
+    #[arg(long, env = "INGOT_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+
+    /// Controllers to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "pools")]
+    controllers: Vec<ControllerArg>,
+
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "INGOT_HTTP_ADDR")]
+    http_addr: SocketAddr,
+
+    /// Namespace of the leader-election Lease (default: the pod's namespace, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+
+    /// Name of the leader-election Lease; replicas with the same Lease share the work.
+    #[arg(long, default_value = "ingot")]
+    lease_name: String,
+
+    /// This replica's identity in the Lease (default: the pod name or host name plus a random suffix).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+
+    /// Seconds a Lease may go unrenewed before another replica takes over.
+    #[arg(long, default_value_t = 10)]
+    lease_duration_seconds: u64,
+
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text", env = "INGOT_LOG_FORMAT")]
+    log_format: LogFormat,
+
+    /// Log level or filter (RUST_LOG, when set, wins).
+    #[arg(long, default_value = "info")]
+    log_level: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum)]
+enum ControllerArg {
+    /// InstancePool and Instance (Equinix Metal servers into Harvester).
+    Pools,
+}
+
+impl From<ControllerArg> for ControllerKind {
+    fn from(arg: ControllerArg) -> Self {
+        match arg {
+            ControllerArg::Pools => ControllerKind::Pools,
+        }
+    }
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    telemetry::init(args.log_format, &args.log_level);
+    let controllers: HashSet<ControllerKind> =
+        args.controllers.iter().map(|c| (*c).into()).collect();
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    info!(version = env!("CARGO_PKG_VERSION"), %identity, controllers = ?controllers, "starting ingot");
+
+    let client = connect(args.kubeconfig.as_deref()).await?;
+    let version = client
+        .apiserver_version()
+        .await
+        .context("reaching the Kubernetes API server")?;
+    info!(server = %version.git_version, "connected to the Kubernetes API server");
+
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(true));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let server = http::serve(
+        args.http_addr,
+        Health {
+            metrics: metrics.clone(),
+            ready: ready.clone(),
+        },
+        stopped,
+    )
+    .await?;
+
+    let lease = LeaseConfig {
+        namespace: args.lease_namespace.clone(),
+        name: args.lease_name.clone(),
+        identity: identity.clone(),
+        lease_duration: Duration::from_secs(args.lease_duration_seconds),
+        retry_period: Duration::from_secs((args.lease_duration_seconds / 5).max(1)),
+        renew_deadline: Duration::from_secs(args.lease_duration_seconds * 2 / 3),
+    };
+    let mut elector = LeaderElector::new(client.clone(), lease);
+
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let shutdown_signal = async move {
+        tokio::select! {
+            _ = terminate.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        }
+    }
+    .shared();
+
+    // Stand by until the lease is ours, or stop if asked to first.
+    tokio::select! {
+        () = elector.acquire() => {}
+        signal = shutdown_signal.clone() => {
+            info!(signal, "stopping before leading");
+            let _ = stop_tx.send(true);
+            let _ = server.await;
+            return Ok(());
+        }
+    }
+    metrics.leader.set(1);
+
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        metrics.clone(),
+        identity.clone(),
+        pools::Settings::from_env(),
+    ));
+    let mut tasks = Vec::new();
+    for kind in &controllers {
+        let shutdown = {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        };
+        info!(controller = kind.name(), "starting controller");
+        tasks.push(match kind {
+            ControllerKind::Pools => tokio::spawn(pools::run(ctx.clone(), shutdown)),
+        });
+    }
+
+    let outcome = tokio::select! {
+        lost = elector.hold() => Err(anyhow::Error::new(lost).context("lost leadership; exiting so that no two replicas reconcile")),
+        signal = shutdown_signal => {
+            info!(signal, "shutting down");
+            Ok(())
+        }
+    };
+    // Stop reconciling first, then hand the lease over.
+    ready.store(false, Ordering::Relaxed);
+    let _ = stop_tx.send(true);
+    for task in tasks {
+        if tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .is_err()
+        {
+            warn!("a controller did not stop within 20 s");
+        }
+    }
+    metrics.leader.set(0);
+    if outcome.is_ok() {
+        elector.release().await;
+    }
+    let _ = server.await;
+    outcome
+}
+
+async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading the kubeconfig {}", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .context("finding a kubeconfig or an in-cluster service account")?,
+    };
+    Client::try_from(config).context("creating the Kubernetes client")
+}
+
+fn default_identity() -> String {
+    use rand::Rng;
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "ingot".to_owned());
+    let suffix: u32 = rand::rng().random();
+    format!("{host}-{suffix:08x}")
+}
