@@ -46,12 +46,18 @@ build_control_plane() {
   export INGOT_K8S_BIN
 }
 
-# kubectl: the machine's, at a minor version within one of the server's.
+# kubectl: a client within one minor version of the 1.34 server. The Google Cloud SDK build
+# keeps versioned binaries (kubectl.1.33 ...) beside its dispatcher.
 find_kubectl() {
-  local candidate
-  for candidate in kubectl.1.34 kubectl.1.33 kubectl; do
+  local dirs=() dir candidate
+  if command -v kubectl >/dev/null 2>&1; then dirs+=("$(dirname "$(readlink -f "$(command -v kubectl)")")"); fi
+  for candidate in kubectl.1.35 kubectl.1.34 kubectl.1.33; do
     if command -v "$candidate" >/dev/null 2>&1; then INGOT_KUBECTL=$(command -v "$candidate"); export INGOT_KUBECTL; return; fi
+    for dir in "${dirs[@]}"; do
+      if [[ -x "$dir/$candidate" ]]; then INGOT_KUBECTL="$dir/$candidate"; export INGOT_KUBECTL; return; fi
+    done
   done
+  if command -v kubectl >/dev/null 2>&1; then INGOT_KUBECTL=$(command -v kubectl); export INGOT_KUBECTL; return; fi
   echo "kubectl not found: install kubectl 1.33 or newer" >&2
   return 1
 }

@@ -10,17 +10,29 @@ fn committed_crds_match_the_code() {
     for crd in ingot_api::crds::generated() {
         let file = ingot_api::crds::file_name(&crd);
         let want = ingot_api::crds::to_yaml(&crd).expect("render CRD");
-        let have = std::fs::read_to_string(dir.join(&file))
-            .unwrap_or_else(|e| panic!("deploy/crds/{file} is missing ({e}): run scripts/update-crds.sh"));
-        assert!(have == want, "deploy/crds/{file} differs from the code: run scripts/update-crds.sh");
+        let have = std::fs::read_to_string(dir.join(&file)).unwrap_or_else(|e| {
+            panic!("deploy/crds/{file} is missing ({e}): run scripts/update-crds.sh")
+        });
+        assert!(
+            have == want,
+            "deploy/crds/{file} differs from the code: run scripts/update-crds.sh"
+        );
         expected_files.push(file);
     }
     let mut present: Vec<String> = std::fs::read_dir(&dir)
         .expect("read deploy/crds")
-        .map(|e| e.expect("dir entry").file_name().to_string_lossy().into_owned())
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .filter(|name| name.ends_with(".yaml"))
         .collect();
     present.sort();
     expected_files.sort();
-    assert_eq!(present, expected_files, "deploy/crds holds files the code no longer generates");
+    assert_eq!(
+        present, expected_files,
+        "deploy/crds holds files the code no longer generates"
+    );
 }
