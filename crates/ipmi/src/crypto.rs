@@ -163,11 +163,12 @@ impl std::fmt::Debug for SessionKeys {
 }
 
 impl SessionKeys {
-    /// K1 = HMAC(SIK, 0x01 × n), K2 = HMAC(SIK, 0x02 × n) (§13.32).
+    /// K1 = HMAC(SIK, Const1), K2 = HMAC(SIK, Const2) (§13.32). The
+    /// constants are 20 bytes of 0x01 / 0x02 for every suite, SHA256 too
+    /// (table 13-19; ipmitool and BMC firmware agree).
     pub fn derive(suite: CipherSuite, sik: &[u8]) -> Result<Self> {
-        let n = suite.hash_len();
-        let k1 = suite.hmac(sik, &[&vec![0x01; n]])?;
-        let k2 = suite.hmac(sik, &[&vec![0x02; n]])?;
+        let k1 = suite.hmac(sik, &[&[0x01; 20]])?;
+        let k2 = suite.hmac(sik, &[&[0x02; 20]])?;
         let mut aes = [0u8; 16];
         aes.copy_from_slice(
             k2.get(..16)
@@ -294,6 +295,15 @@ mod tests {
         assert_eq!(&keys.aes[..], &k2[..16]);
         let sik = [0x22u8; 32];
         let keys = SessionKeys::derive(CipherSuite::Suite17, &sik).unwrap();
+        // SHA256 still uses the 20-byte constants.
+        assert_eq!(
+            keys.k1,
+            CipherSuite::Suite17.hmac(&sik, &[&[1u8; 20]]).unwrap()
+        );
+        assert_ne!(
+            keys.k1,
+            CipherSuite::Suite17.hmac(&sik, &[&[1u8; 32]]).unwrap()
+        );
         assert_eq!(keys.k1.len(), 32);
         assert_eq!(keys.auth_code(b"abc").unwrap().len(), 16);
     }
