@@ -146,7 +146,7 @@ impl Bmc {
         self.sessions.len()
     }
 
-    fn expire(&mut self, now: Instant) {
+    pub fn expire(&mut self, now: Instant) {
         let idle = self.cfg.session_timeout;
         self.sessions.retain(|_, s| {
             let limit = if matches!(s.phase, Phase::Active { .. }) {

@@ -231,9 +231,10 @@ impl BmcHandle {
         lock(&self.state).sel.clone()
     }
 
-    /// Session and command counters.
+    /// Session and command counters (expired sessions are purged first).
     pub fn stats(&self) -> BmcStats {
-        let b = lock(&self.state);
+        let mut b = lock(&self.state);
+        b.expire(std::time::Instant::now());
         BmcStats {
             sessions: b.active_sessions(),
             peak_sessions: b.peak_sessions,
