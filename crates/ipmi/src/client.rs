@@ -27,7 +27,9 @@ pub struct Config {
     /// Optional BMC key Kg (two-key login); `None` means Kg = password.
     pub bmc_key: Option<Password>,
     /// Cipher suites to try, in order; the next one is tried only when the
-    /// BMC says it does not support the previous. Suite 0 cannot be expressed.
+    /// BMC refuses the previous one or ignores its Open Session Request.
+    /// Configure a single suite to forbid any fallback. Suite 0 cannot be
+    /// expressed.
     pub cipher_suites: Vec<CipherSuite>,
     /// Privilege level requested for the session.
     pub privilege: Privilege,
@@ -301,7 +303,16 @@ async fn ensure_session(cfg: &Config, conn: &mut Conn) -> Result<()> {
                 conn.last_activity = Instant::now();
                 return Ok(());
             }
+            // Refused, or ignored (some BMCs drop Open Session Requests for
+            // algorithms they lack instead of answering with a status):
+            // try the next configured suite.
             Err(e @ Error::UnsupportedCipherSuite { .. }) => last = e,
+            Err(
+                e @ Error::Timeout {
+                    phase: "open session",
+                    ..
+                },
+            ) => last = e,
             Err(e) => return Err(e),
         }
     }
