@@ -499,7 +499,7 @@ impl Bmc {
                 if want == 0 {
                     return (0, vec![s.priv_now]);
                 }
-                if want > PRIV_ADMIN || want < 1 {
+                if !(1..=PRIV_ADMIN).contains(&want) {
                     return (0x80, vec![]);
                 }
                 if want > s.priv_max {

@@ -62,7 +62,7 @@ impl FruInfo {
         let close = |mut a: Vec<u8>| {
             a.push(0xC1);
             a.push(0); // room for the checksum
-            while a.len() % 8 != 0 {
+            while !a.len().is_multiple_of(8) {
                 let at = a.len() - 1;
                 a.insert(at, 0);
             }

@@ -98,7 +98,7 @@ impl Keys {
         let iv: [u8; 16] = rand::random();
         let mut buf = plain.to_vec();
         let mut n = 0u8;
-        while (buf.len() + 1) % 16 != 0 {
+        while !(buf.len() + 1).is_multiple_of(16) {
             n += 1;
             buf.push(n);
         }
@@ -112,7 +112,7 @@ impl Keys {
     }
 
     fn open(&self, sealed: &[u8]) -> Option<Vec<u8>> {
-        if sealed.len() < 32 || sealed.len() % 16 != 0 {
+        if sealed.len() < 32 || !sealed.len().is_multiple_of(16) {
             return None;
         }
         let mut pt = cbc::Decryptor::<Aes128>::new_from_slices(self.aes_key(), &sealed[..16])

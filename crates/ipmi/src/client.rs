@@ -77,8 +77,11 @@ impl Config {
     pub fn worst_case(&self) -> Duration {
         let exchange = self.timeout * (self.retries + 1);
         let suites = self.cipher_suites.len().max(1) as u32;
-        let open = exchange * 4 * suites;
-        exchange * 2 + self.timeout * 2 + open * 2
+        // Per suite: Open Session, RAKP 1/2, RAKP 3/4, Set Session Privilege
+        // Level, and a Close Session (two attempts) if that last step fails.
+        let open = (exchange * 4 + self.timeout * 2) * suites;
+        // Request, one Close Session attempt, a fresh session, the request again.
+        exchange * 2 + self.timeout + open * 2
     }
 }
 

@@ -528,7 +528,7 @@ impl Client {
                 )
                 .await?;
             match r.completion {
-                0xC8 | 0xC9 | 0xCA if chunk > 4 => {
+                0xC8..=0xCA if chunk > 4 => {
                     chunk /= 2;
                     continue;
                 }
@@ -672,6 +672,7 @@ impl Client {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -205,7 +205,7 @@ impl SessionKeys {
 
     /// Inverse of [`Self::encrypt`], checking the trailer.
     pub fn decrypt(&self, payload: &[u8]) -> Result<Vec<u8>> {
-        if payload.len() < 32 || payload.len() % 16 != 0 {
+        if payload.len() < 32 || !payload.len().is_multiple_of(16) {
             return Err(Error::Protocol(format!(
                 "encrypted payload of {} bytes is not IV + whole AES blocks",
                 payload.len()
@@ -242,6 +242,7 @@ pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -224,6 +224,7 @@ pub fn parse(image: &[u8]) -> Result<Fru> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -235,7 +236,7 @@ mod tests {
 
     fn finish_area(mut a: Vec<u8>) -> Vec<u8> {
         a.push(0xC1);
-        while (a.len() + 1) % 8 != 0 {
+        while !(a.len() + 1).is_multiple_of(8) {
             a.push(0);
         }
         a[1] = ((a.len() + 1) / 8) as u8;

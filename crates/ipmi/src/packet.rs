@@ -256,6 +256,7 @@ impl SeqWindow {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::crypto::CipherSuite;

@@ -360,6 +360,10 @@ async fn ipmitool_agrees_with_the_client_on_the_emulator() {
         // ipmitool prints the BMC timestamp in UTC (TZ=UTC): 2023-11-14 22:13:20 for 1700000000.
         assert!(sel.contains("11/14/23 | 22:13:20"), "{sel}");
         assert!(sel.contains("11/14/23 | 23:13:20"), "{sel}");
+        let elist = ipmitool(suite, a, "admin", PW, &["sel", "elist"]).await;
+        assert_eq!(sel_list_ids(&elist), sel_list_ids(&sel), "{elist}");
+        let info = ipmitool(suite, a, "admin", PW, &["sel", "info"]).await;
+        assert_eq!(field(&info, "Entries").unwrap(), ours.len().to_string());
 
         let fru = ipmitool(suite, a, "admin", PW, &["fru", "print", "0"]).await;
         let inv = client.fru(0).await.unwrap();

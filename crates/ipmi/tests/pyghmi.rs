@@ -19,21 +19,34 @@ fn start() -> (Peer, SocketAddr) {
     let port = free_udp_port();
     let mut cmd = Command::new(bin);
     cmd.arg("--port").arg(port.to_string());
-    (Peer::spawn("fakebmc", cmd), SocketAddr::from(([127, 0, 0, 1], port)))
+    (
+        Peer::spawn("fakebmc", cmd),
+        SocketAddr::from(([127, 0, 0, 1], port)),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suite3_power_boot_against_fakebmc_agrees_with_ipmitool() {
     require("ipmitool");
     let (_peer, a) = start();
-    let client = connect_when_ready(config(a, USER, PW, &[CipherSuite::Suite3]), Duration::from_secs(20)).await;
+    let client = connect_when_ready(
+        config(a, USER, PW, &[CipherSuite::Suite3]),
+        Duration::from_secs(20),
+    )
+    .await;
     assert_eq!(client.cipher_suite().await, Some(CipherSuite::Suite3));
 
     let id = client.device_id().await.unwrap();
     let mc = ipmitool(3, a, USER, PW, &["mc", "info"]).await;
     assert_eq!(field(&mc, "Device ID").unwrap(), id.device_id.to_string());
-    assert_eq!(field(&mc, "Firmware Revision").unwrap(), id.firmware_version());
-    assert_eq!(field(&mc, "Manufacturer ID").unwrap(), id.manufacturer_id.to_string());
+    assert_eq!(
+        field(&mc, "Firmware Revision").unwrap(),
+        id.firmware_version()
+    );
+    assert_eq!(
+        field(&mc, "Manufacturer ID").unwrap(),
+        id.manufacturer_id.to_string()
+    );
 
     // fakebmc starts powered off.
     assert!(!client.chassis_status().await.unwrap().power_on);
@@ -56,10 +69,22 @@ async fn suite3_power_boot_against_fakebmc_agrees_with_ipmitool() {
     assert!(!client.power(PowerAction::Off).await.unwrap());
 
     // Boot devices round-trip through pyghmi's name mapping.
-    for dev in [BootDevice::Pxe, BootDevice::Disk, BootDevice::Cdrom, BootDevice::BiosSetup] {
-        let f = client.set_boot_device(dev, BootPersistence::Once, None).await.unwrap();
+    for dev in [
+        BootDevice::Pxe,
+        BootDevice::Disk,
+        BootDevice::Cdrom,
+        BootDevice::BiosSetup,
+    ] {
+        let f = client
+            .set_boot_device(dev, BootPersistence::Once, None)
+            .await
+            .unwrap();
         assert_eq!(f.device, dev);
-        assert_eq!(f.mode, BootMode::Legacy, "fakebmc reports legacy; the override keeps it");
+        assert_eq!(
+            f.mode,
+            BootMode::Legacy,
+            "fakebmc reports legacy; the override keeps it"
+        );
     }
     ipmitool(3, a, USER, PW, &["chassis", "bootdev", "pxe"]).await;
     assert_eq!(client.boot_flags().await.unwrap().device, BootDevice::Pxe);
@@ -79,7 +104,11 @@ async fn suite3_power_boot_against_fakebmc_agrees_with_ipmitool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fakebmc_rejects_a_wrong_password() {
     let (_peer, a) = start();
-    let ok = connect_when_ready(config(a, USER, PW, &[CipherSuite::Suite3]), Duration::from_secs(20)).await;
+    let ok = connect_when_ready(
+        config(a, USER, PW, &[CipherSuite::Suite3]),
+        Duration::from_secs(20),
+    )
+    .await;
     ok.close().await;
     match Client::connect(config(a, USER, "nope", &[CipherSuite::Suite3])).await {
         Err(Error::AuthFailed(_)) => {}
