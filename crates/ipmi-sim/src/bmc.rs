@@ -734,3 +734,96 @@ impl Bmc {
         (0, r)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn bmc() -> Bmc {
+        Bmc::new(BmcConfig::new(0, "pw"))
+    }
+
+    #[test]
+    fn garbage_never_panics_and_gets_no_answer() {
+        let mut b = bmc();
+        let mut x: u32 = 7;
+        for i in 0..5000 {
+            let len = (x % 90) as usize;
+            let mut d = Vec::with_capacity(len);
+            for _ in 0..len {
+                x = x.wrapping_mul(1664525).wrapping_add(1013904223);
+                d.push((x >> 24) as u8);
+            }
+            if d.len() > 6 {
+                d[0] = 0x06;
+                d[3] = 0x07;
+                d[4] = if i % 2 == 0 { 0x06 } else { 0x00 };
+                d[5] = [0x00, 0x10, 0x12, 0x14, 0xC0][i % 5];
+            }
+            let _ = b.handle(&d);
+        }
+    }
+
+    #[test]
+    fn presence_ping_gets_a_pong() {
+        let mut b = bmc();
+        let ping = [
+            0x06, 0x00, 0xFF, 0x06, 0x00, 0x00, 0x11, 0xBE, 0x80, 0x21, 0x00, 0x00,
+        ];
+        let r = b.handle(&ping);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0][8], 0x40);
+        assert_eq!(r[0][9], 0x21);
+    }
+
+    #[test]
+    fn open_session_dedups_retransmissions_and_honours_the_table_size() {
+        let mut b = Bmc::new(BmcConfig {
+            max_sessions: 1,
+            ..BmcConfig::new(0, "pw")
+        });
+        let mut req = vec![
+            0x06, 0x00, 0xFF, 0x07, 0x06, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0,
+        ];
+        req.extend([9, 0, 0, 0, 1, 2, 3, 4]);
+        req.extend([
+            0, 0, 0, 8, 1, 0, 0, 0, 1, 0, 0, 8, 1, 0, 0, 0, 2, 0, 0, 8, 1, 0, 0, 0,
+        ]);
+        let a = b.handle(&req);
+        let again = b.handle(&req);
+        assert_eq!(a, again, "a retransmission gets the same answer");
+        assert_eq!(b.active_sessions(), 1);
+        // A different console session id: the table is full.
+        let mut other = req.clone();
+        other[20] = 5;
+        let r = b.handle(&other);
+        assert_eq!(r[0][16 + 1], 0x01, "insufficient resources");
+        assert_eq!(b.rejected_full, 1);
+        // Suite 0 ("none" everywhere) is never accepted.
+        let mut none = req.clone();
+        none[20] = 6;
+        for at in [16 + 8 + 4, 16 + 16 + 4, 16 + 24 + 4] {
+            none[at] = 0;
+        }
+        b.sessions.clear();
+        let r = b.handle(&none);
+        assert_eq!(r[0][16 + 1], 0x11);
+    }
+
+    #[test]
+    fn fru_image_checksums() {
+        let img = crate::FruInfo::example(3).encode();
+        assert_eq!(img[..8].iter().fold(0u8, |a, b| a.wrapping_add(*b)), 0);
+        for off in [img[2], img[3], img[4]] {
+            let start = usize::from(off) * 8;
+            let len = usize::from(img[start + 1]) * 8;
+            assert_eq!(
+                img[start..start + len]
+                    .iter()
+                    .fold(0u8, |a, b| a.wrapping_add(*b)),
+                0
+            );
+        }
+    }
+}
