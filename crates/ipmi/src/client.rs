@@ -77,9 +77,10 @@ impl Config {
     pub fn worst_case(&self) -> Duration {
         let exchange = self.timeout * (self.retries + 1);
         let suites = self.cipher_suites.len().max(1) as u32;
-        // Per suite: Open Session, RAKP 1/2, RAKP 3/4, Set Session Privilege
-        // Level, and a Close Session (two attempts) if that last step fails.
-        let open = (exchange * 4 + self.timeout * 2) * suites;
+        // Get Channel Authentication Capabilities, then per suite: Open
+        // Session, RAKP 1/2, RAKP 3/4, Set Session Privilege Level, and a
+        // Close Session (two attempts) if that last step fails.
+        let open = exchange + (exchange * 4 + self.timeout * 2) * suites;
         // Request, one Close Session attempt, a fresh session, the request again.
         exchange * 2 + self.timeout + open * 2
     }
@@ -289,6 +290,9 @@ async fn ensure_session(cfg: &Config, conn: &mut Conn) -> Result<()> {
     if conn.session.is_some() {
         return Ok(());
     }
+    // Once per (re)connection: fails fast, before any suite is tried, when
+    // the BMC is not there at all.
+    crate::session::channel_auth_caps(&conn.socket, cfg.privilege, cfg.retry()).await?;
     let mut last = Error::Protocol("no cipher suite configured".into());
     for suite in &cfg.cipher_suites {
         let login = Login {

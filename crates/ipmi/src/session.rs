@@ -105,6 +105,56 @@ fn nonzero_u32() -> u32 {
     }
 }
 
+/// Session-less Get Channel Authentication Capabilities (IPMI 1.5 framing,
+/// as every lanplus client sends it first): proves the BMC is alive and
+/// speaks IPMI 2.0 before any session state is created on it.
+pub(crate) async fn channel_auth_caps(
+    sock: &UdpSocket,
+    privilege: Privilege,
+    retry: Retry,
+) -> Result<()> {
+    let rq_seq: u8 = rand::random::<u8>() & 0x3F;
+    // Channel 0x0E = this channel, bit 7 = report IPMI 2.0 extended data.
+    let msg = packet::encode_request(0x06, 0x38, rq_seq, &[0x8E, privilege as u8]);
+    let mut pkt = Vec::with_capacity(14 + msg.len());
+    pkt.extend_from_slice(&packet::RMCP_IPMI);
+    pkt.extend_from_slice(&[0x00, 0, 0, 0, 0, 0, 0, 0, 0, msg.len() as u8]);
+    pkt.extend_from_slice(&msg);
+    let caps = exchange_fixed(
+        sock,
+        &pkt,
+        retry,
+        "channel authentication capabilities",
+        |buf| {
+            if buf.len() < 14 || buf[..4] != packet::RMCP_IPMI || buf[4] != 0x00 {
+                return Ok(None);
+            }
+            let len = usize::from(buf[13]);
+            let Some(m) = buf.get(14..14 + len) else {
+                return Ok(None);
+            };
+            match packet::decode_response(m) {
+                Ok(r) if r.netfn == 0x07 && r.cmd == 0x38 && r.rq_seq == rq_seq => Ok(Some(r)),
+                _ => Ok(None),
+            }
+        },
+    )
+    .await?;
+    if caps.completion != 0 {
+        return Err(Error::CompletionCode {
+            command: "Get Channel Authentication Capabilities",
+            code: caps.completion,
+        });
+    }
+    let d = &caps.data;
+    if d.len() < 4 || d[1] & 0x80 == 0 || d[3] & 0x02 == 0 {
+        return Err(Error::Protocol(
+            "the BMC does not offer IPMI 2.0 (RMCP+) on this channel".into(),
+        ));
+    }
+    Ok(())
+}
+
 impl Session {
     /// Open Session, RAKP 1–4 and Set Session Privilege Level.
     pub async fn establish(sock: &UdpSocket, login: &Login<'_>, retry: Retry) -> Result<Session> {

@@ -62,7 +62,7 @@ async fn fault_matrix() {
         let cfg = fast(bmc, suite);
         match bounded(&cfg, Client::connect(cfg.clone())).await {
             Err(Error::Timeout {
-                phase: "open session",
+                phase: "channel authentication capabilities",
                 attempts: 3,
                 ..
             }) => {}
