@@ -82,6 +82,8 @@ pub struct Faults {
     pub delay: Duration,
     /// Flip a bit in the integrity AuthCode of every authenticated answer.
     pub corrupt_integrity: bool,
+    /// Send every answer twice (a duplicating network, or a replay).
+    pub duplicate: bool,
 }
 
 /// One simulated BMC.
@@ -328,14 +330,19 @@ async fn run(sock: Arc<UdpSocket>, state: Arc<Mutex<Bmc>>) {
             {
                 *last ^= 0x01;
             }
+            let copies = if faults.duplicate { 2 } else { 1 };
             if faults.delay.is_zero() {
-                let _ = sock.send_to(&reply, from).await;
+                for _ in 0..copies {
+                    let _ = sock.send_to(&reply, from).await;
+                }
             } else {
                 let sock = Arc::clone(&sock);
                 let delay = faults.delay;
                 tokio::spawn(async move {
                     tokio::time::sleep(delay).await;
-                    let _ = sock.send_to(&reply, from).await;
+                    for _ in 0..copies {
+                        let _ = sock.send_to(&reply, from).await;
+                    }
                 });
             }
         }

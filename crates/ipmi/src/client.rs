@@ -2,6 +2,7 @@
 //! demand, kept alive while idle, closed on `close()` or drop.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use crate::crypto::{CipherSuite, Password};
 use crate::error::{Error, Result};
 use crate::packet::Response;
 use crate::rakp::Privilege;
-use crate::session::{Login, Retry, Session};
+use crate::session::{Counters, Login, Retry, Session};
 
 /// How to reach and authenticate to one BMC.
 #[derive(Clone, Debug)]
@@ -95,6 +96,10 @@ pub struct ClientStats {
     pub session_open: bool,
     /// Requests answered.
     pub requests: u64,
+    /// Packets dropped because their session sequence number was a replay or too old.
+    pub replays_dropped: u64,
+    /// Packets dropped because their integrity AuthCode did not verify.
+    pub integrity_failures: u64,
 }
 
 struct Conn {
@@ -104,6 +109,7 @@ struct Conn {
     closed: bool,
     stats: ClientStats,
     suite: Option<CipherSuite>,
+    counters: Arc<Counters>,
 }
 
 struct Inner {
@@ -156,6 +162,7 @@ impl Client {
                 closed: false,
                 stats: ClientStats::default(),
                 suite: None,
+                counters: Arc::default(),
             }),
             keepalive: std::sync::Mutex::new(None),
         });
@@ -187,6 +194,8 @@ impl Client {
         let conn = self.inner.conn.lock().await;
         ClientStats {
             session_open: conn.session.is_some(),
+            replays_dropped: conn.counters.replays.load(Ordering::Relaxed),
+            integrity_failures: conn.counters.integrity.load(Ordering::Relaxed),
             ..conn.stats
         }
     }
@@ -302,7 +311,14 @@ async fn ensure_session(cfg: &Config, conn: &mut Conn) -> Result<()> {
             bmc_key: cfg.bmc_key.as_ref(),
             privilege: cfg.privilege,
         };
-        match Session::establish(&conn.socket, &login, cfg.retry()).await {
+        match Session::establish(
+            &conn.socket,
+            &login,
+            cfg.retry(),
+            Arc::clone(&conn.counters),
+        )
+        .await
+        {
             Ok(s) => {
                 conn.session = Some(s);
                 conn.suite = Some(*suite);

@@ -1,6 +1,8 @@
 //! One RMCP+ session over a connected UDP socket: the RAKP handshake,
 //! sequence numbers, retransmission and matching of responses.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
@@ -94,6 +96,15 @@ pub(crate) struct Session {
     window: SeqWindow,
     rq_seq: u8,
     pub privilege: Privilege,
+    /// Packets dropped by the replay window / integrity check (shared with the client's stats).
+    pub counters: Arc<Counters>,
+}
+
+/// Drop counters that outlive individual sessions.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub replays: AtomicU64,
+    pub integrity: AtomicU64,
 }
 
 fn nonzero_u32() -> u32 {
@@ -157,7 +168,12 @@ pub(crate) async fn channel_auth_caps(
 
 impl Session {
     /// Open Session, RAKP 1–4 and Set Session Privilege Level.
-    pub async fn establish(sock: &UdpSocket, login: &Login<'_>, retry: Retry) -> Result<Session> {
+    pub async fn establish(
+        sock: &UdpSocket,
+        login: &Login<'_>,
+        retry: Retry,
+        counters: Arc<Counters>,
+    ) -> Result<Session> {
         let suite = login.suite;
         let kuid = login.password.key()?;
         let kg = match login.bmc_key {
@@ -240,6 +256,7 @@ impl Session {
             bmc_sid: hs.bmc_sid,
             out_seq: 0,
             window: SeqWindow::default(),
+            counters,
             rq_seq: 0,
             privilege: Privilege::User,
         };
@@ -353,6 +370,7 @@ impl Session {
             return Verdict::Ignore;
         }
         if !self.window.accept(p.seq) {
+            self.counters.replays.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(seq = p.seq, "dropping replayed or too old sequence number");
             return Verdict::Ignore;
         }

@@ -198,6 +198,27 @@ async fn fault_matrix() {
         // BMC; the table never overflowed.
         assert_within_limit(bmc, max);
 
+        // Every answer duplicated: the copies are dropped by the sequence
+        // window / rqSeq matching and never answer a later request.
+        bmc.set_faults(Faults {
+            duplicate: true,
+            ..Faults::default()
+        });
+        let client = bounded(&cfg, Client::connect(cfg.clone())).await.unwrap();
+        for _ in 0..5 {
+            let s = bounded(&cfg, client.chassis_status()).await.unwrap();
+            assert!(!s.power_on);
+            let id = bounded(&cfg, client.device_id()).await.unwrap();
+            assert_eq!(id.manufacturer_id, 0xBEEF);
+            let f = bounded(&cfg, client.boot_flags()).await.unwrap();
+            assert_eq!(f.mode, ingot_ipmi::BootMode::Uefi);
+        }
+        let stats = client.stats().await;
+        assert_eq!(stats.sessions_opened, 1);
+        assert!(stats.replays_dropped >= 10, "{stats:?}");
+        client.close().await;
+        bmc.set_faults(Faults::default());
+
         // Corrupted integrity codes → Integrity, never accepted as data.
         bmc.set_faults(Faults {
             corrupt_integrity: true,
@@ -218,7 +239,7 @@ async fn many_clients_against_a_small_table_never_overflow_it() {
     fleet_cfg.bmcs[0].max_sessions = 3;
     let fleet = serve(fleet_cfg).await.unwrap();
     let bmc = fleet.bmc(0).unwrap().clone();
-    let cfg = fast(&bmc, CipherSuite::Suite17);
+    let cfg = config(bmc.addr(), "admin", PW, &[CipherSuite::Suite17]);
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let cfg = cfg.clone();
