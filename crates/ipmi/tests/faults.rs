@@ -281,10 +281,13 @@ async fn fleet_of_fifty_with_one_session_each() {
     for _round in 0..3 {
         let mut tasks = Vec::new();
         for c in &clients {
-            let c = c.clone();
-            tasks.push(tokio::spawn(async move {
-                c.chassis_status().await.map(|s| s.power_on)
-            }));
+            // Two concurrent callers per client: serialised on one session.
+            for _ in 0..2 {
+                let c = c.clone();
+                tasks.push(tokio::spawn(async move {
+                    c.chassis_status().await.map(|s| s.power_on)
+                }));
+            }
         }
         for t in tasks {
             assert!(!t.await.unwrap().unwrap());
