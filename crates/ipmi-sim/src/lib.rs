@@ -84,6 +84,9 @@ pub struct Faults {
     pub corrupt_integrity: bool,
     /// Send every answer twice (a duplicating network, or a replay).
     pub duplicate: bool,
+    /// Activate sessions on RAKP 3 but lose every RAKP 4 (the client never
+    /// learns that its session exists).
+    pub lose_rakp4: bool,
 }
 
 /// One simulated BMC.
@@ -320,6 +323,9 @@ async fn run(sock: Arc<UdpSocket>, state: Arc<Mutex<Bmc>>) {
         };
         for mut reply in replies {
             if lose(faults.loss_percent) {
+                continue;
+            }
+            if faults.lose_rakp4 && reply.len() > 5 && reply[4] == 0x06 && reply[5] & 0x3F == 0x15 {
                 continue;
             }
             // Authenticated answers carry their AuthCode last.

@@ -79,9 +79,10 @@ impl Config {
         let exchange = self.timeout * (self.retries + 1);
         let suites = self.cipher_suites.len().max(1) as u32;
         // Get Channel Authentication Capabilities, then per suite: Open
-        // Session, RAKP 1/2, RAKP 3/4, Set Session Privilege Level, and a
-        // Close Session (two attempts) if that last step fails.
-        let open = exchange + (exchange * 4 + self.timeout * 2) * suites;
+        // Session, RAKP 1/2, RAKP 3/4 (plus one Close Session attempt if
+        // RAKP 4 never came), Set Session Privilege Level and a Close Session
+        // (two attempts) if that last step fails.
+        let open = exchange + (exchange * 4 + self.timeout * 3) * suites;
         // Request, one Close Session attempt, a fresh session, the request again.
         exchange * 2 + self.timeout + open * 2
     }

@@ -248,7 +248,36 @@ impl Session {
                 _ => Ok(None),
             },
         )
-        .await?;
+        .await;
+        let keys = match keys {
+            Ok(k) => k,
+            Err(e @ Error::Timeout { .. }) => {
+                // The BMC may have activated the session and only its RAKP 4
+                // got lost: close it with the keys it would be using, so the
+                // slot is not held until the BMC's idle timer fires.
+                let mut orphan = Session {
+                    keys: SessionKeys::derive(suite, &sik)?,
+                    console_sid,
+                    bmc_sid: hs.bmc_sid,
+                    out_seq: 0,
+                    window: SeqWindow::default(),
+                    counters: Arc::new(Counters::default()),
+                    rq_seq: 0,
+                    privilege: Privilege::User,
+                };
+                orphan
+                    .close(
+                        sock,
+                        Retry {
+                            timeout: retry.timeout,
+                            retries: 0,
+                        },
+                    )
+                    .await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
 
         let mut session = Session {
             keys,

@@ -219,6 +219,22 @@ async fn fault_matrix() {
         client.close().await;
         bmc.set_faults(Faults::default());
 
+        // RAKP 4 lost: the BMC activated a session the client never got;
+        // the client closes it with the keys it derived.
+        bmc.set_faults(Faults {
+            lose_rakp4: true,
+            ..Faults::default()
+        });
+        let before = bmc.stats().sessions;
+        match bounded(&cfg, Client::connect(cfg.clone())).await {
+            Err(Error::Timeout {
+                phase: "RAKP 3/4", ..
+            }) => {}
+            other => panic!("{suite}: lost RAKP 4: {other:?}"),
+        }
+        assert_eq!(bmc.stats().sessions, before, "orphaned session closed");
+        bmc.set_faults(Faults::default());
+
         // Corrupted integrity codes → Integrity, never accepted as data.
         bmc.set_faults(Faults {
             corrupt_integrity: true,
