@@ -245,6 +245,21 @@ async fn suite3_against_ipmi_sim_agrees_with_ipmitool() {
         sel.contains("Temperature #0x30") && sel.contains("Processor #0x02"),
         "{sel}"
     );
+    // ipmi_sim stamps records with its uptime, which ipmitool prints as a
+    // "Pre-Init" time in decimal seconds: the same value the client decoded.
+    let stamps: Vec<u32> = sel
+        .lines()
+        .filter_map(|l| l.split('|').nth(2))
+        .filter_map(|t| t.trim().parse().ok())
+        .collect();
+    assert_eq!(
+        stamps,
+        entries
+            .iter()
+            .map(|e| e.timestamp.unwrap())
+            .collect::<Vec<_>>(),
+        "{sel}"
+    );
     let again = client.sel_entries().await.unwrap();
     assert_eq!(
         again.iter().map(|e| e.stable_id()).collect::<Vec<_>>(),
