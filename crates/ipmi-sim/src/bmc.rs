@@ -83,6 +83,8 @@ pub(crate) struct Bmc {
     /// Console session id and next sequence number of a session closed by
     /// the request being answered (its reply still goes out under its keys).
     closing: Option<(u32, u32)>,
+    /// A power transition in progress: (when, resulting state).
+    pending_power: Option<(Instant, bool)>,
 }
 
 fn now_secs() -> u32 {
@@ -121,6 +123,7 @@ impl Bmc {
             controls: Vec::new(),
             fru,
             closing: None,
+            pending_power: None,
             cfg,
         };
         for r in b.cfg.sel.clone() {
@@ -158,6 +161,32 @@ impl Bmc {
         });
     }
 
+    /// Complete a power transition whose time has come.
+    pub fn settle(&mut self, now: Instant) {
+        if let Some((at, on)) = self.pending_power
+            && now >= at
+        {
+            self.pending_power = None;
+            if on && !self.power_on {
+                self.boot_happens();
+            }
+            self.power_on = on;
+        }
+    }
+
+    /// Kg: the BMC key when configured, else the password.
+    fn kg(&self) -> Vec<u8> {
+        match &self.cfg.bmc_key {
+            Some(k) => {
+                let mut k = k.as_bytes().to_vec();
+                k.truncate(20);
+                k.resize(20, 0);
+                k
+            }
+            None => self.password(),
+        }
+    }
+
     fn password(&self) -> Vec<u8> {
         let mut p = self.cfg.password.as_bytes().to_vec();
         if self.faults.wrong_password {
@@ -172,6 +201,7 @@ impl Bmc {
     pub fn handle(&mut self, dgram: &[u8]) -> Vec<Vec<u8>> {
         let now = Instant::now();
         self.expire(now);
+        self.settle(now);
         if dgram.len() < 5 || dgram[0] != 0x06 {
             return vec![];
         }
@@ -404,6 +434,7 @@ impl Bmc {
         let status = m[1];
         let bmc_sid = u32::from_le_bytes([m[4], m[5], m[6], m[7]]);
         let password = self.password();
+        let kg = self.kg();
         let guid = self.cfg.guid;
         let s = self.sessions.get_mut(&bmc_sid)?;
         s.touched = now;
@@ -442,7 +473,7 @@ impl Bmc {
             r.extend(console_sid.to_le_bytes());
             return wire::seal(0x15, 0, 0, &r, None);
         }
-        let sik = suite.mac(&password, &[rm, rc, &[*role, name.len() as u8], name]);
+        let sik = suite.mac(&kg, &[rm, rc, &[*role, name.len() as u8], name]);
         let icv = suite.mac(&sik, &[rm, &bmc_sid.to_le_bytes(), &guid]);
         let mut r = vec![tag, 0, 0, 0];
         r.extend(console_sid.to_le_bytes());
@@ -538,12 +569,15 @@ impl Bmc {
                 let Some(op) = d.first().map(|b| b & 0x0F) else {
                     return (0xC7, vec![]);
                 };
+                let now = Instant::now();
                 let cc = match op {
                     0 => {
+                        self.pending_power = None;
                         self.power_on = false;
                         0
                     }
                     1 => {
+                        self.pending_power = None;
                         if !self.power_on {
                             self.boot_happens();
                         }
@@ -551,11 +585,20 @@ impl Bmc {
                         0
                     }
                     2 | 3 if !self.power_on => 0xD5,
+                    2 if !self.cfg.cycle_delay.is_zero() => {
+                        self.power_on = false;
+                        self.pending_power = Some((now + self.cfg.cycle_delay, true));
+                        0
+                    }
                     2 | 3 => {
                         self.boot_happens();
                         0
                     }
                     4 => 0,
+                    5 if !self.cfg.soft_off_delay.is_zero() => {
+                        self.pending_power = Some((now + self.cfg.soft_off_delay, false));
+                        0
+                    }
                     5 => {
                         self.power_on = false;
                         0

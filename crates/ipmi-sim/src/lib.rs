@@ -98,6 +98,8 @@ pub struct BmcConfig {
     pub username: String,
     /// Its password (at most 20 bytes are used).
     pub password: String,
+    /// BMC key Kg for two-key logins (`None`: the password is used, as most BMCs do).
+    pub bmc_key: Option<String>,
     /// System GUID (used in RAKP).
     pub guid: [u8; 16],
     /// Cipher suites accepted.
@@ -114,6 +116,10 @@ pub struct BmcConfig {
     pub fru: FruInfo,
     /// Power state at start.
     pub power_on: bool,
+    /// Power cycle: off at once, on again after this long (0: reboots in place).
+    pub cycle_delay: Duration,
+    /// Soft shutdown: the "OS" powers off after this long (0: at once).
+    pub soft_off_delay: Duration,
     /// Power restore policy bits reported by Get Chassis Status (0 off, 1 previous, 2 on).
     pub restore_policy: u8,
     /// Boot flags (parameter 5) at start.
@@ -134,6 +140,7 @@ impl BmcConfig {
             port: 0,
             username: "admin".into(),
             password: password.into(),
+            bmc_key: None,
             guid,
             suites: vec![Suite::S3, Suite::S17],
             max_sessions: 4,
@@ -142,6 +149,8 @@ impl BmcConfig {
             device: DeviceInfo::default(),
             fru: FruInfo::example(n),
             power_on: false,
+            cycle_delay: Duration::ZERO,
+            soft_off_delay: Duration::ZERO,
             restore_policy: 0,
             boot_flags: [0x20, 0, 0, 0, 0],
             sel_capacity: 512,
@@ -213,7 +222,9 @@ impl BmcHandle {
 
     /// Current power state.
     pub fn power_on(&self) -> bool {
-        lock(&self.state).power_on
+        let mut b = lock(&self.state);
+        b.settle(std::time::Instant::now());
+        b.power_on
     }
 
     /// Set the power state (as if someone pressed the button).
@@ -240,6 +251,7 @@ impl BmcHandle {
     pub fn stats(&self) -> BmcStats {
         let mut b = lock(&self.state);
         b.expire(std::time::Instant::now());
+        b.settle(std::time::Instant::now());
         BmcStats {
             sessions: b.active_sessions(),
             peak_sessions: b.peak_sessions,

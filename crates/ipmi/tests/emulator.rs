@@ -424,3 +424,66 @@ async fn suite_only_offered_by_the_bmc_is_negotiated() {
     .unwrap();
     assert_eq!(c.cipher_suite().await, Some(CipherSuite::Suite3));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_key_login_with_a_bmc_key() {
+    let mut cfg = FleetConfig::uniform(1, PW);
+    cfg.bmcs[0].bmc_key = Some("kg-0123456789".into());
+    let fleet = serve(cfg).await.unwrap();
+    let bmc = fleet.bmc(0).unwrap();
+    for suite in [CipherSuite::Suite3, CipherSuite::Suite17] {
+        let mut with_kg = config(bmc.addr(), "admin", PW, &[suite]);
+        with_kg.bmc_key = Some("kg-0123456789".into());
+        let c = Client::connect(with_kg).await.unwrap();
+        c.device_id().await.unwrap();
+        c.close().await;
+        // Without Kg the password is right but the session keys are not.
+        match Client::connect(config(bmc.addr(), "admin", PW, &[suite])).await {
+            Err(Error::AuthFailed(_)) => {}
+            other => panic!("{suite}: missing Kg: {other:?}"),
+        }
+    }
+    require("ipmitool");
+    let out = ipmitool(
+        17,
+        bmc.addr(),
+        "admin",
+        PW,
+        &["-k", "kg-0123456789", "mc", "info"],
+    )
+    .await;
+    assert!(field(&out, "Manufacturer ID").is_some(), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_transitions_take_time_when_configured() {
+    let mut cfg = FleetConfig::uniform(1, PW);
+    cfg.bmcs[0].power_on = true;
+    cfg.bmcs[0].cycle_delay = Duration::from_millis(300);
+    cfg.bmcs[0].soft_off_delay = Duration::from_millis(300);
+    let fleet = serve(cfg).await.unwrap();
+    let bmc = fleet.bmc(0).unwrap().clone();
+    let client = Client::connect(config(bmc.addr(), "admin", PW, &[CipherSuite::Suite17]))
+        .await
+        .unwrap();
+    client
+        .set_boot_device(BootDevice::Pxe, BootPersistence::Once, None)
+        .await
+        .unwrap();
+    assert!(client.power(PowerAction::Cycle).await.unwrap());
+    assert!(
+        !client.chassis_status().await.unwrap().power_on,
+        "off during the cycle"
+    );
+    assert!(eventually(Duration::from_secs(5), || bmc.power_on()).await);
+    assert!(
+        !client.boot_flags().await.unwrap().valid,
+        "the one-time override was used by that boot"
+    );
+    assert!(client.power(PowerAction::Soft).await.unwrap());
+    assert!(
+        client.chassis_status().await.unwrap().power_on,
+        "the OS is still shutting down"
+    );
+    assert!(eventually(Duration::from_secs(5), || !bmc.power_on()).await);
+}
