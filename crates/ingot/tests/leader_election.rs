@@ -19,11 +19,20 @@ struct Replica {
 
 impl Replica {
     fn start(kubeconfig: &Path, namespace: &str, identity: &str) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
         let log = std::env::temp_dir().join(format!("{identity}.log"));
         let log = std::fs::File::create(&log).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_ingot"))
-            .args(["run", "--controllers", "pools", "--lease-name", "ingot-leader-test"])
+            .args([
+                "run",
+                "--controllers",
+                "pools",
+                "--lease-name",
+                "ingot-leader-test",
+            ])
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--lease-namespace={namespace}"))
             .arg(format!("--identity={identity}"))
@@ -34,16 +43,31 @@ impl Replica {
             .stderr(log)
             .spawn()
             .expect("start ingot");
-        Self { identity: identity.to_owned(), port, child }
+        Self {
+            identity: identity.to_owned(),
+            port,
+            child,
+        }
     }
 
     /// The replica's reconciliation count and leader gauge, from /metrics.
     async fn metrics(&self, http: &reqwest::Client) -> Option<(u64, u64)> {
-        let text = http.get(format!("http://127.0.0.1:{}/metrics", self.port)).send().await.ok()?.text().await.ok()?;
+        let text = http
+            .get(format!("http://127.0.0.1:{}/metrics", self.port))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
         let value = |prefix: &str| {
-            text.lines().find(|l| l.starts_with(prefix)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse::<f64>().ok())
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
         };
-        let reconciled = value("ingot_reconciliations_total{controller=\"pools\"}").unwrap_or(0.0) as u64;
+        let reconciled =
+            value("ingot_reconciliations_total{controller=\"pools\"}").unwrap_or(0.0) as u64;
         let leader = value("ingot_leader ")?;
         Some((reconciled, leader as u64))
     }
@@ -57,16 +81,29 @@ impl Drop for Replica {
 }
 
 async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
-    leases.get_opt("ingot-leader-test").await.ok().flatten()?.spec?.holder_identity
+    leases
+        .get_opt("ingot-leader-test")
+        .await
+        .ok()
+        .flatten()?
+        .spec?
+        .holder_identity
 }
 
-async fn wait_for<T>(what: &str, timeout: Duration, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+async fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl AsyncFnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(value) = probe().await {
             return value;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -80,48 +117,87 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over_after_sigkill
     let http = reqwest::Client::new();
 
     let first = Replica::start(env.kubeconfig_path(), &namespace, "replica-a");
-    let holder = wait_for("replica-a to take the lease", Duration::from_secs(30), async || lease_holder(&leases).await).await;
+    let holder = wait_for(
+        "replica-a to take the lease",
+        Duration::from_secs(30),
+        async || lease_holder(&leases).await,
+    )
+    .await;
     assert_eq!(holder, first.identity);
     let mut second = Replica::start(env.kubeconfig_path(), &namespace, "replica-b");
-    wait_for("replica-b to serve /metrics", Duration::from_secs(30), async || second.metrics(&http).await).await;
+    wait_for(
+        "replica-b to serve /metrics",
+        Duration::from_secs(30),
+        async || second.metrics(&http).await,
+    )
+    .await;
 
     // Something to reconcile: a pool, whose CredentialsReady condition only a leader writes.
     let pools: Api<ingot_api::equinix::InstancePool> = Api::all(client.clone());
     let pool_name = format!("leader-{}", ingot_testenv::random_suffix(6));
-    let pool = serde_json::from_value(json!({"apiVersion": "equinix.harvesterhci.io/v1", "kind": "InstancePool",
-        "metadata": {"name": pool_name}, "spec": {"count": 0}}))
+    let pool = serde_json::from_value(
+        json!({"apiVersion": "equinix.harvesterhci.io/v1", "kind": "InstancePool",
+        "metadata": {"name": pool_name}, "spec": {"count": 0}}),
+    )
     .expect("pool");
-    pools.create(&PostParams::default(), &pool).await.expect("create pool");
-    wait_for("the leader to reconcile the pool", Duration::from_secs(30), async || {
-        let pool = pools.get(&pool_name).await.ok()?;
-        pool.status?.conditions.iter().any(|c| c.type_ == "CredentialsReady").then_some(())
-    })
+    pools
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("create pool");
+    wait_for(
+        "the leader to reconcile the pool",
+        Duration::from_secs(30),
+        async || {
+            let pool = pools.get(&pool_name).await.ok()?;
+            pool.status?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "CredentialsReady")
+                .then_some(())
+        },
+    )
     .await;
 
     let (first_count, first_leader) = first.metrics(&http).await.expect("replica-a metrics");
     let (second_count, second_leader) = second.metrics(&http).await.expect("replica-b metrics");
     assert!(first_count > 0, "the leader reconciled");
     assert_eq!(first_leader, 1);
-    assert_eq!((second_count, second_leader), (0, 0), "the standby reconciles nothing");
+    assert_eq!(
+        (second_count, second_leader),
+        (0, 0),
+        "the standby reconciles nothing"
+    );
 
     // SIGKILL: no chance to release the lease; the standby must notice that it is no longer renewed.
     let mut first = first;
     first.child.kill().expect("SIGKILL replica-a");
     first.child.wait().expect("reap replica-a");
     let killed_at = Instant::now();
-    let holder = wait_for("replica-b to take the lease", Duration::from_secs(15), async || {
-        lease_holder(&leases).await.filter(|h| h == "replica-b")
-    })
+    let holder = wait_for(
+        "replica-b to take the lease",
+        Duration::from_secs(15),
+        async || lease_holder(&leases).await.filter(|h| h == "replica-b"),
+    )
     .await;
     let took = killed_at.elapsed();
     assert_eq!(holder, second.identity);
     assert!(took < Duration::from_secs(15), "takeover took {took:?}");
-    eprintln!("replica-b took over {:.1} s after replica-a was killed", took.as_secs_f64());
+    eprintln!(
+        "replica-b took over {:.1} s after replica-a was killed",
+        took.as_secs_f64()
+    );
 
-    wait_for("replica-b to reconcile", Duration::from_secs(15), async || {
-        let (count, leader) = second.metrics(&http).await?;
-        (count > 0 && leader == 1).then_some(())
-    })
+    wait_for(
+        "replica-b to reconcile",
+        Duration::from_secs(15),
+        async || {
+            let (count, leader) = second.metrics(&http).await?;
+            (count > 0 && leader == 1).then_some(())
+        },
+    )
     .await;
-    assert!(second.child.try_wait().expect("replica-b state").is_none(), "replica-b keeps running");
+    assert!(
+        second.child.try_wait().expect("replica-b state").is_none(),
+        "replica-b keeps running"
+    );
 }
