@@ -53,9 +53,9 @@ const GO_DURATION_MESSAGE: &str =
     plural = "instancepools",
     status = "InstancePoolStatus",
     doc = "A pool of Equinix Metal servers provisioned with iPXE into a Harvester cluster.",
-    printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.ready"),
-    printcolumn(name = "Requested", type_ = "integer", json_path = ".status.requested")
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.ready"}"#,
+    printcolumn = r#"{"name":"Requested","type":"integer","jsonPath":".status.requested"}"#
 )]
 pub struct InstancePoolSpec {
     /// Desired number of Instances.
@@ -232,14 +232,10 @@ pub struct InstancePoolStatus {
     plural = "instances",
     status = "InstanceStatus",
     doc = "One Equinix Metal server of an InstancePool.",
-    printcolumn(name = "Status", type_ = "string", json_path = ".status.status"),
-    printcolumn(
-        name = "InstanceID",
-        type_ = "string",
-        json_path = ".status.instanceID"
-    ),
-    printcolumn(name = "publicIP", type_ = "string", json_path = ".status.publicIP"),
-    printcolumn(name = "privateIP", type_ = "string", json_path = ".status.privateIP")
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
+    printcolumn = r#"{"name":"InstanceID","type":"string","jsonPath":".status.instanceID"}"#,
+    printcolumn = r#"{"name":"publicIP","type":"string","jsonPath":".status.publicIP"}"#,
+    printcolumn = r#"{"name":"privateIP","type":"string","jsonPath":".status.privateIP"}"#
 )]
 pub struct InstanceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -45,21 +45,9 @@ pub mod power_action {
     namespaced,
     status = "InventoryStatus",
     doc = "A physical server and its BMC, mapped to a Harvester node.",
-    printcolumn(
-        name = "InventoryStatus",
-        type_ = "string",
-        json_path = ".status.status"
-    ),
-    printcolumn(
-        name = "GeneratedPassword",
-        type_ = "string",
-        json_path = ".status.generatedPassword"
-    ),
-    printcolumn(
-        name = "AllocatedNodeAddress",
-        type_ = "string",
-        json_path = ".status.pxeBootConfig.address"
-    )
+    printcolumn = r#"{"name":"InventoryStatus","type":"string","jsonPath":".status.status"}"#,
+    printcolumn = r#"{"name":"GeneratedPassword","type":"string","jsonPath":".status.generatedPassword"}"#,
+    printcolumn = r#"{"name":"AllocatedNodeAddress","type":"string","jsonPath":".status.pxeBootConfig.address"}"#
 )]
 pub struct InventorySpec {
     #[serde(
@@ -243,13 +231,9 @@ pub struct PowerActionStatus {
     namespaced,
     status = "ClusterStatus",
     doc = "A Harvester cluster made of Inventories.",
-    printcolumn(name = "ClusterStatus", type_ = "string", json_path = ".status.status"),
-    printcolumn(name = "ClusterToken", type_ = "string", json_path = ".status.token"),
-    printcolumn(
-        name = "ClusterAddress",
-        type_ = "string",
-        json_path = ".status.clusterAddress"
-    )
+    printcolumn = r#"{"name":"ClusterStatus","type":"string","jsonPath":".status.status"}"#,
+    printcolumn = r#"{"name":"ClusterToken","type":"string","jsonPath":".status.token"}"#,
+    printcolumn = r#"{"name":"ClusterAddress","type":"string","jsonPath":".status.clusterAddress"}"#
 )]
 pub struct ClusterSpec {
     pub version: String,
@@ -352,22 +336,10 @@ pub struct ClusterStatus {
     namespaced,
     status = "AddressPoolStatus",
     doc = "A pool of addresses for Harvester nodes and VIPs.",
-    printcolumn(
-        name = "AddressPoolStatus",
-        type_ = "string",
-        json_path = ".status.status"
-    ),
-    printcolumn(
-        name = "StartAddress",
-        type_ = "string",
-        json_path = ".status.startAddress"
-    ),
-    printcolumn(
-        name = "LastAddress",
-        type_ = "string",
-        json_path = ".status.lastAddress"
-    ),
-    printcolumn(name = "NetMask", type_ = "string", json_path = ".status.netmask")
+    printcolumn = r#"{"name":"AddressPoolStatus","type":"string","jsonPath":".status.status"}"#,
+    printcolumn = r#"{"name":"StartAddress","type":"string","jsonPath":".status.startAddress"}"#,
+    printcolumn = r#"{"name":"LastAddress","type":"string","jsonPath":".status.lastAddress"}"#,
+    printcolumn = r#"{"name":"NetMask","type":"string","jsonPath":".status.netmask"}"#
 )]
 pub struct AddressPoolSpec {
     /// An IPv4 CIDR such as `172.16.128.0/24`.

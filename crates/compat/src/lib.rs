@@ -2,6 +2,9 @@
 //! fixtures and seed documents, never copied into this repository), applying them to the real
 //! API server, and comparing what comes back.
 
+// A test-support crate: a panic with a message is how it reports a failed expectation.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::path::Path;
 
 use kube::api::{DynamicObject, PostParams};

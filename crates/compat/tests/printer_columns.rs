@@ -1,6 +1,8 @@
 //! `kubectl get` shows the columns of the originals: STATUS READY REQUESTED for pools and
 //! STATUS INSTANCEID PUBLICIP PRIVATEIP for instances.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;

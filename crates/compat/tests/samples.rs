@@ -2,6 +2,8 @@
 //! API server with ingot's CRDs, round-trips through ingot's Rust types without losing a field,
 //! and reads back from the server with every field it was given.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use ingot_api::{equinix, gardener, rufio, seeder};
 use ingot_compat::{
     create, fixture_documents, missing_fields, shared_file, strip_server_metadata, yaml_documents,

@@ -2,6 +2,8 @@
 //! finalizers, annotations, nulls for unset fields, always-present status fields, wrangler
 //! conditions) are accepted by ingot's CRDs and read by ingot's types without error.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use ingot_api::{equinix, gardener, rufio, seeder};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::Discovery;

@@ -1,6 +1,8 @@
 //! Invalid objects are refused by the API server itself, with a message that names the field
 //! (and, for ingot's own rules, says what to write instead).
 
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use kube::Discovery;
 use serde_json::{Value, json};
 

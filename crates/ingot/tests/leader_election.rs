@@ -1,6 +1,8 @@
 //! Two `ingot run` replicas against one control plane: only the lease holder reconciles; when
 //! it is killed with SIGKILL the other takes over within 15 s and reconciles.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -208,7 +208,7 @@ impl ControlPlane {
     }
 
     pub async fn client(&self) -> Result<kube::Client> {
-        Ok(crate::TestEnv::connect(&self.kubeconfig).await?.client()?)
+        crate::TestEnv::connect(&self.kubeconfig).await?.client()
     }
 
     /// Stops every process by PID: SIGTERM, then SIGKILL after a grace period.
