@@ -12,6 +12,8 @@
 //! The reconciler maps the `equinix.harvesterhci.io/v1` types and the Metal provider's port
 //! data onto the small neutral types here; every field maps 1:1.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod artifacts;
 pub mod config;
 pub mod ipxe;

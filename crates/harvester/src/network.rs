@@ -213,7 +213,7 @@ impl NetworkMode {
     fn wants_bonded(self, port: &Port) -> bool {
         match self {
             NetworkMode::Layer3 | NetworkMode::HybridBonded | NetworkMode::Layer2Bonded => true,
-            NetworkMode::Hybrid => !port.eth_index().is_some_and(|i| i % 2 == 1),
+            NetworkMode::Hybrid => port.eth_index().is_none_or(|i| i.is_multiple_of(2)),
             NetworkMode::Layer2Individual => false,
         }
     }

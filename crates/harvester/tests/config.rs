@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic
+
 use std::collections::BTreeMap;
 
 use ingot_harvester::config::{ConfigError, JoinConfig, ManagementNetwork, finalize_userdata};

@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic
+
 use std::collections::BTreeMap;
 
 use ingot_harvester::ipxe::{InstallBoot, IpxeError, SHELL_SCRIPT, SingleBoot, ipxe_netdev};

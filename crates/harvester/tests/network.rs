@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may panic
+
 use ingot_harvester::network::{
     InterfaceVlans, Layer, NetworkError, NetworkMode, PlanInput, Port, PortKind, PortVlan, Step,
     VlanRef, apply, plan,
@@ -236,7 +238,7 @@ fn every_transition_converges_and_replans_idempotently() {
             let idx: u32 = p.name[3..].parse().unwrap();
             let bonded = match mode {
                 Layer3 | HybridBonded | Layer2Bonded => true,
-                Hybrid => idx % 2 == 0,
+                Hybrid => idx.is_multiple_of(2),
                 Layer2Individual => false,
             };
             assert_eq!(p.bonded, bonded, "{mode} {}", p.name);
