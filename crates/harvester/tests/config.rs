@@ -267,3 +267,34 @@ fn empty_token_is_refused() {
         "token must not be empty"
     );
 }
+
+#[test]
+fn awkward_values_survive_a_yaml_round_trip() {
+    // Values that YAML would read as something else, or that could break out of their line.
+    for value in [
+        "true",
+        "1.0",
+        "null",
+        "a: b",
+        "#not-a-comment",
+        "- item",
+        "'quoted'",
+        "line\nbreak",
+        "K10::server:x",
+    ] {
+        let mut c = join("v1.3.2");
+        c.password = Secret::new(value);
+        c.token = Secret::new(value);
+        c.ssh_authorized_keys = vec![value.to_owned()];
+        let out = c.render_intermediate().unwrap();
+        let v: serde_yaml::Value = serde_yaml::from_str(&out).unwrap();
+        assert_eq!(v["token"].as_str(), Some(value), "{out}");
+        assert_eq!(v["os"]["password"].as_str(), Some(value), "{out}");
+        assert_eq!(
+            v["os"]["ssh_authorized_keys"][0].as_str(),
+            Some(value),
+            "{out}"
+        );
+        assert_eq!(v["install"]["mode"].as_str(), Some("join"), "{out}");
+    }
+}
