@@ -38,6 +38,30 @@ pub enum Layer {
     L2,
 }
 
+impl Layer {
+    /// Maps Metal's `Port.network_type` onto the layer: `layer3`, `hybrid` and
+    /// `hybrid-bonded` keep the bond routed (layer 3); `layer2-bonded`, `layer2-individual`
+    /// (and the per-port `layer2`) are layer 2. `None` for anything else.
+    pub fn from_network_type(network_type: &str) -> Option<Self> {
+        match network_type {
+            "layer3" | "hybrid" | "hybrid-bonded" => Some(Layer::L3),
+            "layer2-bonded" | "layer2-individual" | "layer2" => Some(Layer::L2),
+            _ => None,
+        }
+    }
+}
+
+impl PortKind {
+    /// Maps Metal's `Port.type`: `NetworkPort` or `NetworkBondPort`.
+    pub fn from_metal_type(port_type: &str) -> Option<Self> {
+        match port_type {
+            "NetworkPort" => Some(PortKind::Physical),
+            "NetworkBondPort" => Some(PortKind::Bond),
+            _ => None,
+        }
+    }
+}
+
 /// A VLAN assigned to a port or known in the project: its vxlan number and/or its UUID.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct PortVlan {

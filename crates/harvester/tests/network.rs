@@ -444,3 +444,31 @@ fn the_model_refuses_what_metal_refuses() {
     let err = apply(&mut ports, &mut project, &Step::Bond { port: s("eth1") }).unwrap_err();
     assert!(err.to_string().contains("still has VLANs"), "{err}");
 }
+
+#[test]
+fn metal_port_fields_map_onto_the_model() {
+    assert_eq!(
+        PortKind::from_metal_type("NetworkPort"),
+        Some(PortKind::Physical)
+    );
+    assert_eq!(
+        PortKind::from_metal_type("NetworkBondPort"),
+        Some(PortKind::Bond)
+    );
+    assert_eq!(PortKind::from_metal_type("Port"), None);
+    for (t, layer) in [
+        ("layer3", Layer::L3),
+        ("hybrid", Layer::L3),
+        ("hybrid-bonded", Layer::L3),
+        ("layer2-bonded", Layer::L2),
+        ("layer2-individual", Layer::L2),
+        ("layer2", Layer::L2),
+    ] {
+        assert_eq!(Layer::from_network_type(t), Some(layer), "{t}");
+    }
+    assert_eq!(Layer::from_network_type("layer-3"), None);
+    // Every mode name is also a network_type Metal reports on the bond.
+    for mode in NetworkMode::ALL {
+        assert!(Layer::from_network_type(mode.as_str()).is_some(), "{mode}");
+    }
+}
