@@ -104,7 +104,8 @@ pub struct Port {
     pub mac: Option<String>,
     /// Whether a physical port is a member of its bond (`data.bonded`).
     pub bonded: bool,
-    /// The port's network type. For a bonded physical port it follows its bond.
+    /// The port's layer. The plan reads it for bonds only (Metal's `network_type` is the
+    /// composite type of the bond); a physical port's state is its `bonded` flag.
     pub layer: Layer,
     pub vlans: Vec<PortVlan>,
     /// `disbond_operation_supported`.
