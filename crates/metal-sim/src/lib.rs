@@ -10,6 +10,9 @@ pub mod config;
 pub mod server;
 pub mod world;
 
-pub use config::{EndpointFault, Faults, PlanMetro, ProjectConfig, RateLimitBurst, SimConfig, Timings, TokenConfig};
+pub use config::{
+    EndpointFault, Faults, PlanMetro, ProjectConfig, RateLimitBurst, SimConfig, Timings,
+    TokenConfig,
+};
 pub use server::{Exchange, Metrics, Sim, SimServer, router, serve};
 pub use world::BootRecord;

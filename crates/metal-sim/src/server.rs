@@ -47,25 +47,75 @@ macro_rules! op {
 
 pub mod ops {
     use super::Op;
-    op!(FIND_PROJECT_DEVICES, "findProjectDevices", "GET", "/projects/{id}/devices");
-    op!(CREATE_DEVICE, "createDevice", "POST", "/projects/{id}/devices");
+    op!(
+        FIND_PROJECT_DEVICES,
+        "findProjectDevices",
+        "GET",
+        "/projects/{id}/devices"
+    );
+    op!(
+        CREATE_DEVICE,
+        "createDevice",
+        "POST",
+        "/projects/{id}/devices"
+    );
     op!(FIND_DEVICE, "findDeviceById", "GET", "/devices/{id}");
     op!(UPDATE_DEVICE, "updateDevice", "PUT", "/devices/{id}");
     op!(DELETE_DEVICE, "deleteDevice", "DELETE", "/devices/{id}");
-    op!(PERFORM_ACTION, "performAction", "POST", "/devices/{id}/actions");
+    op!(
+        PERFORM_ACTION,
+        "performAction",
+        "POST",
+        "/devices/{id}/actions"
+    );
     op!(FIND_PORT, "findPortById", "GET", "/ports/{id}");
     op!(BOND_PORT, "bondPort", "POST", "/ports/{id}/bond");
     op!(DISBOND_PORT, "disbondPort", "POST", "/ports/{id}/disbond");
-    op!(CONVERT_L2, "convertLayer2", "POST", "/ports/{id}/convert/layer-2");
-    op!(CONVERT_L3, "convertLayer3", "POST", "/ports/{id}/convert/layer-3");
+    op!(
+        CONVERT_L2,
+        "convertLayer2",
+        "POST",
+        "/ports/{id}/convert/layer-2"
+    );
+    op!(
+        CONVERT_L3,
+        "convertLayer3",
+        "POST",
+        "/ports/{id}/convert/layer-3"
+    );
     op!(ASSIGN_PORT, "assignPort", "POST", "/ports/{id}/assign");
-    op!(UNASSIGN_PORT, "unassignPort", "POST", "/ports/{id}/unassign");
-    op!(VLAN_BATCH, "createPortVlanAssignmentBatch", "POST", "/ports/{id}/vlan-assignments/batches");
-    op!(FIND_VLANS, "findVirtualNetworks", "GET", "/projects/{id}/virtual-networks");
-    op!(CREATE_VLAN, "createVirtualNetwork", "POST", "/projects/{id}/virtual-networks");
+    op!(
+        UNASSIGN_PORT,
+        "unassignPort",
+        "POST",
+        "/ports/{id}/unassign"
+    );
+    op!(
+        VLAN_BATCH,
+        "createPortVlanAssignmentBatch",
+        "POST",
+        "/ports/{id}/vlan-assignments/batches"
+    );
+    op!(
+        FIND_VLANS,
+        "findVirtualNetworks",
+        "GET",
+        "/projects/{id}/virtual-networks"
+    );
+    op!(
+        CREATE_VLAN,
+        "createVirtualNetwork",
+        "POST",
+        "/projects/{id}/virtual-networks"
+    );
     op!(FIND_PLANS, "findPlans", "GET", "/plans");
     op!(FIND_METROS, "findMetros", "GET", "/locations/metros");
-    op!(FIND_CAPACITY, "findCapacityForMetro", "GET", "/capacity/metros");
+    op!(
+        FIND_CAPACITY,
+        "findCapacityForMetro",
+        "GET",
+        "/capacity/metros"
+    );
 }
 
 /// One request and its answer, kept when traffic recording is on.
@@ -336,7 +386,13 @@ impl Sim {
                     }
                 }
             }
-            (latency, burst, injected, lose, faults.hang_ms.unwrap_or(5_000))
+            (
+                latency,
+                burst,
+                injected,
+                lose,
+                faults.hang_ms.unwrap_or(5_000),
+            )
         };
         if latency > 0 {
             tokio::time::sleep(Duration::from_millis(latency)).await;
@@ -344,10 +400,8 @@ impl Sim {
         let request_json: Option<Value> = serde_json::from_slice(body).ok();
         if let Some(b) = burst {
             let reset = chrono::Utc::now().timestamp() + b.reset_in_secs as i64;
-            let mut resp = json_response(
-                StatusCode::TOO_MANY_REQUESTS,
-                Some(json!({"errors": ["Too Many Requests"]})),
-            );
+            let body = json!({"errors": ["Too Many Requests"]});
+            let mut resp = json_response(StatusCode::TOO_MANY_REQUESTS, Some(body.clone()));
             let h = resp.headers_mut();
             if let Some(ra) = b.retry_after_secs {
                 h.insert(header::RETRY_AFTER, HeaderValue::from(ra));
@@ -355,7 +409,15 @@ impl Sim {
             h.insert("x-ratelimit-limit", HeaderValue::from(100u64));
             h.insert("x-ratelimit-remaining", HeaderValue::from(0u64));
             h.insert("x-ratelimit-reset", HeaderValue::from(reset));
-            return self.finish(op, query, request_json, StatusCode::TOO_MANY_REQUESTS, None, resp, true);
+            return self.finish(
+                op,
+                query,
+                request_json,
+                StatusCode::TOO_MANY_REQUESTS,
+                Some(body),
+                resp,
+                true,
+            );
         }
         if let Some(status) = injected {
             let body = json!({"errors": ["Oh snap, something went wrong! We've logged the error and will take a look."]});
@@ -368,7 +430,10 @@ impl Sim {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|t| self.inner.tokens.iter().find(|c| c.token == t));
             match token {
-                None => Err(ApiError::new(StatusCode::UNAUTHORIZED, "Invalid authentication token")),
+                None => Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "Invalid authentication token",
+                )),
                 Some(token) => {
                     let caller = Caller {
                         token,
@@ -425,7 +490,8 @@ impl Sim {
 }
 
 fn pick_error(ef: &mut EndpointFault, rng: &Mutex<StdRng>) -> Option<StatusCode> {
-    let status = StatusCode::from_u16(ef.status.unwrap_or(500)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status =
+        StatusCode::from_u16(ef.status.unwrap_or(500)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if ef.error_count > 0 {
         ef.error_count -= 1;
         return Some(status);
@@ -438,13 +504,21 @@ fn pick_error(ef: &mut EndpointFault, rng: &Mutex<StdRng>) -> Option<StatusCode>
 
 fn json_response(status: StatusCode, body: Option<Value>) -> Response {
     match body {
-        Some(b) => (status, [(header::CONTENT_TYPE, "application/json")], b.to_string()).into_response(),
+        Some(b) => (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            b.to_string(),
+        )
+            .into_response(),
         None => status.into_response(),
     }
 }
 
 fn q<'a>(query: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    query
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
 }
 
 fn q_bool(query: &[(String, String)], key: &str) -> Result<Option<bool>, ApiError> {
@@ -452,7 +526,9 @@ fn q_bool(query: &[(String, String)], key: &str) -> Result<Option<bool>, ApiErro
         None => Ok(None),
         Some("true") | Some("1") => Ok(Some(true)),
         Some("false") | Some("0") => Ok(Some(false)),
-        Some(v) => Err(ApiError::unprocessable(format!("{key} must be a boolean, got {v}"))),
+        Some(v) => Err(ApiError::unprocessable(format!(
+            "{key} must be a boolean, got {v}"
+        ))),
     }
 }
 
@@ -461,7 +537,9 @@ fn q_u32(query: &[(String, String)], key: &str, default: u32, max: u32) -> Resul
         None => Ok(default),
         Some(v) => match v.parse::<u32>() {
             Ok(n) if n >= 1 => Ok(n.min(max)),
-            _ => Err(ApiError::unprocessable(format!("{key} must be a positive integer, got {v}"))),
+            _ => Err(ApiError::unprocessable(format!(
+                "{key} must be a positive integer, got {v}"
+            ))),
         },
     }
 }
@@ -479,76 +557,110 @@ fn device_access(w: &World, c: &Caller<'_>, id: &str, write: bool) -> Result<(),
 }
 
 fn port_access(w: &World, c: &Caller<'_>, port: &str, write: bool) -> Result<String, ApiError> {
-    let dev = w.port_owner.get(port).cloned().ok_or_else(ApiError::not_found)?;
+    let dev = w
+        .port_owner
+        .get(port)
+        .cloned()
+        .ok_or_else(ApiError::not_found)?;
     device_access(w, c, &dev, write)?;
     Ok(dev)
 }
 
-async fn list_devices(State(s): State<Sim>, Path(project): Path<String>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
+async fn list_devices(
+    State(s): State<Sim>,
+    Path(project): Path<String>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let qv = query.clone();
-    s.handle(ops::FIND_PROJECT_DEVICES, &headers, &query, &body, move |w, c, _| {
-        c.project(&project, false)?;
-        let page = q_u32(&qv, "page", 1, 100_000)?;
-        let per_page = q_u32(&qv, "per_page", 10, 1000)?;
-        let tag = q(&qv, "tag");
-        let hostname = q(&qv, "hostname");
-        let metro = q(&qv, "metro");
-        let matching: Vec<&world::SimDevice> = w
-            .order
-            .iter()
-            .filter_map(|id| w.devices.get(id))
-            .filter(|d| d.project == project)
-            .filter(|d| tag.is_none_or(|t| d.tags.iter().any(|x| x == t)))
-            .filter(|d| hostname.is_none_or(|h| d.hostname.contains(h)))
-            .filter(|d| metro.is_none_or(|m| d.metro.code == m))
-            .collect();
-        let total = matching.len() as u32;
-        let last_page = total.div_ceil(per_page).max(1);
-        let start = ((page - 1) as usize).saturating_mul(per_page as usize);
-        let devices: Vec<Value> = matching
-            .iter()
-            .skip(start)
-            .take(per_page as usize)
-            .map(|d| w.device_json(d))
-            .collect();
-        let href = |p: u32| {
-            let mut ser = url::form_urlencoded::Serializer::new(String::new());
-            ser.append_pair("page", &p.to_string());
-            ser.append_pair("per_page", &per_page.to_string());
-            for (k, v) in [("tag", tag), ("hostname", hostname), ("metro", metro)] {
-                if let Some(v) = v {
-                    ser.append_pair(k, v);
+    s.handle(
+        ops::FIND_PROJECT_DEVICES,
+        &headers,
+        &query,
+        &body,
+        move |w, c, _| {
+            c.project(&project, false)?;
+            let page = q_u32(&qv, "page", 1, 100_000)?;
+            let per_page = q_u32(&qv, "per_page", 10, 1000)?;
+            let tag = q(&qv, "tag");
+            let hostname = q(&qv, "hostname");
+            let metro = q(&qv, "metro");
+            let matching: Vec<&world::SimDevice> = w
+                .order
+                .iter()
+                .filter_map(|id| w.devices.get(id))
+                .filter(|d| d.project == project)
+                .filter(|d| tag.is_none_or(|t| d.tags.iter().any(|x| x == t)))
+                .filter(|d| hostname.is_none_or(|h| d.hostname.contains(h)))
+                .filter(|d| metro.is_none_or(|m| d.metro.code == m))
+                .collect();
+            let total = matching.len() as u32;
+            let last_page = total.div_ceil(per_page).max(1);
+            let start = ((page - 1) as usize).saturating_mul(per_page as usize);
+            let devices: Vec<Value> = matching
+                .iter()
+                .skip(start)
+                .take(per_page as usize)
+                .map(|d| w.device_json(d))
+                .collect();
+            let href = |p: u32| {
+                let mut ser = url::form_urlencoded::Serializer::new(String::new());
+                ser.append_pair("page", &p.to_string());
+                ser.append_pair("per_page", &per_page.to_string());
+                for (k, v) in [("tag", tag), ("hostname", hostname), ("metro", metro)] {
+                    if let Some(v) = v {
+                        ser.append_pair(k, v);
+                    }
                 }
+                json!({"href": format!("{API_PREFIX}/projects/{project}/devices?{}", ser.finish())})
+            };
+            let mut meta = json!({
+                "first": href(1), "last": href(last_page), "self": href(page),
+                "total": total, "current_page": page, "last_page": last_page,
+            });
+            if page < last_page {
+                meta["next"] = href(page + 1);
             }
-            json!({"href": format!("{API_PREFIX}/projects/{project}/devices?{}", ser.finish())})
-        };
-        let mut meta = json!({
-            "first": href(1), "last": href(last_page), "self": href(page),
-            "total": total, "current_page": page, "last_page": last_page,
-        });
-        if page < last_page {
-            meta["next"] = href(page + 1);
-        }
-        if page > 1 {
-            meta["previous"] = href(page - 1);
-        }
-        ok(json!({"devices": devices, "meta": meta}))
-    })
+            if page > 1 {
+                meta["previous"] = href(page - 1);
+            }
+            ok(json!({"devices": devices, "meta": meta}))
+        },
+    )
     .await
 }
 
-async fn create_device(State(s): State<Sim>, Path(project): Path<String>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
+async fn create_device(
+    State(s): State<Sim>,
+    Path(project): Path<String>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let b = body.clone();
-    s.handle(ops::CREATE_DEVICE, &headers, &query, &body, move |w, c, now| {
-        c.project(&project, true)?;
-        let input: world::DeviceCreateInput = parse(&b)?;
-        let id = w.create_device(&project, input, now)?;
-        Ok((StatusCode::CREATED, Some(w.device_json(w.device(&id)?))))
-    })
+    s.handle(
+        ops::CREATE_DEVICE,
+        &headers,
+        &query,
+        &body,
+        move |w, c, now| {
+            c.project(&project, true)?;
+            let input: world::DeviceCreateInput = parse(&b)?;
+            let id = w.create_device(&project, input, now)?;
+            Ok((StatusCode::CREATED, Some(w.device_json(w.device(&id)?))))
+        },
+    )
     .await
 }
 
-async fn get_device(State(s): State<Sim>, Path(id): Path<String>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
+async fn get_device(
+    State(s): State<Sim>,
+    Path(id): Path<String>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     s.handle(ops::FIND_DEVICE, &headers, &query, &body, move |w, c, _| {
         device_access(w, c, &id, false)?;
         ok(w.device_json(w.device(&id)?))
@@ -556,84 +668,130 @@ async fn get_device(State(s): State<Sim>, Path(id): Path<String>, Query(query): 
     .await
 }
 
-async fn update_device(State(s): State<Sim>, Path(id): Path<String>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
+async fn update_device(
+    State(s): State<Sim>,
+    Path(id): Path<String>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let b = body.clone();
-    s.handle(ops::UPDATE_DEVICE, &headers, &query, &body, move |w, c, _| {
-        device_access(w, c, &id, true)?;
-        let input: world::DeviceUpdateInput = parse(&b)?;
-        let d = w.device_mut(&id)?;
-        if d.locked && input.locked != Some(false) {
-            return Err(ApiError::unprocessable("Device is locked"));
-        }
-        if let Some(v) = input.always_pxe {
-            d.always_pxe = v;
-        }
-        if let Some(v) = input.billing_cycle {
-            d.billing_cycle = v;
-        }
-        if let Some(v) = input.customdata {
-            d.customdata = v;
-        }
-        if let Some(v) = input.description {
-            d.description = Some(v);
-        }
-        if let Some(v) = input.hostname {
-            d.hostname = v;
-        }
-        if let Some(v) = input.ipxe_script_url {
-            d.ipxe_script_url = Some(v);
-        }
-        if let Some(v) = input.locked {
-            d.locked = v;
-        }
-        if let Some(v) = input.tags {
-            d.tags = v;
-        }
-        if let Some(v) = input.userdata {
-            d.userdata = Some(v);
-        }
-        d.updated_at = chrono::Utc::now();
-        ok(w.device_json(w.device(&id)?))
-    })
+    s.handle(
+        ops::UPDATE_DEVICE,
+        &headers,
+        &query,
+        &body,
+        move |w, c, _| {
+            device_access(w, c, &id, true)?;
+            let input: world::DeviceUpdateInput = parse(&b)?;
+            let d = w.device_mut(&id)?;
+            if d.locked && input.locked != Some(false) {
+                return Err(ApiError::unprocessable("Device is locked"));
+            }
+            if let Some(v) = input.always_pxe {
+                d.always_pxe = v;
+            }
+            if let Some(v) = input.billing_cycle {
+                d.billing_cycle = v;
+            }
+            if let Some(v) = input.customdata {
+                d.customdata = v;
+            }
+            if let Some(v) = input.description {
+                d.description = Some(v);
+            }
+            if let Some(v) = input.hostname {
+                d.hostname = v;
+            }
+            if let Some(v) = input.ipxe_script_url {
+                d.ipxe_script_url = Some(v);
+            }
+            if let Some(v) = input.locked {
+                d.locked = v;
+            }
+            if let Some(v) = input.tags {
+                d.tags = v;
+            }
+            if let Some(v) = input.userdata {
+                d.userdata = Some(v);
+            }
+            d.updated_at = chrono::Utc::now();
+            ok(w.device_json(w.device(&id)?))
+        },
+    )
     .await
 }
 
-async fn delete_device(State(s): State<Sim>, Path(id): Path<String>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
+async fn delete_device(
+    State(s): State<Sim>,
+    Path(id): Path<String>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let qv = query.clone();
-    s.handle(ops::DELETE_DEVICE, &headers, &query, &body, move |w, c, now| {
-        device_access(w, c, &id, true)?;
-        let _force = q_bool(&qv, "force_delete")?;
-        let d = w.device_mut(&id)?;
-        if d.locked {
-            return Err(ApiError::unprocessable("Cannot delete a locked device"));
-        }
-        if d.state != world::State::Deprovisioning {
-            d.state = world::State::Deprovisioning;
-            d.since = now;
-        }
-        Ok((StatusCode::NO_CONTENT, None))
-    })
+    s.handle(
+        ops::DELETE_DEVICE,
+        &headers,
+        &query,
+        &body,
+        move |w, c, now| {
+            device_access(w, c, &id, true)?;
+            let _force = q_bool(&qv, "force_delete")?;
+            let d = w.device_mut(&id)?;
+            if d.locked {
+                return Err(ApiError::unprocessable("Cannot delete a locked device"));
+            }
+            if d.state != world::State::Deprovisioning {
+                d.state = world::State::Deprovisioning;
+                d.since = now;
+            }
+            Ok((StatusCode::NO_CONTENT, None))
+        },
+    )
     .await
 }
 
-async fn device_action(State(s): State<Sim>, Path(id): Path<String>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
+async fn device_action(
+    State(s): State<Sim>,
+    Path(id): Path<String>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let b = body.clone();
-    s.handle(ops::PERFORM_ACTION, &headers, &query, &body, move |w, c, now| {
-        device_access(w, c, &id, true)?;
-        let input: world::DeviceActionInput = parse(&b)?;
-        w.action(&id, input, now)?;
-        Ok((StatusCode::ACCEPTED, None))
-    })
+    s.handle(
+        ops::PERFORM_ACTION,
+        &headers,
+        &query,
+        &body,
+        move |w, c, now| {
+            device_access(w, c, &id, true)?;
+            let input: world::DeviceActionInput = parse(&b)?;
+            w.action(&id, input, now)?;
+            Ok((StatusCode::ACCEPTED, None))
+        },
+    )
     .await
 }
 
 fn port_reply(w: &World, dev: &str, port: &str) -> Reply {
     let d = w.device(dev)?;
-    let p = d.ports.iter().find(|p| p.id == port).ok_or_else(ApiError::not_found)?;
+    let p = d
+        .ports
+        .iter()
+        .find(|p| p.id == port)
+        .ok_or_else(ApiError::not_found)?;
     ok(w.port_json(d, p))
 }
 
-async fn get_port(State(s): State<Sim>, Path(id): Path<String>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
+async fn get_port(
+    State(s): State<Sim>,
+    Path(id): Path<String>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     s.handle(ops::FIND_PORT, &headers, &query, &body, move |w, c, _| {
         let dev = port_access(w, c, &id, false)?;
         port_reply(w, &dev, &id)
@@ -641,17 +799,32 @@ async fn get_port(State(s): State<Sim>, Path(id): Path<String>, Query(query): Qs
     .await
 }
 
-async fn port_action(s: Sim, op: Op, id: String, query: Vec<(String, String)>, headers: HeaderMap, body: Bytes) -> Response {
+async fn port_action(
+    s: Sim,
+    op: Op,
+    id: String,
+    query: Vec<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let b = body.clone();
     let qv = query.clone();
     s.handle(op, &headers, &query, &body, move |w, c, _| {
         port_access(w, c, &id, true)?;
         let pop = match op.id {
-            "bondPort" => PortOp::Bond { bulk: q_bool(&qv, "bulk_enable")?.unwrap_or(false) },
-            "disbondPort" => PortOp::Disbond { bulk: q_bool(&qv, "bulk_disable")?.unwrap_or(false) },
+            "bondPort" => PortOp::Bond {
+                bulk: q_bool(&qv, "bulk_enable")?.unwrap_or(false),
+            },
+            "disbondPort" => PortOp::Disbond {
+                bulk: q_bool(&qv, "bulk_disable")?.unwrap_or(false),
+            },
             "convertLayer2" => {
-                let _: world::PortAssignInput = parse(&b)?;
-                PortOp::ConvertLayer2
+                let input: world::PortAssignInput = parse(&b)?;
+                let dev = w.port_op(&id, PortOp::ConvertLayer2)?;
+                if let Some(vnid) = input.vnid {
+                    w.port_op(&id, PortOp::Assign(vnid))?;
+                }
+                return port_reply(w, &dev, &id);
             }
             "convertLayer3" => {
                 let _: world::PortConvertLayer3Input = parse(&b)?;
@@ -659,8 +832,14 @@ async fn port_action(s: Sim, op: Op, id: String, query: Vec<(String, String)>, h
             }
             "assignPort" | "unassignPort" => {
                 let input: world::PortAssignInput = parse(&b)?;
-                let vnid = input.vnid.ok_or_else(|| ApiError::unprocessable("vnid is required"))?;
-                if op.id == "assignPort" { PortOp::Assign(vnid) } else { PortOp::Unassign(vnid) }
+                let vnid = input
+                    .vnid
+                    .ok_or_else(|| ApiError::unprocessable("vnid is required"))?;
+                if op.id == "assignPort" {
+                    PortOp::Assign(vnid)
+                } else {
+                    PortOp::Unassign(vnid)
+                }
             }
             _ => return Err(ApiError::not_found()),
         };
@@ -670,26 +849,68 @@ async fn port_action(s: Sim, op: Op, id: String, query: Vec<(String, String)>, h
     .await
 }
 
-async fn bond_port(State(s): State<Sim>, Path(id): Path<String>, Query(q): Qs, h: HeaderMap, b: Bytes) -> Response {
+async fn bond_port(
+    State(s): State<Sim>,
+    Path(id): Path<String>,
+    Query(q): Qs,
+    h: HeaderMap,
+    b: Bytes,
+) -> Response {
     port_action(s, ops::BOND_PORT, id, q, h, b).await
 }
-async fn disbond_port(State(s): State<Sim>, Path(id): Path<String>, Query(q): Qs, h: HeaderMap, b: Bytes) -> Response {
+async fn disbond_port(
+    State(s): State<Sim>,
+    Path(id): Path<String>,
+    Query(q): Qs,
+    h: HeaderMap,
+    b: Bytes,
+) -> Response {
     port_action(s, ops::DISBOND_PORT, id, q, h, b).await
 }
-async fn convert_l2(State(s): State<Sim>, Path(id): Path<String>, Query(q): Qs, h: HeaderMap, b: Bytes) -> Response {
+async fn convert_l2(
+    State(s): State<Sim>,
+    Path(id): Path<String>,
+    Query(q): Qs,
+    h: HeaderMap,
+    b: Bytes,
+) -> Response {
     port_action(s, ops::CONVERT_L2, id, q, h, b).await
 }
-async fn convert_l3(State(s): State<Sim>, Path(id): Path<String>, Query(q): Qs, h: HeaderMap, b: Bytes) -> Response {
+async fn convert_l3(
+    State(s): State<Sim>,
+    Path(id): Path<String>,
+    Query(q): Qs,
+    h: HeaderMap,
+    b: Bytes,
+) -> Response {
     port_action(s, ops::CONVERT_L3, id, q, h, b).await
 }
-async fn assign_port(State(s): State<Sim>, Path(id): Path<String>, Query(q): Qs, h: HeaderMap, b: Bytes) -> Response {
+async fn assign_port(
+    State(s): State<Sim>,
+    Path(id): Path<String>,
+    Query(q): Qs,
+    h: HeaderMap,
+    b: Bytes,
+) -> Response {
     port_action(s, ops::ASSIGN_PORT, id, q, h, b).await
 }
-async fn unassign_port(State(s): State<Sim>, Path(id): Path<String>, Query(q): Qs, h: HeaderMap, b: Bytes) -> Response {
+async fn unassign_port(
+    State(s): State<Sim>,
+    Path(id): Path<String>,
+    Query(q): Qs,
+    h: HeaderMap,
+    b: Bytes,
+) -> Response {
     port_action(s, ops::UNASSIGN_PORT, id, q, h, b).await
 }
 
-async fn vlan_batch(State(s): State<Sim>, Path(id): Path<String>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
+async fn vlan_batch(
+    State(s): State<Sim>,
+    Path(id): Path<String>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let b = body.clone();
     s.handle(ops::VLAN_BATCH, &headers, &query, &body, move |w, c, _| {
         port_access(w, c, &id, true)?;
@@ -700,7 +921,13 @@ async fn vlan_batch(State(s): State<Sim>, Path(id): Path<String>, Query(query): 
     .await
 }
 
-async fn list_vlans(State(s): State<Sim>, Path(project): Path<String>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
+async fn list_vlans(
+    State(s): State<Sim>,
+    Path(project): Path<String>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let qv = query.clone();
     s.handle(ops::FIND_VLANS, &headers, &query, &body, move |w, c, _| {
         c.project(&project, false)?;
@@ -717,7 +944,13 @@ async fn list_vlans(State(s): State<Sim>, Path(project): Path<String>, Query(que
     .await
 }
 
-async fn create_vlan(State(s): State<Sim>, Path(project): Path<String>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
+async fn create_vlan(
+    State(s): State<Sim>,
+    Path(project): Path<String>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let b = body.clone();
     s.handle(ops::CREATE_VLAN, &headers, &query, &body, move |w, c, _| {
         c.project(&project, true)?;
@@ -728,7 +961,12 @@ async fn create_vlan(State(s): State<Sim>, Path(project): Path<String>, Query(qu
     .await
 }
 
-async fn list_plans(State(s): State<Sim>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
+async fn list_plans(
+    State(s): State<Sim>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let qv = query.clone();
     s.handle(ops::FIND_PLANS, &headers, &query, &body, move |_, c, _| {
         let _ = c.any_project();
@@ -743,16 +981,32 @@ async fn list_plans(State(s): State<Sim>, Query(query): Qs, headers: HeaderMap, 
     .await
 }
 
-async fn list_metros(State(s): State<Sim>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
+async fn list_metros(
+    State(s): State<Sim>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     s.handle(ops::FIND_METROS, &headers, &query, &body, move |_, _, _| {
         ok(json!({"metros": catalog::METROS.iter().map(catalog::metro_json).collect::<Vec<_>>()}))
     })
     .await
 }
 
-async fn capacity(State(s): State<Sim>, Query(query): Qs, headers: HeaderMap, body: Bytes) -> Response {
-    s.handle(ops::FIND_CAPACITY, &headers, &query, &body, move |w, _, _| ok(w.capacity_json()))
-        .await
+async fn capacity(
+    State(s): State<Sim>,
+    Query(query): Qs,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    s.handle(
+        ops::FIND_CAPACITY,
+        &headers,
+        &query,
+        &body,
+        move |w, _, _| ok(w.capacity_json()),
+    )
+    .await
 }
 
 // ---- admin ----
@@ -785,11 +1039,12 @@ async fn admin_reset_metrics(State(s): State<Sim>) -> Response {
 
 async fn prometheus(State(s): State<Sim>) -> Response {
     let m = s.metrics();
-    let mut out = String::from(
-        "# TYPE ingot_sim_metal_requests_total counter\n",
-    );
+    let mut out = String::from("# TYPE ingot_sim_metal_requests_total counter\n");
     for (op, e) in &m.endpoints {
-        out.push_str(&format!("ingot_sim_metal_requests_total{{operation=\"{op}\"}} {}\n", e.requests));
+        out.push_str(&format!(
+            "ingot_sim_metal_requests_total{{operation=\"{op}\"}} {}\n",
+            e.requests
+        ));
     }
     out.push_str("# TYPE ingot_sim_metal_responses_total counter\n");
     for (op, e) in &m.endpoints {
@@ -801,7 +1056,10 @@ async fn prometheus(State(s): State<Sim>) -> Response {
     }
     out.push_str("# TYPE ingot_sim_metal_injected_faults_total counter\n");
     for (op, e) in &m.endpoints {
-        out.push_str(&format!("ingot_sim_metal_injected_faults_total{{operation=\"{op}\"}} {}\n", e.faults));
+        out.push_str(&format!(
+            "ingot_sim_metal_injected_faults_total{{operation=\"{op}\"}} {}\n",
+            e.faults
+        ));
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
@@ -818,23 +1076,42 @@ async fn admin_clear_traffic(State(s): State<Sim>) -> Response {
 async fn admin_boot(State(s): State<Sim>, Path(id): Path<String>) -> Response {
     match s.boot_record(&id) {
         Some(r) => axum::Json(r).into_response(),
-        None => json_response(StatusCode::NOT_FOUND, Some(json!({"errors": ["no boot recorded for this device"]}))),
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            Some(json!({"errors": ["no boot recorded for this device"]})),
+        ),
     }
 }
 
 async fn admin_vanish(State(s): State<Sim>, Path(id): Path<String>) -> Response {
-    if s.vanish(&id) { StatusCode::NO_CONTENT } else { StatusCode::NOT_FOUND }.into_response()
+    if s.vanish(&id) {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::NOT_FOUND
+    }
+    .into_response()
 }
 
 async fn admin_fail(State(s): State<Sim>, Path(id): Path<String>) -> Response {
-    if s.fail_device(&id) { StatusCode::NO_CONTENT } else { StatusCode::NOT_FOUND }.into_response()
+    if s.fail_device(&id) {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::NOT_FOUND
+    }
+    .into_response()
 }
 
 /// The whole router: the API under `/metal/v1`, admin under `/_sim`, Prometheus at `/metrics`.
 pub fn router(sim: Sim) -> Router {
     let api = Router::new()
-        .route("/projects/{id}/devices", get(list_devices).post(create_device))
-        .route("/devices/{id}", get(get_device).put(update_device).delete(delete_device))
+        .route(
+            "/projects/{id}/devices",
+            get(list_devices).post(create_device),
+        )
+        .route(
+            "/devices/{id}",
+            get(get_device).put(update_device).delete(delete_device),
+        )
         .route("/devices/{id}/actions", post(device_action))
         .route("/ports/{id}", get(get_port))
         .route("/ports/{id}/bond", post(bond_port))
@@ -844,7 +1121,10 @@ pub fn router(sim: Sim) -> Router {
         .route("/ports/{id}/assign", post(assign_port))
         .route("/ports/{id}/unassign", post(unassign_port))
         .route("/ports/{id}/vlan-assignments/batches", post(vlan_batch))
-        .route("/projects/{id}/virtual-networks", get(list_vlans).post(create_vlan))
+        .route(
+            "/projects/{id}/virtual-networks",
+            get(list_vlans).post(create_vlan),
+        )
         .route("/plans", get(list_plans))
         .route("/locations/metros", get(list_metros))
         .route("/capacity/metros", get(capacity));

@@ -229,9 +229,10 @@ impl World {
                     State::Reinstalling => (t.reinstalling_ms, State::Active),
                     State::PoweringOff => (t.power_ms, State::Inactive),
                     State::PoweringOn => (t.power_ms, State::Active),
-                    State::Deprovisioning => {
-                        (slow_delete.unwrap_or(t.deprovisioning_ms), State::Deprovisioning)
-                    }
+                    State::Deprovisioning => (
+                        slow_delete.unwrap_or(t.deprovisioning_ms),
+                        State::Deprovisioning,
+                    ),
                     State::Active | State::Inactive | State::Failed => break,
                 };
                 let dur = Timings::d(dur);
@@ -305,7 +306,8 @@ impl World {
                     url,
                 });
             } else {
-                rec.ipxe_error = Some("ipxe_script_url is not on loopback: not fetched".to_string());
+                rec.ipxe_error =
+                    Some("ipxe_script_url is not on loopback: not fetched".to_string());
             }
         } else if let Some(script) = ipxe_userdata {
             rec.ipxe_source = "userdata".to_string();
@@ -410,7 +412,10 @@ impl World {
         for p in &ports {
             self.port_owner.insert(p.id.clone(), id.clone());
         }
-        let fail = self.faults.fail_provisioning.contains(&input.hostname_or_default());
+        let fail = self
+            .faults
+            .fail_provisioning
+            .contains(&input.hostname_or_default());
         let ssh_keys: Vec<String> = input
             .project_ssh_keys
             .iter()
@@ -482,7 +487,8 @@ impl World {
             v["bond"] = json!({"id": b.id, "name": b.name});
         }
         if let Some(n) = &p.native {
-            v["native_virtual_network"] = json!({"href": format!("/metal/v1/virtual-networks/{n}")});
+            v["native_virtual_network"] =
+                json!({"href": format!("/metal/v1/virtual-networks/{n}")});
         }
         v
     }
@@ -561,7 +567,8 @@ impl World {
             v["spot_price_max"] = json!(p);
         }
         if let Some(r) = &d.hardware_reservation_id {
-            v["hardware_reservation"] = json!({"id": r, "href": format!("/metal/v1/hardware-reservations/{r}")});
+            v["hardware_reservation"] =
+                json!({"id": r, "href": format!("/metal/v1/hardware-reservations/{r}")});
         }
         v
     }
@@ -592,9 +599,15 @@ impl World {
         out
     }
 
-    pub fn create_vlan(&mut self, project: &str, input: VirtualNetworkCreateInput) -> Result<SimVlan, ApiError> {
+    pub fn create_vlan(
+        &mut self,
+        project: &str,
+        input: VirtualNetworkCreateInput,
+    ) -> Result<SimVlan, ApiError> {
         if input.facility.is_some() {
-            return Err(ApiError::unprocessable("facility is no longer supported: use metro"));
+            return Err(ApiError::unprocessable(
+                "facility is no longer supported: use metro",
+            ));
         }
         let code = input
             .metro
@@ -670,7 +683,10 @@ impl World {
             _ => None,
         };
         let d = self.device_mut(&dev_id)?;
-        if matches!(d.state, State::Deprovisioning | State::Queued | State::Provisioning) {
+        if matches!(
+            d.state,
+            State::Deprovisioning | State::Queued | State::Provisioning
+        ) {
             return Err(ApiError::unprocessable(format!(
                 "cannot change the network of a device in state {}",
                 d.state.as_str()
@@ -775,7 +791,12 @@ impl World {
                     )));
                 }
                 let vid = self.resolve_vnid(d, &a.vlan)?;
-                let vx = self.vlans.iter().find(|v| v.id == vid).map(|v| v.vxlan).unwrap_or(0);
+                let vx = self
+                    .vlans
+                    .iter()
+                    .find(|v| v.id == vid)
+                    .map(|v| v.vxlan)
+                    .unwrap_or(0);
                 plan.push((vid, vx, a.state.clone(), a.native.unwrap_or(false)));
             }
         }
@@ -836,12 +857,20 @@ impl World {
                     json!({"level": if out { "unavailable" } else { "normal" }}),
                 );
             }
-            metros.insert(m.code.to_string(), Value::Object(plans.into_iter().collect()));
+            metros.insert(
+                m.code.to_string(),
+                Value::Object(plans.into_iter().collect()),
+            );
         }
         json!({"capacity": metros})
     }
 
-    pub fn action(&mut self, id: &str, input: DeviceActionInput, now: Instant) -> Result<(), ApiError> {
+    pub fn action(
+        &mut self,
+        id: &str,
+        input: DeviceActionInput,
+        now: Instant,
+    ) -> Result<(), ApiError> {
         let d = self.device_mut(id)?;
         let busy = matches!(
             d.state,
@@ -884,7 +913,9 @@ impl World {
                 }
                 if let Some(os) = input.operating_system {
                     if !catalog::OPERATING_SYSTEMS.iter().any(|(s, ..)| *s == os) {
-                        return Err(ApiError::unprocessable(format!("operating_system {os} is not valid")));
+                        return Err(ApiError::unprocessable(format!(
+                            "operating_system {os} is not valid"
+                        )));
                     }
                     d.os = os;
                 }
@@ -894,10 +925,14 @@ impl World {
                 d.state = State::Reinstalling;
             }
             "rescue" => {
-                return Err(ApiError::unprocessable("rescue is not available for this device"));
+                return Err(ApiError::unprocessable(
+                    "rescue is not available for this device",
+                ));
             }
             other => {
-                return Err(ApiError::unprocessable(format!("action type {other} is not valid")));
+                return Err(ApiError::unprocessable(format!(
+                    "action type {other} is not valid"
+                )));
             }
         }
         d.since = now;
@@ -974,7 +1009,9 @@ pub struct DeviceCreateInput {
 
 impl DeviceCreateInput {
     fn hostname_or_default(&self) -> String {
-        self.hostname.clone().unwrap_or_else(|| "device".to_string())
+        self.hostname
+            .clone()
+            .unwrap_or_else(|| "device".to_string())
     }
 }
 
@@ -1062,7 +1099,8 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
     } else {
         body
     };
-    serde_json::from_slice(body).map_err(|e| ApiError::unprocessable(format!("invalid request body: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::unprocessable(format!("invalid request body: {e}")))
 }
 
 pub fn elapsed_ms(d: Duration) -> u64 {

@@ -11,7 +11,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use ingot_metal_sim::{SimConfig, Timings};
 
 #[derive(Parser)]
-#[command(name = "ingot-sim", about = "Emulators for ingot's development and tests")]
+#[command(
+    name = "ingot-sim",
+    about = "Emulators for ingot's development and tests"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

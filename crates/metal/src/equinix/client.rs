@@ -153,7 +153,12 @@ fn status_error(status: StatusCode, body: &[u8]) -> Error {
 /// When the API wants us back: `Retry-After` (seconds or HTTP date), else `X-RateLimit-Reset`
 /// (epoch seconds).
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
     if let Some(v) = text("retry-after") {
         if let Ok(secs) = v.parse::<u64>() {
             return Some(Duration::from_secs(secs));
@@ -171,7 +176,11 @@ fn reset_in(headers: &HeaderMap) -> Option<Duration> {
     let reset: i64 = v.parse().ok()?;
     let now = chrono::Utc::now().timestamp();
     // Some services send seconds to wait rather than an epoch: small values are read so.
-    let delta = if reset > 1_000_000_000 { reset - now } else { reset };
+    let delta = if reset > 1_000_000_000 {
+        reset - now
+    } else {
+        reset
+    };
     Some(Duration::from_secs(delta.max(0) as u64))
 }
 
@@ -249,8 +258,9 @@ impl EquinixClient {
             attempt += 1;
             self.limiter.acquire().await;
             self.stats.requests.fetch_add(1, Ordering::Relaxed);
-            let mut token = HeaderValue::from_str(self.token.expose())
-                .map_err(|_| Error::InvalidRequest("the API token is not a valid header value".to_string()))?;
+            let mut token = HeaderValue::from_str(self.token.expose()).map_err(|_| {
+                Error::InvalidRequest("the API token is not a valid header value".to_string())
+            })?;
             token.set_sensitive(true);
             let mut req = self
                 .http
@@ -265,7 +275,8 @@ impl EquinixClient {
             }
             let started = Instant::now();
             let result = req.send().await;
-            let outcome: std::result::Result<Answer, (Error, bool, Option<Duration>)> = match result {
+            let outcome: std::result::Result<Answer, (Error, bool, Option<Duration>)> = match result
+            {
                 Err(e) => {
                     let timeout = e.is_timeout();
                     if timeout {
@@ -351,7 +362,10 @@ impl EquinixClient {
             self.limiter.pause_until(Instant::now() + wait);
         }
         if status.is_success() {
-            Ok(Answer { status, body: bytes })
+            Ok(Answer {
+                status,
+                body: bytes,
+            })
         } else if status == StatusCode::TOO_MANY_REQUESTS {
             self.stats.rate_limited.fetch_add(1, Ordering::Relaxed);
             let wait = retry_after(headers);
@@ -427,20 +441,39 @@ impl EquinixClient {
         }
         if req.operating_system == "custom_ipxe"
             && req.ipxe_script_url.as_deref().unwrap_or("").is_empty()
-            && !req.userdata.as_deref().unwrap_or("").trim_start().starts_with("#!ipxe")
+            && !req
+                .userdata
+                .as_deref()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with("#!ipxe")
         {
             return Err(Error::InvalidRequest(
                 "custom_ipxe needs an ipxe_script_url or #!ipxe userdata".to_string(),
             ));
         }
-        self.json("createDevice", Method::POST, &format!("projects/{project}/devices"), &[], Some(req), false)
-            .await
+        self.json(
+            "createDevice",
+            Method::POST,
+            &format!("projects/{project}/devices"),
+            &[],
+            Some(req),
+            false,
+        )
+        .await
     }
 
     /// `GET /devices/{id}`.
     pub async fn get_device(&self, id: &str, include: &[&str]) -> Result<Device> {
-        self.json::<Device>("findDeviceById", Method::GET, &format!("devices/{id}"), &Self::include(include), None::<&()>, true)
-            .await
+        self.json::<Device>(
+            "findDeviceById",
+            Method::GET,
+            &format!("devices/{id}"),
+            &Self::include(include),
+            None::<&()>,
+            true,
+        )
+        .await
     }
 
     /// `GET /projects/{id}/devices`, every page.
@@ -449,7 +482,10 @@ impl EquinixClient {
         let mut out = Vec::new();
         let mut page: u64 = 1;
         loop {
-            let mut query = vec![("page", page.to_string()), ("per_page", per_page.to_string())];
+            let mut query = vec![
+                ("page", page.to_string()),
+                ("per_page", per_page.to_string()),
+            ];
             if let Some(t) = &filter.tag {
                 query.push(("tag", t.clone()));
             }
@@ -460,7 +496,14 @@ impl EquinixClient {
                 query.push(("metro", m.clone()));
             }
             let list: DeviceList = self
-                .json("findProjectDevices", Method::GET, &format!("projects/{project}/devices"), &query, None::<&()>, true)
+                .json(
+                    "findProjectDevices",
+                    Method::GET,
+                    &format!("projects/{project}/devices"),
+                    &query,
+                    None::<&()>,
+                    true,
+                )
                 .await?;
             let got = list.devices.len();
             out.extend(list.devices);
@@ -484,100 +527,234 @@ impl EquinixClient {
 
     /// `PUT /devices/{id}`.
     pub async fn update_device(&self, id: &str, req: &DeviceUpdateRequest) -> Result<Device> {
-        self.json("updateDevice", Method::PUT, &format!("devices/{id}"), &[], Some(req), true)
-            .await
+        self.json(
+            "updateDevice",
+            Method::PUT,
+            &format!("devices/{id}"),
+            &[],
+            Some(req),
+            true,
+        )
+        .await
     }
 
     /// `POST /devices/{id}/actions`.
     pub async fn device_action(&self, id: &str, action: &DeviceAction) -> Result<()> {
-        self.empty("performAction", Method::POST, &format!("devices/{id}/actions"), &[], Some(action), false)
-            .await
+        self.empty(
+            "performAction",
+            Method::POST,
+            &format!("devices/{id}/actions"),
+            &[],
+            Some(action),
+            false,
+        )
+        .await
     }
 
     /// `DELETE /devices/{id}?force_delete=...`.
     pub async fn delete_device(&self, id: &str, force: bool) -> Result<()> {
-        let query = if force { vec![("force_delete", "true".to_string())] } else { Vec::new() };
-        self.empty("deleteDevice", Method::DELETE, &format!("devices/{id}"), &query, None::<&()>, true)
-            .await
+        let query = if force {
+            vec![("force_delete", "true".to_string())]
+        } else {
+            Vec::new()
+        };
+        self.empty(
+            "deleteDevice",
+            Method::DELETE,
+            &format!("devices/{id}"),
+            &query,
+            None::<&()>,
+            true,
+        )
+        .await
     }
 
     // ---- ports ----
 
     pub async fn get_port(&self, id: &str) -> Result<Port> {
-        self.json::<Port>("findPortById", Method::GET, &format!("ports/{id}"), &[], None::<&()>, true)
-            .await
+        self.json::<Port>(
+            "findPortById",
+            Method::GET,
+            &format!("ports/{id}"),
+            &[],
+            None::<&()>,
+            true,
+        )
+        .await
     }
 
     /// `POST /ports/{id}/bond?bulk_enable=`.
     pub async fn bond_port(&self, id: &str, bulk_enable: bool) -> Result<Port> {
-        self.json("bondPort", Method::POST, &format!("ports/{id}/bond"), &[("bulk_enable", bulk_enable.to_string())], None::<&()>, false)
-            .await
+        self.json(
+            "bondPort",
+            Method::POST,
+            &format!("ports/{id}/bond"),
+            &[("bulk_enable", bulk_enable.to_string())],
+            None::<&()>,
+            false,
+        )
+        .await
     }
 
     /// `POST /ports/{id}/disbond?bulk_disable=`.
     pub async fn disbond_port(&self, id: &str, bulk_disable: bool) -> Result<Port> {
-        self.json("disbondPort", Method::POST, &format!("ports/{id}/disbond"), &[("bulk_disable", bulk_disable.to_string())], None::<&()>, false)
-            .await
+        self.json(
+            "disbondPort",
+            Method::POST,
+            &format!("ports/{id}/disbond"),
+            &[("bulk_disable", bulk_disable.to_string())],
+            None::<&()>,
+            false,
+        )
+        .await
     }
 
-    pub async fn convert_layer2(&self, id: &str) -> Result<Port> {
-        self.json("convertLayer2", Method::POST, &format!("ports/{id}/convert/layer-2"), &[], None::<&()>, false)
-            .await
+    /// `POST /ports/{id}/convert/layer-2`, optionally assigning a VLAN (id or number) after.
+    pub async fn convert_layer2(&self, id: &str, vnid: Option<&str>) -> Result<Port> {
+        let body = PortConvertLayer2 {
+            vnid: vnid.map(str::to_string),
+        };
+        self.json(
+            "convertLayer2",
+            Method::POST,
+            &format!("ports/{id}/convert/layer-2"),
+            &[],
+            Some(&body),
+            false,
+        )
+        .await
     }
 
     pub async fn convert_layer3(&self, id: &str, req: &PortConvertLayer3) -> Result<Port> {
-        self.json("convertLayer3", Method::POST, &format!("ports/{id}/convert/layer-3"), &[], Some(req), false)
-            .await
+        self.json(
+            "convertLayer3",
+            Method::POST,
+            &format!("ports/{id}/convert/layer-3"),
+            &[],
+            Some(req),
+            false,
+        )
+        .await
     }
 
     /// `POST /ports/{id}/assign`; `vnid` is a VLAN id or number.
     pub async fn assign_port(&self, id: &str, vnid: &str) -> Result<Port> {
-        let body = PortAssign { vnid: vnid.to_string() };
-        self.json("assignPort", Method::POST, &format!("ports/{id}/assign"), &[], Some(&body), false)
-            .await
+        let body = PortAssign {
+            vnid: vnid.to_string(),
+        };
+        self.json(
+            "assignPort",
+            Method::POST,
+            &format!("ports/{id}/assign"),
+            &[],
+            Some(&body),
+            false,
+        )
+        .await
     }
 
     pub async fn unassign_port(&self, id: &str, vnid: &str) -> Result<Port> {
-        let body = PortAssign { vnid: vnid.to_string() };
-        self.json("unassignPort", Method::POST, &format!("ports/{id}/unassign"), &[], Some(&body), false)
-            .await
+        let body = PortAssign {
+            vnid: vnid.to_string(),
+        };
+        self.json(
+            "unassignPort",
+            Method::POST,
+            &format!("ports/{id}/unassign"),
+            &[],
+            Some(&body),
+            false,
+        )
+        .await
     }
 
     /// `POST /ports/{id}/vlan-assignments/batches`.
-    pub async fn batch_vlan_assignments(&self, id: &str, req: &VlanBatchRequest) -> Result<VlanBatch> {
-        self.json("createPortVlanAssignmentBatch", Method::POST, &format!("ports/{id}/vlan-assignments/batches"), &[], Some(req), false)
-            .await
+    pub async fn batch_vlan_assignments(
+        &self,
+        id: &str,
+        req: &VlanBatchRequest,
+    ) -> Result<VlanBatch> {
+        self.json(
+            "createPortVlanAssignmentBatch",
+            Method::POST,
+            &format!("ports/{id}/vlan-assignments/batches"),
+            &[],
+            Some(req),
+            false,
+        )
+        .await
     }
 
     // ---- virtual networks and lookups ----
 
-    pub async fn list_virtual_networks(&self, project: &str, metro: Option<&str>) -> Result<Vec<VirtualNetwork>> {
-        let query: Vec<(&str, String)> = metro.map(|m| ("metro", m.to_string())).into_iter().collect();
+    pub async fn list_virtual_networks(
+        &self,
+        project: &str,
+        metro: Option<&str>,
+    ) -> Result<Vec<VirtualNetwork>> {
+        let query: Vec<(&str, String)> = metro
+            .map(|m| ("metro", m.to_string()))
+            .into_iter()
+            .collect();
         let list: VirtualNetworkList = self
-            .json("findVirtualNetworks", Method::GET, &format!("projects/{project}/virtual-networks"), &query, None::<&()>, true)
+            .json(
+                "findVirtualNetworks",
+                Method::GET,
+                &format!("projects/{project}/virtual-networks"),
+                &query,
+                None::<&()>,
+                true,
+            )
             .await?;
         Ok(list.virtual_networks)
     }
 
-    pub async fn create_virtual_network(&self, project: &str, req: &VirtualNetworkCreateRequest) -> Result<VirtualNetwork> {
-        self.json("createVirtualNetwork", Method::POST, &format!("projects/{project}/virtual-networks"), &[], Some(req), false)
-            .await
+    pub async fn create_virtual_network(
+        &self,
+        project: &str,
+        req: &VirtualNetworkCreateRequest,
+    ) -> Result<VirtualNetwork> {
+        self.json(
+            "createVirtualNetwork",
+            Method::POST,
+            &format!("projects/{project}/virtual-networks"),
+            &[],
+            Some(req),
+            false,
+        )
+        .await
     }
 
     pub async fn list_plans(&self) -> Result<Vec<Plan>> {
-        let list: PlanList = self.json("findPlans", Method::GET, "plans", &[], None::<&()>, true).await?;
+        let list: PlanList = self
+            .json("findPlans", Method::GET, "plans", &[], None::<&()>, true)
+            .await?;
         Ok(list.plans)
     }
 
     pub async fn list_metros(&self) -> Result<Vec<MetroRef>> {
         let list: MetroList = self
-            .json("findMetros", Method::GET, "locations/metros", &[], None::<&()>, true)
+            .json(
+                "findMetros",
+                Method::GET,
+                "locations/metros",
+                &[],
+                None::<&()>,
+                true,
+            )
             .await?;
         Ok(list.metros)
     }
 
     pub async fn metro_capacity(&self) -> Result<CapacityList> {
-        self.json("findCapacityForMetro", Method::GET, "capacity/metros", &[], None::<&()>, true)
-            .await
+        self.json(
+            "findCapacityForMetro",
+            Method::GET,
+            "capacity/metros",
+            &[],
+            None::<&()>,
+            true,
+        )
+        .await
     }
 }

@@ -46,7 +46,11 @@ fn port(p: &wire::Port) -> Port {
         mac: p.data.mac.clone(),
         bonded: p.data.bonded.unwrap_or(false),
         mode: p.network_type.as_deref().and_then(NetworkMode::parse),
-        vlans: p.virtual_networks.iter().map(|h| h.id().to_string()).collect(),
+        vlans: p
+            .virtual_networks
+            .iter()
+            .map(|h| h.id().to_string())
+            .collect(),
     }
 }
 
@@ -68,7 +72,11 @@ pub fn server(d: &wire::Device) -> Server {
         provider_id: format!("{PROVIDER_SCHEME}{metro}/{}", d.id),
         hostname: d.hostname.clone().unwrap_or_default(),
         state: state(d.state.as_deref()),
-        plan: d.plan.as_ref().and_then(|p| p.slug.clone()).unwrap_or_default(),
+        plan: d
+            .plan
+            .as_ref()
+            .and_then(|p| p.slug.clone())
+            .unwrap_or_default(),
         location: metro,
         tags: d.tags.clone(),
         ports,
@@ -132,7 +140,9 @@ impl EquinixMetal {
         }
         let (os, ipxe, always) = match &spec.boot {
             Boot::Os(slug) => (slug.clone(), None, false),
-            Boot::Ipxe { script_url, always } => ("custom_ipxe".to_string(), script_url.clone(), *always),
+            Boot::Ipxe { script_url, always } => {
+                ("custom_ipxe".to_string(), script_url.clone(), *always)
+            }
         };
         Ok(DeviceCreateRequest {
             metro: spec.location.clone(),
@@ -170,7 +180,10 @@ impl EquinixMetal {
             vlans.to_vec()
         } else {
             // Numbers are unique per metro; resolve against every VLAN of the project.
-            let all = self.client.list_virtual_networks(&self.project, None).await?;
+            let all = self
+                .client
+                .list_virtual_networks(&self.project, None)
+                .await?;
             let on_port: Vec<&str> = p.virtual_networks.iter().map(|h| h.id()).collect();
             let mut out = Vec::new();
             for w in vlans {
@@ -261,7 +274,8 @@ impl BareMetalCloud for EquinixMetal {
                     if attempt >= self.create_attempts {
                         return Err(e);
                     }
-                    tokio::time::sleep(super::client::RetryPolicy::default().backoff(attempt)).await;
+                    tokio::time::sleep(super::client::RetryPolicy::default().backoff(attempt))
+                        .await;
                 }
                 Err(e) => return Err(e),
             }
@@ -281,7 +295,9 @@ impl BareMetalCloud for EquinixMetal {
         let devices = self.client.list_devices(&self.project, &filter).await?;
         Ok(devices
             .iter()
-            .filter(|d| d.hostname.as_deref() == Some(hostname) && d.tags.iter().any(|t| t == owner_tag))
+            .filter(|d| {
+                d.hostname.as_deref() == Some(hostname) && d.tags.iter().any(|t| t == owner_tag)
+            })
             .map(server)
             .find(|s| !s.state.is_gone()))
     }
@@ -306,7 +322,9 @@ impl BareMetalCloud for EquinixMetal {
             always_pxe: update.always_pxe,
             tags: None,
         };
-        Ok(server(&self.client.update_device(Self::device_id(id), &req).await?))
+        Ok(server(
+            &self.client.update_device(Self::device_id(id), &req).await?,
+        ))
     }
 
     async fn reinstall(&self, id: &str, r: &Reinstall) -> Result<()> {
@@ -317,7 +335,9 @@ impl BareMetalCloud for EquinixMetal {
             operating_system: r.os.clone(),
             ipxe_script_url: r.ipxe_script_url.clone(),
         };
-        self.client.device_action(Self::device_id(id), &action).await
+        self.client
+            .device_action(Self::device_id(id), &action)
+            .await
     }
 
     async fn power(&self, id: &str, action: PowerAction) -> Result<()> {
@@ -373,7 +393,11 @@ impl BareMetalCloud for EquinixMetal {
                         .await?;
                 }
                 let d = self.device(id).await?;
-                for p in server(&d).ports.iter().filter(|p| p.kind == PortKind::Physical) {
+                for p in server(&d)
+                    .ports
+                    .iter()
+                    .filter(|p| p.kind == PortKind::Physical)
+                {
                     let want_bonded = !(mode == NetworkMode::Hybrid && odd(&p.name));
                     if p.bonded && !want_bonded {
                         self.client.disbond_port(&p.id, false).await?;
@@ -384,7 +408,7 @@ impl BareMetalCloud for EquinixMetal {
             }
             NetworkMode::Layer2Bonded => {
                 if !layer2 {
-                    self.client.convert_layer2(&bond.id).await?;
+                    self.client.convert_layer2(&bond.id, None).await?;
                 }
                 for p in eths.iter().filter(|p| !p.bonded) {
                     self.client.bond_port(&p.id, false).await?;
@@ -392,7 +416,7 @@ impl BareMetalCloud for EquinixMetal {
             }
             NetworkMode::Layer2Individual => {
                 if !layer2 {
-                    self.client.convert_layer2(&bond.id).await?;
+                    self.client.convert_layer2(&bond.id, None).await?;
                 }
                 if let Some(first) = eths.iter().find(|p| p.bonded) {
                     self.client.disbond_port(&first.id, true).await?;
@@ -437,7 +461,11 @@ impl BareMetalCloud for EquinixMetal {
             description: Some(description.to_string()).filter(|d| !d.is_empty()),
             tags: Vec::new(),
         };
-        match self.client.create_virtual_network(&self.project, &req).await {
+        match self
+            .client
+            .create_virtual_network(&self.project, &req)
+            .await
+        {
             Ok(v) => Ok(Vlan {
                 id: v.id,
                 vxlan: v.vxlan.unwrap_or(vxlan),

@@ -261,6 +261,13 @@ pub struct PortAssign {
     pub vnid: String,
 }
 
+/// The body of `convert/layer-2` (`PortAssignInput`, `vnid` optional).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PortConvertLayer2 {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vnid: Option<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RequestIp {
     pub address_family: u8,
@@ -278,9 +285,18 @@ impl PortConvertLayer3 {
     pub fn default_ips() -> Self {
         PortConvertLayer3 {
             request_ips: vec![
-                RequestIp { address_family: 4, public: true },
-                RequestIp { address_family: 4, public: false },
-                RequestIp { address_family: 6, public: true },
+                RequestIp {
+                    address_family: 4,
+                    public: true,
+                },
+                RequestIp {
+                    address_family: 4,
+                    public: false,
+                },
+                RequestIp {
+                    address_family: 6,
+                    public: true,
+                },
             ],
         }
     }

@@ -34,7 +34,12 @@ pub fn fast_retry() -> RetryPolicy {
     }
 }
 
-pub fn client_with(srv: &SimServer, token: &str, timeout: Duration, retry: RetryPolicy) -> EquinixClient {
+pub fn client_with(
+    srv: &SimServer,
+    token: &str,
+    timeout: Duration,
+    retry: RetryPolicy,
+) -> EquinixClient {
     let mut cfg = ClientConfig::new(srv.base_url(), ApiToken::new(token));
     cfg.timeout = timeout;
     cfg.retry = retry;
