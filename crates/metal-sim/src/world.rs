@@ -1106,3 +1106,158 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
 pub fn elapsed_ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn input(hostname: &str) -> DeviceCreateInput {
+        serde_json::from_value(json!({
+            "metro": "sv", "plan": "c3.small.x86", "operating_system": "custom_ipxe",
+            "hostname": hostname, "userdata": "#!ipxe\nshell\n"
+        }))
+        .unwrap()
+    }
+
+    fn state(w: &World, id: &str) -> Option<State> {
+        w.devices.get(id).map(|d| d.state)
+    }
+
+    #[test]
+    fn devices_follow_the_timings() {
+        let t = Timings {
+            queued_ms: 1_000,
+            provisioning_ms: 10_000,
+            reinstalling_ms: 5_000,
+            deprovisioning_ms: 2_000,
+            power_ms: 500,
+        };
+        let mut w = World::new(t, Faults::default());
+        let t0 = Instant::now();
+        let id = w.create_device("p", input("a"), t0).unwrap();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        w.advance(&id, at(999));
+        assert_eq!(state(&w, &id), Some(State::Queued));
+        w.advance(&id, at(1_000));
+        assert_eq!(state(&w, &id), Some(State::Provisioning));
+        assert!(w.boots.is_empty());
+        w.advance(&id, at(11_000));
+        assert_eq!(state(&w, &id), Some(State::Active));
+        assert_eq!(w.boots[&id].boot_count, 1);
+
+        let reinstall =
+            serde_json::from_value(json!({"type": "reinstall", "preserve_data": true})).unwrap();
+        w.action(&id, reinstall, at(20_000)).unwrap();
+        w.advance(&id, at(24_999));
+        assert_eq!(state(&w, &id), Some(State::Reinstalling));
+        w.advance(&id, at(25_000));
+        assert_eq!(state(&w, &id), Some(State::Active));
+        assert_eq!(w.boots[&id].boot_count, 2);
+
+        let off = serde_json::from_value(json!({"type": "power_off"})).unwrap();
+        w.action(&id, off, at(30_000)).unwrap();
+        w.advance(&id, at(30_100));
+        assert_eq!(state(&w, &id), Some(State::PoweringOff));
+        w.advance(&id, at(30_500));
+        assert_eq!(state(&w, &id), Some(State::Inactive));
+
+        let d = w.device_mut(&id).unwrap();
+        d.state = State::Deprovisioning;
+        d.since = at(40_000);
+        w.advance(&id, at(41_999));
+        assert_eq!(state(&w, &id), Some(State::Deprovisioning));
+        w.advance(&id, at(42_000));
+        assert_eq!(state(&w, &id), None, "gone after deprovisioning");
+        assert!(w.port_owner.is_empty());
+    }
+
+    #[test]
+    fn network_type_follows_the_metal_rules() {
+        let mut w = World::new(Timings::instant(), Faults::default());
+        let now = Instant::now();
+        let id = w.create_device("p", input("n"), now).unwrap();
+        w.advance(&id, now);
+        let vlan = w
+            .create_vlan(
+                "p",
+                serde_json::from_value(json!({"metro": "sv", "vxlan": 1234})).unwrap(),
+            )
+            .unwrap();
+        let port = |w: &World, name: &str| {
+            w.devices[&id]
+                .ports
+                .iter()
+                .find(|p| p.name == name)
+                .unwrap()
+                .id
+                .clone()
+        };
+        let (bond0, eth0, eth1) = (port(&w, "bond0"), port(&w, "eth0"), port(&w, "eth1"));
+        let ty = |w: &World| World::network_type(&w.devices[&id]);
+        assert_eq!(ty(&w), "layer3");
+        w.port_op(&eth1, PortOp::Disbond { bulk: false }).unwrap();
+        assert_eq!(ty(&w), "hybrid");
+        w.port_op(&eth1, PortOp::Bond { bulk: false }).unwrap();
+        w.port_op(&bond0, PortOp::Assign("1234".into())).unwrap();
+        assert_eq!(ty(&w), "hybrid-bonded");
+        assert!(
+            w.port_op(&bond0, PortOp::ConvertLayer3).is_err(),
+            "VLANs block layer 3"
+        );
+        w.port_op(&bond0, PortOp::Unassign(vlan.id.clone()))
+            .unwrap();
+        w.port_op(&bond0, PortOp::ConvertLayer2).unwrap();
+        assert_eq!(ty(&w), "layer2-bonded");
+        w.port_op(&eth0, PortOp::Disbond { bulk: true }).unwrap();
+        assert_eq!(ty(&w), "layer2-individual");
+        w.port_op(&eth0, PortOp::Assign(vlan.id.clone())).unwrap();
+        assert!(
+            w.port_op(&eth0, PortOp::Bond { bulk: true }).is_err(),
+            "a port with VLANs is not bonded"
+        );
+        w.port_op(&eth0, PortOp::Unassign("1234".into())).unwrap();
+        w.port_op(&bond0, PortOp::ConvertLayer3).unwrap();
+        assert_eq!(ty(&w), "layer3");
+    }
+
+    #[test]
+    fn macs_are_stable_and_distinct() {
+        let mut w = World::new(Timings::instant(), Faults::default());
+        let now = Instant::now();
+        let a = w.create_device("p", input("a"), now).unwrap();
+        let b = w.create_device("p", input("b"), now).unwrap();
+        let macs = |id: &str| {
+            w.devices[id]
+                .ports
+                .iter()
+                .map(|p| p.mac.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            macs(&a),
+            w.devices[&a]
+                .ports
+                .iter()
+                .map(|p| mac_for(
+                    &a,
+                    if p.is_bond {
+                        0xf
+                    } else {
+                        p.name[3..].parse().unwrap()
+                    }
+                ))
+                .collect::<Vec<_>>()
+        );
+        assert_ne!(macs(&a), macs(&b));
+    }
+
+    #[test]
+    fn loopback_urls_only() {
+        assert!(is_loopback_url("http://127.0.0.1:8080/x.ipxe"));
+        assert!(is_loopback_url("http://localhost/x"));
+        assert!(is_loopback_url("http://[::1]/x"));
+        assert!(!is_loopback_url("https://example.com/x"));
+        assert!(!is_loopback_url("http://10.0.0.1/x"));
+    }
+}

@@ -283,6 +283,12 @@ pub trait BareMetalCloud: Send + Sync {
     /// A create whose answer was lost is resolved by looking, never by creating twice.
     async fn create_server(&self, spec: &CreateServer) -> Result<Server>;
 
+    /// Creates a server the caller knows is missing: it listed the owner's servers
+    /// ([`BareMetalCloud::list_servers`]) after its last create and this hostname was not there.
+    /// Skips the lookup before the create; a create whose outcome is unknown is still resolved
+    /// by looking.
+    async fn create_missing_server(&self, spec: &CreateServer) -> Result<Server>;
+
     /// `Error::NotFound` when it does not exist.
     async fn get_server(&self, id: &str) -> Result<Server>;
 

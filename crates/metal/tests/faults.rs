@@ -428,3 +428,30 @@ async fn faults_and_counters_over_the_admin_endpoints() {
     assert_eq!(r.status(), 204);
     assert!(c.get_device(&s.id, &[]).await.unwrap_err().is_not_found());
 }
+
+#[tokio::test]
+async fn create_missing_server_also_resolves_a_lost_answer_by_looking() {
+    let srv = start(config()).await;
+    let mut faults = endpoint(
+        "createDevice",
+        EndpointFault {
+            lose_response_count: 1,
+            ..EndpointFault::default()
+        },
+    );
+    faults.hang_ms = Some(3_000);
+    srv.sim().set_faults(faults);
+    let c = client_with(&srv, TOKEN, Duration::from_millis(400), fast_retry());
+    let cloud = ingot_metal::equinix::EquinixMetal::new(c, PROJECT);
+    assert!(cloud.list_servers(OWNER).await.unwrap().is_empty());
+    let s = cloud
+        .create_missing_server(&ipxe_server("listed-lost"))
+        .await
+        .unwrap();
+    assert_eq!(s.hostname, "listed-lost");
+    assert_eq!(srv.sim().device_count(PROJECT), 1);
+    let m = srv.sim().metrics();
+    assert_eq!(m.requests("createDevice"), 1);
+    // One list before, one look after the lost answer: no lookup before the create.
+    assert_eq!(m.requests("findProjectDevices"), 2);
+}

@@ -255,11 +255,16 @@ impl BareMetalCloud for EquinixMetal {
     }
 
     async fn create_server(&self, spec: &CreateServer) -> Result<Server> {
-        let req = self.create_request(spec)?;
+        self.create_request(spec)?;
         if let Some(existing) = self.find_server(&spec.owner_tag, &spec.hostname).await? {
             tracing::info!(device = %existing.id, hostname = %spec.hostname, "adopting existing device");
             return Ok(existing);
         }
+        self.create_missing_server(spec).await
+    }
+
+    async fn create_missing_server(&self, spec: &CreateServer) -> Result<Server> {
+        let req = self.create_request(spec)?;
         let mut attempt = 0;
         loop {
             attempt += 1;
