@@ -41,7 +41,8 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// Full jitter: a random delay up to `base * 2^(attempt-1)`, capped.
+    /// Jittered exponential backoff: a random delay between half and all of
+    /// `base * 2^(attempt-1)`, capped at `max_delay`.
     pub fn backoff(&self, attempt: u32) -> Duration {
         let exp = self
             .base_delay

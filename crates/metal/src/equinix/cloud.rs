@@ -270,7 +270,7 @@ impl BareMetalCloud for EquinixMetal {
             attempt += 1;
             match self.client.create_device(&self.project, &req).await {
                 Ok(d) => return Ok(server(&d)),
-                Err(e @ Error::Transient { .. }) => {
+                Err(e @ (Error::Transient { .. } | Error::Protocol { .. })) => {
                     // The device may or may not exist: look before creating again.
                     tracing::warn!(hostname = %spec.hostname, error = %e, "create outcome unknown, looking");
                     if let Some(found) = self.find_server(&spec.owner_tag, &spec.hostname).await? {
