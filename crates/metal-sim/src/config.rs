@@ -118,6 +118,17 @@ fn one() -> u64 {
     1
 }
 
+/// A server-side rate limit: at most `limit` requests per window of `window_secs` seconds
+/// (windows aligned on epoch seconds). Every answer carries `X-RateLimit-Limit`,
+/// `X-RateLimit-Remaining` and `X-RateLimit-Reset`; a request beyond the limit gets 429 with
+/// `Retry-After`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerRateLimit {
+    pub limit: u32,
+    pub window_secs: u64,
+}
+
 /// A plan in a metro.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -136,6 +147,8 @@ pub struct Faults {
     pub endpoints: BTreeMap<String, EndpointFault>,
     /// The next requests (any endpoint) get 429.
     pub rate_limit_burst: Option<RateLimitBurst>,
+    /// A rate limit enforced by the emulator, announced in `X-RateLimit-*` headers.
+    pub server_rate_limit: Option<ServerRateLimit>,
     /// Creating a device of this plan in this metro fails for lack of capacity.
     pub capacity_exhausted: Vec<PlanMetro>,
     /// Devices with these hostnames go queued -> provisioning -> failed.

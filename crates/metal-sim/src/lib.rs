@@ -11,8 +11,8 @@ pub mod server;
 pub mod world;
 
 pub use config::{
-    EndpointFault, Faults, PlanMetro, ProjectConfig, RateLimitBurst, SimConfig, Timings,
-    TokenConfig,
+    EndpointFault, Faults, PlanMetro, ProjectConfig, RateLimitBurst, ServerRateLimit, SimConfig,
+    Timings, TokenConfig,
 };
 pub use server::{Exchange, Metrics, Sim, SimServer, router, serve};
 pub use world::BootRecord;

@@ -202,9 +202,6 @@ impl Caller<'_> {
         }
         Ok(())
     }
-    fn any_project(&self) -> Option<&str> {
-        self.token.projects.first().map(String::as_str)
-    }
 }
 
 impl Sim {
@@ -361,8 +358,27 @@ impl Sim {
         f: impl FnOnce(&mut World, &Caller<'_>, Instant) -> Reply,
     ) -> Response {
         self.count(op, None, false);
-        let (latency, burst, injected, lose, hang) = {
+        let (latency, burst, injected, lose, hang, rl) = {
             let mut w = lock(&self.inner.world);
+            let rl = match w.faults.server_rate_limit.clone() {
+                Some(l) if l.window_secs > 0 => {
+                    let now = chrono::Utc::now().timestamp();
+                    let window = l.window_secs as i64;
+                    let idx = now.div_euclid(window);
+                    if w.rl_window.0 != idx {
+                        w.rl_window = (idx, 0);
+                    }
+                    w.rl_window.1 += 1;
+                    let used = w.rl_window.1;
+                    Some(RateLimitState {
+                        limit: l.limit,
+                        remaining: l.limit.saturating_sub(used),
+                        reset: (idx + 1) * window,
+                        exceeded: used > l.limit,
+                    })
+                }
+                _ => None,
+            };
             let faults = &mut w.faults;
             let mut latency = faults.latency_ms;
             let burst = match faults.rate_limit_burst.as_mut() {
@@ -392,21 +408,34 @@ impl Sim {
                 injected,
                 lose,
                 faults.hang_ms.unwrap_or(5_000),
+                rl,
             )
         };
         if latency > 0 {
             tokio::time::sleep(Duration::from_millis(latency)).await;
         }
         let request_json: Option<Value> = serde_json::from_slice(body).ok();
-        if let Some(b) = burst {
-            let reset = chrono::Utc::now().timestamp() + b.reset_in_secs as i64;
+        let limited = match (&burst, &rl) {
+            (Some(b), _) => Some((
+                b.retry_after_secs,
+                100,
+                chrono::Utc::now().timestamp() + b.reset_in_secs as i64,
+            )),
+            (None, Some(r)) if r.exceeded => Some((
+                Some((r.reset - chrono::Utc::now().timestamp()).max(1) as u64),
+                r.limit,
+                r.reset,
+            )),
+            _ => None,
+        };
+        if let Some((retry_after, limit, reset)) = limited {
             let body = json!({"errors": ["Too Many Requests"]});
             let mut resp = json_response(StatusCode::TOO_MANY_REQUESTS, Some(body.clone()));
             let h = resp.headers_mut();
-            if let Some(ra) = b.retry_after_secs {
+            if let Some(ra) = retry_after {
                 h.insert(header::RETRY_AFTER, HeaderValue::from(ra));
             }
-            h.insert("x-ratelimit-limit", HeaderValue::from(100u64));
+            h.insert("x-ratelimit-limit", HeaderValue::from(limit));
             h.insert("x-ratelimit-remaining", HeaderValue::from(0u64));
             h.insert("x-ratelimit-reset", HeaderValue::from(reset));
             return self.finish(
@@ -458,7 +487,13 @@ impl Sim {
         if lose {
             tokio::time::sleep(Duration::from_millis(hang)).await;
         }
-        let resp = json_response(status, body.clone());
+        let mut resp = json_response(status, body.clone());
+        if let Some(r) = rl {
+            let h = resp.headers_mut();
+            h.insert("x-ratelimit-limit", HeaderValue::from(r.limit));
+            h.insert("x-ratelimit-remaining", HeaderValue::from(r.remaining));
+            h.insert("x-ratelimit-reset", HeaderValue::from(r.reset));
+        }
         self.finish(op, query, request_json, status, body, resp, false)
     }
 
@@ -487,6 +522,13 @@ impl Sim {
         }
         resp
     }
+}
+
+struct RateLimitState {
+    limit: u32,
+    remaining: u32,
+    reset: i64,
+    exceeded: bool,
 }
 
 fn pick_error(ef: &mut EndpointFault, rng: &Mutex<StdRng>) -> Option<StatusCode> {
@@ -968,8 +1010,7 @@ async fn list_plans(
     body: Bytes,
 ) -> Response {
     let qv = query.clone();
-    s.handle(ops::FIND_PLANS, &headers, &query, &body, move |_, c, _| {
-        let _ = c.any_project();
+    s.handle(ops::FIND_PLANS, &headers, &query, &body, move |_, _, _| {
         let slug = q(&qv, "slug");
         let plans: Vec<Value> = catalog::PLANS
             .iter()

@@ -163,6 +163,8 @@ pub struct World {
     pub timings: Timings,
     pub faults: Faults,
     pub seq: u64,
+    /// Window index and requests counted in it, for the server-side rate limit.
+    pub rl_window: (i64, u32),
 }
 
 pub fn href_device(id: &str) -> String {
@@ -193,6 +195,7 @@ impl World {
             timings,
             faults,
             seq: 0,
+            rl_window: (0, 0),
         }
     }
 

@@ -455,3 +455,50 @@ async fn create_missing_server_also_resolves_a_lost_answer_by_looking() {
     // One list before, one look after the lost answer: no lookup before the create.
     assert_eq!(m.requests("findProjectDevices"), 2);
 }
+
+#[tokio::test]
+async fn x_ratelimit_remaining_zero_holds_the_client_until_the_reset() {
+    let srv = start(config()).await;
+    srv.sim().set_faults(Faults {
+        server_rate_limit: Some(ingot_metal_sim::ServerRateLimit {
+            limit: 4,
+            window_secs: 1,
+        }),
+        ..Faults::default()
+    });
+    // No client-side limit: only the API's headers can keep it under the server's limit.
+    let c = client(&srv);
+    for _ in 0..10 {
+        c.list_metros().await.unwrap();
+    }
+    let m = srv.sim().metrics();
+    assert_eq!(m.requests("findMetros"), 10);
+    assert_eq!(
+        m.endpoints["findMetros"].responses.get(&429),
+        None,
+        "the client waited for the reset"
+    );
+    assert_eq!(c.stats().rate_limited(), 0);
+
+    // Two clients that do not share a limiter can overrun the limit between them: a 429 with
+    // Retry-After makes the loser wait, and every call still succeeds.
+    let other = client(&srv);
+    tokio::join!(
+        async {
+            for _ in 0..6 {
+                c.list_metros().await.unwrap();
+            }
+        },
+        async {
+            for _ in 0..6 {
+                other.list_metros().await.unwrap();
+            }
+        }
+    );
+    assert_eq!(
+        srv.sim().metrics().endpoints["findMetros"]
+            .responses
+            .get(&200),
+        Some(&22)
+    );
+}
