@@ -153,9 +153,9 @@ async fn a_create_whose_response_is_lost_does_not_make_a_second_device() {
             ..EndpointFault::default()
         },
     );
-    faults.hang_ms = Some(3_000);
+    faults.hang_ms = Some(8_000);
     srv.sim().set_faults(faults);
-    let c = client_with(&srv, TOKEN, Duration::from_millis(400), fast_retry());
+    let c = client_with(&srv, TOKEN, Duration::from_millis(1_500), fast_retry());
     let cloud = ingot_metal::equinix::EquinixMetal::new(c.clone(), PROJECT);
     let s = cloud
         .create_server(&ipxe_server("lost-answer"))
@@ -275,7 +275,9 @@ async fn added_latency_beyond_the_timeout_fails_idempotent_calls_after_retries()
         latency_ms: 50,
         ..Faults::default()
     });
-    assert_eq!(c.get_device(&s.id, &[]).await.unwrap().id, s.id);
+    let patient = client_with(&srv, TOKEN, Duration::from_secs(10), fast_retry());
+    assert_eq!(patient.get_device(&s.id, &[]).await.unwrap().id, s.id);
+    assert_eq!(patient.stats().timeouts(), 0);
 }
 
 #[tokio::test]
@@ -439,9 +441,9 @@ async fn create_missing_server_also_resolves_a_lost_answer_by_looking() {
             ..EndpointFault::default()
         },
     );
-    faults.hang_ms = Some(3_000);
+    faults.hang_ms = Some(8_000);
     srv.sim().set_faults(faults);
-    let c = client_with(&srv, TOKEN, Duration::from_millis(400), fast_retry());
+    let c = client_with(&srv, TOKEN, Duration::from_millis(1_500), fast_retry());
     let cloud = ingot_metal::equinix::EquinixMetal::new(c, PROJECT);
     assert!(cloud.list_servers(OWNER).await.unwrap().is_empty());
     let s = cloud
