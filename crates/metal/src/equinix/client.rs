@@ -759,3 +759,90 @@ impl EquinixClient {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_typed_errors() {
+        let body = |m: &str| serde_json::to_vec(&serde_json::json!({"errors": [m]})).unwrap();
+        assert!(
+            matches!(status_error(StatusCode::UNAUTHORIZED, br#"{"error":"Invalid authentication token"}"#), Error::Unauthorized { message } if message == "Invalid authentication token")
+        );
+        assert!(matches!(
+            status_error(StatusCode::FORBIDDEN, &body("no")),
+            Error::Forbidden { .. }
+        ));
+        assert!(matches!(
+            status_error(StatusCode::NOT_FOUND, b""),
+            Error::NotFound { .. }
+        ));
+        assert!(matches!(
+            status_error(StatusCode::CONFLICT, &body("busy")),
+            Error::Conflict { .. }
+        ));
+        assert!(
+            matches!(status_error(StatusCode::UNPROCESSABLE_ENTITY, &body("plan is not valid")), Error::Validation { message } if message == "plan is not valid")
+        );
+        assert!(matches!(
+            status_error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &body("no c3.small.x86 servers in stock")
+            ),
+            Error::NoCapacity { .. }
+        ));
+        assert!(matches!(
+            status_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &body("Not enough capacity")
+            ),
+            Error::NoCapacity { .. }
+        ));
+        assert!(status_error(StatusCode::BAD_GATEWAY, b"<html>").is_transient());
+        let two = serde_json::to_vec(&serde_json::json!({"errors": ["a", "b"]})).unwrap();
+        assert!(
+            matches!(status_error(StatusCode::UNPROCESSABLE_ENTITY, &two), Error::Validation { message } if message == "a; b")
+        );
+    }
+
+    #[test]
+    fn retry_after_in_seconds_date_or_reset() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
+        let when = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
+        h.insert("retry-after", HeaderValue::from_str(&when).unwrap());
+        let d = retry_after(&h).unwrap();
+        assert!(
+            d <= Duration::from_secs(30) && d >= Duration::from_secs(28),
+            "{d:?}"
+        );
+        let mut h = HeaderMap::new();
+        let reset = chrono::Utc::now().timestamp() + 5;
+        h.insert("x-ratelimit-reset", HeaderValue::from(reset));
+        let d = retry_after(&h).unwrap();
+        assert!(
+            d <= Duration::from_secs(5) && d >= Duration::from_secs(4),
+            "{d:?}"
+        );
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let p = RetryPolicy {
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(1_000),
+            ..RetryPolicy::default()
+        };
+        for _ in 0..50 {
+            let d1 = p.backoff(1);
+            assert!(d1 >= Duration::from_millis(50) && d1 <= Duration::from_millis(100));
+            let d3 = p.backoff(3);
+            assert!(d3 >= Duration::from_millis(200) && d3 <= Duration::from_millis(400));
+            assert!(p.backoff(30) <= Duration::from_millis(1_000));
+        }
+    }
+}
