@@ -149,14 +149,12 @@ fn authenticate(b: &BmcState, headers: &HeaderMap) -> bool {
     if let Some(auth) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
+        && let Some(encoded) = auth.strip_prefix("Basic ")
+        && let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(encoded.trim())
     {
-        if let Some(encoded) = auth.strip_prefix("Basic ") {
-            if let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(encoded.trim()) {
-                let raw = String::from_utf8_lossy(&raw);
-                if let Some((u, p)) = raw.split_once(':') {
-                    return u == b.spec.username && p == b.spec.password;
-                }
-            }
+        let raw = String::from_utf8_lossy(&raw);
+        if let Some((u, p)) = raw.split_once(':') {
+            return u == b.spec.username && p == b.spec.password;
         }
     }
     false
@@ -216,10 +214,8 @@ async fn handle(State(b): State<Bmc>, req: Request) -> Response {
         "/redfish" | "/redfish/v1" | "/redfish/v1/$metadata" | "/redfish/v1/odata"
     ) || (trimmed == "/redfish/v1/SessionService/Sessions"
         && req.method() == Method::POST);
-    if !public {
-        if fault == Some(Fault::Unauthorized) || !authenticate(&b, req.headers()) {
-            return unauthorized();
-        }
+    if !public && (fault == Some(Fault::Unauthorized) || !authenticate(&b, req.headers())) {
+        return unauthorized();
     }
     let method = req.method().clone();
     let headers = req.headers().clone();
@@ -897,32 +893,32 @@ fn patch_system(b: &Bmc, headers: &HeaderMap, body: Option<Value>) -> Response {
         .get("BootSourceOverrideEnabled")
         .and_then(Value::as_str);
     let mode = boot.get("BootSourceOverrideMode").and_then(Value::as_str);
-    if let Some(t) = target {
-        if !["None", "Pxe", "Hdd", "Cd", "BiosSetup", "Usb"].contains(&t) {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "Base.1.8.PropertyValueNotInList",
-                "The value for BootSourceOverrideTarget is not in the list of acceptable values.",
-            );
-        }
+    if let Some(t) = target
+        && !["None", "Pxe", "Hdd", "Cd", "BiosSetup", "Usb"].contains(&t)
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Base.1.8.PropertyValueNotInList",
+            "The value for BootSourceOverrideTarget is not in the list of acceptable values.",
+        );
     }
-    if let Some(e) = enabled {
-        if !["Once", "Continuous", "Disabled"].contains(&e) {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "Base.1.8.PropertyValueNotInList",
-                "The value for BootSourceOverrideEnabled is not in the list of acceptable values.",
-            );
-        }
+    if let Some(e) = enabled
+        && !["Once", "Continuous", "Disabled"].contains(&e)
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Base.1.8.PropertyValueNotInList",
+            "The value for BootSourceOverrideEnabled is not in the list of acceptable values.",
+        );
     }
-    if let Some(m) = mode {
-        if !["UEFI", "Legacy"].contains(&m) {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "Base.1.8.PropertyValueNotInList",
-                "The value for BootSourceOverrideMode is not in the list of acceptable values.",
-            );
-        }
+    if let Some(m) = mode
+        && !["UEFI", "Legacy"].contains(&m)
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Base.1.8.PropertyValueNotInList",
+            "The value for BootSourceOverrideMode is not in the list of acceptable values.",
+        );
     }
     if let Some(t) = target {
         g.boot.target = t.into();
@@ -970,15 +966,11 @@ fn reset(b: &Bmc, body: Option<Value>) -> Response {
         }
     };
     match kind.as_str() {
-        "On" | "ForceOn" => {
-            if !on {
-                transition(b, &[true]);
-            }
+        "On" | "ForceOn" if !on => {
+            transition(b, &[true]);
         }
-        "ForceOff" | "GracefulShutdown" => {
-            if on {
-                transition(b, &[false]);
-            }
+        "ForceOff" | "GracefulShutdown" if on => {
+            transition(b, &[false]);
         }
         "PushPowerButton" => transition(b, &[!on]),
         "ForceRestart" | "GracefulRestart" | "PowerCycle" => {

@@ -1,5 +1,6 @@
 //! The emulator's own behaviour, seen over HTTP: sessions and their limit, power transitions,
 //! the admin endpoints and the server-sent event stream.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use futures::StreamExt;
 use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Vendor};

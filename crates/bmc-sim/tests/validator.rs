@@ -1,5 +1,6 @@
 //! DMTF Redfish-Service-Validator against the emulator, one run per vendor profile, with the
 //! DMTF CSDL schemas read offline (bundled by the `nv-redfish-schema` crate). No failures allowed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Vendor};
 use std::path::PathBuf;

@@ -127,6 +127,7 @@ impl fmt::Display for Endpoint {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

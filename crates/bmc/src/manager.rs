@@ -63,11 +63,14 @@ impl Default for ManagerOptions {
     }
 }
 
+/// HTTP clients by TLS setting (insecure, CA bundle).
+type Pools = Mutex<HashMap<(bool, Option<Arc<Vec<u8>>>), reqwest::Client>>;
+
 /// The built-in Redfish connector; HTTP clients (connection pools) are shared per TLS setting.
 pub struct RedfishConnector {
     options: RedfishOptions,
     stats: Arc<RedfishStats>,
-    pools: Mutex<HashMap<(bool, Option<Arc<Vec<u8>>>), reqwest::Client>>,
+    pools: Pools,
 }
 
 impl RedfishConnector {

@@ -47,6 +47,7 @@ impl From<&str> for Password {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,6 +1,7 @@
 //! For every fault the emulator can inject: the client returns the right typed error within
 //! its timeout, never panics, never holds more sessions than the BMC allows, and recovers
 //! once the fault is cleared.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -23,16 +24,19 @@ enum Expect {
 }
 
 fn matches(e: &Result<PowerState, BmcError>, want: Expect) -> bool {
-    match (e, want) {
-        (Ok(_), Expect::Ok) => true,
-        (Err(BmcError::Timeout(_)), Expect::Timeout) => true,
-        (Err(BmcError::Unauthorized), Expect::Unauthorized) => true,
-        (Err(BmcError::Unavailable { status: 503 }), Expect::Unavailable) => true,
-        (Err(BmcError::Malformed(_)), Expect::Malformed) => true,
-        (Err(BmcError::Tls(_)), Expect::Tls) => true,
-        (Err(BmcError::SessionLimit), Expect::SessionLimit) => true,
-        _ => false,
-    }
+    matches!(
+        (e, want),
+        (Ok(_), Expect::Ok)
+            | (Err(BmcError::Timeout(_)), Expect::Timeout)
+            | (Err(BmcError::Unauthorized), Expect::Unauthorized)
+            | (
+                Err(BmcError::Unavailable { status: 503 }),
+                Expect::Unavailable
+            )
+            | (Err(BmcError::Malformed(_)), Expect::Malformed)
+            | (Err(BmcError::Tls(_)), Expect::Tls)
+            | (Err(BmcError::SessionLimit), Expect::SessionLimit)
+    )
 }
 
 /// `(fault, expected on a fresh client, expected on a client that holds a session)`.

@@ -1,4 +1,5 @@
 //! The Redfish client and the session manager against ingot's BMC emulator, over real HTTP(S).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

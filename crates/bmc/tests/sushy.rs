@@ -1,6 +1,7 @@
 //! The Redfish client against a real peer: sushy-tools' `sushy-emulator` with its fake driver,
 //! over real HTTP with HTTP Basic authentication (sushy has no SessionService, so this also
 //! covers the Basic fallback). Power changes land after a random delay: the test polls.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -422,15 +422,15 @@ impl RedfishClient {
         let resp = self
             .send_raw(method.clone(), path, body, &auth, headers)
             .await?;
-        if resp.status == StatusCode::UNAUTHORIZED {
-            if let Auth::Session { .. } = auth {
-                let auth = self.relogin(&auth).await?;
-                let resp = self
-                    .send_raw(method.clone(), path, body, &auth, headers)
-                    .await?;
-                check_status(&resp, method.as_str(), path)?;
-                return Ok(resp);
-            }
+        if resp.status == StatusCode::UNAUTHORIZED
+            && let Auth::Session { .. } = auth
+        {
+            let auth = self.relogin(&auth).await?;
+            let resp = self
+                .send_raw(method.clone(), path, body, &auth, headers)
+                .await?;
+            check_status(&resp, method.as_str(), path)?;
+            return Ok(resp);
         }
         check_status(&resp, method.as_str(), path)?;
         Ok(resp)
@@ -797,10 +797,10 @@ impl Bmc for RedfishClient {
             .get("Boot")
             .ok_or_else(|| BmcError::Unsupported("Boot override (no Boot property)".into()))?;
         let target = request.device.redfish_target();
-        if let Some(allowed) = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues") {
-            if !list(allowed).iter().any(|a| a == target) {
-                return Err(BmcError::Unsupported(format!("boot target {target}")));
-            }
+        if let Some(allowed) = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
+            && !list(allowed).iter().any(|a| a == target)
+        {
+            return Err(BmcError::Unsupported(format!("boot target {target}")));
         }
         let enabled = match (request.device, request.persistent) {
             (BootDevice::None, _) => "Disabled",
@@ -976,14 +976,13 @@ impl Bmc for RedfishClient {
         if let Some(ch) = system
             .pointer("/Links/Chassis/0/@odata.id")
             .and_then(Value::as_str)
+            && let Ok(ch) = self.get(ch).await
         {
-            if let Ok(ch) = self.get(ch).await {
-                inv.health.chassis = health(&ch, true);
-                inv.manufacturer = inv.manufacturer.or_else(|| string(&ch, "Manufacturer"));
-                inv.model = inv.model.or_else(|| string(&ch, "Model"));
-                inv.serial_number = inv.serial_number.or_else(|| string(&ch, "SerialNumber"));
-                inv.sku = inv.sku.or_else(|| string(&ch, "SKU"));
-            }
+            inv.health.chassis = health(&ch, true);
+            inv.manufacturer = inv.manufacturer.or_else(|| string(&ch, "Manufacturer"));
+            inv.model = inv.model.or_else(|| string(&ch, "Model"));
+            inv.serial_number = inv.serial_number.or_else(|| string(&ch, "SerialNumber"));
+            inv.sku = inv.sku.or_else(|| string(&ch, "SKU"));
         }
         let manager = match system
             .pointer("/Links/ManagedBy/0/@odata.id")
@@ -998,12 +997,12 @@ impl Bmc for RedfishClient {
                 }
             }
         };
-        if let Some(m) = manager {
-            if let Ok(m) = self.get(&m).await {
-                inv.bmc_firmware_version = string(&m, "FirmwareVersion");
-                inv.bmc_model = string(&m, "Model");
-                inv.health.bmc = health(&m, false);
-            }
+        if let Some(m) = manager
+            && let Ok(m) = self.get(&m).await
+        {
+            inv.bmc_firmware_version = string(&m, "FirmwareVersion");
+            inv.bmc_model = string(&m, "Model");
+            inv.health.bmc = health(&m, false);
         }
         Ok(inv)
     }

@@ -1,6 +1,6 @@
 //! Shared test helpers: external peers on PATH, free loopback ports, child processes stopped
 //! by their own PID, bounded polling.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
 use std::net::TcpListener;
