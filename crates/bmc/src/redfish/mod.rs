@@ -53,6 +53,10 @@ pub struct RedfishOptions {
     /// How long `cycle` waits for the system to report `Off` when it has to emulate
     /// `PowerCycle` with `ForceOff` + `On`.
     pub transition_timeout: Duration,
+    /// Idle connections kept per BMC. Sessions do not depend on connections: at fleet scale
+    /// (thousands of BMCs, limited file descriptors) 0 reconnects per request and keeps only
+    /// the in-flight connections open.
+    pub idle_connections_per_bmc: usize,
 }
 
 impl Default for RedfishOptions {
@@ -62,6 +66,7 @@ impl Default for RedfishOptions {
             tls: TlsOptions::default(),
             auth: AuthMode::Auto,
             transition_timeout: Duration::from_secs(60),
+            idle_connections_per_bmc: 1,
         }
     }
 }
@@ -82,7 +87,7 @@ pub fn http_client(options: &RedfishOptions) -> Result<reqwest::Client, BmcError
         .timeout(options.timeout)
         .connect_timeout(options.timeout)
         .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(2)
+        .pool_max_idle_per_host(options.idle_connections_per_bmc)
         .user_agent(concat!("ingot-bmc/", env!("CARGO_PKG_VERSION")))
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy();
