@@ -381,3 +381,29 @@ async fn sessions_are_never_more_than_allowed_under_concurrency() {
         "one login for racing callers"
     );
 }
+
+#[tokio::test]
+async fn ipv6_loopback_with_tls() {
+    let fleet = Fleet::start(
+        FleetOptions {
+            listen: "::1".parse().unwrap(),
+            tls: true,
+            ..FleetOptions::default()
+        },
+        vec![spec(Vendor::Hpe)],
+    )
+    .await
+    .expect("fleet on ::1");
+    let b = &fleet.bmcs[0];
+    let host = format!("https://[::1]:{}", b.addr.port());
+    let ep = Endpoint::parse(&host, None).unwrap();
+    assert_eq!(ep.host, "::1");
+    let mut o = options();
+    o.tls.ca_bundle_pem = Some(fleet.tls.as_ref().unwrap().ca_pem.clone().into_bytes());
+    let c = RedfishClient::new(&ep, "admin", Password::new("password"), o).unwrap();
+    assert_eq!(c.power_state().await.unwrap(), PowerState::On);
+    // HPE answers the login with an absolute Location on another host name: the logout still
+    // goes to this BMC.
+    c.close().await.unwrap();
+    assert_eq!(b.state.snapshot().sessions, 0);
+}

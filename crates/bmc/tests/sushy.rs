@@ -147,6 +147,10 @@ async fn against_sushy_emulator() {
     let o = c.power(PowerAction::Reset).await.unwrap();
     assert_eq!(o.sent, vec!["ForceRestart"]);
     wait_power(&c, PowerState::On).await;
+    // sushy offers no PowerCycle: ForceOff, wait for Off, On.
+    let o = c.power(PowerAction::Cycle).await.unwrap();
+    assert_eq!(o.sent, vec!["ForceOff", "On"]);
+    wait_power(&c, PowerState::On).await;
     let o = c.power(PowerAction::Off).await.unwrap();
     assert_eq!(o.sent, vec!["ForceOff"]);
     wait_power(&c, PowerState::Off).await;

@@ -100,6 +100,7 @@ pub fn http_client(options: &RedfishOptions) -> Result<reqwest::Client, BmcError
         builder = builder.tls_certs_merge(certs);
     }
     if options.tls.insecure {
+        tracing::warn!("BMC TLS certificates are not verified (insecure TLS requested)");
         builder = builder.tls_danger_accept_invalid_certs(true);
     }
     builder
