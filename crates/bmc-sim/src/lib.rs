@@ -156,9 +156,28 @@ pub(crate) struct Inner {
     pub fault: Option<Fault>,
 }
 
+/// Requests in flight, now and at peak.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    pub now: AtomicU64,
+    pub peak: AtomicU64,
+}
+
+impl InFlight {
+    pub(crate) fn enter(&self) {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(n, Ordering::SeqCst);
+    }
+    pub(crate) fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Counters seen from the BMC side.
 #[derive(Debug, Default)]
 pub struct BmcCounters {
+    /// Redfish requests being handled by this BMC (peak: the client's per-BMC concurrency).
+    pub in_flight: InFlight,
     pub requests: AtomicU64,
     pub sessions_created: AtomicU64,
     pub sessions_deleted: AtomicU64,
@@ -175,6 +194,8 @@ pub struct BmcState {
     pub counters: BmcCounters,
     pub(crate) inner: Mutex<Inner>,
     pub(crate) events: broadcast::Sender<String>,
+    /// Shared by every BMC of the fleet (peak: the client's fleet-wide concurrency).
+    pub fleet_in_flight: Arc<InFlight>,
 }
 
 /// What `GET /_sim/state` reports.
@@ -193,7 +214,7 @@ pub struct Snapshot {
 }
 
 impl BmcState {
-    fn new(index: usize, spec: BmcSpec) -> Arc<Self> {
+    fn new(index: usize, spec: BmcSpec, fleet_in_flight: Arc<InFlight>) -> Arc<Self> {
         let profile = Profile::of(spec.vendor);
         let (events, _) = broadcast::channel(16);
         let now = chrono::Utc::now();
@@ -237,6 +258,7 @@ impl BmcState {
             profile,
             counters: BmcCounters::default(),
             events,
+            fleet_in_flight,
         })
     }
 
@@ -371,6 +393,8 @@ impl SimBmc {
 /// Many BMCs, each on its own listener. Dropping the fleet stops them.
 pub struct Fleet {
     pub bmcs: Vec<SimBmc>,
+    /// Redfish requests in flight across the fleet.
+    pub in_flight: Arc<InFlight>,
     pub tls: Option<Arc<TlsMaterial>>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -386,6 +410,7 @@ impl Fleet {
         } else {
             None
         };
+        let in_flight = Arc::new(InFlight::default());
         let mut bmcs = Vec::with_capacity(specs.len());
         let mut tasks = Vec::with_capacity(specs.len());
         for (i, spec) in specs.into_iter().enumerate() {
@@ -401,7 +426,7 @@ impl Fleet {
             let addr = listener
                 .local_addr()
                 .map_err(|source| SimError::Listen { addr, source })?;
-            let state = BmcState::new(i, spec);
+            let state = BmcState::new(i, spec, in_flight.clone());
             let server_tls = match &tls {
                 Some(t) => Some(t.server_config(state.clone())?),
                 None => None,
@@ -417,7 +442,12 @@ impl Fleet {
                 state,
             });
         }
-        Ok(Fleet { bmcs, tls, tasks })
+        Ok(Fleet {
+            bmcs,
+            in_flight,
+            tls,
+            tasks,
+        })
     }
 
     /// `count` BMCs cycling through the vendor profiles, with the given template.

@@ -160,12 +160,31 @@ fn authenticate(b: &BmcState, headers: &HeaderMap) -> bool {
     false
 }
 
+/// Counts a request in flight until it is answered or abandoned by the client.
+struct InFlightGuard(Bmc);
+
+impl InFlightGuard {
+    fn enter(b: &Bmc) -> Self {
+        b.counters.in_flight.enter();
+        b.fleet_in_flight.enter();
+        InFlightGuard(b.clone())
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.counters.in_flight.leave();
+        self.0.fleet_in_flight.leave();
+    }
+}
+
 async fn handle(State(b): State<Bmc>, req: Request) -> Response {
     let path = req.uri().path().to_owned();
     if let Some(admin) = path.strip_prefix("/_sim/") {
         return admin_handle(&b, req.method().clone(), admin, req).await;
     }
     b.counters.requests.fetch_add(1, Ordering::Relaxed);
+    let _in_flight = InFlightGuard::enter(&b);
 
     let fault = b.fault();
     let mut delay = b.spec.latency;

@@ -181,7 +181,16 @@ async fn main() -> anyhow::Result<()> {
             .map(|b| b.state.counters.sessions_created.load(Ordering::Relaxed))
             .max()
             .unwrap_or(0);
-        println!("  most sessions ever created on one BMC: {most}");
+        let per_bmc_peak = fleet
+            .bmcs
+            .iter()
+            .map(|b| b.state.counters.in_flight.peak.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0);
+        println!(
+            "  most sessions ever created on one BMC: {most}; peak requests in flight: {} fleet-wide, {per_bmc_peak} on one BMC",
+            fleet.in_flight.peak.load(Ordering::Relaxed)
+        );
         let t = Instant::now();
         let closed = manager.shutdown().await;
         let open: usize = fleet.bmcs.iter().map(|b| b.state.snapshot().sessions).sum();

@@ -343,7 +343,24 @@ async fn manager_bounds_concurrency_and_reuses_sessions() {
     for t in tasks {
         assert_eq!(t.await.unwrap().unwrap(), PowerState::On);
     }
+    assert!(
+        fleet
+            .in_flight
+            .peak
+            .load(std::sync::atomic::Ordering::SeqCst)
+            <= 3,
+        "fleet limit respected"
+    );
     for (b, cfg) in fleet.bmcs.iter().zip(&configs) {
+        assert_eq!(
+            b.state
+                .counters
+                .in_flight
+                .peak
+                .load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "per-BMC limit respected"
+        );
         let s = b.state.snapshot();
         assert_eq!(s.sessions_created, 1, "one session per BMC");
         assert_eq!(s.peak_sessions, 1);
