@@ -146,6 +146,8 @@ pub(crate) struct Inner {
     pub power_on: bool,
     /// Target state and generation of a transition in progress.
     pub pending: Option<(bool, u64)>,
+    /// The state the current transition ends in (`power_on` when none is in progress).
+    pub final_on: bool,
     pub generation: u64,
     pub boot: BootState,
     pub sessions: BTreeMap<u64, Session>,
@@ -241,6 +243,7 @@ impl BmcState {
             inner: Mutex::new(Inner {
                 power_on: spec.initial_power_on,
                 pending: None,
+                final_on: spec.initial_power_on,
                 generation: 0,
                 boot: BootState {
                     target: "None".into(),

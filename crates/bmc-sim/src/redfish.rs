@@ -977,13 +977,8 @@ fn reset(b: &Bmc, body: Option<Value>) -> Response {
             "The value for the parameter ResetType is not in the list of acceptable values.",
         );
     }
-    let on = {
-        let g = b.lock();
-        match g.pending {
-            Some((target, _)) => target,
-            None => g.power_on,
-        }
-    };
+    // Decide on where the system is heading: a ForceOff during a cycle still powers off.
+    let on = b.lock().final_on;
     match kind.as_str() {
         "On" | "ForceOn" if !on => {
             transition(b, &[true]);
@@ -1018,6 +1013,9 @@ fn transition(b: &Bmc, steps: &[bool]) {
         let mut g = b.lock();
         g.generation += 1;
         g.pending = steps.first().map(|t| (*t, g.generation));
+        if let Some(last) = steps.last() {
+            g.final_on = *last;
+        }
         g.generation
     };
     let b2 = b.clone();

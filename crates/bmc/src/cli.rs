@@ -68,6 +68,10 @@ pub enum BmcCommand {
     Power {
         #[arg(value_enum)]
         op: PowerOp,
+        /// After an action, poll until the system reports the end state (on, or off for
+        /// off/soft), for at most this many seconds.
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
     },
     /// Boot override: `boot show`, `boot pxe --once`, `boot disk --persistent`.
     Boot {
@@ -113,7 +117,7 @@ pub enum BootTarget {
 impl BmcCommand {
     fn name(&self) -> String {
         match self {
-            BmcCommand::Power { op } => format!("power {}", value_name(op)),
+            BmcCommand::Power { op, .. } => format!("power {}", value_name(op)),
             BmcCommand::Boot { target, .. } => format!("boot {}", value_name(target)),
             BmcCommand::Inventory => "inventory".into(),
             BmcCommand::Sel => "sel".into(),
@@ -266,11 +270,12 @@ async fn dispatch(bmc: &dyn Bmc, command: &BmcCommand) -> Result<(Value, String)
     Ok(match command {
         BmcCommand::Power {
             op: PowerOp::Status,
+            ..
         } => {
             let s = bmc.power_state().await?;
             (json!({"powerState": s}), format!("Power is {s}"))
         }
-        BmcCommand::Power { op } => {
+        BmcCommand::Power { op, wait } => {
             let action = match op {
                 PowerOp::Off => PowerAction::Off,
                 PowerOp::Soft => PowerAction::Soft,
@@ -280,12 +285,40 @@ async fn dispatch(bmc: &dyn Bmc, command: &BmcCommand) -> Result<(Value, String)
                 PowerOp::On | PowerOp::Status => PowerAction::On,
             };
             let o = bmc.power(action).await?;
-            let text = if o.already_in_state {
+            let mut text = if o.already_in_state {
                 format!("power {action}: already in that state, nothing sent")
             } else {
                 format!("power {action}: sent {}", o.sent.join(", then "))
             };
-            (to_json(&o), text)
+            let mut value = to_json(&o);
+            if let Some(secs) = wait {
+                let want = match action {
+                    PowerAction::Off | PowerAction::Soft => PowerState::Off,
+                    _ => PowerState::On,
+                };
+                let limit = Duration::from_secs(*secs);
+                let deadline = tokio::time::Instant::now() + limit;
+                // A restart may still read On before it goes down: give it a moment first.
+                if matches!(action, PowerAction::Reset | PowerAction::Cycle) && !o.already_in_state
+                {
+                    tokio::time::sleep(Duration::from_secs(1).min(limit)).await;
+                }
+                loop {
+                    let state = bmc.power_state().await?;
+                    if state == want {
+                        break;
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(BmcError::TransitionTimeout(limit));
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                if let Value::Object(m) = &mut value {
+                    m.insert("powerState".into(), json!(want));
+                }
+                text.push_str(&format!("; power is {want}"));
+            }
+            (value, text)
         }
         BmcCommand::Boot {
             target: BootTarget::Show,

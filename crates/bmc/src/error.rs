@@ -15,6 +15,9 @@ pub enum BmcError {
     /// No answer within the per-call timeout.
     #[error("no answer from the BMC within {0:?}")]
     Timeout(Duration),
+    /// The BMC accepted a power action but the system did not reach the state in time.
+    #[error("the system did not reach the requested power state within {0:?}")]
+    TransitionTimeout(Duration),
     /// Connection refused, reset, unroutable, DNS failure.
     #[error("cannot reach the BMC")]
     Unreachable(#[source] Source),
@@ -55,6 +58,7 @@ impl BmcError {
             BmcError::Unauthorized => "unauthorized",
             BmcError::Forbidden => "forbidden",
             BmcError::Timeout(_) => "timeout",
+            BmcError::TransitionTimeout(_) => "transition_timeout",
             BmcError::Unreachable(_) => "unreachable",
             BmcError::Tls(_) => "tls",
             BmcError::SessionLimit => "session_limit",

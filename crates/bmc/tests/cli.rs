@@ -77,6 +77,16 @@ async fn json_documents_and_exit_codes() {
     assert_eq!(json["result"]["sent"][0], "PowerCycle");
     assert_eq!(json["result"]["alreadyInState"], false);
 
+    let v = with(&["power", "off", "--wait", "20"]);
+    let (json, _, code) = run(&args(&v)).await;
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["result"]["powerState"], "off");
+    let v = with(&["power", "on", "--wait", "20"]);
+    let (json, _, code) = run(&args(&v)).await;
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["result"]["sent"][0], "On");
+    assert_eq!(json["result"]["powerState"], "on");
+
     let v = with(&["boot", "pxe", "--once"]);
     let (json, _, code) = run(&args(&v)).await;
     assert_eq!(code, 0, "{json}");

@@ -210,6 +210,7 @@ async fn against_sushy_emulator() {
         json: true,
         command: ingot_bmc::cli::BmcCommand::Power {
             op: ingot_bmc::cli::PowerOp::Status,
+            wait: None,
         },
     };
     let out = execute_with(args, Vec::new(), |name| {

@@ -575,17 +575,26 @@ impl RedfishClient {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(BmcError::Timeout(self.options.transition_timeout));
+                return Err(BmcError::TransitionTimeout(self.options.transition_timeout));
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
+    /// The log services of a system or manager; a resource whose logs cannot be listed
+    /// (404, unsupported) contributes none, while transport and auth errors propagate.
     async fn log_services_of(&self, resource: &str) -> Result<Vec<String>, BmcError> {
         let v = self.get(resource).await?;
-        match link(&v, "LogServices") {
-            Some(l) => self.member_links(&l).await,
-            None => Ok(Vec::new()),
+        let Some(l) = link(&v, "LogServices") else {
+            return Ok(Vec::new());
+        };
+        match self.member_links(&l).await {
+            Ok(links) => Ok(links),
+            Err(e @ (BmcError::Http { .. } | BmcError::Unsupported(_))) => {
+                tracing::debug!(bmc = %self.base, resource = %l, error = %e, "skipping log services");
+                Ok(Vec::new())
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -1031,7 +1040,15 @@ impl Bmc for RedfishClient {
             let Some(l) = link(&s, "Entries") else {
                 continue;
             };
-            for e in self.members(&l).await? {
+            let members = match self.members(&l).await {
+                Ok(m) => m,
+                Err(e @ BmcError::Http { .. }) => {
+                    tracing::debug!(bmc = %self.base, log = %service, error = %e, "skipping log");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for e in members {
                 let Some(id) = string(&e, "@odata.id") else {
                     continue;
                 };
