@@ -253,9 +253,7 @@ impl RedfishClient {
         if e.is_decode() || e.is_body() {
             return BmcError::Malformed(format!("unreadable body ({e})"));
         }
-        if e.is_connect() || e.is_request() {
-            return BmcError::Unreachable(Box::new(e));
-        }
+        // Connect failures, resets, protocol errors below HTTP.
         BmcError::Unreachable(Box::new(e))
     }
 
