@@ -424,3 +424,38 @@ async fn ipv6_loopback_with_tls() {
     c.close().await.unwrap();
     assert_eq!(b.state.snapshot().sessions, 0);
 }
+
+#[tokio::test]
+async fn event_stream_reports_power_changes() {
+    use futures::StreamExt;
+    let fleet = fleet_of(&[Vendor::Dell], false).await;
+    let b = &fleet.bmcs[0];
+    let c = client(b, options());
+    let events = c
+        .event_stream(Duration::from_secs(30))
+        .await
+        .expect("event stream");
+    let mut events = Box::pin(events);
+    c.power(PowerAction::Off).await.unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("an event within the deadline")
+        .expect("stream open")
+        .expect("event");
+    assert_eq!(
+        event["Events"][0]["OriginOfCondition"]["@odata.id"],
+        "/redfish/v1/Systems/System.Embedded.1"
+    );
+    b.state.add_log("Critical", "PSU 2 lost input");
+    let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("an event within the deadline")
+        .expect("stream open")
+        .expect("event");
+    assert_eq!(event["Events"][0]["Message"], "PSU 2 lost input");
+    assert_eq!(
+        b.state.snapshot().sessions_created,
+        1,
+        "the stream reuses the session"
+    );
+}

@@ -2,8 +2,11 @@
 //! login with `X-Auth-Token`, re-login on 401, logout on close or drop, HTTP Basic fallback;
 //! TLS verified by default; a timeout on every call.
 
+mod events;
 mod json;
 mod vendor;
+
+pub use events::DEFAULT_IDLE_TIMEOUT;
 
 pub use vendor::Vendor;
 
