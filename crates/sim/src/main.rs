@@ -1,18 +1,22 @@
 //! `ingot-sim`: emulators for development and tests.
 //!
-//! `ingot-sim metal --listen 127.0.0.1:PORT --token TOKEN --project PROJECT_ID` serves an
-//! emulated Equinix Metal API at `http://127.0.0.1:PORT/metal/v1`.
+//! - `ingot-sim metal --listen 127.0.0.1:PORT --token TOKEN --project PROJECT_ID` serves an
+//!   emulated Equinix Metal API at `http://127.0.0.1:PORT/metal/v1`.
+//! - `ingot-sim bmc --count N` runs a fleet of emulated Redfish BMCs on loopback.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Vendor};
 use ingot_metal_sim::{SimConfig, Timings};
 
 #[derive(Parser)]
 #[command(
     name = "ingot-sim",
+    version,
     about = "Emulators for ingot's development and tests"
 )]
 struct Cli {
@@ -24,6 +28,8 @@ struct Cli {
 enum Command {
     /// Emulate the Equinix Metal API.
     Metal(MetalArgs),
+    /// A fleet of emulated Redfish BMCs, one listener each on a loopback address.
+    Bmc(BmcArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -84,6 +90,43 @@ async fn metal(args: MetalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[derive(clap::Args)]
+struct BmcArgs {
+    /// Number of BMCs.
+    #[arg(long, default_value_t = 1)]
+    count: usize,
+    /// Loopback address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    listen: IpAddr,
+    /// First port (BMC i listens on base-port + i); 0 picks ephemeral ports.
+    #[arg(long, default_value_t = 0)]
+    base_port: u16,
+    /// Serve HTTPS with a fleet CA (its PEM is written to --ca-out).
+    #[arg(long)]
+    tls: bool,
+    /// Where to write the CA certificate (PEM) when --tls is set.
+    #[arg(long)]
+    ca_out: Option<std::path::PathBuf>,
+    /// Vendor profile for every BMC (dell, hpe, lenovo, supermicro); default: round robin.
+    #[arg(long)]
+    vendor: Option<Vendor>,
+    #[arg(long, default_value = "admin")]
+    user: String,
+    #[arg(long, default_value = "password")]
+    password: String,
+    #[arg(long, default_value_t = 4)]
+    max_sessions: usize,
+    /// Power transition delay in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    power_delay_ms: u64,
+    /// Latency added to every request, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// Fraction of requests that never get an answer.
+    #[arg(long, default_value_t = 0.0)]
+    timeout_ratio: f64,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -95,5 +138,66 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Metal(args) => metal(args).await,
+        Command::Bmc(args) => run_bmc(args).await,
     }
+}
+
+async fn run_bmc(a: BmcArgs) -> anyhow::Result<()> {
+    let template = BmcSpec {
+        vendor: a.vendor.unwrap_or(Vendor::Dell),
+        username: a.user,
+        password: a.password,
+        max_sessions: a.max_sessions,
+        power_delay: Duration::from_millis(a.power_delay_ms),
+        latency: Duration::from_millis(a.latency_ms),
+        timeout_ratio: a.timeout_ratio,
+        ..BmcSpec::default()
+    };
+    let specs = (0..a.count)
+        .map(|i| BmcSpec {
+            vendor: a.vendor.unwrap_or(Vendor::ALL[i % Vendor::ALL.len()]),
+            ..template.clone()
+        })
+        .collect();
+    let options = FleetOptions {
+        listen: a.listen,
+        base_port: a.base_port,
+        tls: a.tls,
+    };
+    let fleet = Fleet::start(options, specs)
+        .await
+        .context("starting the BMC fleet")?;
+    if let (Some(tls), Some(path)) = (&fleet.tls, &a.ca_out) {
+        std::fs::write(path, &tls.ca_pem).with_context(|| format!("writing {}", path.display()))?;
+    }
+    // One line per BMC on stdout (machine-readable), then wait for Ctrl-C / SIGTERM.
+    for b in &fleet.bmcs {
+        println!(
+            "{}",
+            serde_json::json!({"index": b.state.index, "url": b.url(), "vendor": b.state.profile.vendor.to_string()})
+        );
+    }
+    eprintln!(
+        "{} BMCs running; admin endpoints under /_sim/ on each. Ctrl-C to stop.",
+        fleet.bmcs.len()
+    );
+    wait_for_signal().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = ctrl_c.await;
 }

@@ -1,0 +1,483 @@
+//! A fleet of emulated BMCs speaking Redfish, in one process, for development, tests and
+//! benchmarks. It knows nothing of ingot's client: only the wire format.
+//!
+//! Each BMC gets its own listener on a loopback address (an ephemeral port on `127.0.0.1` by
+//! default), so a client follows ordinary `/redfish/v1/...` `@odata.id` links exactly as on
+//! real hardware. A BMC costs one listening socket plus its connections: 10,000 BMCs need a
+//! file-descriptor limit above 20,000 when clients keep connections alive.
+//!
+//! Per BMC: SessionService with a max-sessions limit, power with transition delays, boot
+//! override (Once is consumed by the next boot), inventory in four vendor shapes, LogServices
+//! entries, EventService with server-sent events, and faults on demand ([`Fault`]) set in
+//! process or over `PUT /_sim/fault`.
+
+mod profile;
+mod redfish;
+mod server;
+mod tls;
+
+pub use profile::{Profile, Vendor};
+pub use tls::TlsMaterial;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+/// A fault a BMC shows on demand.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Fault {
+    /// Accept requests and never answer.
+    Timeout,
+    /// Answer 401 to every request that needs authentication, and to logins.
+    Unauthorized,
+    /// Answer 503 to everything.
+    Unavailable,
+    /// Answer 200 with a body that is not JSON.
+    MalformedJson,
+    /// Present a certificate for another host name (TLS listeners only; same CA).
+    TlsError,
+    /// The session table is full: logins fail with the vendor's session-limit error.
+    SessionFull,
+    /// Answer every request after `delay_ms`.
+    Slow { delay_ms: u64 },
+}
+
+/// How to build one BMC.
+#[derive(Clone, Debug)]
+pub struct BmcSpec {
+    pub vendor: Vendor,
+    pub username: String,
+    pub password: String,
+    pub max_sessions: usize,
+    /// Delay before a power change lands (the state reads `PoweringOn`/`PoweringOff` meanwhile).
+    pub power_delay: Duration,
+    /// Added to every Redfish request.
+    pub latency: Duration,
+    /// Probability that a Redfish request never gets an answer (0.0 to 1.0).
+    pub timeout_ratio: f64,
+    /// Idle time after which a session expires.
+    pub session_timeout: Duration,
+    pub initial_power_on: bool,
+}
+
+impl Default for BmcSpec {
+    fn default() -> Self {
+        BmcSpec {
+            vendor: Vendor::Dell,
+            username: "admin".into(),
+            password: "password".into(),
+            max_sessions: 4,
+            power_delay: Duration::from_millis(200),
+            latency: Duration::ZERO,
+            timeout_ratio: 0.0,
+            session_timeout: Duration::from_secs(1800),
+            initial_power_on: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct FleetOptions {
+    /// Loopback address to listen on.
+    pub listen: IpAddr,
+    /// First port; `0` = ephemeral ports.
+    pub base_port: u16,
+    /// Serve HTTPS with a certificate from the fleet's own CA.
+    pub tls: bool,
+}
+
+impl Default for FleetOptions {
+    fn default() -> Self {
+        FleetOptions {
+            listen: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            base_port: 0,
+            tls: false,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot listen on {addr}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("only loopback addresses are served, not {0}")]
+    NotLoopback(IpAddr),
+    #[error("TLS setup failed: {0}")]
+    Tls(String),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Session {
+    pub token: String,
+    pub user: String,
+    pub last_used: Instant,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogRecord {
+    pub id: u64,
+    pub created: String,
+    pub severity: String,
+    pub message: String,
+    pub message_id: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootState {
+    pub target: String,
+    pub enabled: String,
+    pub mode: String,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub power_on: bool,
+    /// Target state and generation of a transition in progress.
+    pub pending: Option<(bool, u64)>,
+    /// The state the current transition ends in (`power_on` when none is in progress).
+    pub final_on: bool,
+    pub generation: u64,
+    pub boot: BootState,
+    pub sessions: BTreeMap<u64, Session>,
+    pub next_session: u64,
+    pub logs: Vec<LogRecord>,
+    pub etag: u64,
+    pub resets: u64,
+    pub fault: Option<Fault>,
+}
+
+/// Requests in flight, now and at peak.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    pub now: AtomicU64,
+    pub peak: AtomicU64,
+}
+
+impl InFlight {
+    pub(crate) fn enter(&self) {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(n, Ordering::SeqCst);
+    }
+    pub(crate) fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Counters seen from the BMC side.
+#[derive(Debug, Default)]
+pub struct BmcCounters {
+    /// Redfish requests being handled by this BMC (peak: the client's per-BMC concurrency).
+    pub in_flight: InFlight,
+    pub requests: AtomicU64,
+    pub sessions_created: AtomicU64,
+    pub sessions_deleted: AtomicU64,
+    pub peak_sessions: AtomicU64,
+    pub logins_refused: AtomicU64,
+}
+
+/// One emulated BMC (shared by its listener and the test that owns the fleet).
+#[derive(Debug)]
+pub struct BmcState {
+    pub index: usize,
+    pub spec: BmcSpec,
+    pub profile: Profile,
+    pub counters: BmcCounters,
+    pub(crate) inner: Mutex<Inner>,
+    pub(crate) events: broadcast::Sender<String>,
+    /// Shared by every BMC of the fleet (peak: the client's fleet-wide concurrency).
+    pub fleet_in_flight: Arc<InFlight>,
+}
+
+/// What `GET /_sim/state` reports.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    pub power_state: String,
+    pub boot: BootState,
+    pub sessions: usize,
+    pub sessions_created: u64,
+    pub sessions_deleted: u64,
+    pub peak_sessions: u64,
+    pub requests: u64,
+    pub resets: u64,
+    pub fault: Option<Fault>,
+}
+
+impl BmcState {
+    fn new(index: usize, spec: BmcSpec, fleet_in_flight: Arc<InFlight>) -> Arc<Self> {
+        let profile = Profile::of(spec.vendor);
+        let (events, _) = broadcast::channel(16);
+        let now = chrono::Utc::now();
+        let logs = vec![
+            LogRecord {
+                id: 1,
+                created: (now - chrono::Duration::hours(2))
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                severity: "OK".into(),
+                message: "The system was powered on.".into(),
+                message_id: "ResourceEvent.1.0.ResourceStatusChanged".into(),
+            },
+            LogRecord {
+                id: 2,
+                created: (now - chrono::Duration::hours(1))
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                severity: "Warning".into(),
+                message: "Fan 3 speed is below the lower warning threshold.".into(),
+                message_id: "ResourceEvent.1.0.ResourceWarningThresholdExceeded".into(),
+            },
+        ];
+        Arc::new(BmcState {
+            index,
+            inner: Mutex::new(Inner {
+                power_on: spec.initial_power_on,
+                pending: None,
+                final_on: spec.initial_power_on,
+                generation: 0,
+                boot: BootState {
+                    target: "None".into(),
+                    enabled: "Disabled".into(),
+                    mode: "UEFI".into(),
+                },
+                sessions: BTreeMap::new(),
+                next_session: 1,
+                logs,
+                etag: 1,
+                resets: 0,
+                fault: None,
+            }),
+            spec,
+            profile,
+            counters: BmcCounters::default(),
+            events,
+            fleet_in_flight,
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Sets (or clears) the fault. `Unauthorized` also ends every session, as a password
+    /// change or a BMC reset would.
+    pub fn set_fault(&self, fault: Option<Fault>) {
+        if fault == Some(Fault::Unauthorized) {
+            self.expire_sessions();
+        }
+        self.lock().fault = fault;
+    }
+
+    pub fn fault(&self) -> Option<Fault> {
+        self.lock().fault.clone()
+    }
+
+    /// Ends every session now (as a BMC reboot or idle timeout would).
+    pub fn expire_sessions(&self) {
+        let mut g = self.lock();
+        let n = g.sessions.len() as u64;
+        g.sessions.clear();
+        self.counters
+            .sessions_deleted
+            .fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Appends an event-log entry and announces it on the event stream.
+    pub fn add_log(&self, severity: &str, message: &str) -> u64 {
+        let id = {
+            let mut g = self.lock();
+            let id = g.logs.last().map(|l| l.id + 1).unwrap_or(1);
+            g.logs.push(LogRecord {
+                id,
+                created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                severity: severity.into(),
+                message: message.into(),
+                message_id: "Platform.1.0.PlatformEvent".into(),
+            });
+            id
+        };
+        self.emit(
+            "Alert",
+            "Platform.1.0.PlatformEvent",
+            message,
+            &redfish::log_entry_path(self, id),
+        );
+        id
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let g = self.lock();
+        Snapshot {
+            power_state: redfish::power_state_name(&g).into(),
+            boot: g.boot.clone(),
+            sessions: g.sessions.len(),
+            sessions_created: self.counters.sessions_created.load(Ordering::Relaxed),
+            sessions_deleted: self.counters.sessions_deleted.load(Ordering::Relaxed),
+            peak_sessions: self.counters.peak_sessions.load(Ordering::Relaxed),
+            requests: self.counters.requests.load(Ordering::Relaxed),
+            resets: g.resets,
+            fault: g.fault.clone(),
+        }
+    }
+
+    pub fn serial_number(&self) -> String {
+        format!("{}{:07}", self.profile.sku_prefix, self.index)
+    }
+
+    pub fn mac(&self, nic: u32) -> String {
+        let i = self.index as u32;
+        format!(
+            "02:00:{:02x}:{:02x}:{:02x}:{:02x}",
+            (i >> 16) & 0xff,
+            (i >> 8) & 0xff,
+            i & 0xff,
+            nic & 0xff
+        )
+    }
+
+    pub fn uuid(&self) -> String {
+        format!("4c4c4544-0000-4000-8000-{:012x}", self.index)
+    }
+
+    pub(crate) fn emit(&self, kind: &str, message_id: &str, message: &str, origin: &str) {
+        if self.events.receiver_count() == 0 {
+            return;
+        }
+        let n = self.counters.requests.load(Ordering::Relaxed);
+        let event = serde_json::json!({
+            "@odata.type": "#Event.v1_7_0.Event",
+            "Id": n.to_string(),
+            "Name": "Event",
+            "Events": [{
+                "EventType": kind,
+                "EventId": n.to_string(),
+                "EventTimestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                "MessageId": message_id,
+                "Message": message,
+                "OriginOfCondition": {"@odata.id": origin},
+            }],
+        });
+        let _ = self.events.send(event.to_string());
+    }
+}
+
+/// A running BMC: its state and where it listens.
+#[derive(Clone, Debug)]
+pub struct SimBmc {
+    pub addr: SocketAddr,
+    pub tls: bool,
+    pub state: Arc<BmcState>,
+}
+
+impl SimBmc {
+    /// `http://127.0.0.1:PORT` or `https://...`.
+    pub fn url(&self) -> String {
+        format!(
+            "{}://{}",
+            if self.tls { "https" } else { "http" },
+            self.addr
+        )
+    }
+}
+
+/// Many BMCs, each on its own listener. Dropping the fleet stops them.
+pub struct Fleet {
+    pub bmcs: Vec<SimBmc>,
+    /// Redfish requests in flight across the fleet.
+    pub in_flight: Arc<InFlight>,
+    pub tls: Option<Arc<TlsMaterial>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Fleet {
+    /// Starts `specs.len()` BMCs.
+    pub async fn start(options: FleetOptions, specs: Vec<BmcSpec>) -> Result<Fleet, SimError> {
+        if !options.listen.is_loopback() {
+            return Err(SimError::NotLoopback(options.listen));
+        }
+        let tls = if options.tls {
+            Some(Arc::new(TlsMaterial::generate()?))
+        } else {
+            None
+        };
+        let in_flight = Arc::new(InFlight::default());
+        let mut bmcs = Vec::with_capacity(specs.len());
+        let mut tasks = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.into_iter().enumerate() {
+            let port = if options.base_port == 0 {
+                0
+            } else {
+                options.base_port.saturating_add(i as u16)
+            };
+            let addr = SocketAddr::new(options.listen, port);
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| SimError::Listen { addr, source })?;
+            let addr = listener
+                .local_addr()
+                .map_err(|source| SimError::Listen { addr, source })?;
+            let state = BmcState::new(i, spec, in_flight.clone());
+            let server_tls = match &tls {
+                Some(t) => Some(t.server_config(state.clone())?),
+                None => None,
+            };
+            tasks.push(tokio::spawn(server::serve(
+                listener,
+                state.clone(),
+                server_tls,
+            )));
+            bmcs.push(SimBmc {
+                addr,
+                tls: tls.is_some(),
+                state,
+            });
+        }
+        Ok(Fleet {
+            bmcs,
+            in_flight,
+            tls,
+            tasks,
+        })
+    }
+
+    /// `count` BMCs cycling through the vendor profiles, with the given template.
+    pub async fn uniform(
+        options: FleetOptions,
+        count: usize,
+        template: BmcSpec,
+    ) -> Result<Fleet, SimError> {
+        let specs = (0..count)
+            .map(|i| BmcSpec {
+                vendor: Vendor::ALL[i % Vendor::ALL.len()],
+                ..template.clone()
+            })
+            .collect();
+        Fleet::start(options, specs).await
+    }
+
+    /// Stops every listener and open connection.
+    pub fn shutdown(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

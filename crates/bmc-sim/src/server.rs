@@ -1,0 +1,42 @@
+//! One listener per BMC: plain HTTP/1.1 or TLS, connections served by hyper.
+
+use crate::BmcState;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+pub(crate) async fn serve(
+    listener: TcpListener,
+    state: Arc<BmcState>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) {
+    let app = crate::redfish::router(state);
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    // Dropping (aborting) this task drops the set, which aborts every connection.
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let _ = stream.set_nodelay(true);
+                let service = TowerToHyperService::new(app.clone());
+                let acceptor = acceptor.clone();
+                connections.spawn(async move {
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    match acceptor {
+                        Some(a) => {
+                            let Ok(tls) = a.accept(stream).await else { return };
+                            let _ = builder.serve_connection(TokioIo::new(tls), service).await;
+                        }
+                        None => {
+                            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}

@@ -1,0 +1,442 @@
+//! `ingot bmc`: the command an operator reaches for instead of ipmitool / redfishtool.
+//!
+//! The binary embeds [`BmcArgs`] as a subcommand and calls [`run`] (or [`run_with`] to add the
+//! IPMI connector). With `--json`, stdout carries exactly one JSON document (schema in
+//! `docs/bmc.md`); without it, short human-readable text.
+
+use crate::error::BmcError;
+use crate::manager::{BmcConfig, Connector, ManagerOptions, SessionManager};
+use crate::redfish::{AuthMode, RedfishOptions};
+use crate::secret::Password;
+use crate::types::*;
+use crate::{Bmc, Endpoint};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Version of the `--json` document layout.
+pub const JSON_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Args)]
+pub struct BmcArgs {
+    /// BMC host name, address or URL (`bmc1`, `10.0.0.5`, `[fe80::1]`, `https://h:8443`, `http://h:8000`).
+    #[arg(long)]
+    pub host: String,
+    /// Port (overrides a port in --host). Redfish default 443 (80 for http://), IPMI 623.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// BMC user name.
+    #[arg(long, short = 'u')]
+    pub user: String,
+    /// Name of the environment variable that holds the password.
+    #[arg(long, value_name = "VAR")]
+    pub password_env: String,
+    /// Protocol; detected (Redfish first) when omitted.
+    #[arg(long, value_enum)]
+    pub protocol: Option<Protocol>,
+    /// Do not verify the BMC's TLS certificate.
+    #[arg(long)]
+    pub insecure: bool,
+    /// PEM file of CA certificates to trust in addition to the system roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca_bundle: Option<std::path::PathBuf>,
+    /// Redfish authentication: a session (falling back to Basic when none is offered), sessions only, or Basic.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub auth: AuthArg,
+    /// Timeout of every request, in seconds.
+    #[arg(long, default_value_t = 15)]
+    pub timeout: u64,
+    /// Print one JSON document (stable schema) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: BmcCommand,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum AuthArg {
+    Auto,
+    Session,
+    Basic,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum BmcCommand {
+    /// Power state and actions.
+    Power {
+        #[arg(value_enum)]
+        op: PowerOp,
+        /// After an action, poll until the system reports the end state (on, or off for
+        /// off/soft), for at most this many seconds.
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
+    },
+    /// Boot override: `boot show`, `boot pxe --once`, `boot disk --persistent`.
+    Boot {
+        #[arg(value_enum)]
+        target: BootTarget,
+        /// Next boot only (the default).
+        #[arg(long, conflicts_with = "persistent")]
+        once: bool,
+        /// Every boot.
+        #[arg(long)]
+        persistent: bool,
+        /// Force a boot mode; by default the current mode is kept.
+        #[arg(long, value_enum)]
+        mode: Option<BootMode>,
+    },
+    /// Hardware inventory.
+    Inventory,
+    /// Event log entries (Redfish LogServices / IPMI SEL).
+    Sel,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PowerOp {
+    Status,
+    On,
+    Off,
+    Soft,
+    Reset,
+    Cycle,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BootTarget {
+    Show,
+    None,
+    Pxe,
+    Disk,
+    Cdrom,
+    Bios,
+    Usb,
+}
+
+impl BmcCommand {
+    fn name(&self) -> String {
+        match self {
+            BmcCommand::Power { op, .. } => format!("power {}", value_name(op)),
+            BmcCommand::Boot { target, .. } => format!("boot {}", value_name(target)),
+            BmcCommand::Inventory => "inventory".into(),
+            BmcCommand::Sel => "sel".into(),
+        }
+    }
+}
+
+fn value_name<T: ValueEnum>(v: &T) -> String {
+    v.to_possible_value()
+        .map(|p| p.get_name().to_owned())
+        .unwrap_or_default()
+}
+
+/// What a command produced: the JSON document, the text form, and the exit code.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub json: Value,
+    pub text: String,
+    pub code: u8,
+}
+
+/// Exit codes: 0 success, 1 the BMC call failed, 2 bad arguments or configuration.
+pub const EXIT_BMC_ERROR: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
+
+/// Runs the command and prints the result; Redfish only (use [`run_with`] to add IPMI).
+pub async fn run(args: BmcArgs) -> anyhow::Result<ExitCode> {
+    run_with(args, Vec::new()).await
+}
+
+/// Runs the command with extra protocol connectors (IPMI) and prints the result.
+pub async fn run_with(
+    args: BmcArgs,
+    connectors: Vec<Arc<dyn Connector>>,
+) -> anyhow::Result<ExitCode> {
+    let json = args.json;
+    let out = execute(args, connectors).await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&out.json)?);
+    } else if out.code == 0 {
+        println!("{}", out.text);
+    } else {
+        eprintln!("error: {}", out.text);
+    }
+    Ok(ExitCode::from(out.code))
+}
+
+/// Runs the command and returns its output without printing.
+pub async fn execute(args: BmcArgs, connectors: Vec<Arc<dyn Connector>>) -> Outcome {
+    execute_with(args, connectors, |name| std::env::var(name).ok()).await
+}
+
+/// As [`execute`], reading `--password-env` through `env` (tests, embedding).
+pub async fn execute_with(
+    args: BmcArgs,
+    connectors: Vec<Arc<dyn Connector>>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Outcome {
+    let command = args.command.name();
+    let host = args.host.clone();
+    let fail = |code: u8, kind: &str, message: String| Outcome {
+        json: json!({
+            "schemaVersion": JSON_SCHEMA_VERSION,
+            "host": host,
+            "command": command,
+            "ok": false,
+            "error": {"kind": kind, "message": message},
+        }),
+        text: message,
+        code,
+    };
+    let endpoint = match Endpoint::parse(&args.host, args.port) {
+        Ok(e) => e,
+        Err(e) => return fail(EXIT_USAGE, "usage", e.to_string()),
+    };
+    let password = match env(&args.password_env) {
+        Some(p) => Password::new(p),
+        None => {
+            return fail(
+                EXIT_USAGE,
+                "usage",
+                format!("environment variable {} is not set", args.password_env),
+            );
+        }
+    };
+    let ca_bundle_pem = match &args.ca_bundle {
+        Some(path) => match std::fs::read(path) {
+            Ok(b) => Some(Arc::new(b)),
+            Err(e) => {
+                return fail(
+                    EXIT_USAGE,
+                    "usage",
+                    format!("cannot read CA bundle {}: {e}", path.display()),
+                );
+            }
+        },
+        None => None,
+    };
+    let options = ManagerOptions {
+        per_bmc_limit: 1,
+        fleet_limit: 1,
+        redfish: RedfishOptions {
+            timeout: Duration::from_secs(args.timeout.max(1)),
+            auth: match args.auth {
+                AuthArg::Auto => AuthMode::Auto,
+                AuthArg::Session => AuthMode::Session,
+                AuthArg::Basic => AuthMode::Basic,
+            },
+            ..RedfishOptions::default()
+        },
+    };
+    let manager = SessionManager::with_connectors(options, connectors);
+    let bmc = manager.bmc(BmcConfig {
+        endpoint: endpoint.clone(),
+        username: args.user.clone(),
+        password,
+        protocol: args.protocol,
+        insecure_tls: args.insecure,
+        ca_bundle_pem,
+    });
+    let result = dispatch(&bmc, &args.command).await;
+    let protocol = bmc.protocol_detected();
+    manager.shutdown().await;
+    match result {
+        Ok((value, text)) => Outcome {
+            json: json!({
+                "schemaVersion": JSON_SCHEMA_VERSION,
+                "host": endpoint.to_string(),
+                "protocol": protocol,
+                "command": command,
+                "ok": true,
+                "result": value,
+            }),
+            text,
+            code: 0,
+        },
+        Err(e) => {
+            let mut message = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                message.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            fail(EXIT_BMC_ERROR, e.kind(), message)
+        }
+    }
+}
+
+async fn dispatch(bmc: &dyn Bmc, command: &BmcCommand) -> Result<(Value, String), BmcError> {
+    Ok(match command {
+        BmcCommand::Power {
+            op: PowerOp::Status,
+            ..
+        } => {
+            let s = bmc.power_state().await?;
+            (json!({"powerState": s}), format!("Power is {s}"))
+        }
+        BmcCommand::Power { op, wait } => {
+            let action = match op {
+                PowerOp::Off => PowerAction::Off,
+                PowerOp::Soft => PowerAction::Soft,
+                PowerOp::Reset => PowerAction::Reset,
+                PowerOp::Cycle => PowerAction::Cycle,
+                // `Status` was matched above.
+                PowerOp::On | PowerOp::Status => PowerAction::On,
+            };
+            let o = bmc.power(action).await?;
+            let mut text = if o.already_in_state {
+                format!("power {action}: already in that state, nothing sent")
+            } else {
+                format!("power {action}: sent {}", o.sent.join(", then "))
+            };
+            let mut value = to_json(&o);
+            if let Some(secs) = wait {
+                let want = match action {
+                    PowerAction::Off | PowerAction::Soft => PowerState::Off,
+                    _ => PowerState::On,
+                };
+                let limit = Duration::from_secs(*secs);
+                let deadline = tokio::time::Instant::now() + limit;
+                // A restart may still read On before it goes down: give it a moment first.
+                if matches!(action, PowerAction::Reset | PowerAction::Cycle) && !o.already_in_state
+                {
+                    tokio::time::sleep(Duration::from_secs(1).min(limit)).await;
+                }
+                loop {
+                    let state = bmc.power_state().await?;
+                    if state == want {
+                        break;
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(BmcError::TransitionTimeout(limit));
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                if let Value::Object(m) = &mut value {
+                    m.insert("powerState".into(), json!(want));
+                }
+                text.push_str(&format!("; power is {want}"));
+            }
+            (value, text)
+        }
+        BmcCommand::Boot {
+            target: BootTarget::Show,
+            ..
+        } => {
+            let b = bmc.boot_override().await?;
+            let text = boot_text(&b);
+            (to_json(&b), text)
+        }
+        BmcCommand::Boot {
+            target,
+            persistent,
+            mode,
+            ..
+        } => {
+            let device = match target {
+                BootTarget::None | BootTarget::Show => BootDevice::None,
+                BootTarget::Pxe => BootDevice::Pxe,
+                BootTarget::Disk => BootDevice::Disk,
+                BootTarget::Cdrom => BootDevice::Cdrom,
+                BootTarget::Bios => BootDevice::Bios,
+                BootTarget::Usb => BootDevice::Usb,
+            };
+            let b = bmc
+                .set_boot_override(BootRequest {
+                    device,
+                    persistent: *persistent,
+                    mode: *mode,
+                })
+                .await?;
+            let text = boot_text(&b);
+            (to_json(&b), text)
+        }
+        BmcCommand::Inventory => {
+            let inv = bmc.inventory().await?;
+            let text = inventory_text(&inv);
+            (to_json(&inv), text)
+        }
+        BmcCommand::Sel => {
+            let entries = bmc.event_log().await?;
+            let mut text = String::new();
+            for e in &entries {
+                text.push_str(&format!(
+                    "{} | {} | {} | {}\n",
+                    e.created.as_deref().unwrap_or("-"),
+                    e.severity.as_deref().unwrap_or("-"),
+                    e.message,
+                    e.id
+                ));
+            }
+            if entries.is_empty() {
+                text.push_str("no entries");
+            }
+            (json!({"entries": entries}), text.trim_end().to_owned())
+        }
+    })
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+fn boot_text(b: &BootOverride) -> String {
+    let mode = match b.mode {
+        Some(BootMode::Uefi) => "UEFI",
+        Some(BootMode::Legacy) => "Legacy",
+        None => "unknown",
+    };
+    if !b.enabled {
+        return format!("boot override: none (mode {mode})");
+    }
+    format!(
+        "boot override: {} {} (mode {mode})",
+        b.raw_target.as_deref().unwrap_or("?"),
+        if b.persistent { "persistent" } else { "once" }
+    )
+}
+
+fn inventory_text(i: &Inventory) -> String {
+    let o = |s: &Option<String>| s.clone().unwrap_or_else(|| "-".into());
+    let mut t = format!(
+        "Manufacturer: {}\nModel:        {}\nSerial:       {}\nSKU:          {}\nBIOS:         {}\nBMC firmware: {}\nVendor:       {}\nPower:        {}\nHealth:       {}\n",
+        o(&i.manufacturer),
+        o(&i.model),
+        o(&i.serial_number),
+        o(&i.sku),
+        o(&i.bios_version),
+        o(&i.bmc_firmware_version),
+        i.vendor,
+        i.power_state,
+        i.health
+            .system
+            .map(|h| format!("{h:?}").to_lowercase())
+            .unwrap_or_else(|| "-".into()),
+    );
+    for c in &i.cpus {
+        t.push_str(&format!(
+            "CPU {}: {} ({} cores)\n",
+            c.id,
+            o(&c.model),
+            c.cores.map(|c| c.to_string()).unwrap_or_else(|| "?".into())
+        ));
+    }
+    if let Some(g) = i.total_memory_gib {
+        t.push_str(&format!("Memory: {g} GiB in {} modules\n", i.memory.len()));
+    }
+    for n in &i.nics {
+        t.push_str(&format!("NIC {}: {}\n", n.id, o(&n.mac_address)));
+    }
+    for d in &i.disks {
+        t.push_str(&format!(
+            "Disk {}: {} {}\n",
+            d.id,
+            o(&d.model),
+            d.capacity_bytes
+                .map(|b| format!("{} GB", b / 1_000_000_000))
+                .unwrap_or_default()
+        ));
+    }
+    t.trim_end().to_owned()
+}

@@ -1,0 +1,83 @@
+//! Typed BMC errors. Messages never contain credentials; inner errors are kept as `source`.
+
+use std::time::Duration;
+
+type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BmcError {
+    /// The BMC rejected the credentials (HTTP 401 after a fresh login, IPMI RAKP failure).
+    #[error("the BMC rejected the credentials")]
+    Unauthorized,
+    /// Authenticated, but the account may not do this (HTTP 403).
+    #[error("the BMC refused the operation for this account")]
+    Forbidden,
+    /// No answer within the per-call timeout.
+    #[error("no answer from the BMC within {0:?}")]
+    Timeout(Duration),
+    /// The BMC accepted a power action but the system did not reach the state in time.
+    #[error("the system did not reach the requested power state within {0:?}")]
+    TransitionTimeout(Duration),
+    /// Connection refused, reset, unroutable, DNS failure.
+    #[error("cannot reach the BMC")]
+    Unreachable(#[source] Source),
+    /// The TLS handshake failed: untrusted or mismatched certificate, protocol error.
+    #[error(
+        "TLS handshake with the BMC failed (use a CA bundle, or --insecure to skip verification)"
+    )]
+    Tls(#[source] Source),
+    /// The BMC's session table is full (Redfish `SessionLimitExceeded`, Dell `RAC0218`).
+    #[error("the BMC has no free session (session table full)")]
+    SessionLimit,
+    /// The BMC is busy or starting (HTTP 503 without a session-limit message, 429).
+    #[error("the BMC is temporarily unavailable (HTTP {status})")]
+    Unavailable { status: u16 },
+    /// The BMC answered something that is not the protocol: bad JSON, missing required fields.
+    #[error("malformed answer from the BMC: {0}")]
+    Malformed(String),
+    /// The BMC answered with an error status.
+    #[error("the BMC answered HTTP {status} to {method} {path}{}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Http {
+        status: u16,
+        method: String,
+        path: String,
+        message: Option<String>,
+    },
+    /// The BMC does not offer this (no such resource, action or allowed value).
+    #[error("not supported by this BMC: {0}")]
+    Unsupported(String),
+    /// The client was misconfigured (bad endpoint, unreadable CA bundle...).
+    #[error("invalid BMC client configuration: {0}")]
+    Config(String),
+}
+
+impl BmcError {
+    /// A short, low-cardinality label (metrics, `--json` error kind).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BmcError::Unauthorized => "unauthorized",
+            BmcError::Forbidden => "forbidden",
+            BmcError::Timeout(_) => "timeout",
+            BmcError::TransitionTimeout(_) => "transition_timeout",
+            BmcError::Unreachable(_) => "unreachable",
+            BmcError::Tls(_) => "tls",
+            BmcError::SessionLimit => "session_limit",
+            BmcError::Unavailable { .. } => "unavailable",
+            BmcError::Malformed(_) => "malformed",
+            BmcError::Http { .. } => "http",
+            BmcError::Unsupported(_) => "unsupported",
+            BmcError::Config(_) => "config",
+        }
+    }
+
+    /// Whether retrying later may help (the operation itself is fine).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            BmcError::Timeout(_)
+                | BmcError::Unreachable(_)
+                | BmcError::SessionLimit
+                | BmcError::Unavailable { .. }
+        )
+    }
+}

@@ -1,0 +1,55 @@
+//! BMC access for ingot: one protocol-neutral [`Bmc`] trait, a Redfish client that implements
+//! it, a [`manager::SessionManager`] that bounds concurrency and reuses one session per BMC, and
+//! the `ingot bmc` command ([`cli`]).
+//!
+//! The IPMI (RMCP+) client lives in its own crate and plugs into the manager through
+//! [`manager::Connector`].
+
+pub mod cli;
+pub mod endpoint;
+pub mod error;
+pub mod manager;
+pub mod redfish;
+pub mod secret;
+pub mod types;
+
+pub use endpoint::{Endpoint, Scheme};
+pub use error::BmcError;
+pub use secret::Password;
+pub use types::*;
+
+use async_trait::async_trait;
+
+/// What ingot needs from a baseboard management controller, whatever the protocol.
+///
+/// Every method is bounded by the client's per-call timeout. Implementations reuse one
+/// authenticated session across calls and re-authenticate transparently when it expires.
+#[async_trait]
+pub trait Bmc: Send + Sync {
+    /// The protocol this client speaks.
+    fn protocol(&self) -> Protocol;
+
+    /// The current power state of the (first) computer system.
+    async fn power_state(&self) -> Result<PowerState, BmcError>;
+
+    /// Requests a power action; returns once the BMC accepted it (transitions may still be in
+    /// progress: poll [`Bmc::power_state`]). Actions that are already satisfied (`on` while on,
+    /// `off`/`soft` while off) are not sent and report [`PowerOutcome::AlreadyInState`].
+    async fn power(&self, action: PowerAction) -> Result<PowerOutcome, BmcError>;
+
+    /// The current boot source override, including the detected boot mode.
+    async fn boot_override(&self) -> Result<BootOverride, BmcError>;
+
+    /// Sets the boot source override. With `mode: None` the BMC's current boot mode (UEFI or
+    /// Legacy) is kept: it is never flipped by accident.
+    async fn set_boot_override(&self, request: BootRequest) -> Result<BootOverride, BmcError>;
+
+    /// Hardware inventory: identity, firmware, CPUs, memory, NICs, disks and health roll-ups.
+    async fn inventory(&self) -> Result<Inventory, BmcError>;
+
+    /// Event log entries (Redfish LogServices, IPMI SEL) with stable ids, oldest first.
+    async fn event_log(&self) -> Result<Vec<LogEntry>, BmcError>;
+
+    /// Closes the session (Redfish logout). Further calls open a new one.
+    async fn close(&self) -> Result<(), BmcError>;
+}

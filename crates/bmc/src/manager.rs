@@ -1,0 +1,371 @@
+//! The session manager: one client (and so one session) per BMC reused across calls, at most
+//! `per_bmc_limit` requests in flight per BMC (default 1), at most `fleet_limit` across the
+//! fleet, the working protocol detected once and remembered, every session closed on shutdown.
+
+use crate::error::BmcError;
+use crate::redfish::{RedfishClient, RedfishOptions, RedfishStats, TlsOptions, http_client};
+use crate::secret::Password;
+use crate::types::*;
+use crate::{Bmc, Endpoint};
+use async_trait::async_trait;
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Semaphore;
+
+/// How to reach one BMC.
+#[derive(Clone, Debug)]
+pub struct BmcConfig {
+    pub endpoint: Endpoint,
+    pub username: String,
+    pub password: Password,
+    /// `None`: detect (Redfish first, then the other registered connectors).
+    pub protocol: Option<Protocol>,
+    /// Skip TLS verification (rufio `insecureTLS`).
+    pub insecure_tls: bool,
+    /// Extra trusted roots (PEM).
+    pub ca_bundle_pem: Option<Arc<Vec<u8>>>,
+}
+
+impl BmcConfig {
+    fn key(&self) -> String {
+        format!("{}|{}", self.endpoint, self.username)
+    }
+}
+
+/// A way to reach a BMC with one protocol. The IPMI crate provides one for RMCP+.
+#[async_trait]
+pub trait Connector: Send + Sync {
+    fn protocol(&self) -> Protocol;
+    /// Builds a client and checks that the protocol answers at this endpoint (without
+    /// changing anything on the BMC).
+    async fn connect(&self, config: &BmcConfig) -> Result<Arc<dyn Bmc>, BmcError>;
+}
+
+#[derive(Clone, Debug)]
+pub struct ManagerOptions {
+    /// Requests in flight per BMC. Most BMCs serialise anyway; 1 is the safe default.
+    pub per_bmc_limit: usize,
+    /// Requests in flight across the fleet.
+    pub fleet_limit: usize,
+    /// Redfish client settings (timeout, auth mode); TLS comes from each [`BmcConfig`].
+    pub redfish: RedfishOptions,
+}
+
+impl Default for ManagerOptions {
+    fn default() -> Self {
+        ManagerOptions {
+            per_bmc_limit: 1,
+            fleet_limit: 64,
+            redfish: RedfishOptions::default(),
+        }
+    }
+}
+
+/// HTTP clients by TLS setting (insecure, CA bundle).
+type Pools = Mutex<HashMap<(bool, Option<Arc<Vec<u8>>>), reqwest::Client>>;
+
+/// The built-in Redfish connector; HTTP clients (connection pools) are shared per TLS setting.
+pub struct RedfishConnector {
+    options: RedfishOptions,
+    stats: Arc<RedfishStats>,
+    pools: Pools,
+}
+
+impl RedfishConnector {
+    pub fn new(options: RedfishOptions) -> Self {
+        RedfishConnector {
+            options,
+            stats: Arc::default(),
+            pools: Mutex::default(),
+        }
+    }
+
+    pub fn stats(&self) -> &Arc<RedfishStats> {
+        &self.stats
+    }
+
+    fn client_for(&self, config: &BmcConfig) -> Result<RedfishClient, BmcError> {
+        let mut options = self.options.clone();
+        options.tls = TlsOptions {
+            insecure: config.insecure_tls,
+            ca_bundle_pem: config.ca_bundle_pem.as_deref().cloned(),
+        };
+        let key = (config.insecure_tls, config.ca_bundle_pem.clone());
+        let http = {
+            let mut pools = self
+                .pools
+                .lock()
+                .map_err(|_| BmcError::Config("connection pool lock poisoned".into()))?;
+            match pools.get(&key) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = http_client(&options)?;
+                    pools.insert(key, c.clone());
+                    c
+                }
+            }
+        };
+        Ok(RedfishClient::with_http(
+            http,
+            &config.endpoint,
+            config.username.clone(),
+            config.password.clone(),
+            options,
+            self.stats.clone(),
+        ))
+    }
+}
+
+#[async_trait]
+impl Connector for RedfishConnector {
+    fn protocol(&self) -> Protocol {
+        Protocol::Redfish
+    }
+
+    async fn connect(&self, config: &BmcConfig) -> Result<Arc<dyn Bmc>, BmcError> {
+        let client = self.client_for(config)?;
+        client.probe().await?;
+        Ok(Arc::new(client))
+    }
+}
+
+struct Entry {
+    config: BmcConfig,
+    permits: Semaphore,
+    client: tokio::sync::Mutex<Option<Arc<dyn Bmc>>>,
+    protocol: Mutex<Option<Protocol>>,
+}
+
+/// Owns the clients of a fleet of BMCs.
+pub struct SessionManager {
+    options: ManagerOptions,
+    fleet: Semaphore,
+    redfish: Arc<RedfishConnector>,
+    connectors: Vec<Arc<dyn Connector>>,
+    entries: Mutex<HashMap<String, Arc<Entry>>>,
+    closed: AtomicBool,
+}
+
+impl SessionManager {
+    pub fn new(options: ManagerOptions) -> Arc<Self> {
+        Self::with_connectors(options, Vec::new())
+    }
+
+    /// `extra` connectors (IPMI) are tried after Redfish when the protocol is not given.
+    pub fn with_connectors(options: ManagerOptions, extra: Vec<Arc<dyn Connector>>) -> Arc<Self> {
+        let redfish = Arc::new(RedfishConnector::new(options.redfish.clone()));
+        let mut connectors: Vec<Arc<dyn Connector>> = vec![redfish.clone()];
+        connectors.extend(extra);
+        Arc::new(SessionManager {
+            fleet: Semaphore::new(options.fleet_limit.max(1)),
+            options,
+            redfish,
+            connectors,
+            entries: Mutex::default(),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Redfish counters over the fleet (sessions opened/closed, re-logins, requests).
+    pub fn redfish_stats(&self) -> &Arc<RedfishStats> {
+        self.redfish.stats()
+    }
+
+    /// A handle to one BMC. Handles for the same endpoint and user share the client, the
+    /// session and the per-BMC limit; a changed password replaces the client.
+    pub fn bmc(self: &Arc<Self>, config: BmcConfig) -> ManagedBmc {
+        let key = config.key();
+        let mut replaced = None;
+        let entry = {
+            let mut entries = match self.entries.lock() {
+                Ok(e) => e,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let fresh = |config: BmcConfig| {
+                Arc::new(Entry {
+                    permits: Semaphore::new(self.options.per_bmc_limit.max(1)),
+                    client: tokio::sync::Mutex::new(None),
+                    protocol: Mutex::new(config.protocol),
+                    config,
+                })
+            };
+            match entries.get(&key) {
+                Some(e)
+                    if e.config.password == config.password
+                        && e.config.insecure_tls == config.insecure_tls
+                        && e.config.ca_bundle_pem == config.ca_bundle_pem
+                        && (config.protocol.is_none()
+                            || e.config.protocol.is_none()
+                            || e.config.protocol == config.protocol) =>
+                {
+                    e.clone()
+                }
+                _ => {
+                    let e = fresh(config);
+                    replaced = entries.insert(key, e.clone());
+                    e
+                }
+            }
+        };
+        if let Some(old) = replaced {
+            tokio::spawn(async move {
+                if let Some(c) = old.client.lock().await.take() {
+                    let _ = c.close().await;
+                }
+            });
+        }
+        ManagedBmc {
+            manager: self.clone(),
+            entry,
+        }
+    }
+
+    /// The protocol detected for this BMC, once a call went through.
+    pub fn detected_protocol(&self, config: &BmcConfig) -> Option<Protocol> {
+        let entries = self.entries.lock().ok()?;
+        let e = entries.get(&config.key())?;
+        *e.protocol.lock().ok()?
+    }
+
+    /// Closes every session (Redfish logout), at most `fleet_limit` at a time. Returns the
+    /// number of clients closed. Later calls through existing handles fail.
+    pub async fn shutdown(&self) -> usize {
+        self.closed.store(true, Ordering::SeqCst);
+        let entries: Vec<Arc<Entry>> = match self.entries.lock() {
+            Ok(mut e) => e.drain().map(|(_, v)| v).collect(),
+            Err(poisoned) => poisoned.into_inner().drain().map(|(_, v)| v).collect(),
+        };
+        futures::stream::iter(entries)
+            .map(|e| async move {
+                let client = e.client.lock().await.take();
+                match client {
+                    Some(c) => {
+                        if let Err(err) = c.close().await {
+                            tracing::debug!(bmc = %e.config.endpoint, error = %err, "logout failed");
+                        }
+                        1
+                    }
+                    None => 0,
+                }
+            })
+            .buffer_unordered(self.options.fleet_limit.max(1))
+            .fold(0, |acc, n| async move { acc + n })
+            .await
+    }
+
+    async fn client(&self, entry: &Entry) -> Result<Arc<dyn Bmc>, BmcError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(BmcError::Config("the session manager is shut down".into()));
+        }
+        let mut slot = entry.client.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let known = entry.protocol.lock().ok().and_then(|p| *p);
+        let candidates: Vec<&Arc<dyn Connector>> = match known {
+            Some(p) => self
+                .connectors
+                .iter()
+                .filter(|c| c.protocol() == p)
+                .collect(),
+            None => self.connectors.iter().collect(),
+        };
+        if candidates.is_empty() {
+            return Err(BmcError::Unsupported(format!(
+                "no {} client is available",
+                known.map(|p| p.to_string()).unwrap_or_default()
+            )));
+        }
+        let mut first_error = None;
+        for c in candidates {
+            match c.connect(&entry.config).await {
+                Ok(client) => {
+                    if let Ok(mut p) = entry.protocol.lock() {
+                        if p.is_none() {
+                            tracing::info!(bmc = %entry.config.endpoint, protocol = %c.protocol(), "BMC protocol detected");
+                        }
+                        *p = Some(c.protocol());
+                    }
+                    *slot = Some(client.clone());
+                    return Ok(client);
+                }
+                Err(e) => {
+                    tracing::debug!(bmc = %entry.config.endpoint, protocol = %c.protocol(), error = %e, "protocol probe failed");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        Err(first_error.unwrap_or_else(|| BmcError::Unsupported("no protocol".into())))
+    }
+}
+
+/// A BMC reached through the [`SessionManager`]: every call takes a per-BMC permit, then a
+/// fleet permit, and uses the shared client.
+#[derive(Clone)]
+pub struct ManagedBmc {
+    manager: Arc<SessionManager>,
+    entry: Arc<Entry>,
+}
+
+impl ManagedBmc {
+    async fn with<T, F, Fut>(&self, f: F) -> Result<T, BmcError>
+    where
+        F: FnOnce(Arc<dyn Bmc>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, BmcError>>,
+    {
+        let _bmc = self
+            .entry
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| BmcError::Config("BMC closed".into()))?;
+        let _fleet = self
+            .manager
+            .fleet
+            .acquire()
+            .await
+            .map_err(|_| BmcError::Config("fleet limit closed".into()))?;
+        let client = self.manager.client(&self.entry).await?;
+        f(client).await
+    }
+
+    /// The protocol in use (after the first call).
+    pub fn protocol_detected(&self) -> Option<Protocol> {
+        self.entry.protocol.lock().ok().and_then(|p| *p)
+    }
+}
+
+#[async_trait]
+impl Bmc for ManagedBmc {
+    fn protocol(&self) -> Protocol {
+        self.protocol_detected().unwrap_or(Protocol::Redfish)
+    }
+    async fn power_state(&self) -> Result<PowerState, BmcError> {
+        self.with(|c| async move { c.power_state().await }).await
+    }
+    async fn power(&self, action: PowerAction) -> Result<PowerOutcome, BmcError> {
+        self.with(|c| async move { c.power(action).await }).await
+    }
+    async fn boot_override(&self) -> Result<BootOverride, BmcError> {
+        self.with(|c| async move { c.boot_override().await }).await
+    }
+    async fn set_boot_override(&self, request: BootRequest) -> Result<BootOverride, BmcError> {
+        self.with(|c| async move { c.set_boot_override(request).await })
+            .await
+    }
+    async fn inventory(&self) -> Result<Inventory, BmcError> {
+        self.with(|c| async move { c.inventory().await }).await
+    }
+    async fn event_log(&self) -> Result<Vec<LogEntry>, BmcError> {
+        self.with(|c| async move { c.event_log().await }).await
+    }
+    async fn close(&self) -> Result<(), BmcError> {
+        let client = self.entry.client.lock().await.take();
+        match client {
+            Some(c) => c.close().await,
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Redfish EventService server-sent events: a stream of `Event` documents.
+
+use super::{Auth, RedfishClient, check_status, json::link, json::string};
+use crate::error::BmcError;
+use futures::{Stream, StreamExt};
+use reqwest::Method;
+use serde_json::Value;
+use std::time::Duration;
+
+/// How long the stream may stay silent (BMCs send keep-alive comments far more often).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One SSE message's `data`, parsed as JSON.
+fn parse_message(block: &str) -> Option<Result<Value, BmcError>> {
+    let data: Vec<&str> = block
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .collect();
+    if data.is_empty() {
+        return None; // a comment / keep-alive
+    }
+    Some(
+        serde_json::from_str(&data.join("\n"))
+            .map_err(|e| BmcError::Malformed(format!("event is not JSON ({e})"))),
+    )
+}
+
+impl RedfishClient {
+    /// Opens the EventService's server-sent event stream (`ServerSentEventUri`). The stream
+    /// holds its own connection and no session-manager permit; it ends with an error when the
+    /// BMC is silent for `idle_timeout` or the connection drops.
+    pub async fn event_stream(
+        &self,
+        idle_timeout: Duration,
+    ) -> Result<impl Stream<Item = Result<Value, BmcError>> + Send + 'static, BmcError> {
+        let root = self.root().await?;
+        let service = link(&root, "EventService")
+            .ok_or_else(|| BmcError::Unsupported("EventService".into()))?;
+        let service = self.get(&service).await?;
+        let uri = string(&service, "ServerSentEventUri")
+            .ok_or_else(|| BmcError::Unsupported("server-sent events".into()))?;
+        let mut auth = self.current_auth().await?;
+        let mut resp = self.open_stream(&uri, &auth).await?;
+        if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
+            auth = self.relogin(&auth).await?;
+            resp = self.open_stream(&uri, &auth).await?;
+        }
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let headers = resp.headers().clone();
+            let body = resp.bytes().await.map(|b| b.to_vec()).unwrap_or_default();
+            check_status(
+                &super::Response {
+                    status,
+                    headers,
+                    body,
+                },
+                "GET",
+                &uri,
+            )?;
+            return Err(BmcError::Malformed(format!("{uri} answered HTTP {status}")));
+        }
+        let timeout = self.options.timeout;
+        let bytes = resp.bytes_stream();
+        let state = (bytes, String::new(), false);
+        Ok(futures::stream::unfold(
+            state,
+            move |(mut bytes, mut buf, done)| async move {
+                if done {
+                    return None;
+                }
+                loop {
+                    let normalized = buf.replace("\r\n", "\n");
+                    if let Some(end) = normalized.find("\n\n") {
+                        let block = normalized[..end].to_owned();
+                        buf = normalized[end + 2..].to_owned();
+                        match parse_message(&block) {
+                            Some(item) => return Some((item, (bytes, buf, false))),
+                            None => continue,
+                        }
+                    }
+                    match tokio::time::timeout(idle_timeout, bytes.next()).await {
+                        Err(_) => {
+                            return Some((
+                                Err(BmcError::Timeout(idle_timeout)),
+                                (bytes, buf, true),
+                            ));
+                        }
+                        Ok(None) => {
+                            let e = BmcError::Unreachable("the event stream ended".into());
+                            return Some((Err(e), (bytes, buf, true)));
+                        }
+                        Ok(Some(Err(e))) => {
+                            let e = if e.is_timeout() {
+                                BmcError::Timeout(timeout)
+                            } else {
+                                BmcError::Unreachable(Box::new(e))
+                            };
+                            return Some((Err(e), (bytes, buf, true)));
+                        }
+                        Ok(Some(Ok(chunk))) => buf.push_str(&String::from_utf8_lossy(&chunk)),
+                    }
+                }
+            },
+        ))
+    }
+
+    async fn open_stream(&self, uri: &str, auth: &Auth) -> Result<reqwest::Response, BmcError> {
+        let mut req = self
+            .http
+            .request(Method::GET, self.url(uri))
+            .header("Accept", "text/event-stream")
+            // The stream is long-lived: no overall deadline, only the idle timeout above.
+            .timeout(Duration::from_secs(365 * 24 * 3600));
+        match auth {
+            Auth::Session { token, .. } => req = req.header("X-Auth-Token", token),
+            Auth::Basic => req = req.basic_auth(&self.user, Some(self.password.expose())),
+            Auth::None => {}
+        }
+        let send = req.send();
+        match tokio::time::timeout(self.options.timeout, send).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(self.map_send_error(e)),
+            Err(_) => Err(BmcError::Timeout(self.options.timeout)),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_blocks() {
+        assert!(parse_message(": keep-alive").is_none());
+        let v = parse_message("id: 1\ndata: {\"a\":\ndata: 1}")
+            .unwrap()
+            .unwrap();
+        assert_eq!(v["a"], 1);
+        assert!(matches!(
+            parse_message("data: nope"),
+            Some(Err(BmcError::Malformed(_)))
+        ));
+    }
+}

@@ -1,0 +1,1121 @@
+//! Redfish client: starts at the service root and follows `@odata.id` links; SessionService
+//! login with `X-Auth-Token`, re-login on 401, logout on close or drop, HTTP Basic fallback;
+//! TLS verified by default; a timeout on every call.
+
+mod events;
+mod json;
+mod vendor;
+
+pub use events::DEFAULT_IDLE_TIMEOUT;
+
+pub use vendor::Vendor;
+
+use crate::error::BmcError;
+use crate::secret::Password;
+use crate::types::*;
+use crate::{Bmc, Endpoint};
+use async_trait::async_trait;
+use json::{health, link, list, string, uint};
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+/// How the client authenticates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// A Redfish session when the service offers one, else HTTP Basic.
+    #[default]
+    Auto,
+    /// Sessions only.
+    Session,
+    /// HTTP Basic on every request, no session.
+    Basic,
+}
+
+/// TLS settings. Certificates are verified against the system roots by default.
+#[derive(Clone, Debug, Default)]
+pub struct TlsOptions {
+    /// Skip certificate verification (rufio's `insecureTLS: true`). Opt-in only.
+    pub insecure: bool,
+    /// Extra trusted roots, PEM (one or more certificates).
+    pub ca_bundle_pem: Option<Vec<u8>>,
+}
+
+/// Client settings.
+#[derive(Clone, Debug)]
+pub struct RedfishOptions {
+    /// Bound on every HTTP request (connect + answer).
+    pub timeout: Duration,
+    pub tls: TlsOptions,
+    pub auth: AuthMode,
+    /// How long `cycle` waits for the system to report `Off` when it has to emulate
+    /// `PowerCycle` with `ForceOff` + `On`.
+    pub transition_timeout: Duration,
+    /// Idle connections kept per BMC. Sessions do not depend on connections: at fleet scale
+    /// (thousands of BMCs, limited file descriptors) 0 reconnects per request and keeps only
+    /// the in-flight connections open.
+    pub idle_connections_per_bmc: usize,
+}
+
+impl Default for RedfishOptions {
+    fn default() -> Self {
+        RedfishOptions {
+            timeout: Duration::from_secs(15),
+            tls: TlsOptions::default(),
+            auth: AuthMode::Auto,
+            transition_timeout: Duration::from_secs(60),
+            idle_connections_per_bmc: 1,
+        }
+    }
+}
+
+/// Counters shared by clients (the session manager sums them over the fleet).
+#[derive(Debug, Default)]
+pub struct RedfishStats {
+    pub sessions_opened: AtomicU64,
+    pub sessions_closed: AtomicU64,
+    pub relogins: AtomicU64,
+    pub requests: AtomicU64,
+}
+
+/// Builds the HTTP client for the given TLS settings. Clients are cheap to clone and share a
+/// connection pool; the session manager shares one per TLS setting across the fleet.
+pub fn http_client(options: &RedfishOptions) -> Result<reqwest::Client, BmcError> {
+    let mut builder = reqwest::Client::builder()
+        .timeout(options.timeout)
+        .connect_timeout(options.timeout)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(options.idle_connections_per_bmc)
+        .user_agent(concat!("ingot-bmc/", env!("CARGO_PKG_VERSION")))
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy();
+    if let Some(pem) = &options.tls.ca_bundle_pem {
+        let certs = reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|e| BmcError::Config(format!("CA bundle: {e}")))?;
+        if certs.is_empty() {
+            return Err(BmcError::Config("CA bundle holds no certificate".into()));
+        }
+        builder = builder.tls_certs_merge(certs);
+    }
+    if options.tls.insecure {
+        tracing::warn!("BMC TLS certificates are not verified (insecure TLS requested)");
+        builder = builder.tls_danger_accept_invalid_certs(true);
+    }
+    builder
+        .build()
+        .map_err(|e| BmcError::Config(format!("HTTP client: {e}")))
+}
+
+#[derive(Clone, Debug, Default)]
+enum Auth {
+    #[default]
+    None,
+    Session {
+        token: String,
+        location: Option<String>,
+    },
+    Basic,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Discovered {
+    root: Option<Arc<Value>>,
+    system: Option<String>,
+    vendor: Option<Vendor>,
+}
+
+/// A Redfish BMC. One instance holds at most one session.
+pub struct RedfishClient {
+    http: reqwest::Client,
+    base: String,
+    user: String,
+    password: Password,
+    options: RedfishOptions,
+    auth: Mutex<Auth>,
+    found: std::sync::Mutex<Discovered>,
+    stats: Arc<RedfishStats>,
+}
+
+impl std::fmt::Debug for RedfishClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedfishClient")
+            .field("base", &self.base)
+            .field("user", &self.user)
+            .field("password", &self.password)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Response {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn json(&self) -> Result<Value, BmcError> {
+        serde_json::from_slice(&self.body)
+            .map_err(|e| BmcError::Malformed(format!("invalid JSON ({e})")))
+    }
+    fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    }
+}
+
+impl RedfishClient {
+    /// A client with its own HTTP connection pool.
+    pub fn new(
+        endpoint: &Endpoint,
+        user: impl Into<String>,
+        password: Password,
+        options: RedfishOptions,
+    ) -> Result<Self, BmcError> {
+        let http = http_client(&options)?;
+        Ok(Self::with_http(
+            http,
+            endpoint,
+            user,
+            password,
+            options,
+            Arc::default(),
+        ))
+    }
+
+    /// A client on a shared HTTP client (built by [`http_client`] with the same options).
+    pub fn with_http(
+        http: reqwest::Client,
+        endpoint: &Endpoint,
+        user: impl Into<String>,
+        password: Password,
+        options: RedfishOptions,
+        stats: Arc<RedfishStats>,
+    ) -> Self {
+        RedfishClient {
+            http,
+            base: endpoint.base_url(),
+            user: user.into(),
+            password,
+            options,
+            auth: Mutex::new(Auth::None),
+            found: std::sync::Mutex::new(Discovered::default()),
+            stats,
+        }
+    }
+
+    pub fn stats(&self) -> &Arc<RedfishStats> {
+        &self.stats
+    }
+
+    /// Checks that a Redfish service answers here (fetches the service root; no login).
+    pub async fn probe(&self) -> Result<(), BmcError> {
+        self.root().await.map(|_| ())
+    }
+
+    /// Whether a session token is currently held.
+    pub async fn has_session(&self) -> bool {
+        matches!(*self.auth.lock().await, Auth::Session { .. })
+    }
+
+    /// The detected vendor (after the first call).
+    pub fn vendor(&self) -> Option<Vendor> {
+        self.found.lock().ok().and_then(|f| f.vendor)
+    }
+
+    /// Only the path and query of a link are used: a link never sends the token elsewhere.
+    fn url(&self, link: &str) -> String {
+        let path = if let Some(rest) = link
+            .strip_prefix("https://")
+            .or_else(|| link.strip_prefix("http://"))
+        {
+            rest.find('/').map(|i| &rest[i..]).unwrap_or("/")
+        } else {
+            link
+        };
+        if path.starts_with('/') {
+            format!("{}{}", self.base, path)
+        } else {
+            format!("{}/{}", self.base, path)
+        }
+    }
+
+    fn map_send_error(&self, e: reqwest::Error) -> BmcError {
+        if e.is_timeout() {
+            return BmcError::Timeout(self.options.timeout);
+        }
+        if is_tls_error(&e) {
+            return BmcError::Tls(Box::new(e));
+        }
+        if e.is_decode() || e.is_body() {
+            return BmcError::Malformed(format!("unreadable body ({e})"));
+        }
+        // Connect failures, resets, protocol errors below HTTP.
+        BmcError::Unreachable(Box::new(e))
+    }
+
+    async fn send_raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        auth: &Auth,
+        headers: &[(&'static str, String)],
+    ) -> Result<Response, BmcError> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let mut req = self
+            .http
+            .request(method, self.url(path))
+            .header("Accept", "application/json")
+            .header("OData-Version", "4.0");
+        match auth {
+            Auth::Session { token, .. } => req = req.header("X-Auth-Token", token),
+            Auth::Basic => req = req.basic_auth(&self.user, Some(self.password.expose())),
+            Auth::None => {}
+        }
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let call = async {
+            let resp = req.send().await.map_err(|e| self.map_send_error(e))?;
+            let status = resp.status();
+            let headers = resp.headers().clone();
+            let body = resp.bytes().await.map_err(|e| self.map_send_error(e))?;
+            Ok::<_, BmcError>(Response {
+                status,
+                headers,
+                body: body.to_vec(),
+            })
+        };
+        // reqwest's own timeout covers the request; this outer bound is a second line for
+        // anything reqwest does not time (it never fires first in practice).
+        match tokio::time::timeout(self.options.timeout + Duration::from_millis(500), call).await {
+            Ok(r) => r,
+            Err(_) => Err(BmcError::Timeout(self.options.timeout)),
+        }
+    }
+
+    /// The service root, fetched once (unauthenticated, as the specification allows).
+    async fn root(&self) -> Result<Arc<Value>, BmcError> {
+        if let Some(r) = self.found.lock().ok().and_then(|f| f.root.clone()) {
+            return Ok(r);
+        }
+        let resp = self
+            .send_raw(Method::GET, "/redfish/v1/", None, &Auth::None, &[])
+            .await?;
+        let resp = if resp.status == StatusCode::UNAUTHORIZED {
+            // Some BMCs protect the root; retry with credentials.
+            self.send_raw(Method::GET, "/redfish/v1/", None, &Auth::Basic, &[])
+                .await?
+        } else {
+            resp
+        };
+        check_status(&resp, "GET", "/redfish/v1/")?;
+        let root = resp.json()?;
+        if !root.is_object() || root.get("@odata.id").is_none() && root.get("Systems").is_none() {
+            return Err(BmcError::Malformed(
+                "the service root is not a Redfish ServiceRoot".into(),
+            ));
+        }
+        let vendor = Vendor::detect(&root, None);
+        let root = Arc::new(root);
+        if let Ok(mut f) = self.found.lock() {
+            f.root = Some(root.clone());
+            f.vendor = Some(vendor);
+        }
+        Ok(root)
+    }
+
+    async fn sessions_link(&self, root: &Value) -> Result<Option<String>, BmcError> {
+        if let Some(l) = root
+            .pointer("/Links/Sessions/@odata.id")
+            .and_then(Value::as_str)
+        {
+            return Ok(Some(l.to_owned()));
+        }
+        if let Some(ss) = link(root, "SessionService") {
+            // Fetching the SessionService may itself need authentication.
+            let resp = self
+                .send_raw(Method::GET, &ss, None, &Auth::Basic, &[])
+                .await?;
+            if resp.status.is_success() {
+                let v = resp.json()?;
+                return Ok(link(&v, "Sessions"));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Establishes authentication: a session, or Basic where sessions are not offered.
+    async fn login(&self) -> Result<Auth, BmcError> {
+        if self.options.auth == AuthMode::Basic {
+            return Ok(Auth::Basic);
+        }
+        let root = self.root().await?;
+        let Some(sessions) = self.sessions_link(&root).await? else {
+            return match self.options.auth {
+                AuthMode::Session => Err(BmcError::Unsupported("SessionService".into())),
+                _ => Ok(Auth::Basic),
+            };
+        };
+        let body = json!({"UserName": self.user, "Password": self.password.expose()});
+        let resp = self
+            .send_raw(Method::POST, &sessions, Some(&body), &Auth::None, &[])
+            .await?;
+        match resp.status.as_u16() {
+            200 | 201 | 202 | 204 => {}
+            404 | 405 | 501 if self.options.auth == AuthMode::Auto => return Ok(Auth::Basic),
+            _ => {
+                check_status(&resp, "POST", &sessions)?;
+            }
+        }
+        let Some(token) = resp.header("X-Auth-Token") else {
+            return Err(BmcError::Malformed(
+                "session created without an X-Auth-Token".into(),
+            ));
+        };
+        let location = resp
+            .header("Location")
+            .or_else(|| resp.json().ok().and_then(|v| string(&v, "@odata.id")));
+        self.stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(bmc = %self.base, "redfish session opened");
+        Ok(Auth::Session { token, location })
+    }
+
+    /// Current authentication, logging in first if there is none.
+    async fn current_auth(&self) -> Result<Auth, BmcError> {
+        let mut guard = self.auth.lock().await;
+        if matches!(*guard, Auth::None) {
+            *guard = self.login().await?;
+        }
+        Ok(guard.clone())
+    }
+
+    /// After a 401 with `stale`: log in again unless another caller already did.
+    async fn relogin(&self, stale: &Auth) -> Result<Auth, BmcError> {
+        let mut guard = self.auth.lock().await;
+        let same = match (&*guard, stale) {
+            (Auth::Session { token: a, .. }, Auth::Session { token: b, .. }) => a == b,
+            (Auth::None, _) => true,
+            _ => false,
+        };
+        if same {
+            self.stats.relogins.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(bmc = %self.base, "redfish session expired; logging in again");
+            *guard = Auth::None;
+            *guard = self.login().await?;
+        }
+        Ok(guard.clone())
+    }
+
+    /// An authenticated request; a 401 on a session triggers one re-login and one retry.
+    async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&'static str, String)],
+    ) -> Result<Response, BmcError> {
+        let auth = self.current_auth().await?;
+        let resp = self
+            .send_raw(method.clone(), path, body, &auth, headers)
+            .await?;
+        if resp.status == StatusCode::UNAUTHORIZED
+            && let Auth::Session { .. } = auth
+        {
+            let auth = self.relogin(&auth).await?;
+            let resp = self
+                .send_raw(method.clone(), path, body, &auth, headers)
+                .await?;
+            check_status(&resp, method.as_str(), path)?;
+            return Ok(resp);
+        }
+        check_status(&resp, method.as_str(), path)?;
+        Ok(resp)
+    }
+
+    async fn get(&self, path: &str) -> Result<Value, BmcError> {
+        let resp = self.request(Method::GET, path, None, &[]).await?;
+        let v = resp.json()?;
+        if !v.is_object() {
+            return Err(BmcError::Malformed(format!("{path} is not a JSON object")));
+        }
+        Ok(v)
+    }
+
+    async fn get_with_etag(&self, path: &str) -> Result<(Value, Option<String>), BmcError> {
+        let resp = self.request(Method::GET, path, None, &[]).await?;
+        let v = resp.json()?;
+        let etag = resp.header("ETag").or_else(|| string(&v, "@odata.etag"));
+        Ok((v, etag))
+    }
+
+    /// All members of a collection, following `Members@odata.nextLink`; members that came
+    /// with only a link are fetched.
+    async fn members(&self, path: &str) -> Result<Vec<Value>, BmcError> {
+        let mut out = Vec::new();
+        let mut next = Some(path.to_owned());
+        let mut pages = 0;
+        while let Some(p) = next.take() {
+            pages += 1;
+            if pages > 100 {
+                return Err(BmcError::Malformed(format!("{path}: more than 100 pages")));
+            }
+            let coll = self.get(&p).await?;
+            let Some(members) = coll.get("Members").and_then(Value::as_array) else {
+                return Err(BmcError::Malformed(format!("{p} has no Members")));
+            };
+            for m in members {
+                let Some(id) = string(m, "@odata.id") else {
+                    continue;
+                };
+                // Expanded members carry more than the link.
+                if m.as_object().is_some_and(|o| o.len() > 2) {
+                    out.push(m.clone());
+                } else {
+                    out.push(self.get(&id).await?);
+                }
+            }
+            next = string(&coll, "Members@odata.nextLink");
+        }
+        Ok(out)
+    }
+
+    async fn member_links(&self, path: &str) -> Result<Vec<String>, BmcError> {
+        let coll = self.get(path).await?;
+        let members = coll
+            .get("Members")
+            .and_then(Value::as_array)
+            .ok_or_else(|| BmcError::Malformed(format!("{path} has no Members")))?;
+        Ok(members
+            .iter()
+            .filter_map(|m| string(m, "@odata.id"))
+            .collect())
+    }
+
+    /// The computer system this client manages: the first member of `Systems`.
+    async fn system_path(&self) -> Result<String, BmcError> {
+        if let Some(s) = self.found.lock().ok().and_then(|f| f.system.clone()) {
+            return Ok(s);
+        }
+        let root = self.root().await?;
+        let systems =
+            link(&root, "Systems").ok_or_else(|| BmcError::Unsupported("Systems".into()))?;
+        let mut links = self.member_links(&systems).await?;
+        links.sort();
+        let first = links
+            .into_iter()
+            .next()
+            .ok_or_else(|| BmcError::Unsupported("no computer system".into()))?;
+        if let Ok(mut f) = self.found.lock() {
+            f.system = Some(first.clone());
+        }
+        Ok(first)
+    }
+
+    async fn system(&self) -> Result<(String, Value, Option<String>), BmcError> {
+        let path = self.system_path().await?;
+        let (v, etag) = self.get_with_etag(&path).await?;
+        let vendor = {
+            let root = self.root().await?;
+            Vendor::detect(&root, string(&v, "Manufacturer").as_deref())
+        };
+        if let Ok(mut f) = self.found.lock() {
+            f.vendor = Some(vendor);
+        }
+        Ok((path, v, etag))
+    }
+
+    /// The ResetType values the system accepts (`None`: the BMC does not say).
+    async fn allowed_reset_types(&self, system: &Value) -> Result<Option<Vec<String>>, BmcError> {
+        let action = system.pointer("/Actions/#ComputerSystem.Reset");
+        if let Some(values) = action.and_then(|a| a.get("ResetType@Redfish.AllowableValues")) {
+            return Ok(Some(list(values)));
+        }
+        if let Some(info) = action.and_then(|a| string(a, "@Redfish.ActionInfo")) {
+            let info = self.get(&info).await?;
+            if let Some(params) = info.get("Parameters").and_then(Value::as_array) {
+                for p in params {
+                    if string(p, "Name").as_deref() == Some("ResetType") {
+                        return Ok(p.get("AllowableValues").map(list));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    async fn reset(&self, target: &str, reset_type: &str) -> Result<(), BmcError> {
+        self.request(
+            Method::POST,
+            target,
+            Some(&json!({"ResetType": reset_type})),
+            &[],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn wait_power(&self, path: &str, want: PowerState) -> Result<(), BmcError> {
+        let deadline = Instant::now() + self.options.transition_timeout;
+        loop {
+            let v = self.get(path).await?;
+            let state = string(&v, "PowerState")
+                .map(|s| PowerState::from_redfish(&s))
+                .unwrap_or(PowerState::Unknown);
+            if state == want {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(BmcError::TransitionTimeout(self.options.transition_timeout));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// The log services of a system or manager; a resource whose logs cannot be listed
+    /// (404, unsupported) contributes none, while transport and auth errors propagate.
+    async fn log_services_of(&self, resource: &str) -> Result<Vec<String>, BmcError> {
+        let v = self.get(resource).await?;
+        let Some(l) = link(&v, "LogServices") else {
+            return Ok(Vec::new());
+        };
+        match self.member_links(&l).await {
+            Ok(links) => Ok(links),
+            Err(e @ (BmcError::Http { .. } | BmcError::Unsupported(_))) => {
+                tracing::debug!(bmc = %self.base, resource = %l, error = %e, "skipping log services");
+                Ok(Vec::new())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn optional_members(&self, resource: &Value, key: &str) -> Vec<Value> {
+        match link(resource, key) {
+            Some(l) => match self.members(&l).await {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!(bmc = %self.base, resource = %l, error = %e, "skipping inventory part");
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        }
+    }
+}
+
+fn is_tls_error(e: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        let text = s.to_string().to_ascii_lowercase();
+        if text.contains("certificate")
+            || text.contains("tls")
+            || text.contains("handshake")
+            || text.contains("invalidcontenttype")
+            || text.contains("received corrupt message")
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// The Redfish error message ids in an error body.
+fn message_ids(body: &Value) -> Vec<String> {
+    let mut ids = Vec::new();
+    if let Some(e) = body.get("error") {
+        if let Some(c) = string(e, "code") {
+            ids.push(c);
+        }
+        if let Some(infos) = e.get("@Message.ExtendedInfo").and_then(Value::as_array) {
+            ids.extend(infos.iter().filter_map(|i| string(i, "MessageId")));
+        }
+    }
+    ids
+}
+
+fn error_message(body: &Value) -> Option<String> {
+    let e = body.get("error")?;
+    e.get("@Message.ExtendedInfo")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .and_then(|i| string(i, "Message"))
+        .or_else(|| string(e, "message"))
+}
+
+fn check_status(resp: &Response, method: &str, path: &str) -> Result<(), BmcError> {
+    if resp.status.is_success() {
+        return Ok(());
+    }
+    let body: Value = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
+    let ids = message_ids(&body);
+    if ids
+        .iter()
+        .any(|id| id.contains("SessionLimitExceeded") || id.contains("RAC0218"))
+    {
+        return Err(BmcError::SessionLimit);
+    }
+    Err(match resp.status.as_u16() {
+        401 => BmcError::Unauthorized,
+        403 => BmcError::Forbidden,
+        429 | 503 => BmcError::Unavailable {
+            status: resp.status.as_u16(),
+        },
+        status => BmcError::Http {
+            status,
+            method: method.to_owned(),
+            path: path.to_owned(),
+            message: error_message(&body),
+        },
+    })
+}
+
+/// Preferred ResetType values per action, most specific first.
+fn reset_candidates(action: PowerAction) -> &'static [&'static str] {
+    match action {
+        PowerAction::On => &["On", "ForceOn"],
+        PowerAction::Off => &["ForceOff"],
+        PowerAction::Soft => &["GracefulShutdown"],
+        PowerAction::Reset => &["ForceRestart"],
+        PowerAction::Cycle => &["PowerCycle"],
+    }
+}
+
+fn pick<'a>(candidates: &[&'a str], allowed: Option<&[String]>) -> Option<&'a str> {
+    match allowed {
+        None => candidates.first().copied(),
+        Some(allowed) => candidates
+            .iter()
+            .copied()
+            .find(|c| allowed.iter().any(|a| a == c)),
+    }
+}
+
+fn parse_boot(system: &Value) -> BootOverride {
+    let boot = system.get("Boot").cloned().unwrap_or(Value::Null);
+    let target = string(&boot, "BootSourceOverrideTarget");
+    let enabled = string(&boot, "BootSourceOverrideEnabled");
+    BootOverride {
+        device: target
+            .as_deref()
+            .map(BootDevice::from_redfish)
+            .unwrap_or(BootDevice::None),
+        persistent: enabled.as_deref() == Some("Continuous"),
+        enabled: matches!(enabled.as_deref(), Some("Once") | Some("Continuous")),
+        mode: string(&boot, "BootSourceOverrideMode")
+            .as_deref()
+            .and_then(BootMode::from_redfish),
+        raw_target: target,
+    }
+}
+
+fn normalize_mac(mac: &str) -> String {
+    mac.trim().to_ascii_lowercase().replace('-', ":")
+}
+
+#[async_trait]
+impl Bmc for RedfishClient {
+    fn protocol(&self) -> Protocol {
+        Protocol::Redfish
+    }
+
+    async fn power_state(&self) -> Result<PowerState, BmcError> {
+        let path = self.system_path().await?;
+        let v = self.get(&path).await?;
+        let s = string(&v, "PowerState")
+            .ok_or_else(|| BmcError::Malformed(format!("{path} has no PowerState")))?;
+        Ok(PowerState::from_redfish(&s))
+    }
+
+    async fn power(&self, action: PowerAction) -> Result<PowerOutcome, BmcError> {
+        let (path, system, _) = self.system().await?;
+        let state = string(&system, "PowerState")
+            .map(|s| PowerState::from_redfish(&s))
+            .unwrap_or(PowerState::Unknown);
+        match (action, state) {
+            (PowerAction::On, PowerState::On)
+            | (PowerAction::Off | PowerAction::Soft, PowerState::Off) => {
+                return Ok(PowerOutcome::already(action));
+            }
+            _ => {}
+        }
+        let target = system
+            .pointer("/Actions/#ComputerSystem.Reset/target")
+            .and_then(Value::as_str)
+            .ok_or_else(|| BmcError::Unsupported("ComputerSystem.Reset".into()))?
+            .to_owned();
+        let allowed = self.allowed_reset_types(&system).await?;
+        let mut sent = Vec::new();
+        // Reset and cycle of a powered-off system: power it on (the requested end state).
+        if matches!(action, PowerAction::Reset | PowerAction::Cycle) && state == PowerState::Off {
+            let t = pick(reset_candidates(PowerAction::On), allowed.as_deref())
+                .ok_or_else(|| BmcError::Unsupported("ResetType On".into()))?;
+            self.reset(&target, t).await?;
+            sent.push(t.to_owned());
+            return Ok(PowerOutcome {
+                action,
+                sent,
+                already_in_state: false,
+            });
+        }
+        match pick(reset_candidates(action), allowed.as_deref()) {
+            Some(t) => {
+                self.reset(&target, t).await?;
+                sent.push(t.to_owned());
+            }
+            None if action == PowerAction::Cycle => {
+                // No PowerCycle (HPE iLO, sushy-tools): ForceOff, wait for Off, then On.
+                let off = pick(&["ForceOff"], allowed.as_deref())
+                    .ok_or_else(|| BmcError::Unsupported("ResetType ForceOff".into()))?;
+                let on = pick(reset_candidates(PowerAction::On), allowed.as_deref())
+                    .ok_or_else(|| BmcError::Unsupported("ResetType On".into()))?;
+                self.reset(&target, off).await?;
+                sent.push(off.to_owned());
+                self.wait_power(&path, PowerState::Off).await?;
+                self.reset(&target, on).await?;
+                sent.push(on.to_owned());
+            }
+            None => {
+                return Err(BmcError::Unsupported(format!(
+                    "ResetType {} (allowed: {})",
+                    reset_candidates(action).join("/"),
+                    allowed.unwrap_or_default().join(", ")
+                )));
+            }
+        }
+        Ok(PowerOutcome {
+            action,
+            sent,
+            already_in_state: false,
+        })
+    }
+
+    async fn boot_override(&self) -> Result<BootOverride, BmcError> {
+        let (_, system, _) = self.system().await?;
+        Ok(parse_boot(&system))
+    }
+
+    async fn set_boot_override(&self, request: BootRequest) -> Result<BootOverride, BmcError> {
+        let (path, system, etag) = self.system().await?;
+        let vendor = self.vendor().unwrap_or(Vendor::Generic);
+        let current = parse_boot(&system);
+        let boot = system
+            .get("Boot")
+            .ok_or_else(|| BmcError::Unsupported("Boot override (no Boot property)".into()))?;
+        let target = request.device.redfish_target();
+        if let Some(allowed) = boot.get("BootSourceOverrideTarget@Redfish.AllowableValues")
+            && !list(allowed).iter().any(|a| a == target)
+        {
+            return Err(BmcError::Unsupported(format!("boot target {target}")));
+        }
+        let enabled = match (request.device, request.persistent) {
+            (BootDevice::None, _) => "Disabled",
+            (_, true) => "Continuous",
+            (_, false) => "Once",
+        };
+        let mut patch = serde_json::Map::new();
+        patch.insert("BootSourceOverrideTarget".into(), target.into());
+        patch.insert("BootSourceOverrideEnabled".into(), enabled.into());
+        // The mode is only sent when asked for and different, or when the vendor resets it
+        // unless it is restated (Supermicro): never flipped by accident.
+        let mode = match (request.mode, current.mode) {
+            (Some(want), Some(have)) if want != have => Some(want),
+            (Some(want), None) => Some(want),
+            (_, Some(have)) if vendor.restate_boot_mode() => Some(have),
+            _ => None,
+        };
+        if let Some(m) = mode {
+            patch.insert("BootSourceOverrideMode".into(), m.redfish().into());
+        }
+        let body = json!({"Boot": Value::Object(patch)});
+        let mut if_match = etag;
+        for attempt in 0..2 {
+            let headers: Vec<(&'static str, String)> = match &if_match {
+                Some(e) => vec![("If-Match", e.clone())],
+                None => Vec::new(),
+            };
+            match self
+                .request(Method::PATCH, &path, Some(&body), &headers)
+                .await
+            {
+                Ok(_) => break,
+                // Stale ETag, or an ETag is required (Lenovo XCC): read it again, once.
+                Err(BmcError::Http {
+                    status: 412 | 428, ..
+                }) if attempt == 0 => {
+                    let (_, fresh) = self.get_with_etag(&path).await?;
+                    if_match = Some(fresh.unwrap_or_else(|| "*".to_owned()));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let after = self.get(&path).await?;
+        Ok(parse_boot(&after))
+    }
+
+    async fn inventory(&self) -> Result<Inventory, BmcError> {
+        let (_, system, _) = self.system().await?;
+        let vendor = self.vendor().unwrap_or(Vendor::Generic);
+        let mut inv = Inventory {
+            manufacturer: string(&system, "Manufacturer"),
+            model: string(&system, "Model"),
+            serial_number: string(&system, "SerialNumber"),
+            sku: string(&system, "SKU"),
+            uuid: string(&system, "UUID"),
+            bios_version: string(&system, "BiosVersion"),
+            vendor: vendor.to_string(),
+            power_state: string(&system, "PowerState")
+                .map(|s| PowerState::from_redfish(&s))
+                .unwrap_or(PowerState::Unknown),
+            ..Default::default()
+        };
+        inv.health.system = health(&system, true);
+        inv.health.processors = system
+            .pointer("/ProcessorSummary/Status")
+            .and_then(|s| json::status_health(s, true));
+        inv.health.memory = system
+            .pointer("/MemorySummary/Status")
+            .and_then(|s| json::status_health(s, true));
+        inv.total_memory_gib = system
+            .pointer("/MemorySummary/TotalSystemMemoryGiB")
+            .and_then(Value::as_f64);
+
+        for p in self.optional_members(&system, "Processors").await {
+            if string(&p, "ProcessorType").is_some_and(|t| t != "CPU") {
+                continue;
+            }
+            inv.cpus.push(Cpu {
+                id: string(&p, "Id").unwrap_or_default(),
+                manufacturer: string(&p, "Manufacturer"),
+                model: string(&p, "Model"),
+                cores: uint(&p, "TotalCores").map(|v| v as u32),
+                threads: uint(&p, "TotalThreads").map(|v| v as u32),
+                max_speed_mhz: uint(&p, "MaxSpeedMHz").map(|v| v as u32),
+                health: health(&p, false),
+            });
+        }
+        for m in self.optional_members(&system, "Memory").await {
+            if m.pointer("/Status/State").and_then(Value::as_str) == Some("Absent") {
+                continue;
+            }
+            inv.memory.push(MemoryModule {
+                id: string(&m, "Id").unwrap_or_default(),
+                capacity_mib: uint(&m, "CapacityMiB"),
+                manufacturer: string(&m, "Manufacturer"),
+                part_number: string(&m, "PartNumber").map(|s| s.trim().to_owned()),
+                serial_number: string(&m, "SerialNumber"),
+                speed_mhz: uint(&m, "OperatingSpeedMhz").map(|v| v as u32),
+                health: health(&m, false),
+            });
+        }
+        if inv.health.memory.is_none() {
+            inv.health.memory = worst_health(inv.memory.iter().map(|m| m.health));
+        }
+        if inv.health.processors.is_none() {
+            inv.health.processors = worst_health(inv.cpus.iter().map(|m| m.health));
+        }
+        for n in self.optional_members(&system, "EthernetInterfaces").await {
+            let mac = string(&n, "MACAddress").or_else(|| string(&n, "PermanentMACAddress"));
+            inv.nics.push(Nic {
+                id: string(&n, "Id").unwrap_or_default(),
+                mac_address: mac.map(|m| normalize_mac(&m)),
+                speed_mbps: uint(&n, "SpeedMbps"),
+                link_up: string(&n, "LinkStatus").map(|s| s == "LinkUp"),
+                health: health(&n, false),
+            });
+        }
+        inv.health.network = worst_health(inv.nics.iter().map(|n| n.health));
+        // Storage (drives hang off each controller) or the older SimpleStorage.
+        for s in self.optional_members(&system, "Storage").await {
+            let drives = s
+                .get("Drives")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for d in drives {
+                let Some(l) = string(&d, "@odata.id") else {
+                    continue;
+                };
+                match self.get(&l).await {
+                    Ok(d) => inv.disks.push(Disk {
+                        id: string(&d, "Id").unwrap_or_default(),
+                        model: string(&d, "Model"),
+                        serial_number: string(&d, "SerialNumber"),
+                        capacity_bytes: uint(&d, "CapacityBytes"),
+                        media_type: string(&d, "MediaType"),
+                        protocol: string(&d, "Protocol"),
+                        health: health(&d, false),
+                    }),
+                    Err(e) => {
+                        tracing::debug!(bmc = %self.base, drive = %l, error = %e, "skipping drive")
+                    }
+                }
+            }
+            inv.health.storage = worst_health([inv.health.storage, health(&s, true)]);
+        }
+        if inv.disks.is_empty() {
+            for s in self.optional_members(&system, "SimpleStorage").await {
+                for (i, d) in s
+                    .get("Devices")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .enumerate()
+                {
+                    inv.disks.push(Disk {
+                        id: format!("{}/{}", string(&s, "Id").unwrap_or_default(), i),
+                        model: string(d, "Model").or_else(|| string(d, "Name")),
+                        serial_number: None,
+                        capacity_bytes: uint(d, "CapacityBytes"),
+                        media_type: None,
+                        protocol: None,
+                        health: health(d, false),
+                    });
+                }
+            }
+        }
+        if inv.health.storage.is_none() {
+            inv.health.storage = worst_health(inv.disks.iter().map(|d| d.health));
+        }
+        // Chassis and manager: identity fallbacks, BMC firmware.
+        if let Some(ch) = system
+            .pointer("/Links/Chassis/0/@odata.id")
+            .and_then(Value::as_str)
+            && let Ok(ch) = self.get(ch).await
+        {
+            inv.health.chassis = health(&ch, true);
+            inv.manufacturer = inv.manufacturer.or_else(|| string(&ch, "Manufacturer"));
+            inv.model = inv.model.or_else(|| string(&ch, "Model"));
+            inv.serial_number = inv.serial_number.or_else(|| string(&ch, "SerialNumber"));
+            inv.sku = inv.sku.or_else(|| string(&ch, "SKU"));
+        }
+        let manager = match system
+            .pointer("/Links/ManagedBy/0/@odata.id")
+            .and_then(Value::as_str)
+        {
+            Some(m) => Some(m.to_owned()),
+            None => {
+                let root = self.root().await?;
+                match link(&root, "Managers") {
+                    Some(l) => self.member_links(&l).await?.into_iter().next(),
+                    None => None,
+                }
+            }
+        };
+        if let Some(m) = manager
+            && let Ok(m) = self.get(&m).await
+        {
+            inv.bmc_firmware_version = string(&m, "FirmwareVersion");
+            inv.bmc_model = string(&m, "Model");
+            inv.health.bmc = health(&m, false);
+        }
+        Ok(inv)
+    }
+
+    async fn event_log(&self) -> Result<Vec<LogEntry>, BmcError> {
+        let system = self.system_path().await?;
+        let mut services = self.log_services_of(&system).await?;
+        let root = self.root().await?;
+        if let Some(managers) = link(&root, "Managers") {
+            for m in self.member_links(&managers).await? {
+                services.extend(self.log_services_of(&m).await?);
+            }
+        }
+        if services.is_empty() {
+            return Err(BmcError::Unsupported("LogServices".into()));
+        }
+        let mut entries = Vec::new();
+        for service in services {
+            let s = self.get(&service).await?;
+            let Some(l) = link(&s, "Entries") else {
+                continue;
+            };
+            let members = match self.members(&l).await {
+                Ok(m) => m,
+                Err(e @ BmcError::Http { .. }) => {
+                    tracing::debug!(bmc = %self.base, log = %service, error = %e, "skipping log");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for e in members {
+                let Some(id) = string(&e, "@odata.id") else {
+                    continue;
+                };
+                entries.push(LogEntry {
+                    id,
+                    log: service.clone(),
+                    created: string(&e, "Created"),
+                    severity: string(&e, "Severity"),
+                    message: string(&e, "Message").unwrap_or_default(),
+                    message_id: string(&e, "MessageId"),
+                    entry_type: string(&e, "EntryType"),
+                });
+            }
+        }
+        entries.sort_by(|a, b| (&a.created, &a.id).cmp(&(&b.created, &b.id)));
+        Ok(entries)
+    }
+
+    async fn close(&self) -> Result<(), BmcError> {
+        let auth = std::mem::take(&mut *self.auth.lock().await);
+        if let Auth::Session {
+            location: Some(loc),
+            ..
+        } = &auth
+        {
+            let resp = self.send_raw(Method::DELETE, loc, None, &auth, &[]).await?;
+            self.stats.sessions_closed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(bmc = %self.base, status = resp.status.as_u16(), "redfish session closed");
+            // 401/404: the session already expired; nothing more to do.
+            if !resp.status.is_success() && !matches!(resp.status.as_u16(), 401 | 404) {
+                check_status(&resp, "DELETE", loc)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RedfishClient {
+    /// Best effort: a client dropped with a live session logs out in the background.
+    fn drop(&mut self) {
+        let auth = std::mem::take(self.auth.get_mut());
+        let Auth::Session {
+            token,
+            location: Some(loc),
+        } = auth
+        else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let req = self
+            .http
+            .delete(self.url(&loc))
+            .header(
+                "X-Auth-Token",
+                HeaderValue::from_str(&token)
+                    .ok()
+                    .unwrap_or(HeaderValue::from_static("")),
+            )
+            .timeout(self.options.timeout);
+        let stats = self.stats.clone();
+        handle.spawn(async move {
+            if req.send().await.is_ok() {
+                stats.sessions_closed.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+}

@@ -1,0 +1,368 @@
+//! Protocol-neutral types. Their serde form is the `--json` output of `ingot bmc` and is stable:
+//! fields are only ever added.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// The management protocol a BMC is reached with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Redfish,
+    Ipmi,
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Redfish => "redfish",
+            Protocol::Ipmi => "ipmi",
+        })
+    }
+}
+
+/// Power state as rufio reports it (`on`, `off`, `unknown`), plus the transitions Redfish exposes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerState {
+    On,
+    Off,
+    PoweringOn,
+    PoweringOff,
+    #[default]
+    Unknown,
+}
+
+impl PowerState {
+    /// Parses a Redfish `PowerState` value.
+    pub fn from_redfish(s: &str) -> Self {
+        match s {
+            "On" => PowerState::On,
+            "Off" => PowerState::Off,
+            "PoweringOn" => PowerState::PoweringOn,
+            "PoweringOff" => PowerState::PoweringOff,
+            // "Paused" and vendor values: not a state ingot acts on.
+            _ => PowerState::Unknown,
+        }
+    }
+
+    /// The rufio `Machine.status.powerState` string (`on`, `off`, `unknown`).
+    pub fn rufio(&self) -> &'static str {
+        match self {
+            PowerState::On => "on",
+            PowerState::Off => "off",
+            _ => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for PowerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PowerState::On => "on",
+            PowerState::Off => "off",
+            PowerState::PoweringOn => "poweringon",
+            PowerState::PoweringOff => "poweringoff",
+            PowerState::Unknown => "unknown",
+        })
+    }
+}
+
+/// Power actions, named as rufio's `Task.powerAction`. The mapping to Redfish `ResetType` and
+/// IPMI chassis control is documented in `docs/bmc.md`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerAction {
+    /// Power up. Redfish `On` (`ForceOn` when `On` is not offered); IPMI chassis control 1.
+    On,
+    /// Hard power off. Redfish `ForceOff`; IPMI chassis control 0.
+    Off,
+    /// Orderly (ACPI) shutdown. Redfish `GracefulShutdown`; IPMI chassis control 5.
+    Soft,
+    /// Hard reset without removing power. Redfish `ForceRestart`; IPMI chassis control 3.
+    Reset,
+    /// Power off, then on. Redfish `PowerCycle` (or `ForceOff` then `On` when the BMC does not
+    /// offer it); IPMI chassis control 2.
+    Cycle,
+}
+
+impl fmt::Display for PowerAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PowerAction::On => "on",
+            PowerAction::Off => "off",
+            PowerAction::Soft => "soft",
+            PowerAction::Reset => "reset",
+            PowerAction::Cycle => "cycle",
+        })
+    }
+}
+
+impl FromStr for PowerAction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "on" => Ok(PowerAction::On),
+            "off" => Ok(PowerAction::Off),
+            "soft" => Ok(PowerAction::Soft),
+            "reset" => Ok(PowerAction::Reset),
+            "cycle" => Ok(PowerAction::Cycle),
+            other => Err(format!("unknown power action {other:?}")),
+        }
+    }
+}
+
+/// What a power request did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PowerOutcome {
+    pub action: PowerAction,
+    /// The protocol-level commands sent, in order (e.g. `["ForceOff", "On"]`); empty when the
+    /// system already was in the requested state.
+    pub sent: Vec<String>,
+    pub already_in_state: bool,
+}
+
+impl PowerOutcome {
+    pub fn already(action: PowerAction) -> Self {
+        PowerOutcome {
+            action,
+            sent: Vec::new(),
+            already_in_state: true,
+        }
+    }
+}
+
+/// Boot devices ingot sets (rufio `bootDevice` names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BootDevice {
+    /// No override.
+    None,
+    Pxe,
+    Disk,
+    Cdrom,
+    /// Firmware setup.
+    Bios,
+    Usb,
+    /// Anything else the BMC reported.
+    #[value(skip)]
+    Other,
+}
+
+impl BootDevice {
+    pub fn redfish_target(&self) -> &'static str {
+        match self {
+            BootDevice::None => "None",
+            BootDevice::Pxe => "Pxe",
+            BootDevice::Disk => "Hdd",
+            BootDevice::Cdrom => "Cd",
+            BootDevice::Bios => "BiosSetup",
+            BootDevice::Usb => "Usb",
+            BootDevice::Other => "None",
+        }
+    }
+
+    pub fn from_redfish(s: &str) -> Self {
+        match s {
+            "None" => BootDevice::None,
+            "Pxe" => BootDevice::Pxe,
+            "Hdd" => BootDevice::Disk,
+            "Cd" => BootDevice::Cdrom,
+            "BiosSetup" => BootDevice::Bios,
+            "Usb" => BootDevice::Usb,
+            _ => BootDevice::Other,
+        }
+    }
+}
+
+/// Firmware boot mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum BootMode {
+    #[serde(rename = "uefi")]
+    #[value(name = "uefi")]
+    Uefi,
+    #[serde(rename = "legacy")]
+    #[value(name = "legacy")]
+    Legacy,
+}
+
+impl BootMode {
+    pub fn redfish(&self) -> &'static str {
+        match self {
+            BootMode::Uefi => "UEFI",
+            BootMode::Legacy => "Legacy",
+        }
+    }
+    pub fn from_redfish(s: &str) -> Option<Self> {
+        match s {
+            "UEFI" => Some(BootMode::Uefi),
+            "Legacy" => Some(BootMode::Legacy),
+            _ => None,
+        }
+    }
+}
+
+/// A requested boot override.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootRequest {
+    pub device: BootDevice,
+    /// `false`: next boot only (Redfish `Once`); `true`: every boot (`Continuous`).
+    pub persistent: bool,
+    /// `None`: keep the mode the BMC currently uses.
+    pub mode: Option<BootMode>,
+}
+
+/// The boot override as the BMC reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootOverride {
+    pub device: BootDevice,
+    /// `true` when the override applies to every boot.
+    pub persistent: bool,
+    /// `false` when no override is active.
+    pub enabled: bool,
+    /// Detected boot mode; `None` when the BMC does not say.
+    pub mode: Option<BootMode>,
+    /// Raw protocol value of the target (e.g. `Pxe`).
+    pub raw_target: Option<String>,
+}
+
+/// Health roll-up of a component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    Ok,
+    Warning,
+    Critical,
+}
+
+impl Health {
+    pub fn from_redfish(s: &str) -> Option<Self> {
+        match s {
+            "OK" => Some(Health::Ok),
+            "Warning" => Some(Health::Warning),
+            "Critical" => Some(Health::Critical),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Inventory {
+    pub manufacturer: Option<String>,
+    pub model: Option<String>,
+    pub serial_number: Option<String>,
+    pub sku: Option<String>,
+    pub uuid: Option<String>,
+    pub bios_version: Option<String>,
+    pub bmc_firmware_version: Option<String>,
+    pub bmc_model: Option<String>,
+    /// The vendor ingot detected (`dell`, `hpe`, `lenovo`, `supermicro`, `generic`).
+    pub vendor: String,
+    pub power_state: PowerState,
+    pub health: HealthSummary,
+    pub cpus: Vec<Cpu>,
+    pub memory: Vec<MemoryModule>,
+    pub total_memory_gib: Option<f64>,
+    pub nics: Vec<Nic>,
+    pub disks: Vec<Disk>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthSummary {
+    /// The system's own roll-up (Redfish `Status.HealthRollup`, else `Status.Health`).
+    pub system: Option<Health>,
+    pub chassis: Option<Health>,
+    pub bmc: Option<Health>,
+    pub processors: Option<Health>,
+    pub memory: Option<Health>,
+    pub storage: Option<Health>,
+    pub network: Option<Health>,
+}
+
+/// The worst of several healths (`None` entries ignored).
+pub fn worst_health(items: impl IntoIterator<Item = Option<Health>>) -> Option<Health> {
+    items.into_iter().flatten().max_by_key(|h| match h {
+        Health::Ok => 0,
+        Health::Warning => 1,
+        Health::Critical => 2,
+    })
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cpu {
+    pub id: String,
+    pub manufacturer: Option<String>,
+    pub model: Option<String>,
+    pub cores: Option<u32>,
+    pub threads: Option<u32>,
+    pub max_speed_mhz: Option<u32>,
+    pub health: Option<Health>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryModule {
+    pub id: String,
+    pub capacity_mib: Option<u64>,
+    pub manufacturer: Option<String>,
+    pub part_number: Option<String>,
+    pub serial_number: Option<String>,
+    pub speed_mhz: Option<u32>,
+    pub health: Option<Health>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Nic {
+    pub id: String,
+    /// Lower-case, colon-separated.
+    pub mac_address: Option<String>,
+    pub speed_mbps: Option<u64>,
+    pub link_up: Option<bool>,
+    pub health: Option<Health>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Disk {
+    pub id: String,
+    pub model: Option<String>,
+    pub serial_number: Option<String>,
+    pub capacity_bytes: Option<u64>,
+    /// `HDD`, `SSD` when reported.
+    pub media_type: Option<String>,
+    pub protocol: Option<String>,
+    pub health: Option<Health>,
+}
+
+/// One event-log entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogEntry {
+    /// Stable identity: the Redfish entry's `@odata.id` (or `sel:<record id>` for IPMI). The
+    /// same entry read twice has the same id; de-duplicate on [`LogEntry::dedup_key`], which
+    /// also covers BMCs that reuse ids after a log is cleared.
+    pub id: String,
+    /// The log it came from (`@odata.id` of the LogService, or `sel`).
+    pub log: String,
+    /// RFC 3339 time stamp, as the BMC reported it.
+    pub created: Option<String>,
+    /// `OK`, `Warning`, `Critical` as reported.
+    pub severity: Option<String>,
+    pub message: String,
+    pub message_id: Option<String>,
+    /// `Event`, `SEL`, `Oem`...
+    pub entry_type: Option<String>,
+}
+
+impl LogEntry {
+    pub fn dedup_key(&self) -> String {
+        format!("{}|{}", self.id, self.created.as_deref().unwrap_or(""))
+    }
+}

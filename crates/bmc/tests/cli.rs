@@ -1,0 +1,217 @@
+//! `ingot bmc` end to end against the emulator: argument parsing, the `--json` document and
+//! exit codes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use clap::Parser;
+use ingot_bmc::cli::{BmcArgs, execute_with};
+use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Vendor};
+use serde_json::Value;
+use std::time::Duration;
+
+#[derive(Parser)]
+struct Top {
+    #[command(flatten)]
+    bmc: BmcArgs,
+}
+
+fn parse(args: &[&str]) -> BmcArgs {
+    Top::try_parse_from(std::iter::once("bmc").chain(args.iter().copied()))
+        .unwrap()
+        .bmc
+}
+
+async fn run(args: &[&str]) -> (Value, String, u8) {
+    let out = execute_with(parse(args), Vec::new(), |name| {
+        (name == "BMC_PW").then(|| "password".to_owned())
+    })
+    .await;
+    (out.json, out.text, out.code)
+}
+
+#[tokio::test]
+async fn json_documents_and_exit_codes() {
+    let fleet = Fleet::start(
+        FleetOptions::default(),
+        vec![BmcSpec {
+            vendor: Vendor::Supermicro,
+            power_delay: Duration::from_millis(100),
+            ..BmcSpec::default()
+        }],
+    )
+    .await
+    .unwrap();
+    let url = fleet.bmcs[0].url();
+    let base = [
+        "--host",
+        &url,
+        "--user",
+        "admin",
+        "--password-env",
+        "BMC_PW",
+        "--json",
+    ];
+    let with = |extra: &[&str]| -> Vec<String> {
+        base.iter()
+            .chain(extra.iter())
+            .map(|s| s.to_string())
+            .collect()
+    };
+    fn args(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+
+    let v = with(&["power", "status"]);
+    let (json, _, code) = run(&args(&v)).await;
+    assert_eq!(code, 0);
+    assert_eq!(json["schemaVersion"], 1);
+    assert_eq!(json["ok"], true);
+    assert_eq!(json["command"], "power status");
+    assert_eq!(json["protocol"], "redfish");
+    assert_eq!(json["result"]["powerState"], "on");
+
+    let v = with(&["power", "cycle"]);
+    let (json, _, code) = run(&args(&v)).await;
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["result"]["sent"][0], "PowerCycle");
+    assert_eq!(json["result"]["alreadyInState"], false);
+
+    let v = with(&["power", "off", "--wait", "20"]);
+    let (json, _, code) = run(&args(&v)).await;
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["result"]["powerState"], "off");
+    let v = with(&["power", "on", "--wait", "20"]);
+    let (json, _, code) = run(&args(&v)).await;
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["result"]["sent"][0], "On");
+    assert_eq!(json["result"]["powerState"], "on");
+
+    let v = with(&["boot", "pxe", "--once"]);
+    let (json, _, code) = run(&args(&v)).await;
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["result"]["device"], "pxe");
+    assert_eq!(json["result"]["persistent"], false);
+    assert_eq!(json["result"]["mode"], "uefi", "Supermicro keeps UEFI");
+
+    let v = with(&["inventory"]);
+    let (json, _, code) = run(&args(&v)).await;
+    assert_eq!(code, 0);
+    assert_eq!(json["result"]["manufacturer"], "Supermicro");
+    assert_eq!(json["result"]["vendor"], "supermicro");
+    assert!(
+        json["result"]["nics"][0]["macAddress"]
+            .as_str()
+            .unwrap()
+            .starts_with("02:00:")
+    );
+
+    let v = with(&["sel"]);
+    let (json, _, code) = run(&args(&v)).await;
+    assert_eq!(code, 0);
+    assert_eq!(json["result"]["entries"].as_array().unwrap().len(), 2);
+
+    // Text mode.
+    let (_, text, code) = run(&[
+        "--host",
+        &url,
+        "--user",
+        "admin",
+        "--password-env",
+        "BMC_PW",
+        "power",
+        "status",
+    ])
+    .await;
+    assert_eq!(code, 0);
+    assert!(text.starts_with("Power is "), "{text}");
+
+    // Errors: a missing variable is a usage error; a wrong password a BMC error.
+    let (json, _, code) = run(&[
+        "--host",
+        &url,
+        "--user",
+        "admin",
+        "--password-env",
+        "NOPE",
+        "--json",
+        "sel",
+    ])
+    .await;
+    assert_eq!(code, 2);
+    assert_eq!(json["error"]["kind"], "usage");
+    let out = execute_with(
+        parse(&[
+            "--host",
+            &url,
+            "--user",
+            "admin",
+            "--password-env",
+            "X",
+            "--json",
+            "power",
+            "status",
+        ]),
+        Vec::new(),
+        |_| Some("wrong".into()),
+    )
+    .await;
+    assert_eq!(out.code, 1);
+    assert_eq!(out.json["ok"], false);
+    assert_eq!(out.json["error"]["kind"], "unauthorized");
+    assert!(
+        !out.json.to_string().contains("wrong"),
+        "no secret in the output"
+    );
+
+    let port = common::free_port();
+    let dead = format!("http://127.0.0.1:{port}");
+    let (json, _, code) = run(&[
+        "--host",
+        &dead,
+        "--user",
+        "admin",
+        "--password-env",
+        "BMC_PW",
+        "--json",
+        "--timeout",
+        "2",
+        "power",
+        "status",
+    ])
+    .await;
+    assert_eq!(code, 1);
+    assert_eq!(json["error"]["kind"], "unreachable");
+
+    let (json, _, code) = run(&[
+        "--host",
+        "ftp://x",
+        "--user",
+        "a",
+        "--password-env",
+        "BMC_PW",
+        "--json",
+        "sel",
+    ])
+    .await;
+    assert_eq!(code, 2);
+    assert_eq!(json["error"]["kind"], "usage");
+
+    // IPMI requested without an IPMI connector linked in.
+    let (json, _, code) = run(&[
+        "--host",
+        &url,
+        "--user",
+        "admin",
+        "--password-env",
+        "BMC_PW",
+        "--protocol",
+        "ipmi",
+        "--json",
+        "power",
+        "status",
+    ])
+    .await;
+    assert_eq!(code, 1);
+    assert_eq!(json["error"]["kind"], "unsupported");
+}

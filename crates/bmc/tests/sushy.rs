@@ -1,0 +1,224 @@
+//! The Redfish client against a real peer: sushy-tools' `sushy-emulator` with its fake driver,
+//! over real HTTP with HTTP Basic authentication (sushy has no SessionService, so this also
+//! covers the Basic fallback). Power changes land after a random delay: the test polls.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{poll_until, require_tool, spawn};
+use ingot_bmc::cli::{BmcArgs, execute_with};
+use ingot_bmc::redfish::{RedfishClient, RedfishOptions};
+use ingot_bmc::*;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const USER: &str = "operator";
+const PASS: &str = "s3cret-pw";
+
+struct Sushy {
+    _child: common::ChildGuard,
+    url: String,
+    _dir: std::path::PathBuf,
+}
+
+fn start_sushy() -> Sushy {
+    let sushy = require_tool("sushy-emulator");
+    let python = sushy
+        .parent()
+        .map(|d| d.join("python3"))
+        .filter(|p| p.is_file());
+    let python = python.unwrap_or_else(|| "python3".into());
+    let dir = common::temp_dir("sushy");
+    // bcrypt digest with the interpreter that runs sushy (bcrypt is one of its dependencies).
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            "import bcrypt,sys; print(bcrypt.hashpw(sys.argv[1].encode(), bcrypt.gensalt(rounds=4)).decode())",
+            PASS,
+        ])
+        .output()
+        .expect("run python for bcrypt");
+    assert!(
+        out.status.success(),
+        "bcrypt: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let digest = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    std::fs::write(dir.join("htpasswd"), format!("{USER}:{digest}\n")).unwrap();
+    let port = common::free_port();
+    let conf = format!(
+        r#"
+SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'
+SUSHY_EMULATOR_LISTEN_PORT = {port}
+SUSHY_EMULATOR_FAKE_DRIVER = True
+SUSHY_EMULATOR_STATE_DIR = '{state}'
+SUSHY_EMULATOR_AUTH_FILE = '{auth}'
+SUSHY_EMULATOR_FAKE_SYSTEMS = [{{
+    'uuid': '27946b59-9e44-4fa7-8e91-f3527a1ef094',
+    'name': 'fake',
+    'power_state': 'Off',
+    'external_notifier': False,
+    'nics': [{{'mac': '00:5c:52:31:3a:9c', 'ip': '127.0.0.2'}}],
+}}]
+"#,
+        state = dir.join("state").display(),
+        auth = dir.join("htpasswd").display(),
+    );
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    std::fs::write(dir.join("conf.py"), conf).unwrap();
+    let log = std::fs::File::create(dir.join("sushy.log")).unwrap();
+    let child = spawn(
+        Command::new(&sushy)
+            .arg("--config")
+            .arg(dir.join("conf.py"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log),
+    );
+    Sushy {
+        _child: child,
+        url: format!("http://127.0.0.1:{port}"),
+        _dir: dir,
+    }
+}
+
+async fn wait_ready(url: &str) {
+    let http = reqwest::Client::new();
+    poll_until(
+        "sushy-emulator to listen",
+        Duration::from_secs(30),
+        || async {
+            http.get(format!("{url}/redfish/v1/"))
+                .send()
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+}
+
+fn client(url: &str, password: &str) -> RedfishClient {
+    RedfishClient::new(
+        &Endpoint::parse(url, None).unwrap(),
+        USER,
+        Password::new(password),
+        RedfishOptions {
+            timeout: Duration::from_secs(10),
+            transition_timeout: Duration::from_secs(30),
+            ..RedfishOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+async fn wait_power(c: &RedfishClient, want: PowerState) {
+    // sushy's fake driver applies a power change 1-11 s later.
+    poll_until(
+        &format!("sushy power {want}"),
+        Duration::from_secs(40),
+        || async { (c.power_state().await.ok() == Some(want)).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn against_sushy_emulator() {
+    let sushy = start_sushy();
+    wait_ready(&sushy.url).await;
+    let c = client(&sushy.url, PASS);
+
+    // Basic fallback: no SessionService on sushy.
+    assert_eq!(c.power_state().await.unwrap(), PowerState::Off);
+    assert!(!c.has_session().await);
+
+    // Wrong password: typed error.
+    let bad = client(&sushy.url, "wrong");
+    assert!(matches!(
+        bad.power_state().await,
+        Err(BmcError::Unauthorized)
+    ));
+
+    // Power on, poll; on again sends nothing; soft off; cycle via ForceOff + On.
+    let o = c.power(PowerAction::On).await.unwrap();
+    assert_eq!(o.sent, vec!["On"]);
+    wait_power(&c, PowerState::On).await;
+    assert!(c.power(PowerAction::On).await.unwrap().already_in_state);
+    let o = c.power(PowerAction::Reset).await.unwrap();
+    assert_eq!(o.sent, vec!["ForceRestart"]);
+    wait_power(&c, PowerState::On).await;
+    // sushy offers no PowerCycle: ForceOff, wait for Off, On.
+    let o = c.power(PowerAction::Cycle).await.unwrap();
+    assert_eq!(o.sent, vec!["ForceOff", "On"]);
+    wait_power(&c, PowerState::On).await;
+    let o = c.power(PowerAction::Off).await.unwrap();
+    assert_eq!(o.sent, vec!["ForceOff"]);
+    wait_power(&c, PowerState::Off).await;
+
+    // Boot override: PXE once, mode kept; then persistent disk.
+    let before = c.boot_override().await.unwrap();
+    let b = c
+        .set_boot_override(BootRequest {
+            device: BootDevice::Pxe,
+            persistent: false,
+            mode: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(b.device, BootDevice::Pxe);
+    // sushy models the target and mode, and always reports `Continuous`.
+    assert!(b.enabled);
+    assert_eq!(b.mode, before.mode, "boot mode never flipped");
+    let b = c
+        .set_boot_override(BootRequest {
+            device: BootDevice::Disk,
+            persistent: true,
+            mode: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(b.device, BootDevice::Disk);
+    assert!(b.persistent);
+    assert_eq!(b.mode, before.mode);
+
+    // Inventory: the fake driver models the identity and the NICs.
+    let inv = c.inventory().await.unwrap();
+    assert_eq!(inv.power_state, PowerState::Off);
+    assert!(
+        inv.nics
+            .iter()
+            .any(|n| n.mac_address.as_deref() == Some("00:5c:52:31:3a:9c")),
+        "{inv:?}"
+    );
+    assert_eq!(
+        inv.uuid.as_deref(),
+        Some("27946b59-9e44-4fa7-8e91-f3527a1ef094")
+    );
+    assert_eq!(inv.vendor, "generic");
+
+    // The CLI end to end, --json (the password comes from the named variable).
+    let args = BmcArgs {
+        host: sushy.url.clone(),
+        port: None,
+        user: USER.into(),
+        password_env: "INGOT_TEST_SUSHY_PW".into(),
+        protocol: Some(Protocol::Redfish),
+        insecure: false,
+        ca_bundle: None,
+        auth: ingot_bmc::cli::AuthArg::Auto,
+        timeout: 10,
+        json: true,
+        command: ingot_bmc::cli::BmcCommand::Power {
+            op: ingot_bmc::cli::PowerOp::Status,
+            wait: None,
+        },
+    };
+    let out = execute_with(args, Vec::new(), |name| {
+        (name == "INGOT_TEST_SUSHY_PW").then(|| PASS.to_owned())
+    })
+    .await;
+    assert_eq!(out.code, 0, "{:?}", out.json);
+    assert_eq!(out.json["ok"], true);
+    assert_eq!(out.json["protocol"], "redfish");
+    assert_eq!(out.json["result"]["powerState"], "off");
+}
