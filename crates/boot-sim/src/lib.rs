@@ -246,6 +246,7 @@ impl Booter {
         }
         admin.set_path("/_sim/");
         admin.set_query(None);
+        ensure_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))
             .no_proxy()
@@ -653,6 +654,15 @@ impl Booter {
         resp.json()
             .await
             .map_err(|e| err(e.without_url().to_string()))
+    }
+}
+
+/// reqwest is built without a default TLS provider: use ring, as kube does, unless the process
+/// chose one already.
+pub fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 

@@ -205,6 +205,8 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    // reqwest is built without a TLS provider of its own: the process uses ring, as kube does.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match Cli::parse().command {
         Command::Metal(args) => metal(args).await,
         Command::Boot(args) => boot(args).await,

@@ -46,6 +46,7 @@ async fn metal_subcommand_serves_the_project_for_the_token() {
         "--project",
         PROJECT,
     ]);
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     let ok = http
         .get(format!("{url}/projects/{PROJECT}/devices"))
@@ -94,6 +95,7 @@ async fn config_file_adds_projects_and_tokens() {
         "--timings",
         "realistic",
     ]);
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     let get = |token: &'static str, project: &str| {
         http.get(format!("{url}/projects/{project}/devices"))
