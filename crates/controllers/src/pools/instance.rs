@@ -454,7 +454,12 @@ impl Reconciler<'_> {
                     s.private_ip = private.clone();
                 })
                 .await?;
-                self.set_ready(false, "Joining", "Harvester is installed; waiting for the Node to join").await?;
+                self.set_ready(
+                    false,
+                    "Joining",
+                    "Harvester is installed; waiting for the Node to join",
+                )
+                .await?;
                 Ok(Ok(Action::requeue(Duration::from_secs(1))))
             }
             ServerState::Failed => self.replace_failed_server(cloud, &server).await,

@@ -127,7 +127,8 @@ pub(crate) async fn publish<K>(
     }
 }
 
-/// Sets a condition and says whether its status flipped (callers emit an Event then).
+/// Sets a condition. Returns whether anything changed (write the status) and whether its
+/// status or reason changed (record an Event): a new reason is news even if still False.
 pub(crate) fn update_condition(
     conditions: &mut Vec<ingot_api::Condition>,
     type_: &str,
@@ -139,12 +140,13 @@ pub(crate) fn update_condition(
     let before = conditions
         .iter()
         .find(|c| c.type_ == type_)
-        .map(|c| c.status.clone());
+        .map(|c| (c.status.clone(), c.reason.clone()));
     let status = if ok {
         ConditionStatus::True
     } else {
         ConditionStatus::False
     };
     let changed = set_condition(conditions, type_, status, reason, message, generation);
-    (changed, before.as_deref() != Some(status.as_str()))
+    let news = before.is_none_or(|(s, r)| s != status.as_str() || r != reason);
+    (changed, news)
 }

@@ -338,8 +338,17 @@ async fn scale_down_order(ctx: &Context, mut instances: Vec<Instance>) -> Vec<In
             false
         };
         let created = instance.metadata.creation_timestamp.clone().map(|t| t.0);
-        // Sort key: joined (false first), healthy (false first), newest first.
-        keyed.push(((joined, healthy, std::cmp::Reverse(created)), instance));
+        // Sort key: joined (false first), healthy (false first), newest first; the name breaks
+        // ties of the one-second creation timestamps.
+        keyed.push((
+            (
+                joined,
+                healthy,
+                std::cmp::Reverse(created),
+                instance.name_any(),
+            ),
+            instance,
+        ));
     }
     keyed.sort_by(|a, b| a.0.cmp(&b.0));
     keyed.into_iter().map(|(_, instance)| instance).collect()
