@@ -562,14 +562,19 @@ impl Booter {
             } => (kernel, cmdline),
         };
         let cmd = install::read_cmdline(&kernel, &ipxe::kernel_params(&cmdline));
-        if !cmd.automatic {
-            return Outcome::Stuck(install::Refusal::NotAutomatic.to_string());
+        let not_automatic =
+            || Outcome::Stuck(format!("installer: {}", install::Refusal::NotAutomatic));
+        if cmd.config_url.is_none() && !cmd.automatic {
+            return not_automatic();
         }
         let remote = match self.fetch_config(&cmd, record).await {
             Ok(r) => r,
             Err(refusal) => return Outcome::Stuck(format!("installer: {refusal}")),
         };
         let merged = install::merge(&cmd.config, &remote);
+        if !install::is_automatic(&merged) {
+            return not_automatic();
+        }
         let machine = install::Machine { hostname, nics };
         match install::check(
             &merged,
