@@ -321,6 +321,23 @@ async fn seed_flow_shell_then_install_joins_a_ready_node_that_heartbeats() {
         lease.spec.unwrap().holder_identity.as_deref(),
         Some(host.as_str())
     );
+
+    // Reinstalled with a config the installer refuses: the kubelet is gone, the Node stays.
+    let bad = current_config(
+        &host,
+        &format!("https://{VIP}:443"),
+        "an-old-token",
+        &mgmt(&[&macs[0]]),
+    );
+    env.reinstall(&id, &bad, &url).await;
+    let m = env
+        .wait_machine(&id, "stuck after the third boot", |m| {
+            m.state == MachineState::Stuck && m.boot_count == Some(3)
+        })
+        .await;
+    assert!(m.reason.unwrap().contains("token does not match"));
+    assert_eq!(m.ready, None);
+    assert!(env.nodes.get_opt(&host).await.unwrap().is_some());
 }
 
 #[tokio::test]
