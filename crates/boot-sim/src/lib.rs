@@ -142,6 +142,8 @@ struct Machine {
     private_ip: Option<String>,
     plan: Option<String>,
     readiness: Option<Readiness>,
+    /// Went Unknown because the device stopped being active.
+    powered_down: bool,
 }
 
 /// The tasks of a started booter; they stop when this is dropped.
@@ -374,6 +376,7 @@ impl Booter {
         let listing: Listing = self.get_json(url, "GET /_sim/devices").await?;
         let mut present = Vec::new();
         let mut to_boot = Vec::new();
+        let mut posts = Vec::new();
         {
             let mut machines = lock(&self.inner.machines);
             for listed in listing.devices {
@@ -415,9 +418,42 @@ impl Booter {
                     private_ip: None,
                     plan: None,
                     readiness: None,
+                    powered_down: false,
                 });
                 m.status.hostname = d.hostname;
+                let was_active = m.status.device_state == "active";
+                let is_active = d.state == "active";
                 m.status.device_state = d.state;
+                if m.status.state == MachineState::Joined
+                    && let Some(facts) = m.facts.clone()
+                {
+                    if was_active && !is_active {
+                        // Powered off or reinstalling: the kubelet stops, and the node
+                        // lifecycle controller marks the node Unknown (here at once).
+                        let r = Readiness {
+                            status: "Unknown",
+                            since: Utc::now(),
+                        };
+                        m.readiness = Some(r);
+                        m.status.ready = Some(r.status.to_owned());
+                        m.powered_down = true;
+                        posts.push((facts, r));
+                    } else if !was_active
+                        && is_active
+                        && m.powered_down
+                        && listed.boot_count == m.handled_boot
+                    {
+                        // Powered on again from its disk: the kubelet starts and posts Ready.
+                        let r = Readiness {
+                            status: "True",
+                            since: Utc::now(),
+                        };
+                        m.readiness = Some(r);
+                        m.status.ready = Some(r.status.to_owned());
+                        m.powered_down = false;
+                        posts.push((facts, r));
+                    }
+                }
                 m.nics = nics;
                 m.private_ip = private_ip;
                 m.plan = d.plan.and_then(|p| p.slug);
@@ -436,6 +472,13 @@ impl Booter {
                     set_state(m, MachineState::Gone, None);
                     m.status.device_state = "gone".into();
                 }
+            }
+        }
+        for (facts, readiness) in posts {
+            tracing::info!(node = %facts.name, ready = readiness.status, "device power changed");
+            if let Err(error) = node::post_status(&self.inner.kube, &facts, readiness, false).await
+            {
+                tracing::warn!(node = %facts.name, %error, "posting node status");
             }
         }
         for id in to_boot {
@@ -519,6 +562,7 @@ impl Booter {
                 tracing::info!(device = id, node = %facts.name, "joined; node Ready");
                 m.handled_boot = Some(boot_count);
                 m.readiness = Some(readiness);
+                m.powered_down = false;
                 m.status.node = Some(facts.name.clone());
                 m.status.ready = Some("True".into());
                 m.facts = Some(facts);

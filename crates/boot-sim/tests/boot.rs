@@ -108,6 +108,11 @@ impl Env {
         }
     }
 
+    async fn set_ready_via_library(&self, key: &str) {
+        let m = self.booter.set_ready(key).await.unwrap();
+        assert_eq!(m.ready.as_deref(), Some("True"));
+    }
+
     fn hostname(&self, name: &str) -> String {
         format!("{}-{name}", self.prefix)
     }
@@ -588,6 +593,23 @@ async fn not_ready_knob_flips_the_node_and_a_deleted_device_stops_heartbeating()
         .await
         .unwrap();
     assert_eq!(resp.status(), 404);
+
+    // Powered off: the kubelet stops and the node goes Unknown; powered on: Ready again.
+    env.set_ready_via_library(&host).await;
+    for (action, status) in [("power_off", "Unknown"), ("power_on", "True")] {
+        env.api(
+            reqwest::Method::POST,
+            &format!("/devices/{id}/actions"),
+            Some(json!({"type": action})),
+        )
+        .await;
+        env.wait_node(&host, status, ready_is(status)).await;
+    }
+    let m = env
+        .wait_machine(&id, "active again", |m| m.device_state == "active")
+        .await;
+    assert_eq!(m.state, MachineState::Joined);
+    assert_eq!(m.ready.as_deref(), Some("True"));
 
     // The device is deleted: the machine is gone, the Node stays (the operator deletes it).
     env.http
