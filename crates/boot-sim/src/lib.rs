@@ -44,6 +44,8 @@ pub enum Error {
     UnknownMachine(String),
     #[error("machine {0:?} has not joined a node")]
     NotJoined(String),
+    #[error("machine {0:?} is not running (device {1}): power it on first")]
+    NotRunning(String, String),
 }
 
 /// Where a machine is.
@@ -334,6 +336,13 @@ impl Booter {
             let (Some(facts), MachineState::Joined) = (m.facts.clone(), m.status.state) else {
                 return Err(Error::NotJoined(key.to_owned()));
             };
+            if status == "True" && m.status.device_state != "active" {
+                return Err(Error::NotRunning(
+                    key.to_owned(),
+                    m.status.device_state.clone(),
+                ));
+            }
+            m.powered_down = false;
             let readiness = match m.readiness {
                 Some(r) if r.status == status => r,
                 _ => Readiness {

@@ -604,6 +604,10 @@ async fn not_ready_knob_flips_the_node_and_a_deleted_device_stops_heartbeating()
         )
         .await;
         env.wait_node(&host, status, ready_is(status)).await;
+        if action == "power_off" {
+            let err = env.booter.set_ready(&host).await.unwrap_err();
+            assert!(err.to_string().contains("power it on"), "{err}");
+        }
     }
     let m = env
         .wait_machine(&id, "active again", |m| m.device_state == "active")
