@@ -718,9 +718,13 @@ fn find(machines: &BTreeMap<String, Machine>, key: &str) -> Option<String> {
     if machines.contains_key(key) {
         return Some(key.to_owned());
     }
+    // A hostname may come back on a new device: the one that still exists wins.
+    let named = |m: &&Machine| m.status.hostname == key || m.status.node.as_deref() == Some(key);
     machines
         .values()
-        .find(|m| m.status.hostname == key || m.status.node.as_deref() == Some(key))
+        .filter(named)
+        .find(|m| m.status.state != MachineState::Gone)
+        .or_else(|| machines.values().find(named))
         .map(|m| m.status.device_id.clone())
 }
 
