@@ -68,7 +68,7 @@ fn reply(r: Result<crate::MachineStatus, Error>) -> Response {
 fn error(e: &Error) -> Response {
     let status = match e {
         Error::UnknownMachine(_) => StatusCode::NOT_FOUND,
-        Error::NotJoined(_) => StatusCode::CONFLICT,
+        Error::NotJoined(_) | Error::NotRunning(..) => StatusCode::CONFLICT,
         _ => StatusCode::BAD_GATEWAY,
     };
     (status, axum::Json(json!({"error": e.to_string()}))).into_response()

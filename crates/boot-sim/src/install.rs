@@ -255,6 +255,11 @@ fn release_of(kernel: &str) -> Option<String> {
     Schema::of_version(v).map(|_| v.to_owned())
 }
 
+/// Whether the merged config asks for an unattended install.
+pub fn is_automatic(config: &Value) -> bool {
+    get(config, &["install", "automatic"]).is_some_and(truthy)
+}
+
 fn truthy(v: &Value) -> bool {
     match v {
         Value::Bool(b) => *b,
@@ -605,5 +610,48 @@ mod tests {
         .unwrap();
         assert_eq!(ok.schema, Schema::V1_0);
         assert_eq!(ok.node_name, "h1");
+
+        // Another os.hostname: the node joins under it, with a warning.
+        let ok = check(
+            &merged,
+            cmd.release.as_deref(),
+            &exp,
+            &Machine {
+                hostname: "device-name",
+                nics: &nics,
+            },
+        )
+        .unwrap();
+        assert_eq!(ok.node_name, "h1");
+        assert!(
+            ok.warnings.iter().any(|w| w.contains("device-name")),
+            "{:?}",
+            ok.warnings
+        );
+
+        // A v1.4 installer (from the kernel URL) reads neither the v1.0 section nor port 8443.
+        let err = check(
+            &merged,
+            Some("v1.4.2"),
+            &exp,
+            &Machine {
+                hostname: "h1",
+                nics: &nics,
+            },
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("port 8443"), "{err}");
+    }
+
+    #[test]
+    fn automatic_may_come_from_the_config() {
+        let cmd = read_cmdline(
+            "k",
+            &crate::ipxe::kernel_params("harvester.install.config_url=http://127.0.0.1:1/c"),
+        );
+        assert!(!cmd.automatic);
+        let remote = parse_remote("install:\n  automatic: true\n", false).unwrap();
+        assert!(is_automatic(&merge(&cmd.config, &remote)));
+        assert!(!is_automatic(&cmd.config));
     }
 }

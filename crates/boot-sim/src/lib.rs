@@ -44,6 +44,8 @@ pub enum Error {
     UnknownMachine(String),
     #[error("machine {0:?} has not joined a node")]
     NotJoined(String),
+    #[error("machine {0:?} is not running (device {1}): power it on first")]
+    NotRunning(String, String),
 }
 
 /// Where a machine is.
@@ -142,6 +144,8 @@ struct Machine {
     private_ip: Option<String>,
     plan: Option<String>,
     readiness: Option<Readiness>,
+    /// Went Unknown because the device stopped being active.
+    powered_down: bool,
 }
 
 /// The tasks of a started booter; they stop when this is dropped.
@@ -332,6 +336,13 @@ impl Booter {
             let (Some(facts), MachineState::Joined) = (m.facts.clone(), m.status.state) else {
                 return Err(Error::NotJoined(key.to_owned()));
             };
+            if status == "True" && m.status.device_state != "active" {
+                return Err(Error::NotRunning(
+                    key.to_owned(),
+                    m.status.device_state.clone(),
+                ));
+            }
+            m.powered_down = false;
             let readiness = match m.readiness {
                 Some(r) if r.status == status => r,
                 _ => Readiness {
@@ -374,6 +385,7 @@ impl Booter {
         let listing: Listing = self.get_json(url, "GET /_sim/devices").await?;
         let mut present = Vec::new();
         let mut to_boot = Vec::new();
+        let mut posts = Vec::new();
         {
             let mut machines = lock(&self.inner.machines);
             for listed in listing.devices {
@@ -415,9 +427,42 @@ impl Booter {
                     private_ip: None,
                     plan: None,
                     readiness: None,
+                    powered_down: false,
                 });
                 m.status.hostname = d.hostname;
+                let was_active = m.status.device_state == "active";
+                let is_active = d.state == "active";
                 m.status.device_state = d.state;
+                if m.status.state == MachineState::Joined
+                    && let Some(facts) = m.facts.clone()
+                {
+                    if was_active && !is_active {
+                        // Powered off or reinstalling: the kubelet stops, and the node
+                        // lifecycle controller marks the node Unknown (here at once).
+                        let r = Readiness {
+                            status: "Unknown",
+                            since: Utc::now(),
+                        };
+                        m.readiness = Some(r);
+                        m.status.ready = Some(r.status.to_owned());
+                        m.powered_down = true;
+                        posts.push((facts, r));
+                    } else if !was_active
+                        && is_active
+                        && m.powered_down
+                        && listed.boot_count == m.handled_boot
+                    {
+                        // Powered on again from its disk: the kubelet starts and posts Ready.
+                        let r = Readiness {
+                            status: "True",
+                            since: Utc::now(),
+                        };
+                        m.readiness = Some(r);
+                        m.status.ready = Some(r.status.to_owned());
+                        m.powered_down = false;
+                        posts.push((facts, r));
+                    }
+                }
                 m.nics = nics;
                 m.private_ip = private_ip;
                 m.plan = d.plan.and_then(|p| p.slug);
@@ -436,6 +481,13 @@ impl Booter {
                     set_state(m, MachineState::Gone, None);
                     m.status.device_state = "gone".into();
                 }
+            }
+        }
+        for (facts, readiness) in posts {
+            tracing::info!(node = %facts.name, ready = readiness.status, "device power changed");
+            if let Err(error) = node::post_status(&self.inner.kube, &facts, readiness, false).await
+            {
+                tracing::warn!(node = %facts.name, %error, "posting node status");
             }
         }
         for id in to_boot {
@@ -519,6 +571,7 @@ impl Booter {
                 tracing::info!(device = id, node = %facts.name, "joined; node Ready");
                 m.handled_boot = Some(boot_count);
                 m.readiness = Some(readiness);
+                m.powered_down = false;
                 m.status.node = Some(facts.name.clone());
                 m.status.ready = Some("True".into());
                 m.facts = Some(facts);
@@ -562,14 +615,19 @@ impl Booter {
             } => (kernel, cmdline),
         };
         let cmd = install::read_cmdline(&kernel, &ipxe::kernel_params(&cmdline));
-        if !cmd.automatic {
-            return Outcome::Stuck(install::Refusal::NotAutomatic.to_string());
+        let not_automatic =
+            || Outcome::Stuck(format!("installer: {}", install::Refusal::NotAutomatic));
+        if cmd.config_url.is_none() && !cmd.automatic {
+            return not_automatic();
         }
         let remote = match self.fetch_config(&cmd, record).await {
             Ok(r) => r,
             Err(refusal) => return Outcome::Stuck(format!("installer: {refusal}")),
         };
         let merged = install::merge(&cmd.config, &remote);
+        if !install::is_automatic(&merged) {
+            return not_automatic();
+        }
         let machine = install::Machine { hostname, nics };
         match install::check(
             &merged,
@@ -660,9 +718,13 @@ fn find(machines: &BTreeMap<String, Machine>, key: &str) -> Option<String> {
     if machines.contains_key(key) {
         return Some(key.to_owned());
     }
+    // A hostname may come back on a new device: the one that still exists wins.
+    let named = |m: &&Machine| m.status.hostname == key || m.status.node.as_deref() == Some(key);
     machines
         .values()
-        .find(|m| m.status.hostname == key || m.status.node.as_deref() == Some(key))
+        .filter(named)
+        .find(|m| m.status.state != MachineState::Gone)
+        .or_else(|| machines.values().find(named))
         .map(|m| m.status.device_id.clone())
 }
 

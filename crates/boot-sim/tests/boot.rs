@@ -108,6 +108,11 @@ impl Env {
         }
     }
 
+    async fn set_ready_via_library(&self, key: &str) {
+        let m = self.booter.set_ready(key).await.unwrap();
+        assert_eq!(m.ready.as_deref(), Some("True"));
+    }
+
     fn hostname(&self, name: &str) -> String {
         format!("{}-{name}", self.prefix)
     }
@@ -321,6 +326,23 @@ async fn seed_flow_shell_then_install_joins_a_ready_node_that_heartbeats() {
         lease.spec.unwrap().holder_identity.as_deref(),
         Some(host.as_str())
     );
+
+    // Reinstalled with a config the installer refuses: the kubelet is gone, the Node stays.
+    let bad = current_config(
+        &host,
+        &format!("https://{VIP}:443"),
+        "an-old-token",
+        &mgmt(&[&macs[0]]),
+    );
+    env.reinstall(&id, &bad, &url).await;
+    let m = env
+        .wait_machine(&id, "stuck after the third boot", |m| {
+            m.state == MachineState::Stuck && m.boot_count == Some(3)
+        })
+        .await;
+    assert!(m.reason.unwrap().contains("token does not match"));
+    assert_eq!(m.ready, None);
+    assert!(env.nodes.get_opt(&host).await.unwrap().is_some());
 }
 
 #[tokio::test]
@@ -571,6 +593,27 @@ async fn not_ready_knob_flips_the_node_and_a_deleted_device_stops_heartbeating()
         .await
         .unwrap();
     assert_eq!(resp.status(), 404);
+
+    // Powered off: the kubelet stops and the node goes Unknown; powered on: Ready again.
+    env.set_ready_via_library(&host).await;
+    for (action, status) in [("power_off", "Unknown"), ("power_on", "True")] {
+        env.api(
+            reqwest::Method::POST,
+            &format!("/devices/{id}/actions"),
+            Some(json!({"type": action})),
+        )
+        .await;
+        env.wait_node(&host, status, ready_is(status)).await;
+        if action == "power_off" {
+            let err = env.booter.set_ready(&host).await.unwrap_err();
+            assert!(err.to_string().contains("power it on"), "{err}");
+        }
+    }
+    let m = env
+        .wait_machine(&id, "active again", |m| m.device_state == "active")
+        .await;
+    assert_eq!(m.state, MachineState::Joined);
+    assert_eq!(m.ready.as_deref(), Some("True"));
 
     // The device is deleted: the machine is gone, the Node stays (the operator deletes it).
     env.http

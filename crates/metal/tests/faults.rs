@@ -504,3 +504,46 @@ async fn x_ratelimit_remaining_zero_holds_the_client_until_the_reset() {
         Some(&22)
     );
 }
+
+#[tokio::test]
+async fn the_admin_device_listing_shows_boot_counts_outside_the_counters() {
+    let srv = start(config()).await;
+    let http = reqwest::Client::new();
+    let s = cloud(&srv)
+        .create_server(&ipxe_server("listed"))
+        .await
+        .unwrap();
+    let before = srv.sim().metrics().total_requests;
+    let listing: serde_json::Value = http
+        .get(format!("{}/devices?project={PROJECT}", srv.admin_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let devices = listing["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1, "{listing}");
+    assert_eq!(devices[0]["device"]["id"], s.id.as_str());
+    assert_eq!(devices[0]["device"]["hostname"], "listed");
+    // Instant timings: the listing moved the device to active, which recorded its first boot.
+    assert_eq!(devices[0]["device"]["state"], "active");
+    assert_eq!(devices[0]["boot_count"], 1);
+    let other: serde_json::Value = http
+        .get(format!(
+            "{}/devices?project={OTHER_PROJECT}",
+            srv.admin_url()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(other["devices"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        srv.sim().metrics().total_requests,
+        before,
+        "admin reads are not API traffic"
+    );
+}
