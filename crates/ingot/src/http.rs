@@ -1,24 +1,28 @@
 //! The operator's HTTP endpoints: `/healthz` (the process and its lease task are alive),
 //! `/readyz` (the API server answered and the replica leads or stands by), `/metrics`, and
-//! `/ipxe/install.ipxe`, the script servers chain-load to install Harvester.
+//! `/ipxe/instances/<name>.ipxe`, the script a server chain-loads to install Harvester.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use ingot_api::equinix::Instance;
 use ingot_controllers::Metrics;
 use ingot_controllers::pools::PoolsShared;
+use ingot_controllers::pools::instance::install_script as install_script_for;
+use kube::{Api, Client};
 
 #[derive(Clone)]
 pub struct Health {
     pub metrics: Arc<Metrics>,
     pub ready: Arc<AtomicBool>,
     pub pools: Arc<PoolsShared>,
+    pub client: Client,
 }
 
 pub async fn serve(
@@ -34,7 +38,7 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .route("/ipxe/install.ipxe", get(install_script))
+        .route("/ipxe/instances/{file}", get(install_script))
         .with_state(health);
     Ok(tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app)
@@ -69,14 +73,37 @@ async fn metrics(State(health): State<Health>) -> impl IntoResponse {
     }
 }
 
-async fn install_script(State(health): State<Health>) -> impl IntoResponse {
-    match ingot_controllers::pools::instance::install_script(&health.pools.settings) {
+async fn install_script(
+    State(health): State<Health>,
+    Path(file): Path<String>,
+) -> impl IntoResponse {
+    let Some(name) = file.strip_suffix(".ipxe") else {
+        return (
+            StatusCode::NOT_FOUND,
+            "scripts are served as <instance>.ipxe".to_owned(),
+        )
+            .into_response();
+    };
+    let instances: Api<Instance> = Api::all(health.client.clone());
+    let instance = match instances.get_opt(name).await {
+        Ok(Some(instance)) => instance,
+        Ok(None) => return (StatusCode::NOT_FOUND, format!("no Instance {name}")).into_response(),
+        Err(error) => {
+            tracing::warn!(%error, instance = name, "reading an Instance for its iPXE script");
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the Kubernetes API is unavailable".to_owned(),
+            )
+                .into_response();
+        }
+    };
+    match install_script_for(&health.pools.settings, &instance) {
         Ok(script) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             script,
         )
             .into_response(),
-        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error).into_response(),
+        Err(error) => (StatusCode::UNPROCESSABLE_ENTITY, error.to_string()).into_response(),
     }
 }

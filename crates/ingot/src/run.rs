@@ -155,6 +155,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         ready: ready.clone(),
         pools: pools_shared.clone(),
+        client: client.clone(),
     };
     let server = http::serve(args.http_addr, health, stopped).await?;
 

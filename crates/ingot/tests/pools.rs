@@ -723,3 +723,46 @@ async fn killed_twenty_times_during_scale_out_leaves_exactly_five_devices() {
         .delete(&stack.namespace, &DeleteParams::default())
         .await;
 }
+
+#[tokio::test]
+async fn single_boot_joins_without_a_reinstall_and_creates_missing_vlans() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("single-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["singleBoot"] = json!(true);
+    manifest["spec"]["harvesterVersion"] = json!("v1.3.2");
+    manifest["spec"]["createMissingVlans"] = json!(true);
+    manifest["spec"]["networkingConfiguration"] = json!({"type": "hybrid", "interfaceConfiguration": [{"name": "eth1", "vlanIDS": ["1200"]}]});
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 1, Duration::from_secs(90)).await;
+
+    let instance = stack.pool_instances(&name).await.remove(0);
+    let device = instance.status.unwrap().instance_id;
+    let record = stack.sim.sim().boot_record(&device).expect("a boot record");
+    assert_eq!(
+        record.boot_count, 1,
+        "joined from its first boot, no reinstall"
+    );
+    let script = record.ipxe_script.unwrap_or_default();
+    assert!(
+        script.contains("${net0/mac}") && script.contains("harvester-v1.3.2-vmlinuz-amd64"),
+        "{script}"
+    );
+    let vlans = stack
+        .metal(
+            reqwest::Method::GET,
+            &format!("/projects/{PROJECT}/virtual-networks"),
+            Value::Null,
+        )
+        .await;
+    assert!(
+        vlans["virtual_networks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["vxlan"] == 1200),
+        "VLAN 1200 was created: {vlans}"
+    );
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}

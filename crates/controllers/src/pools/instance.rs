@@ -7,6 +7,10 @@
 //! `nodeCleanupWaitInterval` (from its Ready condition's lastTransitionTime) is cordoned and its
 //! Instance deleted; the pool creates a replacement.
 //!
+//! With `singleBoot` (Harvester v1.1 and later) the first boot is the install: the iPXE script
+//! passes the management MACs as `${netN/mac}` kernel arguments and the userdata holds the rest
+//! of the config, so there is no reinstall: `queued` -> active -> `ready`.
+//!
 //! Safety: the finalizer is on the Instance before the server is created; the server carries
 //! the tag `ingot-instance:<uid>` and is adopted, not duplicated, after a crash; `instanceID`
 //! is written as soon as the server exists; deletion deletes the server (404 counts as gone),
@@ -40,7 +44,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{Credentials, READY_CONDITION, Settings, credentials, join, publish, update_condition};
+use super::{READY_CONDITION, Settings, credentials, join, publish, update_condition};
 use crate::Context;
 
 const CONTROLLER: &str = "instance";
@@ -161,9 +165,7 @@ impl Reconciler<'_> {
         let cloud = self.ctx.pools.cloud(&credentials)?;
         let step = match self.status().status.as_str() {
             instance_status::NEW => self.create(&cloud).await,
-            instance_status::QUEUED | instance_status::SUBMITTED => {
-                self.install(&cloud, &credentials).await
-            }
+            instance_status::QUEUED | instance_status::SUBMITTED => self.install(&cloud).await,
             instance_status::REINSTALLING => self.await_reinstall(&cloud).await,
             instance_status::READY => self.await_node().await,
             instance_status::MANAGED => self.watch_health().await,
@@ -200,19 +202,38 @@ impl Reconciler<'_> {
                 retry: Duration::from_secs(300),
             }));
         };
-        let mut request = CreateServer::new(
-            self.name(),
-            plan,
-            metro,
-            self.owner_tag(),
+        let (boot, userdata) = if spec.single_boot == Some(true) {
+            // The first boot installs: the iPXE script from ingot, the config in the userdata.
+            let Some(script_url) = self.install_script_url() else {
+                return Ok(Err(no_ipxe_url()));
+            };
+            let config = match self.join_config().await? {
+                Ok(config) => config,
+                Err(blocked) => return Ok(Err(blocked)),
+            };
+            match config.render_intermediate() {
+                Ok(userdata) => (
+                    Boot::Ipxe {
+                        script_url: Some(script_url),
+                        always: false,
+                    },
+                    userdata,
+                ),
+                Err(error) => return Ok(Err(invalid_config(error))),
+            }
+        } else {
             // The seed's first boot: an iPXE shell, so the server turns active and shows its
             // MAC addresses before anything is installed.
-            Boot::Ipxe {
-                script_url: None,
-                always: false,
-            },
-        );
-        request.userdata = Some(SHELL_SCRIPT.to_owned());
+            (
+                Boot::Ipxe {
+                    script_url: None,
+                    always: false,
+                },
+                SHELL_SCRIPT.to_owned(),
+            )
+        };
+        let mut request = CreateServer::new(self.name(), plan, metro, self.owner_tag(), boot);
+        request.userdata = Some(userdata);
         request.tags = spec.tags.clone().unwrap_or_default();
         request.billing = match spec.billing_cycle.as_deref() {
             Some("daily") => Some(ingot_metal::Billing::Daily),
@@ -238,6 +259,12 @@ impl Reconciler<'_> {
             s.instance_id = server.id.clone();
         })
         .await?;
+        self.set_ready(
+            false,
+            "Provisioning",
+            &format!("server {} is being provisioned", server.id),
+        )
+        .await?;
         self.event(
             EventType::Normal,
             "ServerCreated",
@@ -247,13 +274,9 @@ impl Reconciler<'_> {
         Ok(Ok(Action::requeue(Duration::from_secs(2))))
     }
 
-    /// `queued`: once the server is active, wire its network, render the final config,
-    /// point iPXE at the installer and reinstall.
-    async fn install(
-        &self,
-        cloud: &dyn BareMetalCloud,
-        _credentials: &Credentials,
-    ) -> Result<Result<Action, Blocked>, Error> {
+    /// `queued`: once the server is active, wire its network; in the seed's flow render the
+    /// final config, point iPXE at the installer and reinstall.
+    async fn install(&self, cloud: &dyn BareMetalCloud) -> Result<Result<Action, Blocked>, Error> {
         let Some(server) = self.current_server(cloud).await? else {
             return Ok(Ok(Action::requeue(Duration::ZERO)));
         };
@@ -278,76 +301,40 @@ impl Reconciler<'_> {
                 }));
             }
         }
-        let join = match join::discover(&self.ctx.client, &self.settings.join).await {
-            Ok(join) => join,
-            Err(problem) => {
-                return Ok(Err(Blocked {
-                    reason: problem.reason(),
-                    message: problem.to_string(),
-                    retry: Duration::from_secs(30),
-                }));
-            }
-        };
-
         let server = match self.apply_network(cloud, &server).await? {
             Ok(server) => server,
             Err(blocked) => return Ok(Err(blocked)),
         };
+        if self.instance.spec.single_boot == Some(true) {
+            // The first boot was the install: no reinstall.
+            return self.installed(&server).await;
+        }
 
         let spec = &self.instance.spec;
-        let interfaces = spec
-            .management_interfaces
-            .clone()
-            .filter(|i| !i.is_empty())
-            .unwrap_or_else(|| vec![ingot_api::equinix::DEFAULT_MANAGEMENT_INTERFACE.to_owned()]);
         let ports: Vec<ingot_harvester::Port> = server.ports.iter().map(harvester_port).collect();
         let bond_options = spec.management_bonding_options.clone().unwrap_or_default();
-        let mgmt = match ManagementNetwork::from_ports(&interfaces, &ports, bond_options) {
-            Ok(mgmt) => mgmt,
-            Err(error) => {
-                return Ok(Err(Blocked {
-                    reason: "InvalidManagementInterfaces",
-                    message: error.to_string(),
-                    retry: Duration::from_secs(300),
-                }));
-            }
+        let mgmt =
+            match ManagementNetwork::from_ports(&management_interfaces(spec), &ports, bond_options)
+            {
+                Ok(mgmt) => mgmt,
+                Err(error) => {
+                    return Ok(Err(Blocked {
+                        reason: "InvalidManagementInterfaces",
+                        message: error.to_string(),
+                        retry: Duration::from_secs(300),
+                    }));
+                }
+            };
+        let config = match self.join_config().await? {
+            Ok(config) => config,
+            Err(blocked) => return Ok(Err(blocked)),
         };
-        let version = HarvesterVersion::default_release();
-        let artifacts = match Artifacts::new(&version, self.settings.harvester_mirror.as_deref()) {
-            Ok(artifacts) => artifacts,
-            Err(error) => {
-                return Ok(Err(Blocked {
-                    reason: "InvalidMirror",
-                    message: error.to_string(),
-                    retry: Duration::from_secs(300),
-                }));
-            }
-        };
-        let password = self.os_password().await?;
-        let config = JoinConfig::new(
-            version,
-            join.address.clone(),
-            join.token,
-            self.name(),
-            password,
-            artifacts.iso.to_string(),
-        );
         let userdata = match config.render_final(&mgmt) {
             Ok(userdata) => userdata,
-            Err(error) => {
-                return Ok(Err(Blocked {
-                    reason: "InvalidConfig",
-                    message: error.to_string(),
-                    retry: Duration::from_secs(300),
-                }));
-            }
+            Err(error) => return Ok(Err(invalid_config(error))),
         };
         let Some(script_url) = self.install_script_url() else {
-            return Ok(Err(Blocked {
-                reason: "NoIpxeUrl",
-                message: "no URL for the install iPXE script: start ingot with --ipxe-base-url (where servers reach ingot)".to_owned(),
-                retry: Duration::from_secs(60),
-            }));
+            return Ok(Err(no_ipxe_url()));
         };
         cloud
             .update_boot(
@@ -372,16 +359,92 @@ impl Reconciler<'_> {
             .await?;
         self.write_status(|s| s.status = instance_status::REINSTALLING.to_owned())
             .await?;
+        self.set_ready(
+            false,
+            "Installing",
+            &format!("server {} is installing Harvester", server.id),
+        )
+        .await?;
         self.event(
             EventType::Normal,
             "Installing",
             format!(
                 "server {} reinstalls into Harvester, joining {}",
-                server.id, join.address
+                server.id, config.server
             ),
         )
         .await;
         Ok(Ok(Action::requeue(Duration::from_secs(2))))
+    }
+
+    /// Harvester is installed: fill in the addresses, then wait for the Node.
+    async fn installed(&self, server: &Server) -> Result<Result<Action, Blocked>, Error> {
+        let public = server
+            .management_address(true, 4)
+            .unwrap_or_default()
+            .to_owned();
+        let private = server
+            .management_address(false, 4)
+            .unwrap_or_default()
+            .to_owned();
+        self.write_status(|s| {
+            s.status = instance_status::READY.to_owned();
+            s.public_ip = public.clone();
+            s.private_ip = private.clone();
+        })
+        .await?;
+        self.set_ready(
+            false,
+            "Joining",
+            "Harvester is installed; waiting for the Node to join",
+        )
+        .await?;
+        Ok(Ok(Action::requeue(Duration::from_secs(1))))
+    }
+
+    /// The join config of this Instance: release, cluster address and token, OS password.
+    async fn join_config(&self) -> Result<Result<JoinConfig, Blocked>, Error> {
+        let version = match HarvesterVersion::parse_or_default(
+            self.instance.spec.harvester_version.as_deref(),
+        ) {
+            Ok(version) => version,
+            Err(error) => {
+                return Ok(Err(Blocked {
+                    reason: "InvalidVersion",
+                    message: error.to_string(),
+                    retry: Duration::from_secs(300),
+                }));
+            }
+        };
+        let artifacts = match Artifacts::new(&version, self.settings.harvester_mirror.as_deref()) {
+            Ok(artifacts) => artifacts,
+            Err(error) => {
+                return Ok(Err(Blocked {
+                    reason: "InvalidMirror",
+                    message: error.to_string(),
+                    retry: Duration::from_secs(300),
+                }));
+            }
+        };
+        let join = match join::discover(&self.ctx.client, &self.settings.join).await {
+            Ok(join) => join,
+            Err(problem) => {
+                return Ok(Err(Blocked {
+                    reason: problem.reason(),
+                    message: problem.to_string(),
+                    retry: Duration::from_secs(30),
+                }));
+            }
+        };
+        let password = self.os_password().await?;
+        Ok(Ok(JoinConfig::new(
+            version,
+            join.address,
+            join.token,
+            self.name(),
+            password,
+            artifacts.iso.to_string(),
+        )))
     }
 
     /// Network mode and VLANs, as the pool asked; idempotent (the provider reads port state).
@@ -425,12 +488,20 @@ impl Reconciler<'_> {
                     retry: Duration::from_secs(300),
                 }));
             };
+            if self.instance.spec.create_missing_vlans == Some(true) {
+                for vxlan in vlans.iter().filter_map(|v| v.parse::<u32>().ok()) {
+                    let description = format!("created by ingot for {}", self.name());
+                    cloud
+                        .ensure_vlan(&server.location, vxlan, &description)
+                        .await?;
+                }
+            }
             cloud.assign_vlans(&port.id, &vlans).await?;
         }
         Ok(Ok(cloud.get_server(&server.id).await?))
     }
 
-    /// `reinstalling`: active again means installed; fill in the addresses.
+    /// `reinstalling`: active again means installed.
     async fn await_reinstall(
         &self,
         cloud: &dyn BareMetalCloud,
@@ -439,29 +510,7 @@ impl Reconciler<'_> {
             return Ok(Ok(Action::requeue(Duration::ZERO)));
         };
         match &server.state {
-            ServerState::Active => {
-                let public = server
-                    .management_address(true, 4)
-                    .unwrap_or_default()
-                    .to_owned();
-                let private = server
-                    .management_address(false, 4)
-                    .unwrap_or_default()
-                    .to_owned();
-                self.write_status(|s| {
-                    s.status = instance_status::READY.to_owned();
-                    s.public_ip = public.clone();
-                    s.private_ip = private.clone();
-                })
-                .await?;
-                self.set_ready(
-                    false,
-                    "Joining",
-                    "Harvester is installed; waiting for the Node to join",
-                )
-                .await?;
-                Ok(Ok(Action::requeue(Duration::from_secs(1))))
-            }
+            ServerState::Active => self.installed(&server).await,
             ServerState::Failed => self.replace_failed_server(cloud, &server).await,
             _ => Ok(self.within(
                 self.settings.provision_timeout,
@@ -653,7 +702,8 @@ impl Reconciler<'_> {
         }
     }
 
-    /// The install iPXE script: the Go addon's annotation if it set one, else the one ingot serves.
+    /// The install iPXE script: the Go addon's annotation if it set one, else the one ingot
+    /// serves for this Instance.
     fn install_script_url(&self) -> Option<String> {
         if let Some(url) = self
             .instance
@@ -663,10 +713,12 @@ impl Reconciler<'_> {
         {
             return Some(url.clone());
         }
-        self.settings
-            .ipxe_base_url
-            .as_ref()
-            .map(|base| format!("{}/ipxe/install.ipxe", base.trim_end_matches('/')))
+        let base = self.settings.ipxe_base_url.as_ref()?;
+        Some(format!(
+            "{}/ipxe/instances/{}.ipxe",
+            base.trim_end_matches('/'),
+            self.name()
+        ))
     }
 
     /// The OS password lives in a Secret owned by the Instance (never in annotations or status).
@@ -923,13 +975,57 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(total))
 }
 
-/// The install iPXE script ingot serves at `/ipxe/install.ipxe` (the seed's reinstall flow).
-pub fn install_script(settings: &Settings) -> Result<String, String> {
-    let version = HarvesterVersion::default_release();
-    let artifacts = Artifacts::new(&version, settings.harvester_mirror.as_deref())
-        .map_err(|e| e.to_string())?;
-    let boot = InstallBoot::reinstall(artifacts).map_err(|e| e.to_string())?;
-    boot.script().map_err(|e| e.to_string())
+fn no_ipxe_url() -> Blocked {
+    Blocked {
+        reason: "NoIpxeUrl",
+        message: "no URL for the install iPXE script: start ingot with --ipxe-base-url (where servers reach ingot)".to_owned(),
+        retry: Duration::from_secs(60),
+    }
+}
+
+fn invalid_config(error: ingot_harvester::ConfigError) -> Blocked {
+    Blocked {
+        reason: "InvalidConfig",
+        message: error.to_string(),
+        retry: Duration::from_secs(300),
+    }
+}
+
+fn management_interfaces(spec: &ingot_api::equinix::InstanceSpec) -> Vec<String> {
+    spec.management_interfaces
+        .clone()
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| vec![ingot_api::equinix::DEFAULT_MANAGEMENT_INTERFACE.to_owned()])
+}
+
+/// Why an install script cannot be rendered for an Instance.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    #[error(transparent)]
+    Version(#[from] ingot_harvester::VersionError),
+    #[error(transparent)]
+    Artifacts(#[from] ingot_harvester::ArtifactsError),
+    #[error(transparent)]
+    Ipxe(#[from] ingot_harvester::IpxeError),
+    #[error("the installer's config URL: {0}")]
+    Url(#[from] url::ParseError),
+}
+
+/// The install iPXE script ingot serves for an Instance at `/ipxe/instances/<name>.ipxe`: the
+/// installer of its Harvester release, with the management MACs on the kernel command line
+/// when it boots once (`singleBoot`).
+pub fn install_script(settings: &Settings, instance: &Instance) -> Result<String, ScriptError> {
+    let spec = &instance.spec;
+    let version = HarvesterVersion::parse_or_default(spec.harvester_version.as_deref())?;
+    let artifacts = Artifacts::new(&version, settings.harvester_mirror.as_deref())?;
+    let mut boot = InstallBoot::reinstall(artifacts)?;
+    if spec.single_boot == Some(true) {
+        boot.single_boot = Some(ingot_harvester::ipxe::SingleBoot {
+            interfaces: management_interfaces(spec),
+            bond_options: spec.management_bonding_options.clone().unwrap_or_default(),
+        });
+    }
+    Ok(boot.script()?)
 }
 
 #[cfg(test)]

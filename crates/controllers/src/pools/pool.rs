@@ -314,6 +314,9 @@ fn new_instance(pool: &InstancePool) -> Instance {
             management_interfaces: spec.management_interfaces.clone(),
             management_bonding_options: spec.management_bonding_options.clone(),
             networking_configuration: networking,
+            harvester_version: spec.harvester_version.clone(),
+            single_boot: spec.single_boot,
+            create_missing_vlans: spec.create_missing_vlans,
             ..InstanceSpec::default()
         },
         status: None,
