@@ -267,8 +267,10 @@ fn boot_device_name(d: ipmi::BootDevice) -> String {
     }
 }
 
-/// Boot flags (parameter 5) in the neutral form. An override is enabled when the flags are
-/// valid and name a device.
+/// Boot flags (parameter 5) in the neutral form. The device is the selector as stored (like
+/// Redfish's `BootSourceOverrideTarget`, reported whether or not the override is enabled); the
+/// override is enabled when the flags are valid and name a device. OpenIPMI's `ipmi_sim`, for
+/// one, keeps the selector but never reports the valid bit.
 pub fn boot_override_from(flags: &ipmi::BootFlags) -> BootOverride {
     use ipmi::BootDevice as D;
     let device = match flags.device {
@@ -284,7 +286,7 @@ pub fn boot_override_from(flags: &ipmi::BootFlags) -> BootOverride {
     };
     let enabled = flags.valid && device != BootDevice::None;
     BootOverride {
-        device: if enabled { device } else { BootDevice::None },
+        device,
         persistent: flags.persistence == ipmi::BootPersistence::Persistent,
         enabled,
         mode: Some(match flags.mode {
@@ -333,7 +335,8 @@ pub fn inventory_from(
     let product = fru.product.as_ref();
     let board = fru.board.as_ref();
     let chassis = fru.chassis.as_ref();
-    let first = |items: [Option<&String>; 3]| items.into_iter().flatten().find_map(|s| non_empty(s));
+    let first =
+        |items: [Option<&String>; 3]| items.into_iter().flatten().find_map(|s| non_empty(s));
     let manufacturer = first([
         product.map(|p| &p.manufacturer),
         board.map(|b| &b.manufacturer),
