@@ -439,6 +439,19 @@ async fn detection_picks_ipmi_when_redfish_is_closed_and_remembers_it() {
     .await;
     assert_eq!(code, 0, "{json}");
     assert_eq!(json["protocol"], "ipmi");
+
+    // With a wrong password, detection reports the protocol that answered (IPMI refused the
+    // credentials), not the Redfish port that is closed.
+    let (json, code) = cli(
+        "wrong-password",
+        &argv(addr, "admin", None, &["power", "status"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(code, 1, "{json}");
+    assert_eq!(json["error"]["kind"], "unauthorized", "{json}");
 }
 
 /// The power contract every `Bmc` keeps, whatever the protocol.
