@@ -26,7 +26,7 @@ fn tls_err(e: impl std::fmt::Display) -> SimError {
 
 impl TlsMaterial {
     pub fn generate() -> Result<Self, SimError> {
-        let provider = rustls::crypto::ring::default_provider();
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
         let ca_key = rcgen::KeyPair::generate().map_err(tls_err)?;
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(tls_err)?;
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -72,7 +72,7 @@ impl TlsMaterial {
             bmc,
         };
         let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
+            rustls::crypto::aws_lc_rs::default_provider(),
         ))
         .with_safe_default_protocol_versions()
         .map_err(tls_err)?

@@ -83,8 +83,6 @@ SUSHY_EMULATOR_FAKE_SYSTEMS = [{{
 }
 
 async fn wait_ready(url: &str) {
-    // reqwest is built without a crypto provider of its own (the workspace uses ring).
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     poll_until(
         "sushy-emulator to listen",

@@ -38,7 +38,7 @@ pub struct Context {
     pub client: Client,
     pub metrics: Arc<Metrics>,
     pub reporter: Reporter,
-    pub pools: pools::Settings,
+    pub pools: Arc<pools::PoolsShared>,
 }
 
 impl Context {
@@ -46,7 +46,7 @@ impl Context {
         client: Client,
         metrics: Arc<Metrics>,
         instance: String,
-        pools: pools::Settings,
+        pools: Arc<pools::PoolsShared>,
     ) -> Self {
         let reporter = Reporter {
             controller: "ingot".into(),

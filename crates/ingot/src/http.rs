@@ -1,5 +1,6 @@
 //! The operator's HTTP endpoints: `/healthz` (the process and its lease task are alive),
-//! `/readyz` (the API server answered and the replica leads or stands by) and `/metrics`.
+//! `/readyz` (the API server answered and the replica leads or stands by), `/metrics`, and
+//! `/ipxe/install.ipxe`, the script servers chain-load to install Harvester.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,11 +12,13 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use ingot_controllers::Metrics;
+use ingot_controllers::pools::PoolsShared;
 
 #[derive(Clone)]
 pub struct Health {
     pub metrics: Arc<Metrics>,
     pub ready: Arc<AtomicBool>,
+    pub pools: Arc<PoolsShared>,
 }
 
 pub async fn serve(
@@ -31,6 +34,7 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/ipxe/install.ipxe", get(install_script))
         .with_state(health);
     Ok(tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app)
@@ -62,5 +66,17 @@ async fn metrics(State(health): State<Health>) -> impl IntoResponse {
         )
             .into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+async fn install_script(State(health): State<Health>) -> impl IntoResponse {
+    match ingot_controllers::pools::instance::install_script(&health.pools.settings) {
+        Ok(script) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            script,
+        )
+            .into_response(),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error).into_response(),
     }
 }

@@ -59,6 +59,55 @@ pub struct RunArgs {
     /// Log level or filter (RUST_LOG, when set, wins).
     #[arg(long, default_value = "info")]
     log_level: String,
+
+    #[command(flatten)]
+    pools: PoolsArgs,
+}
+
+/// Settings of the pools controllers (InstancePool, Instance).
+#[derive(Args, Debug)]
+struct PoolsArgs {
+    /// Base URL of the Equinix Metal API (point it at `ingot-sim metal` for local runs).
+    #[arg(long, env = "INGOT_METAL_API_URL", default_value = ingot_metal::equinix::DEFAULT_BASE_URL)]
+    metal_api_url: String,
+
+    /// Requests per second to the Metal API, shared by every controller.
+    #[arg(long, default_value_t = 10.0)]
+    metal_rate_limit: f64,
+
+    /// URL at which servers reach this operator's HTTP address; the install iPXE script is
+    /// served at `<url>/ipxe/install.ipxe`.
+    #[arg(long, env = "INGOT_IPXE_BASE_URL")]
+    ipxe_base_url: Option<String>,
+
+    /// The cluster VIP new nodes join (default: the load-balancer address of
+    /// kube-system/ingress-expose, as the original addon finds it).
+    #[arg(long, env = "INGOT_CLUSTER_ADDRESS")]
+    cluster_address: Option<String>,
+
+    /// rancherd config with the join `token:`, read when TOKEN is not set.
+    #[arg(long, default_value = "/etc/rancher/rancherd/config.yaml")]
+    rancherd_config: PathBuf,
+
+    /// A mirror of Harvester's release artifacts (kernel, initrd, rootfs, ISO).
+    #[arg(long, env = "INGOT_HARVESTER_MIRROR")]
+    harvester_mirror: Option<String>,
+}
+
+impl PoolsArgs {
+    fn settings(&self) -> pools::Settings {
+        pools::Settings {
+            secret: pools::SecretLocation::from_env(),
+            join: pools::JoinSettings {
+                cluster_address: self.cluster_address.clone(),
+                rancherd_config: self.rancherd_config.clone(),
+            },
+            metal_api_url: self.metal_api_url.clone(),
+            ipxe_base_url: self.ipxe_base_url.clone(),
+            harvester_mirror: self.harvester_mirror.clone(),
+            ..pools::Settings::default()
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum)]
@@ -98,15 +147,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             let _ = rx.wait_for(|stop| *stop).await;
         }
     };
-    let server = http::serve(
-        args.http_addr,
-        Health {
-            metrics: metrics.clone(),
-            ready: ready.clone(),
-        },
-        stopped,
-    )
-    .await?;
+    let pools_shared = Arc::new(pools::PoolsShared::new(
+        args.pools.settings(),
+        args.pools.metal_rate_limit,
+    ));
+    let health = Health {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+        pools: pools_shared.clone(),
+    };
+    let server = http::serve(args.http_addr, health, stopped).await?;
 
     let lease = LeaseConfig {
         namespace: args.lease_namespace.clone(),
@@ -144,7 +194,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         client.clone(),
         metrics.clone(),
         identity.clone(),
-        pools::Settings::from_env(),
+        pools_shared,
     ));
     let mut tasks = Vec::new();
     for kind in &controllers {
@@ -153,7 +203,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             async move {
                 let _ = rx.wait_for(|stop| *stop).await;
             }
-        };
+        }
+        .shared();
         info!(controller = kind.name(), "starting controller");
         tasks.push(match kind {
             ControllerKind::Pools => tokio::spawn(pools::run(ctx.clone(), shutdown)),

@@ -115,10 +115,12 @@ pub const PLANS: &[Plan] = &[
     },
 ];
 
+/// A metro by code or id. Codes match regardless of case, as the API's did: manifests name
+/// metros `SG` as often as `sg`.
 pub fn metro(code_or_id: &str) -> Option<&'static Metro> {
     METROS
         .iter()
-        .find(|m| m.code == code_or_id || m.id == code_or_id)
+        .find(|m| m.code.eq_ignore_ascii_case(code_or_id) || m.id == code_or_id)
 }
 
 pub fn plan(slug_or_id: &str) -> Option<&'static Plan> {

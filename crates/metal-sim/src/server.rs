@@ -264,6 +264,24 @@ impl Sim {
         lock(&self.inner.world).boots.get(device).cloned()
     }
 
+    /// Every device that still exists, in creation order (optionally of one project), as the API
+    /// shows it, with the `boot_count` of its latest boot record (`None` before the first).
+    pub fn device_listing(&self, project: Option<&str>) -> Vec<Value> {
+        self.tick();
+        let w = lock(&self.inner.world);
+        w.order
+            .iter()
+            .filter_map(|id| w.devices.get(id))
+            .filter(|d| project.is_none_or(|p| d.project == p))
+            .map(|d| {
+                json!({
+                    "device": w.device_json(d),
+                    "boot_count": w.boots.get(&d.id).map(|b| b.boot_count),
+                })
+            })
+            .collect()
+    }
+
     /// Number of devices that still exist (any state) in a project.
     pub fn device_count(&self, project: &str) -> usize {
         self.tick();
@@ -1114,6 +1132,14 @@ async fn admin_clear_traffic(State(s): State<Sim>) -> Response {
     StatusCode::NO_CONTENT.into_response()
 }
 
+async fn admin_devices(
+    State(s): State<Sim>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
+    let devices = s.device_listing(q(&query, "project"));
+    axum::Json(json!({ "devices": devices })).into_response()
+}
+
 async fn admin_boot(State(s): State<Sim>, Path(id): Path<String>) -> Response {
     match s.boot_record(&id) {
         Some(r) => axum::Json(r).into_response(),
@@ -1174,6 +1200,7 @@ pub fn router(sim: Sim) -> Router {
         .route("/metrics", get(admin_metrics))
         .route("/metrics/reset", post(admin_reset_metrics))
         .route("/traffic", get(admin_traffic).delete(admin_clear_traffic))
+        .route("/devices", get(admin_devices))
         .route("/devices/{id}/boot", get(admin_boot))
         .route("/devices/{id}/vanish", post(admin_vanish))
         .route("/devices/{id}/fail", post(admin_fail));

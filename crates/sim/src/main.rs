@@ -2,6 +2,9 @@
 //!
 //! - `ingot-sim metal --listen 127.0.0.1:PORT --token TOKEN --project PROJECT_ID` serves an
 //!   emulated Equinix Metal API at `http://127.0.0.1:PORT/metal/v1`.
+//! - `ingot-sim boot --metal-url http://127.0.0.1:PORT/metal/v1 --kubeconfig FILE
+//!   --join-token-env VAR --server-url https://VIP` plays the servers that boot on that emulator
+//!   and joins the ones whose install config the Harvester installer would accept as Nodes.
 //! - `ingot-sim bmc --count N [--ipmi]` runs a fleet of emulated Redfish BMCs on loopback, each
 //!   also answering IPMI lanplus with `--ipmi`.
 
@@ -31,6 +34,114 @@ enum Command {
     Metal(MetalArgs),
     /// A fleet of emulated BMCs on loopback: Redfish, and IPMI lanplus as well with --ipmi.
     Bmc(BmcArgs),
+    /// Play the servers that boot on a Metal emulator and join them as Nodes.
+    Boot(BootArgs),
+}
+
+#[derive(clap::Args)]
+struct BootArgs {
+    /// The Metal emulator's API URL (its admin endpoints are found beside it).
+    #[arg(long)]
+    metal_url: String,
+    /// Only the devices of this project.
+    #[arg(long)]
+    project: Option<String>,
+    /// Kubeconfig of the cluster the nodes join (default: the usual kubeconfig lookup).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Name of the environment variable holding the cluster's join token.
+    #[arg(long, conflicts_with = "join_token_file")]
+    join_token_env: Option<String>,
+    /// File holding the cluster's join token.
+    #[arg(long)]
+    join_token_file: Option<PathBuf>,
+    /// The join URL the nodes must use: https://VIP, or https://VIP:PORT to require a port.
+    #[arg(long)]
+    server_url: String,
+    /// The Harvester release the installer is (default: from the kernel URL, else the config).
+    #[arg(long)]
+    harvester_version: Option<String>,
+    /// Address of the admin endpoints (/machines, loopback).
+    #[arg(long, default_value = "127.0.0.1:4100")]
+    listen: SocketAddr,
+    /// How often to look at the emulator, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    poll_ms: u64,
+    /// How often a node's kubelet posts its status, in seconds.
+    #[arg(long, default_value_t = 10)]
+    heartbeat_secs: u64,
+}
+
+fn join_token(args: &BootArgs) -> anyhow::Result<String> {
+    let token = match (&args.join_token_env, &args.join_token_file) {
+        (Some(var), None) => std::env::var(var)
+            .with_context(|| format!("the join token variable {var} is not set"))?,
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the join token from {}", path.display()))?,
+        _ => {
+            anyhow::bail!("give the join token with --join-token-env VAR or --join-token-file FILE")
+        }
+    };
+    let token = token.trim().to_owned();
+    if token.is_empty() {
+        anyhow::bail!("the join token is empty");
+    }
+    Ok(token)
+}
+
+async fn boot(args: BootArgs) -> anyhow::Result<()> {
+    let token = join_token(&args)?;
+    let server = url::Url::parse(&args.server_url)
+        .with_context(|| format!("--server-url {}", args.server_url))?;
+    if server.scheme() != "https" {
+        anyhow::bail!("--server-url {}: the join URL is https", args.server_url);
+    }
+    let host = server
+        .host_str()
+        .with_context(|| format!("--server-url {} has no host", args.server_url))?
+        .to_owned();
+    let schema = match &args.harvester_version {
+        Some(v) => Some(
+            ingot_boot_sim::Schema::of_version(v)
+                .with_context(|| format!("--harvester-version {v}: expected e.g. v1.4.2"))?,
+        ),
+        None => None,
+    };
+    let kube_config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("finding a kubeconfig")?,
+    };
+    let client = kube::Client::try_from(kube_config).context("building the Kubernetes client")?;
+    let mut config = ingot_boot_sim::BooterConfig::new(
+        args.metal_url.clone(),
+        ingot_boot_sim::Expected {
+            token,
+            host,
+            port: server.port(),
+            schema,
+        },
+    );
+    config.project = args.project.clone();
+    config.poll_interval = std::time::Duration::from_millis(args.poll_ms);
+    config.heartbeat_interval = std::time::Duration::from_secs(args.heartbeat_secs);
+    let booter = ingot_boot_sim::Booter::new(config, client)?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let _running = booter.start();
+    tracing::info!(%addr, metal = %args.metal_url, "booting servers");
+    println!("boot emulator: http://{addr}/machines");
+    axum::serve(listener, booter.router()).await?;
+    Ok(())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -137,9 +248,6 @@ struct BmcArgs {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // reqwest (used by the Metal emulator) is built without a crypto provider: ring, as in the
-    // rest of the workspace.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -150,6 +258,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Metal(args) => metal(args).await,
         Command::Bmc(args) => run_bmc(args).await,
+        Command::Boot(args) => boot(args).await,
     }
 }
 

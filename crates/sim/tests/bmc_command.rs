@@ -39,8 +39,6 @@ async fn serves_a_small_fleet_over_tls() {
     assert_eq!(vendors, ["dell", "hpe", "lenovo"]);
     let pem = std::fs::read_to_string(&ca).unwrap();
     assert!(pem.contains("BEGIN CERTIFICATE"));
-    // reqwest is built without a crypto provider of its own (the workspace uses ring).
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes()).unwrap();
     let http = reqwest::Client::builder()
         .tls_certs_only(certs)

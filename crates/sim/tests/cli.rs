@@ -46,7 +46,7 @@ async fn metal_subcommand_serves_the_project_for_the_token() {
         "--project",
         PROJECT,
     ]);
-    let http = http_client();
+    let http = reqwest::Client::new();
     let ok = http
         .get(format!("{url}/projects/{PROJECT}/devices"))
         .header("X-Auth-Token", "cli-token")
@@ -94,7 +94,7 @@ async fn config_file_adds_projects_and_tokens() {
         "--timings",
         "realistic",
     ]);
-    let http = http_client();
+    let http = reqwest::Client::new();
     let get = |token: &'static str, project: &str| {
         http.get(format!("{url}/projects/{project}/devices"))
             .header("X-Auth-Token", token)
@@ -134,10 +134,4 @@ fn refuses_to_start_without_a_token() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no token"));
-}
-
-/// reqwest is built without a crypto provider of its own (the workspace uses ring).
-fn http_client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
 }

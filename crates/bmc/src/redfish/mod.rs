@@ -86,11 +86,6 @@ pub struct RedfishStats {
 /// Builds the HTTP client for the given TLS settings. Clients are cheap to clone and share a
 /// connection pool; the session manager shares one per TLS setting across the fleet.
 pub fn http_client(options: &RedfishOptions) -> Result<reqwest::Client, BmcError> {
-    // reqwest is built without a provider of its own: use ring (as kube does), installed once
-    // for the process unless the program already chose one.
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
     let mut builder = reqwest::Client::builder()
         .timeout(options.timeout)
         .connect_timeout(options.timeout)

@@ -1,7 +1,9 @@
 //! The Equinix Metal credentials: Secret `equinix-addon` in `harvester-system` with keys
 //! `METAL_AUTH_TOKEN` and `PROJECT_ID`, as the original addon reads it. The environment
-//! variables `EQUINIX_SECRET` and `NAMESPACE` move it, as they did upstream.
+//! variables `EQUINIX_SECRET` and `NAMESPACE` move it, as they did upstream. It is read at
+//! every reconcile, so a rotated token reaches every pool and Instance at once.
 
+use ingot_metal::ApiToken;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 
@@ -10,42 +12,51 @@ pub const DEFAULT_SECRET_NAMESPACE: &str = "harvester-system";
 pub const TOKEN_KEY: &str = "METAL_AUTH_TOKEN";
 pub const PROJECT_KEY: &str = "PROJECT_ID";
 
-/// Where the pools controller finds its credentials.
+/// Where the credentials Secret is.
 #[derive(Clone, Debug)]
-pub struct Settings {
-    pub secret_namespace: String,
-    pub secret_name: String,
+pub struct SecretLocation {
+    pub namespace: String,
+    pub name: String,
 }
 
-impl Default for Settings {
+impl Default for SecretLocation {
     fn default() -> Self {
         Self {
-            secret_namespace: DEFAULT_SECRET_NAMESPACE.to_owned(),
-            secret_name: DEFAULT_SECRET_NAME.to_owned(),
+            namespace: DEFAULT_SECRET_NAMESPACE.to_owned(),
+            name: DEFAULT_SECRET_NAME.to_owned(),
         }
     }
 }
 
-impl Settings {
+impl SecretLocation {
     /// The defaults, moved by `EQUINIX_SECRET` and `NAMESPACE` when set.
     pub fn from_env() -> Self {
-        let mut settings = Self::default();
+        let mut location = Self::default();
         if let Ok(name) = std::env::var("EQUINIX_SECRET")
             && !name.is_empty()
         {
-            settings.secret_name = name;
+            location.name = name;
         }
         if let Ok(namespace) = std::env::var("NAMESPACE")
             && !namespace.is_empty()
         {
-            settings.secret_namespace = namespace;
+            location.namespace = namespace;
         }
-        settings
+        location
     }
+}
 
-    pub fn secret_ref(&self) -> String {
-        format!("{}/{}", self.secret_namespace, self.secret_name)
+impl std::fmt::Display for SecretLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
     }
+}
+
+/// Usable credentials. `Debug` never shows the token.
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    pub token: ApiToken,
+    pub project_id: String,
 }
 
 /// Why the credentials cannot be used. The messages say how to fix it and never contain the
@@ -58,8 +69,12 @@ pub enum CredentialsError {
         "Secret {secret} has no non-empty key {key}: add it (keys {TOKEN_KEY} and {PROJECT_KEY} are needed)"
     )]
     MissingKey { secret: String, key: &'static str },
-    #[error(transparent)]
-    Api(kube::Error),
+    #[error("reading Secret {secret}: {source}")]
+    Api {
+        secret: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 impl CredentialsError {
@@ -68,43 +83,46 @@ impl CredentialsError {
         match self {
             CredentialsError::SecretNotFound { .. } => "SecretNotFound",
             CredentialsError::MissingKey { .. } => "SecretIncomplete",
-            CredentialsError::Api(_) => "SecretUnreadable",
+            CredentialsError::Api { .. } => "SecretUnreadable",
         }
     }
 }
 
-/// Reads the Secret and checks that both keys are present and non-empty.
-pub async fn check(client: &Client, settings: &Settings) -> Result<(), CredentialsError> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &settings.secret_namespace);
-    let secret = match secrets
-        .get_opt(&settings.secret_name)
-        .await
-        .map_err(CredentialsError::Api)?
-    {
-        Some(secret) => secret,
-        None => {
+/// Reads the Secret: both keys present and non-empty.
+pub async fn load(
+    client: &Client,
+    location: &SecretLocation,
+) -> Result<Credentials, CredentialsError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &location.namespace);
+    let secret = match secrets.get_opt(&location.name).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => {
             return Err(CredentialsError::SecretNotFound {
-                secret: settings.secret_ref(),
+                secret: location.to_string(),
+            });
+        }
+        Err(source) => {
+            return Err(CredentialsError::Api {
+                secret: location.to_string(),
+                source,
             });
         }
     };
-    for key in [TOKEN_KEY, PROJECT_KEY] {
-        let present = secret
+    let value = |key: &'static str| -> Result<String, CredentialsError> {
+        secret
             .data
             .as_ref()
             .and_then(|d| d.get(key))
-            .is_some_and(|v| !v.0.is_empty())
-            || secret
-                .string_data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .is_some_and(|v| !v.is_empty());
-        if !present {
-            return Err(CredentialsError::MissingKey {
-                secret: settings.secret_ref(),
+            .and_then(|v| String::from_utf8(v.0.clone()).ok())
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+            .ok_or(CredentialsError::MissingKey {
+                secret: location.to_string(),
                 key,
-            });
-        }
-    }
-    Ok(())
+            })
+    };
+    Ok(Credentials {
+        token: ApiToken::new(value(TOKEN_KEY)?),
+        project_id: value(PROJECT_KEY)?,
+    })
 }

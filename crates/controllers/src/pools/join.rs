@@ -19,7 +19,10 @@ pub struct JoinSettings {
 
 impl Default for JoinSettings {
     fn default() -> Self {
-        Self { cluster_address: None, rancherd_config: PathBuf::from("/etc/rancher/rancherd/config.yaml") }
+        Self {
+            cluster_address: None,
+            rancherd_config: PathBuf::from("/etc/rancher/rancherd/config.yaml"),
+        }
     }
 }
 
@@ -60,7 +63,10 @@ pub async fn discover(client: &Client, settings: &JoinSettings) -> Result<Join, 
         Some(address) => address.clone(),
         None => {
             let services: Api<Service> = Api::namespaced(client.clone(), "kube-system");
-            let service = services.get_opt("ingress-expose").await.map_err(JoinError::Api)?;
+            let service = services
+                .get_opt("ingress-expose")
+                .await
+                .map_err(JoinError::Api)?;
             service
                 .and_then(|s| s.status)
                 .and_then(|s| s.load_balancer)
@@ -79,12 +85,22 @@ fn token(settings: &JoinSettings) -> Result<HarvesterSecret, JoinError> {
         return Ok(HarvesterSecret::new(token));
     }
     let path = settings.rancherd_config.display().to_string();
-    let text = std::fs::read_to_string(&settings.rancherd_config)
-        .map_err(|e| JoinError::NoToken { path: path.clone(), reason: e.to_string() })?;
-    let value: serde_yaml::Value =
-        serde_yaml::from_str(&text).map_err(|e| JoinError::NoToken { path: path.clone(), reason: e.to_string() })?;
+    let text =
+        std::fs::read_to_string(&settings.rancherd_config).map_err(|e| JoinError::NoToken {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+    let value: serde_yaml::Value = serde_yaml::from_str(&text).map_err(|e| JoinError::NoToken {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
     match value.get("token") {
-        Some(serde_yaml::Value::String(token)) if !token.is_empty() => Ok(HarvesterSecret::new(token.clone())),
-        _ => Err(JoinError::NoToken { path, reason: "no string `token` key".to_owned() }),
+        Some(serde_yaml::Value::String(token)) if !token.is_empty() => {
+            Ok(HarvesterSecret::new(token.clone()))
+        }
+        _ => Err(JoinError::NoToken {
+            path,
+            reason: "no string `token` key".to_owned(),
+        }),
     }
 }

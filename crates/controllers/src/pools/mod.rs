@@ -1,137 +1,150 @@
 //! The pools part (harvester-equinix-addon): InstancePool and Instance.
 //!
-//! This controller reads the Equinix credentials Secret at every reconcile, so that rotating
-//! it reaches every pool, and reports on the pool whether it is usable.
+//! - [`pool`] keeps `count` Instances per pool and reports the original's status strings.
+//! - [`instance`] drives one server through the seed's flow: create with an iPXE shell boot,
+//!   read the management MACs once the server is active, render the Harvester config, point
+//!   iPXE at the installer, reinstall, wait for the Node, and replace it when it stays
+//!   unhealthy.
+//!
+//! Credentials are read from their Secret at every reconcile; the Metal API is reached only
+//! through the `BareMetalCloud` trait.
 
 mod credentials;
+pub mod instance;
+mod join;
+pub mod pool;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use ingot_api::condition::{ConditionStatus, set_condition};
-use ingot_api::equinix::InstancePool;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use ingot_metal::equinix::{ClientConfig, EquinixClient, EquinixMetal, RateLimiter};
+use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::watcher;
-use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
-use tracing::{info, warn};
+use tracing::warn;
 
-pub use credentials::{CredentialsError, Settings};
+pub use credentials::{Credentials, CredentialsError, SecretLocation};
+pub use join::{Join, JoinError, JoinSettings};
 
 use crate::Context;
 
-const CONTROLLER: &str = "pools";
-/// Condition type saying whether the Equinix credentials Secret is present and complete.
+/// Condition type: the Equinix credentials Secret is present and complete.
 pub const CREDENTIALS_CONDITION: &str = "CredentialsReady";
-/// How often a pool is looked at again without any change (the Secret is read each time).
-const RESYNC: Duration = Duration::from_secs(60);
+/// Condition type: the join token and cluster address are known.
+pub const JOIN_CONDITION: &str = "JoinReady";
+/// Condition type on Instances: the Instance is a Ready node, or why not.
+pub const READY_CONDITION: &str = "Ready";
 
-/// Errors of one reconciliation; the variant name is the metric label.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("reading the credentials Secret: {0}")]
-    Credentials(#[source] kube::Error),
-    #[error("writing the pool status: {0}")]
-    WriteStatus(#[source] kube::Error),
+/// Settings of the pools controllers.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub secret: SecretLocation,
+    pub join: JoinSettings,
+    /// Base URL of the Equinix Metal API (the emulator's for local runs).
+    pub metal_api_url: String,
+    /// Where servers fetch their install iPXE script: ingot serves `<base>/ipxe/pools/<pool>`.
+    pub ipxe_base_url: Option<String>,
+    /// A mirror of Harvester's release artifacts (kernel, initrd, rootfs, ISO).
+    pub harvester_mirror: Option<String>,
+    /// How long a server may take to become active, or to come back from a reinstall.
+    pub provision_timeout: Duration,
+    /// How long an installed server may take to join as a Node.
+    pub join_timeout: Duration,
 }
 
-impl Error {
-    fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Credentials(_) => "credentials",
-            Error::WriteStatus(_) => "write_status",
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            secret: SecretLocation::default(),
+            join: JoinSettings::default(),
+            metal_api_url: ingot_metal::equinix::DEFAULT_BASE_URL.to_owned(),
+            ipxe_base_url: None,
+            harvester_mirror: None,
+            provision_timeout: Duration::from_secs(30 * 60),
+            join_timeout: Duration::from_secs(60 * 60),
         }
     }
 }
 
-/// Runs the InstancePool controller until `shutdown` completes.
+/// What the pools controllers share: settings and one Metal rate limiter for every client.
+pub struct PoolsShared {
+    pub settings: Settings,
+    pub limiter: Arc<RateLimiter>,
+}
+
+impl PoolsShared {
+    pub fn new(settings: Settings, requests_per_second: f64) -> Self {
+        Self {
+            settings,
+            limiter: Arc::new(RateLimiter::new(requests_per_second, 5)),
+        }
+    }
+
+    /// A Metal client for these credentials (made per reconcile, so rotation applies at once;
+    /// every client shares the rate limiter).
+    pub fn cloud(&self, credentials: &Credentials) -> Result<EquinixMetal, ingot_metal::Error> {
+        let config = ClientConfig::new(
+            self.settings.metal_api_url.clone(),
+            credentials.token.clone(),
+        );
+        let client = EquinixClient::with_limiter(config, self.limiter.clone())?;
+        Ok(EquinixMetal::new(client, credentials.project_id.clone()))
+    }
+}
+
+/// Runs both controllers until `shutdown` completes.
 pub async fn run(
     ctx: Arc<Context>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
-    let pools: Api<InstancePool> = Api::all(ctx.client.clone());
-    Controller::new(pools, watcher::Config::default().any_semantic())
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                warn!(%error, "instancepool reconciliation failed");
-            }
-        })
-        .await;
-}
-
-async fn reconcile(pool: Arc<InstancePool>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let name = pool.name_any();
-    let generation = pool.metadata.generation;
-    let mut status = pool.status.clone().unwrap_or_default();
-
-    let (state, reason, message) = match credentials::check(&ctx.client, &ctx.pools).await {
-        Ok(()) => (
-            ConditionStatus::True,
-            "Found",
-            format!(
-                "Secret {} holds the Equinix Metal credentials",
-                ctx.pools.secret_ref()
-            ),
-        ),
-        Err(CredentialsError::Api(error)) => return Err(Error::Credentials(error)),
-        Err(problem) => (
-            ConditionStatus::False,
-            problem.reason(),
-            problem.to_string(),
-        ),
-    };
-    let was = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == CREDENTIALS_CONDITION)
-        .map(|c| c.status.clone());
-    let mut changed = set_condition(
-        &mut status.conditions,
-        CREDENTIALS_CONDITION,
-        state,
-        reason,
-        &message,
-        generation,
+    tokio::join!(
+        pool::run(ctx.clone(), shutdown.clone()),
+        instance::run(ctx, shutdown)
     );
-    changed |= status.observed_generation != generation;
-    status.observed_generation = generation;
-
-    if changed {
-        let api: Api<InstancePool> = Api::all(ctx.client.clone());
-        let patch = json!({ "status": { "conditions": status.conditions, "observedGeneration": generation } });
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(Error::WriteStatus)?;
-        if was.as_deref() != Some(state.as_str()) {
-            info!(pool = %name, reason, "credentials condition changed");
-            let event = Event {
-                type_: if state == ConditionStatus::True {
-                    EventType::Normal
-                } else {
-                    EventType::Warning
-                },
-                reason: reason.to_owned(),
-                note: Some(message),
-                action: "CheckCredentials".to_owned(),
-                secondary: None,
-            };
-            let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
-            if let Err(error) = recorder.publish(&event, &pool.object_ref(&())).await {
-                warn!(pool = %name, %error, "could not record an event");
-            }
-        }
-    }
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    Ok(Action::requeue(RESYNC))
 }
 
-fn error_policy(_pool: Arc<InstancePool>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.metric_label());
-    Action::requeue(Duration::from_secs(5))
+/// Records an Event on an object, logging (not failing) when that is impossible.
+pub(crate) async fn publish<K>(
+    ctx: &Context,
+    object: &K,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) where
+    K: Resource<DynamicType = ()>,
+{
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: action.to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &object.object_ref(&())).await {
+        warn!(%error, reason, "could not record an event");
+    }
+}
+
+/// Sets a condition and says whether its status flipped (callers emit an Event then).
+pub(crate) fn update_condition(
+    conditions: &mut Vec<ingot_api::Condition>,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> (bool, bool) {
+    let before = conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone());
+    let status = if ok {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    };
+    let changed = set_condition(conditions, type_, status, reason, message, generation);
+    (changed, before.as_deref() != Some(status.as_str()))
 }
