@@ -49,11 +49,24 @@ pub struct BmcArgs {
     /// Timeout of every Redfish request, in seconds (IPMI: 1 s per exchange, 3 retransmissions).
     #[arg(long, default_value_t = 15)]
     pub timeout: u64,
+    /// IPMI cipher suite; by default 17 (SHA-256), then 3 (SHA-1) if the BMC refuses or ignores 17.
+    #[arg(long, value_enum, value_name = "SUITE")]
+    pub cipher_suite: Option<CipherSuiteArg>,
     /// Print one JSON document (stable schema) instead of text.
     #[arg(long)]
     pub json: bool,
     #[command(subcommand)]
     pub command: BmcCommand,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CipherSuiteArg {
+    /// RAKP-HMAC-SHA256, HMAC-SHA256-128, AES-CBC-128.
+    #[value(name = "17")]
+    Suite17,
+    /// RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128.
+    #[value(name = "3")]
+    Suite3,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -233,7 +246,9 @@ pub async fn execute_with(
     };
     let mut connectors = connectors;
     if !connectors.iter().any(|c| c.protocol() == Protocol::Ipmi) {
-        connectors.push(Arc::new(IpmiConnector::new(ipmi_options())));
+        connectors.push(Arc::new(IpmiConnector::new(ipmi_options(
+            args.cipher_suite,
+        ))));
     }
     let manager = SessionManager::with_connectors(options, connectors);
     let bmc = manager.bmc(BmcConfig {
@@ -276,11 +291,18 @@ pub async fn execute_with(
 }
 
 /// IPMI settings for one command: each exchange waits a second and is sent up to four times
-/// (the library defaults); no keep-alive for a one-shot session.
-pub fn ipmi_options() -> IpmiOptions {
+/// (the library defaults), suites 17 then 3 unless one is given; no keep-alive for a one-shot
+/// session.
+pub fn ipmi_options(suite: Option<CipherSuiteArg>) -> IpmiOptions {
+    let defaults = IpmiOptions::default();
     IpmiOptions {
         keepalive: None,
-        ..IpmiOptions::default()
+        cipher_suites: match suite {
+            Some(CipherSuiteArg::Suite17) => vec![ingot_ipmi::CipherSuite::Suite17],
+            Some(CipherSuiteArg::Suite3) => vec![ingot_ipmi::CipherSuite::Suite3],
+            None => defaults.cipher_suites.clone(),
+        },
+        ..defaults
     }
 }
 

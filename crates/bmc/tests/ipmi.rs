@@ -276,10 +276,16 @@ async fn cli_over_openipmi_ipmi_sim() {
     let a = sim.addr;
     let user = common::openipmi::USER;
     let pw = common::openipmi::PASSWORD;
-    let i = |cmd: &[&str]| argv(a, user, Some("ipmi"), cmd);
-    // ipmi_sim may still be starting: poll the first command.
-    let first = poll_until("ipmi_sim answers", Duration::from_secs(20), || async {
-        let v = i(&["power", "status"]);
+    // ipmi_sim offers suite 3 only and ignores requests for 17: pin the suite...
+    let i = |cmd: &[&str]| {
+        let mut v = argv(a, user, Some("ipmi"), &["--cipher-suite", "3"]);
+        v.extend(cmd.iter().map(|s| s.to_string()));
+        v
+    };
+    // ...except for the first command (polled: ipmi_sim may still be starting), which shows
+    // the default falls back from 17 to 3.
+    let first = poll_until("ipmi_sim answers", Duration::from_secs(30), || async {
+        let v = argv(a, user, Some("ipmi"), &["power", "status"]);
         let args: Vec<&str> = v.iter().map(String::as_str).collect();
         let (json, code) = cli(pw, &args).await;
         (code == 0).then_some(json)
