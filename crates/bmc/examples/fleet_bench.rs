@@ -4,15 +4,21 @@
 //!
 //! ```text
 //! cargo run --release -p ingot-bmc --example fleet_bench -- 1000 10000
+//! cargo run --release -p ingot-bmc --example fleet_bench -- --protocol ipmi 1000 9000
 //! ```
+//! With `--protocol ipmi` the fleet is `ingot-ipmi-sim` (answers delayed by the latency, the
+//! timeout ratio dropped as datagrams in each direction) and the clients go through the IPMI
+//! connector (one UDP socket each; `BENCH_CLIENT_TIMEOUT_MS` is the per-exchange timeout).
 //! Environment: `BENCH_LATENCY_MS` (50), `BENCH_TIMEOUT_RATIO` (0.01), `BENCH_FLEET_LIMIT` (256),
 //! `BENCH_CLIENT_TIMEOUT_MS` (1000). When the open-file limit cannot hold one listener per BMC
 //! plus both ends of a kept-alive connection per BMC, the client reconnects per request.
 
-use ingot_bmc::manager::{BmcConfig, ManagerOptions, SessionManager};
+use ingot_bmc::ipmi::{IpmiConnector, IpmiOptions};
+use ingot_bmc::manager::{BmcConfig, Connector, ManagerOptions, SessionManager};
 use ingot_bmc::redfish::RedfishOptions;
 use ingot_bmc::{Bmc, Endpoint, Password};
 use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -101,12 +107,127 @@ async fn sweep(fleet: &Fleet, bmcs: &[ingot_bmc::manager::ManagedBmc]) -> Sweep 
     }
 }
 
+/// Power state of every BMC through the manager: (time, time for 99%, ok, failed).
+async fn ipmi_sweep(bmcs: &[ingot_bmc::manager::ManagedBmc]) -> (Duration, Duration, usize, usize) {
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for b in bmcs {
+        let b = b.clone();
+        set.spawn(async move { b.power_state().await.is_ok() });
+    }
+    let (mut ok, mut failed) = (0, 0);
+    let mut done = Vec::with_capacity(bmcs.len());
+    while let Some(r) = set.join_next().await {
+        done.push(start.elapsed());
+        if matches!(r, Ok(true)) {
+            ok += 1;
+        } else {
+            failed += 1;
+        }
+    }
+    let p99 = done
+        .get((done.len() * 99 / 100).saturating_sub(1))
+        .copied()
+        .unwrap_or_default();
+    (start.elapsed(), p99, ok, failed)
+}
+
+async fn ipmi_bench(
+    n: usize,
+    latency: Duration,
+    timeout_ratio: f64,
+    fleet_limit: usize,
+    client_timeout: Duration,
+    fds: u64,
+) -> anyhow::Result<()> {
+    // One UDP socket per emulated BMC and one per client.
+    if (n as u64) * 2 + 200 > fds {
+        println!(
+            "\nN = {n}: skipped, {} sockets do not fit the open-file limit {fds}",
+            n * 2
+        );
+        return Ok(());
+    }
+    let loss = (timeout_ratio * 100.0).round().clamp(0.0, 100.0) as u8;
+    let fleet = ingot_ipmi_sim::serve(ingot_ipmi_sim::FleetConfig::uniform(n, "password")).await?;
+    for b in fleet.bmcs() {
+        b.set_faults(ingot_ipmi_sim::Faults {
+            delay: latency,
+            loss_percent: loss,
+            ..ingot_ipmi_sim::Faults::default()
+        });
+    }
+    let ipmi = Arc::new(IpmiConnector::new(IpmiOptions {
+        timeout: client_timeout,
+        keepalive: None,
+        ..IpmiOptions::default()
+    }));
+    let manager = SessionManager::with_connectors(
+        ManagerOptions {
+            per_bmc_limit: 1,
+            fleet_limit,
+            ..ManagerOptions::default()
+        },
+        vec![ipmi.clone() as Arc<dyn Connector>],
+    );
+    let mut bmcs = Vec::with_capacity(n);
+    for b in fleet.bmcs() {
+        bmcs.push(manager.bmc(BmcConfig {
+            endpoint: Endpoint::parse(&b.addr().to_string(), None)?,
+            username: "admin".into(),
+            password: Password::new("password"),
+            protocol: Some(ingot_bmc::Protocol::Ipmi),
+            insecure_tls: false,
+            ca_bundle_pem: None,
+        }));
+    }
+    let bound = latency.as_secs_f64() * n as f64 / fleet_limit as f64;
+    println!(
+        "\nN = {n} IPMI BMCs ({loss}% of datagrams dropped each way); bound N x latency / limit = {bound:.2} s (per exchange; a first call is 6 exchanges: capabilities, open session, RAKP 1/2, RAKP 3/4, privilege, the request)"
+    );
+    for i in 1..=2 {
+        let opened_before: u64 = fleet.bmcs().iter().map(|b| b.stats().sessions_opened).sum();
+        let (elapsed, p99, ok, failed) = ipmi_sweep(&bmcs).await;
+        let opened_after: u64 = fleet.bmcs().iter().map(|b| b.stats().sessions_opened).sum();
+        println!(
+            "  sweep {i}: {:.2} s (ratio {:.2}; 99% of BMCs done at {:.2} s), {ok} ok, {failed} failed, {} sessions opened",
+            elapsed.as_secs_f64(),
+            elapsed.as_secs_f64() / bound,
+            p99.as_secs_f64(),
+            opened_after - opened_before
+        );
+    }
+    let most = fleet
+        .bmcs()
+        .iter()
+        .map(|b| b.stats().peak_sessions)
+        .max()
+        .unwrap_or(0);
+    println!(
+        "  most session-table entries ever held on one BMC: {most}; IPMI connects: {}",
+        ipmi.stats().connects.load(Ordering::Relaxed)
+    );
+    let t = Instant::now();
+    let closed = manager.shutdown().await;
+    let open: usize = fleet.bmcs().iter().map(|b| b.stats().sessions).sum();
+    println!(
+        "  shutdown: {closed} clients closed in {:.2} s, {open} sessions left open on the BMCs",
+        t.elapsed().as_secs_f64()
+    );
+    println!(
+        "  peak RSS so far (client + emulator in one process): {}",
+        proc_status("VmHWM:")
+    );
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
-    let counts: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let ipmi = args
+        .windows(2)
+        .any(|w| w[0] == "--protocol" && w[1] == "ipmi");
+    let counts: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let counts = if counts.is_empty() {
         vec![1000, 10_000]
     } else {
@@ -121,6 +242,12 @@ async fn main() -> anyhow::Result<()> {
         "latency {latency:?} per request, {:.1}% of requests never answered, client timeout {client_timeout:?}, fleet limit {fleet_limit}, per-BMC limit 1",
         timeout_ratio * 100.0
     );
+    if ipmi {
+        for n in counts {
+            ipmi_bench(n, latency, timeout_ratio, fleet_limit, client_timeout, fds).await?;
+        }
+        return Ok(());
+    }
     for n in counts {
         let fleet = Fleet::uniform(
             FleetOptions::default(),

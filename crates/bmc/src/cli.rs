@@ -5,6 +5,7 @@
 //! `docs/bmc.md`); without it, short human-readable text.
 
 use crate::error::BmcError;
+use crate::ipmi::{IpmiConnector, IpmiOptions, ipmi_address};
 use crate::manager::{BmcConfig, Connector, ManagerOptions, SessionManager};
 use crate::redfish::{AuthMode, RedfishOptions};
 use crate::secret::Password;
@@ -24,7 +25,7 @@ pub struct BmcArgs {
     /// BMC host name, address or URL (`bmc1`, `10.0.0.5`, `[fe80::1]`, `https://h:8443`, `http://h:8000`).
     #[arg(long)]
     pub host: String,
-    /// Port (overrides a port in --host). Redfish default 443 (80 for http://), IPMI 623.
+    /// Port (overrides a port in --host). Redfish default 443 (80 for http://), IPMI 623 (UDP).
     #[arg(long)]
     pub port: Option<u16>,
     /// BMC user name.
@@ -33,7 +34,7 @@ pub struct BmcArgs {
     /// Name of the environment variable that holds the password.
     #[arg(long, value_name = "VAR")]
     pub password_env: String,
-    /// Protocol; detected (Redfish first) when omitted.
+    /// Protocol; detected when omitted (Redfish first, then IPMI lanplus).
     #[arg(long, value_enum)]
     pub protocol: Option<Protocol>,
     /// Do not verify the BMC's TLS certificate.
@@ -45,14 +46,27 @@ pub struct BmcArgs {
     /// Redfish authentication: a session (falling back to Basic when none is offered), sessions only, or Basic.
     #[arg(long, value_enum, default_value = "auto")]
     pub auth: AuthArg,
-    /// Timeout of every request, in seconds.
+    /// Timeout of every Redfish request, in seconds (IPMI: 1 s per exchange, 3 retransmissions).
     #[arg(long, default_value_t = 15)]
     pub timeout: u64,
+    /// IPMI cipher suite; by default 17 (SHA-256), then 3 (SHA-1) if the BMC refuses or ignores 17.
+    #[arg(long, value_enum, value_name = "SUITE")]
+    pub cipher_suite: Option<CipherSuiteArg>,
     /// Print one JSON document (stable schema) instead of text.
     #[arg(long)]
     pub json: bool,
     #[command(subcommand)]
     pub command: BmcCommand,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CipherSuiteArg {
+    /// RAKP-HMAC-SHA256, HMAC-SHA256-128, AES-CBC-128.
+    #[value(name = "17")]
+    Suite17,
+    /// RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128.
+    #[value(name = "3")]
+    Suite3,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -143,12 +157,13 @@ pub struct Outcome {
 pub const EXIT_BMC_ERROR: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 
-/// Runs the command and prints the result; Redfish only (use [`run_with`] to add IPMI).
+/// Runs the command and prints the result (Redfish, and IPMI through [`crate::ipmi`]).
 pub async fn run(args: BmcArgs) -> anyhow::Result<ExitCode> {
     run_with(args, Vec::new()).await
 }
 
-/// Runs the command with extra protocol connectors (IPMI) and prints the result.
+/// Runs the command with extra protocol connectors and prints the result. An IPMI connector
+/// built from the arguments is added unless `connectors` already has one.
 pub async fn run_with(
     args: BmcArgs,
     connectors: Vec<Arc<dyn Connector>>,
@@ -229,6 +244,12 @@ pub async fn execute_with(
             ..RedfishOptions::default()
         },
     };
+    let mut connectors = connectors;
+    if !connectors.iter().any(|c| c.protocol() == Protocol::Ipmi) {
+        connectors.push(Arc::new(IpmiConnector::new(ipmi_options(
+            args.cipher_suite,
+        ))));
+    }
     let manager = SessionManager::with_connectors(options, connectors);
     let bmc = manager.bmc(BmcConfig {
         endpoint: endpoint.clone(),
@@ -245,7 +266,10 @@ pub async fn execute_with(
         Ok((value, text)) => Outcome {
             json: json!({
                 "schemaVersion": JSON_SCHEMA_VERSION,
-                "host": endpoint.to_string(),
+                "host": match protocol {
+                    Some(Protocol::Ipmi) => ipmi_address(&endpoint),
+                    _ => endpoint.to_string(),
+                },
                 "protocol": protocol,
                 "command": command,
                 "ok": true,
@@ -263,6 +287,22 @@ pub async fn execute_with(
             }
             fail(EXIT_BMC_ERROR, e.kind(), message)
         }
+    }
+}
+
+/// IPMI settings for one command: each exchange waits a second and is sent up to four times
+/// (the library defaults), suites 17 then 3 unless one is given; no keep-alive for a one-shot
+/// session.
+pub fn ipmi_options(suite: Option<CipherSuiteArg>) -> IpmiOptions {
+    let defaults = IpmiOptions::default();
+    IpmiOptions {
+        keepalive: None,
+        cipher_suites: match suite {
+            Some(CipherSuiteArg::Suite17) => vec![ingot_ipmi::CipherSuite::Suite17],
+            Some(CipherSuiteArg::Suite3) => vec![ingot_ipmi::CipherSuite::Suite3],
+            None => defaults.cipher_suites.clone(),
+        },
+        ..defaults
     }
 }
 

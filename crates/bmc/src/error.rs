@@ -43,6 +43,14 @@ pub enum BmcError {
         path: String,
         message: Option<String>,
     },
+    /// An IPMI command was refused with a completion code that has no more specific variant
+    /// (busy codes 0xC0, 0xC3 and 0xD2 are transient).
+    #[error("the BMC refused {command}: completion code {code:#04x} ({message})")]
+    Command {
+        command: String,
+        code: u8,
+        message: String,
+    },
     /// The BMC does not offer this (no such resource, action or allowed value).
     #[error("not supported by this BMC: {0}")]
     Unsupported(String),
@@ -65,6 +73,7 @@ impl BmcError {
             BmcError::Unavailable { .. } => "unavailable",
             BmcError::Malformed(_) => "malformed",
             BmcError::Http { .. } => "http",
+            BmcError::Command { .. } => "command",
             BmcError::Unsupported(_) => "unsupported",
             BmcError::Config(_) => "config",
         }
@@ -78,6 +87,10 @@ impl BmcError {
                 | BmcError::Unreachable(_)
                 | BmcError::SessionLimit
                 | BmcError::Unavailable { .. }
+                | BmcError::Command {
+                    code: 0xC0 | 0xC3 | 0xD2,
+                    ..
+                }
         )
     }
 }

@@ -2,12 +2,13 @@
 //! it, a [`manager::SessionManager`] that bounds concurrency and reuses one session per BMC, and
 //! the `ingot bmc` command ([`cli`]).
 //!
-//! The IPMI (RMCP+) client lives in its own crate and plugs into the manager through
-//! [`manager::Connector`].
+//! The IPMI (RMCP+) client lives in its own crate (`ingot-ipmi`); [`ipmi`] puts it behind the
+//! same trait and plugs it into the manager through [`manager::Connector`].
 
 pub mod cli;
 pub mod endpoint;
 pub mod error;
+pub mod ipmi;
 pub mod manager;
 pub mod redfish;
 pub mod secret;

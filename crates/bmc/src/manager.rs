@@ -293,12 +293,28 @@ impl SessionManager {
                 }
                 Err(e) => {
                     tracing::debug!(bmc = %entry.config.endpoint, protocol = %c.protocol(), error = %e, "protocol probe failed");
-                    first_error.get_or_insert(e);
+                    // Report the protocol that answered (wrong password, full session table)
+                    // rather than the one that is not there at all.
+                    match &first_error {
+                        Some(prev) if !protocol_answered(&e) || protocol_answered(prev) => {}
+                        _ => first_error = Some(e),
+                    }
                 }
             }
         }
         Err(first_error.unwrap_or_else(|| BmcError::Unsupported("no protocol".into())))
     }
+}
+
+/// Whether an error shows that the protocol is served at the endpoint (it answered, but no).
+fn protocol_answered(e: &BmcError) -> bool {
+    matches!(
+        e,
+        BmcError::Unauthorized
+            | BmcError::Forbidden
+            | BmcError::SessionLimit
+            | BmcError::Command { .. }
+    )
 }
 
 /// A BMC reached through the [`SessionManager`]: every call takes a per-BMC permit, then a

@@ -197,7 +197,7 @@ async fn json_documents_and_exit_codes() {
     assert_eq!(code, 2);
     assert_eq!(json["error"]["kind"], "usage");
 
-    // IPMI requested without an IPMI connector linked in.
+    // IPMI forced where only Redfish listens: nothing answers on UDP, a typed timeout.
     let (json, _, code) = run(&[
         "--host",
         &url,
@@ -213,5 +213,5 @@ async fn json_documents_and_exit_codes() {
     ])
     .await;
     assert_eq!(code, 1);
-    assert_eq!(json["error"]["kind"], "unsupported");
+    assert_eq!(json["error"]["kind"], "timeout");
 }

@@ -207,6 +207,7 @@ async fn against_sushy_emulator() {
         ca_bundle: None,
         auth: ingot_bmc::cli::AuthArg::Auto,
         timeout: 10,
+        cipher_suite: None,
         json: true,
         command: ingot_bmc::cli::BmcCommand::Power {
             op: ingot_bmc::cli::PowerOp::Status,

@@ -1,4 +1,4 @@
-//! `ingot`: the operator (`ingot run`) and its tools (`ingot crds`).
+//! `ingot`: the operator (`ingot run`) and its tools (`ingot crds`, `ingot bmc`).
 
 mod http;
 mod leader;
@@ -28,6 +28,12 @@ enum Command {
     Run(run::RunArgs),
     /// Print the CustomResourceDefinitions ingot generates, as YAML (apply them with kubectl).
     Crds,
+    /// Talk to one BMC over Redfish or IPMI: power, boot override, inventory, event log.
+    ///
+    /// Example: `BMC_PASSWORD=... ingot bmc --host 10.0.0.5 --user admin --password-env
+    /// BMC_PASSWORD power status`. The protocol is detected (Redfish first, then IPMI) unless
+    /// --protocol is given; --json prints one stable JSON document (see docs/bmc.md).
+    Bmc(ingot_bmc::cli::BmcArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +49,25 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Bmc(args) => {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    eprintln!("error: starting the async runtime: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(ingot_bmc::cli::run(args)) {
+                Ok(code) => code,
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Run(args) => {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,

@@ -5,7 +5,8 @@
 //! - `ingot-sim boot --metal-url http://127.0.0.1:PORT/metal/v1 --kubeconfig FILE
 //!   --join-token-env VAR --server-url https://VIP` plays the servers that boot on that emulator
 //!   and joins the ones whose install config the Harvester installer would accept as Nodes.
-//! - `ingot-sim bmc --count N` runs a fleet of emulated Redfish BMCs on loopback.
+//! - `ingot-sim bmc --count N [--ipmi]` runs a fleet of emulated Redfish BMCs on loopback, each
+//!   also answering IPMI lanplus with `--ipmi`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -31,7 +32,7 @@ struct Cli {
 enum Command {
     /// Emulate the Equinix Metal API.
     Metal(MetalArgs),
-    /// A fleet of emulated Redfish BMCs, one listener each on a loopback address.
+    /// A fleet of emulated BMCs on loopback: Redfish, and IPMI lanplus as well with --ipmi.
     Bmc(BmcArgs),
     /// Play the servers that boot on a Metal emulator and join them as Nodes.
     Boot(BootArgs),
@@ -236,6 +237,13 @@ struct BmcArgs {
     /// Fraction of requests that never get an answer.
     #[arg(long, default_value_t = 0.0)]
     timeout_ratio: f64,
+    /// Also serve IPMI 2.0 lanplus (suites 3 and 17) for every BMC, with the same credentials,
+    /// on a UDP port of its own ("ipmi" in each JSON line).
+    #[arg(long)]
+    ipmi: bool,
+    /// First UDP port of the IPMI endpoints (BMC i uses ipmi-base-port + i); 0 picks ephemeral ports.
+    #[arg(long, default_value_t = 0, requires = "ipmi")]
+    ipmi_base_port: u16,
 }
 
 #[tokio::main]
@@ -257,8 +265,8 @@ async fn main() -> anyhow::Result<()> {
 async fn run_bmc(a: BmcArgs) -> anyhow::Result<()> {
     let template = BmcSpec {
         vendor: a.vendor.unwrap_or(Vendor::Dell),
-        username: a.user,
-        password: a.password,
+        username: a.user.clone(),
+        password: a.password.clone(),
         max_sessions: a.max_sessions,
         power_delay: Duration::from_millis(a.power_delay_ms),
         latency: Duration::from_millis(a.latency_ms),
@@ -282,12 +290,40 @@ async fn run_bmc(a: BmcArgs) -> anyhow::Result<()> {
     if let (Some(tls), Some(path)) = (&fleet.tls, &a.ca_out) {
         std::fs::write(path, &tls.ca_pem).with_context(|| format!("writing {}", path.display()))?;
     }
+    let ipmi = if a.ipmi {
+        let bmcs = (0..a.count)
+            .map(|i| {
+                let mut b = ingot_ipmi_sim::BmcConfig::new(i, a.password.clone());
+                b.username = a.user.clone();
+                b.max_sessions = a.max_sessions;
+                b.power_on = true;
+                b.port = match a.ipmi_base_port {
+                    0 => 0,
+                    base => u16::try_from(i)
+                        .ok()
+                        .and_then(|i| base.checked_add(i))
+                        .context("--ipmi-base-port + --count exceeds the port range")?,
+                };
+                Ok(b)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let fleet = ingot_ipmi_sim::serve(ingot_ipmi_sim::FleetConfig {
+            bind: a.listen,
+            bmcs,
+        })
+        .await
+        .context("starting the IPMI endpoints")?;
+        Some(fleet)
+    } else {
+        None
+    };
     // One line per BMC on stdout (machine-readable), then wait for Ctrl-C / SIGTERM.
-    for b in &fleet.bmcs {
-        println!(
-            "{}",
-            serde_json::json!({"index": b.state.index, "url": b.url(), "vendor": b.state.profile.vendor.to_string()})
-        );
+    for (i, b) in fleet.bmcs.iter().enumerate() {
+        let mut line = serde_json::json!({"index": b.state.index, "url": b.url(), "vendor": b.state.profile.vendor.to_string()});
+        if let Some(h) = ipmi.as_ref().and_then(|f| f.bmc(i)) {
+            line["ipmi"] = serde_json::Value::String(h.addr().to_string());
+        }
+        println!("{line}");
     }
     eprintln!(
         "{} BMCs running; admin endpoints under /_sim/ on each. Ctrl-C to stop.",

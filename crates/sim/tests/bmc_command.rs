@@ -59,3 +59,42 @@ async fn serves_a_small_fleet_over_tls() {
     }
     let _ = std::fs::remove_file(&ca);
 }
+
+#[tokio::test]
+async fn serves_ipmi_beside_redfish_with_the_same_credentials() {
+    let mut child = Guard(
+        Command::new(env!("CARGO_BIN_EXE_ingot-sim"))
+            .args([
+                "bmc",
+                "--count",
+                "2",
+                "--ipmi",
+                "--user",
+                "operator",
+                "--password",
+                "sim-secret",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ingot-sim"),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let lines: Vec<serde_json::Value> = BufReader::new(stdout)
+        .lines()
+        .take(2)
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for l in &lines {
+        assert!(l["url"].as_str().unwrap().starts_with("http://127.0.0.1:"));
+        let addr = l["ipmi"].as_str().unwrap().to_owned();
+        assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+        let mut cfg = ingot_ipmi::Config::new(addr, "operator", "sim-secret");
+        cfg.keepalive = None;
+        let client = ingot_ipmi::Client::connect(cfg).await.unwrap();
+        assert!(client.chassis_status().await.unwrap().power_on);
+        client.close().await;
+    }
+    assert_ne!(lines[0]["ipmi"], lines[1]["ipmi"]);
+}

@@ -2,6 +2,8 @@
 //! by their own PID, bounded polling.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod openipmi;
+
 use std::future::Future;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -21,6 +23,22 @@ pub fn require_tool(tool: &str) -> PathBuf {
         "`{tool}` is not on PATH. It is a test peer listed in scripts/deps/requirements.txt; \
          install it with `source scripts/lib.sh && install_python_packages` (the README's test \
          command does this), then run the tests again"
+    );
+}
+
+/// The path of `tool` from a Debian package, or a failure that says how to install it.
+pub fn require_apt_tool(tool: &str, package: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join(tool);
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!(
+        "`{tool}` is not on PATH. It is a test peer from the Debian package `{package}` (listed in \
+         scripts/deps/apt.txt); install it with `source scripts/lib.sh && install_apt_packages`, \
+         then run the tests again"
     );
 }
 

@@ -1,0 +1,120 @@
+//! `ingot bmc` in the real binary, over Redfish and IPMI against the emulators (served by this
+//! test process on loopback).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Vendor};
+use serde_json::Value;
+use tokio::process::Command;
+
+async fn ingot(args: &[String]) -> (Value, i32) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new(env!("CARGO_BIN_EXE_ingot"))
+            .args(args)
+            .env("BMC_PW", "password")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("ingot bmc finished")
+    .expect("ingot bmc ran");
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{args:?}: not one JSON document ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (json, out.status.code().unwrap_or(-1))
+}
+
+fn args(host: &str, port: Option<u16>, protocol: Option<&str>, command: &[&str]) -> Vec<String> {
+    let mut v = vec!["bmc".to_string(), "--host".into(), host.into()];
+    if let Some(p) = port {
+        v.extend(["--port".into(), p.to_string()]);
+    }
+    v.extend(
+        ["--user", "admin", "--password-env", "BMC_PW", "--json"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    if let Some(p) = protocol {
+        v.extend(["--protocol".into(), p.into()]);
+    }
+    v.extend(command.iter().map(|s| s.to_string()));
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingot_bmc_over_redfish_and_ipmi() {
+    let help = Command::new(env!("CARGO_BIN_EXE_ingot"))
+        .arg("--help")
+        .output()
+        .await
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    assert!(help.contains("bmc"), "{help}");
+
+    let redfish = Fleet::start(
+        FleetOptions::default(),
+        vec![BmcSpec {
+            vendor: Vendor::Lenovo,
+            power_delay: Duration::from_millis(100),
+            ..BmcSpec::default()
+        }],
+    )
+    .await
+    .unwrap();
+    let ipmi = ingot_ipmi_sim::serve(ingot_ipmi_sim::FleetConfig::uniform(1, "password"))
+        .await
+        .unwrap();
+    let bmc = &ipmi.bmcs()[0];
+    let ia = bmc.addr();
+    let url = redfish.bmcs[0].url();
+    let ip = ia.ip().to_string();
+
+    // IPMI, forced, then detected (nothing listens on that port over TCP).
+    let (j, code) = ingot(&args(
+        &ip,
+        Some(ia.port()),
+        Some("ipmi"),
+        &["power", "status"],
+    ))
+    .await;
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["protocol"], "ipmi");
+    assert_eq!(j["result"]["powerState"], "off");
+    let (j, code) = ingot(&args(&ip, Some(ia.port()), None, &["power", "on"])).await;
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["protocol"], "ipmi");
+    assert_eq!(j["result"]["sent"][0], "power up");
+    assert!(bmc.power_on());
+    let (j, code) = ingot(&args(
+        &ip,
+        Some(ia.port()),
+        Some("ipmi"),
+        &["boot", "pxe", "--once"],
+    ))
+    .await;
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["result"]["device"], "pxe");
+    assert_eq!(j["result"]["mode"], "uefi");
+
+    // Redfish, forced and detected: the same document layout.
+    let (r, code) = ingot(&args(&url, None, Some("redfish"), &["power", "status"])).await;
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["protocol"], "redfish");
+    let (d, code) = ingot(&args(&url, None, None, &["boot", "pxe", "--once"])).await;
+    assert_eq!(code, 0, "{d}");
+    assert_eq!(d["protocol"], "redfish");
+    let keys = |v: &Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+    assert_eq!(keys(&d), keys(&j));
+    assert_eq!(keys(&d["result"]), keys(&j["result"]));
+
+    // A bad argument is a usage error (exit 2) with a JSON document.
+    let (e, code) = ingot(&args("ftp://x", None, None, &["power", "status"])).await;
+    assert_eq!(code, 2);
+    assert_eq!(e["error"]["kind"], "usage");
+}
