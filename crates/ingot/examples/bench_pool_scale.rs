@@ -27,10 +27,20 @@ const VIP: &str = "192.0.2.80";
 
 #[tokio::main]
 async fn main() {
-    let count: i64 = std::env::args().nth(1).map(|n| n.parse().expect("N")).unwrap_or(200);
-    let plane = ControlPlane::start(Options::from_env().expect("INGOT_K8S_BIN")).await.expect("control plane");
-    println!("InstancePool 0 -> {count}; device timings: realistic / 10; Metal API limit 10 requests/s");
-    println!("{:<12} {:>14} {:>16} {:>18} {:>14}", "flow", "all managed", "API calls", "calls / instance", "peak RSS");
+    let count: i64 = std::env::args()
+        .nth(1)
+        .map(|n| n.parse().expect("N"))
+        .unwrap_or(200);
+    let plane = ControlPlane::start(Options::from_env().expect("INGOT_K8S_BIN"))
+        .await
+        .expect("control plane");
+    println!(
+        "InstancePool 0 -> {count}; device timings: realistic / 10; Metal API limit 10 requests/s"
+    );
+    println!(
+        "{:<12} {:>14} {:>16} {:>18} {:>14}",
+        "flow", "all managed", "API calls", "calls / instance", "peak RSS"
+    );
     for single_boot in [false, true] {
         run(&plane, count, single_boot).await;
     }
@@ -40,12 +50,21 @@ async fn run(plane: &ControlPlane, count: i64, single_boot: bool) {
     let client = plane.client().await.unwrap();
     let namespace = format!("bench-{}", ingot_testenv::random_suffix(5));
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap()).await.unwrap();
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap(),
+        )
+        .await
+        .unwrap();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let secret = serde_json::from_value(json!({"metadata": {"name": "equinix-addon"},
         "stringData": {"METAL_AUTH_TOKEN": TOKEN, "PROJECT_ID": PROJECT}}))
     .unwrap();
-    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
 
     let realistic = Timings::realistic();
     let mut config = SimConfig::single(TOKEN, PROJECT);
@@ -56,18 +75,40 @@ async fn run(plane: &ControlPlane, count: i64, single_boot: bool) {
         deprovisioning_ms: realistic.deprovisioning_ms / 10,
         power_ms: realistic.power_ms / 10,
     };
-    let sim = SimServer::start(config, "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let mut booter_config =
-        BooterConfig::new(sim.base_url(), Expected { token: JOIN_TOKEN.into(), host: VIP.into(), port: None, schema: None });
+    let sim = SimServer::start(config, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut booter_config = BooterConfig::new(
+        sim.base_url(),
+        Expected {
+            token: JOIN_TOKEN.into(),
+            host: VIP.into(),
+            port: None,
+            schema: None,
+        },
+    );
     booter_config.project = Some(PROJECT.into());
     let booter = Booter::new(booter_config, client.clone()).unwrap();
     let _running = booter.start();
 
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let ingot = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().join("ingot");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let ingot = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("ingot");
     let mut operator = Command::new(&ingot)
         .arg("run")
-        .arg(format!("--kubeconfig={}", plane.kubeconfig_path().display()))
+        .arg(format!(
+            "--kubeconfig={}",
+            plane.kubeconfig_path().display()
+        ))
         .arg(format!("--http-addr=127.0.0.1:{port}"))
         .arg(format!("--lease-namespace={namespace}"))
         .arg(format!("--metal-api-url={}", sim.base_url()))
@@ -80,7 +121,12 @@ async fn run(plane: &ControlPlane, count: i64, single_boot: bool) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e} (build it: cargo build --release -p ingot)", ingot.display()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (build it: cargo build --release -p ingot)",
+                ingot.display()
+            )
+        });
 
     let pools: Api<InstancePool> = Api::all(client.clone());
     let name = format!("bench-{}", if single_boot { "single" } else { "seed" });
@@ -94,7 +140,14 @@ async fn run(plane: &ControlPlane, count: i64, single_boot: bool) {
     sim.sim().reset_metrics();
 
     let started = Instant::now();
-    pools.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"count": count}}))).await.unwrap();
+    pools
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"count": count}})),
+        )
+        .await
+        .unwrap();
     let mut peak_rss_kb = 0;
     loop {
         peak_rss_kb = peak_rss_kb.max(rss_kb(operator.id()));
@@ -102,7 +155,10 @@ async fn run(plane: &ControlPlane, count: i64, single_boot: bool) {
         if status.status == "ready" && status.ready == count {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(3600), "not ready after an hour: {status:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3600),
+            "not ready after an hour: {status:?}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let took = started.elapsed();
@@ -124,14 +180,24 @@ async fn run(plane: &ControlPlane, count: i64, single_boot: bool) {
     let instances: Api<ingot_api::equinix::Instance> = Api::all(client.clone());
     for instance in instances.list(&Default::default()).await.unwrap() {
         let name = kube::ResourceExt::name_any(&instance);
-        let _ = instances.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"finalizers": null}}))).await;
+        let _ = instances
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
     }
 }
 
 fn proc_status_kb(pid: u32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
