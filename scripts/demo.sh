@@ -98,7 +98,7 @@ echo $! >"$state/boot.pid"
 log "starting the operator (log: $state/ingot.log)"
 TOKEN="$INGOT_DEMO_JOIN_TOKEN" "$bin/ingot" run --kubeconfig "$KUBECONFIG" --http-addr "127.0.0.1:$http_port" \
   --lease-namespace default --metal-api-url "http://127.0.0.1:$metal_port/metal/v1" \
-  --ipxe-base-url "http://127.0.0.1:$http_port" >"$state/ingot.log" 2>&1 &
+  --ipxe-base-url "http://127.0.0.1:$http_port" --metal-poll-seconds 1 >"$state/ingot.log" 2>&1 &
 echo $! >"$state/ingot.pid"
 
 log "applying the sample InstancePool of the harvester-equinix-addon README"

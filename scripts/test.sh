@@ -39,4 +39,4 @@ cat "$state/testenv.out"
 export INGOT_TESTENV_KUBECONFIG="$state/kubeconfig"
 
 log "cargo test --workspace"
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --no-fail-fast "$@"

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use serde_yaml::{Mapping, Value};
 
-use crate::network::{Port, PortKind};
+use crate::port::{Port, PortKind};
 use crate::secret::Secret;
 use crate::version::{HarvesterVersion, Schema};
 

@@ -1,12 +1,12 @@
 //! The pure part of provisioning Harvester nodes on Equinix Metal, as harvester-equinix-addon
-//! did it, without Kubernetes or HTTP: typed inputs in, text or plans out.
+//! did it, without Kubernetes or HTTP: typed inputs in, text out.
 //!
 //! - [`version`]: a strict Harvester release version and the config schema it implies.
 //! - [`artifacts`]: kernel, initrd, rootfs and ISO URLs of a release, with a mirror override.
 //! - [`config`]: the Harvester install config (`#cloud-config` userdata) in the v1.0 schema and
 //!   the current (`scheme_version: 1`) schema, intermediate and final.
 //! - [`ipxe`]: the iPXE scripts of the two boot flows (shell-then-reinstall, single boot).
-//! - [`network`]: ordered, idempotent port/VLAN plans for the five Metal network modes.
+//! - [`port`]: a server's port as the config needs it (name, kind, MAC).
 //! - [`secret`]: a redacting string for the join token and the OS password.
 //!
 //! The reconciler maps the `equinix.harvesterhci.io/v1` types and the Metal provider's port
@@ -17,13 +17,13 @@
 pub mod artifacts;
 pub mod config;
 pub mod ipxe;
-pub mod network;
+pub mod port;
 pub mod secret;
 pub mod version;
 
 pub use artifacts::{Artifacts, ArtifactsError, DEFAULT_RELEASE_BASE};
 pub use config::{ConfigError, JoinConfig, ManagementNetwork};
 pub use ipxe::{InstallBoot, IpxeError, SHELL_SCRIPT};
-pub use network::{NetworkError, NetworkMode, PlanInput, Port, PortKind, PortVlan, Step, VlanRef};
+pub use port::{Port, PortKind};
 pub use secret::Secret;
 pub use version::{DEFAULT_VERSION, HarvesterVersion, Schema, VersionError};

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use ingot_harvester::Port;
 use ingot_harvester::config::{ConfigError, JoinConfig, ManagementNetwork, finalize_userdata};
-use ingot_harvester::network::Port;
 use ingot_harvester::{Artifacts, HarvesterVersion, Schema, Secret};
 use pretty_assertions::assert_eq;
 

@@ -89,6 +89,10 @@ struct PoolsArgs {
     #[arg(long, default_value = "/etc/rancher/rancherd/config.yaml")]
     rancherd_config: PathBuf,
 
+    /// Seconds between looks at a server in progress (provisioning, reinstalling).
+    #[arg(long, default_value_t = 10.0)]
+    metal_poll_seconds: f64,
+
     /// A mirror of Harvester's release artifacts (kernel, initrd, rootfs, ISO).
     #[arg(long, env = "INGOT_HARVESTER_MIRROR")]
     harvester_mirror: Option<String>,
@@ -105,6 +109,7 @@ impl PoolsArgs {
             metal_api_url: self.metal_api_url.clone(),
             ipxe_base_url: self.ipxe_base_url.clone(),
             harvester_mirror: self.harvester_mirror.clone(),
+            poll_interval: Duration::from_secs_f64(self.metal_poll_seconds.max(0.1)),
             ..pools::Settings::default()
         }
     }

@@ -68,8 +68,13 @@ impl Replica {
                 .and_then(|l| l.rsplit(' ').next())
                 .and_then(|v| v.parse::<f64>().ok())
         };
-        let reconciled =
-            value("ingot_reconciliations_total{controller=\"pools\"}").unwrap_or(0.0) as u64;
+        // Reconciliations of every controller (pools runs `instancepool` and `instance`).
+        let reconciled: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("ingot_reconciliations_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum();
         let leader = value("ingot_leader ")?;
         Some((reconciled, leader as u64))
     }

@@ -105,6 +105,7 @@ impl Stack {
             ))
             .arg(format!("--cluster-address={VIP}"))
             .arg("--metal-rate-limit=200")
+            .arg("--metal-poll-seconds=0.5")
             .env("NAMESPACE", &self.namespace)
             .env("TOKEN", JOIN_TOKEN)
             .stdout(Stdio::null())

@@ -271,7 +271,7 @@ impl Reconciler<'_> {
             format!("created server {} ({})", server.id, server.provider_id),
         )
         .await;
-        Ok(Ok(Action::requeue(Duration::from_secs(2))))
+        Ok(Ok(Action::requeue(self.poll())))
     }
 
     /// `queued`: once the server is active, wire its network; in the seed's flow render the
@@ -374,7 +374,7 @@ impl Reconciler<'_> {
             ),
         )
         .await;
-        Ok(Ok(Action::requeue(Duration::from_secs(2))))
+        Ok(Ok(Action::requeue(self.poll())))
     }
 
     /// Harvester is installed: fill in the addresses, then wait for the Node.
@@ -698,8 +698,17 @@ impl Reconciler<'_> {
                 retry: Duration::from_secs(60),
             })
         } else {
-            Ok(Action::requeue(Duration::from_secs(2)))
+            Ok(Action::requeue(self.poll()))
         }
+    }
+
+    /// When to look at a server in progress again: the poll interval with 20% jitter, so that
+    /// many servers created together do not poll the API in step.
+    fn poll(&self) -> Duration {
+        use rand::Rng;
+        self.settings
+            .poll_interval
+            .mul_f64(rand::rng().random_range(0.8..1.2))
     }
 
     /// The install iPXE script: the Go addon's annotation if it set one, else the one ingot
@@ -923,17 +932,14 @@ fn metal_reason(error: &ingot_metal::Error) -> &'static str {
 }
 
 fn harvester_port(port: &ingot_metal::Port) -> ingot_harvester::Port {
-    match port.kind {
-        PortKind::Bond => ingot_harvester::Port::bond(&port.name),
-        PortKind::Physical => {
-            let mut converted = ingot_harvester::Port::physical(
-                &port.name,
-                port.mac.as_deref().unwrap_or_default(),
-            );
-            converted.mac = port.mac.clone();
-            converted.bonded = port.bonded;
-            converted
-        }
+    let kind = match port.kind {
+        PortKind::Bond => ingot_harvester::PortKind::Bond,
+        PortKind::Physical => ingot_harvester::PortKind::Physical,
+    };
+    ingot_harvester::Port {
+        name: port.name.clone(),
+        kind,
+        mac: port.mac.clone(),
     }
 }
 

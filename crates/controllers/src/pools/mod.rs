@@ -46,6 +46,9 @@ pub struct Settings {
     pub ipxe_base_url: Option<String>,
     /// A mirror of Harvester's release artifacts (kernel, initrd, rootfs, ISO).
     pub harvester_mirror: Option<String>,
+    /// How often a server on its way somewhere (provisioning, reinstalling) is looked at; Metal
+    /// has no watch.
+    pub poll_interval: Duration,
     /// How long a server may take to become active, or to come back from a reinstall.
     pub provision_timeout: Duration,
     /// How long an installed server may take to join as a Node.
@@ -60,6 +63,7 @@ impl Default for Settings {
             metal_api_url: ingot_metal::equinix::DEFAULT_BASE_URL.to_owned(),
             ipxe_base_url: None,
             harvester_mirror: None,
+            poll_interval: Duration::from_secs(10),
             provision_timeout: Duration::from_secs(30 * 60),
             join_timeout: Duration::from_secs(60 * 60),
         }
