@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use ingot_api::equinix::{Instance, InstancePool};
 use ingot_boot_sim::{Booter, BooterConfig, Expected, NotReady, Running};
 use ingot_metal_sim::{PlanMetro, SimConfig, SimServer};
-use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -521,6 +521,12 @@ async fn scale_out_and_in_then_replace_an_unhealthy_node() {
         .status
         .unwrap()
         .instance_id;
+    // A workload on it, to be evicted before the node goes.
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "workload"},
+        "spec": {"nodeName": victim, "containers": [{"name": "app", "image": "registry.invalid/app"}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
     stack
         .booter
         .set_not_ready(&victim, NotReady::Unknown)
@@ -544,6 +550,11 @@ async fn scale_out_and_in_then_replace_an_unhealthy_node() {
     assert!(
         !stack.devices(&[&name]).contains_key(&victim_device),
         "the unhealthy node's server is deleted"
+    );
+    let evicted = pods.get_opt("workload").await.unwrap();
+    assert!(
+        evicted.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        "the node was drained first"
     );
     let events = stack.events_for("InstancePool", &name).await;
     assert!(

@@ -4,7 +4,7 @@
 //! VLANs, MACs of the management interfaces, final Harvester config as userdata, iPXE pointed
 //! at the installer, reinstall → `reinstalling` → active again → `ready` (IPs filled) → a Node
 //! of the same name → `managed`. A managed Node that stays NotReady longer than
-//! `nodeCleanupWaitInterval` (from its Ready condition's lastTransitionTime) is cordoned and its
+//! `nodeCleanupWaitInterval` (from its Ready condition's lastTransitionTime) is cordoned, drained and its
 //! Instance deleted; the pool creates a replacement.
 //!
 //! With `singleBoot` (Harvester v1.1 and later) the first boot is the install: the iPXE script
@@ -32,10 +32,10 @@ use ingot_metal::{
     BareMetalCloud, Boot, BootUpdate, CreateServer, NetworkMode, PortKind, Reinstall, Server,
     ServerState,
 };
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, EvictParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -600,6 +600,9 @@ impl Reconciler<'_> {
                 &Patch::Merge(&json!({"spec": {"unschedulable": true}})),
             )
             .await?;
+        if let Err(blocked) = self.drain().await? {
+            return Ok(Err(blocked));
+        }
         self.pool_event(
             EventType::Warning,
             "ReplacingUnhealthyNode",
@@ -613,6 +616,46 @@ impl Reconciler<'_> {
             .delete(&self.name(), &DeleteParams::default())
             .await?;
         Ok(Ok(Action::await_change()))
+    }
+
+    /// Evicts the Node's pods (not DaemonSet or mirror pods), honouring PodDisruptionBudgets:
+    /// a refused eviction holds the replacement back and says so. The Node is not Ready, so
+    /// its kubelet may never confirm the deletions; accepted evictions are enough to go on.
+    async fn drain(&self) -> Result<Result<(), Blocked>, Error> {
+        let pods: Api<Pod> = Api::all(self.ctx.client.clone());
+        let on_node = pods
+            .list(
+                &kube::api::ListParams::default().fields(&format!("spec.nodeName={}", self.name())),
+            )
+            .await?;
+        for pod in on_node.items {
+            let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
+            let mirror = pod
+                .annotations()
+                .contains_key("kubernetes.io/config.mirror");
+            if daemon || mirror || pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let namespace = pod.namespace().unwrap_or_default();
+            let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &namespace);
+            match api.evict(&pod.name_any(), &EvictParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(kube::Error::Api(status)) if status.code == 429 => {
+                    return Ok(Err(Blocked {
+                        reason: "DrainBlocked",
+                        message: format!(
+                            "evicting pod {namespace}/{} from Node {} is refused by a PodDisruptionBudget; the replacement waits",
+                            pod.name_any(),
+                            self.name()
+                        ),
+                        retry: Duration::from_secs(30),
+                    }));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(Ok(()))
     }
 
     async fn pool_replacement_in_progress(&self) -> Result<bool, Error> {
