@@ -617,6 +617,31 @@ async fn failures_show_conditions_and_events_and_the_pool_recovers() {
     .await
     .name_any();
 
+    // The Go addon's plaintext annotations are removed from an Instance.
+    let go_style = json!({"metadata": {"annotations": {"token": "metal-token-in-the-clear", "password": "os-password"}}});
+    stack
+        .instances()
+        .patch(&instance, &PatchParams::default(), &Patch::Merge(&go_style))
+        .await
+        .unwrap();
+    wait_for(
+        "the plaintext annotations to be removed",
+        Duration::from_secs(30),
+        async || {
+            let annotations = stack
+                .instances()
+                .get(&instance)
+                .await
+                .ok()?
+                .metadata
+                .annotations
+                .unwrap_or_default();
+            (!annotations.contains_key("token") && !annotations.contains_key("password"))
+                .then_some(())
+        },
+    )
+    .await;
+
     // 2. A token the API refuses (401).
     stack.write_secret("not-the-token").await;
     let (_, _, message) = wait_for(

@@ -52,6 +52,8 @@ const CONTROLLER: &str = "instance";
 pub const OWNER_TAG_PREFIX: &str = "ingot-instance:";
 /// Key of the OS password in an Instance's password Secret.
 const PASSWORD_KEY: &str = "password";
+/// Annotations in which the Go addon kept credentials in the clear.
+const PLAINTEXT_ANNOTATIONS: [&str; 2] = ["token", "password"];
 /// The reinstall iPXE script URL the Go addon kept on its Instances.
 const RECONFIG_ANNOTATION: &str = "reconfig_ipxe_url";
 
@@ -148,6 +150,19 @@ impl Reconciler<'_> {
             // Before anything exists outside the cluster: a crash after this line cannot
             // leave an untracked server.
             self.add_finalizer().await?;
+            return Ok(Action::requeue(Duration::ZERO));
+        }
+        // The Go addon kept the Metal token and the OS password in annotations; ingot reads
+        // neither and removes both.
+        if PLAINTEXT_ANNOTATIONS
+            .iter()
+            .any(|key| self.instance.annotations().contains_key(*key))
+        {
+            let instances: Api<Instance> = Api::all(self.ctx.client.clone());
+            let patch = json!({"metadata": {"annotations": {"token": null, "password": null}}});
+            instances
+                .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
             return Ok(Action::requeue(Duration::ZERO));
         }
         let credentials = match credentials::load(&self.ctx.client, &self.settings.secret).await {
