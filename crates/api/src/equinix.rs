@@ -424,6 +424,14 @@ pub struct InstanceStatus {
     pub public_ip: String,
     #[serde(rename = "privateIP", default)]
     pub private_ip: String,
+    /// When the server was last sent into the installer (ingot's addition): an install that
+    /// has not joined within the operator's install retry period is started again.
+    #[serde(
+        rename = "installStartedAt",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub install_started_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     #[serde(
         rename = "observedGeneration",
         default,

@@ -93,6 +93,10 @@ struct PoolsArgs {
     #[arg(long, default_value_t = 10.0)]
     metal_poll_seconds: f64,
 
+    /// Seconds after which a server sent into the installer that has not joined is sent again.
+    #[arg(long, default_value_t = 900)]
+    install_retry_seconds: u64,
+
     /// A mirror of Harvester's release artifacts (kernel, initrd, rootfs, ISO).
     #[arg(long, env = "INGOT_HARVESTER_MIRROR")]
     harvester_mirror: Option<String>,
@@ -110,6 +114,7 @@ impl PoolsArgs {
             ipxe_base_url: self.ipxe_base_url.clone(),
             harvester_mirror: self.harvester_mirror.clone(),
             poll_interval: Duration::from_secs_f64(self.metal_poll_seconds.max(0.1)),
+            install_retry: Duration::from_secs(self.install_retry_seconds),
             ..pools::Settings::default()
         }
     }

@@ -106,6 +106,8 @@ impl Stack {
             .arg(format!("--cluster-address={VIP}"))
             .arg("--metal-rate-limit=200")
             .arg("--metal-poll-seconds=0.5")
+            // A kill can land while a server fetches its install script from this operator.
+            .arg("--install-retry-seconds=10")
             .env("NAMESPACE", &self.namespace)
             .env("TOKEN", JOIN_TOKEN)
             .stdout(Stdio::null())

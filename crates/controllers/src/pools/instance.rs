@@ -33,7 +33,7 @@ use ingot_metal::{
     ServerState,
 };
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, EvictParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -182,7 +182,7 @@ impl Reconciler<'_> {
             instance_status::NEW => self.create(&cloud).await,
             instance_status::QUEUED | instance_status::SUBMITTED => self.install(&cloud).await,
             instance_status::REINSTALLING => self.await_reinstall(&cloud).await,
-            instance_status::READY => self.await_node().await,
+            instance_status::READY => self.await_node(&cloud).await,
             instance_status::MANAGED => self.watch_health().await,
             other => {
                 warn!(instance = %self.name(), status = other, "unknown instance status; starting over");
@@ -269,9 +269,11 @@ impl Reconciler<'_> {
 
         let server = cloud.create_server(&request).await?;
         info!(instance = %self.name(), server = %server.id, "server created");
+        let single_boot = spec.single_boot == Some(true);
         self.write_status(|s| {
             s.status = instance_status::QUEUED.to_owned();
             s.instance_id = server.id.clone();
+            s.install_started_at = single_boot.then(|| Time(Timestamp::now()));
         })
         .await?;
         self.set_ready(
@@ -324,6 +326,14 @@ impl Reconciler<'_> {
             // The first boot was the install: no reinstall.
             return self.installed(&server).await;
         }
+        let Some(script_url) = self.install_script_url() else {
+            return Ok(Err(no_ipxe_url()));
+        };
+        if server.ipxe_script_url.as_deref() == Some(script_url.as_str()) {
+            // The reinstall into the installer (which is what sets this URL) was requested before a
+            // restart lost the status write; the server is active again, so it has installed.
+            return self.installed(&server).await;
+        }
 
         let spec = &self.instance.spec;
         let ports: Vec<ingot_harvester::Port> = server.ports.iter().map(harvester_port).collect();
@@ -348,14 +358,11 @@ impl Reconciler<'_> {
             Ok(userdata) => userdata,
             Err(error) => return Ok(Err(invalid_config(error))),
         };
-        let Some(script_url) = self.install_script_url() else {
-            return Ok(Err(no_ipxe_url()));
-        };
         cloud
             .update_boot(
                 &server.id,
                 &BootUpdate {
-                    ipxe_script_url: Some(script_url),
+                    ipxe_script_url: None,
                     userdata: Some(userdata),
                     always_pxe: None,
                 },
@@ -368,12 +375,15 @@ impl Reconciler<'_> {
                     preserve_data: true,
                     deprovision_fast: true,
                     os: None,
-                    ipxe_script_url: None,
+                    ipxe_script_url: Some(script_url),
                 },
             )
             .await?;
-        self.write_status(|s| s.status = instance_status::REINSTALLING.to_owned())
-            .await?;
+        self.write_status(|s| {
+            s.status = instance_status::REINSTALLING.to_owned();
+            s.install_started_at = Some(Time(Timestamp::now()));
+        })
+        .await?;
         self.set_ready(
             false,
             "Installing",
@@ -406,6 +416,10 @@ impl Reconciler<'_> {
             s.status = instance_status::READY.to_owned();
             s.public_ip = public.clone();
             s.private_ip = private.clone();
+            // A restart that lost the reinstall's status write leaves no start time: count
+            // from now.
+            s.install_started_at
+                .get_or_insert_with(|| Time(Timestamp::now()));
         })
         .await?;
         self.set_ready(
@@ -536,7 +550,10 @@ impl Reconciler<'_> {
     }
 
     /// `ready`: wait for a Node of the Instance's name.
-    async fn await_node(&self) -> Result<Result<Action, Blocked>, Error> {
+    async fn await_node(
+        &self,
+        cloud: &dyn BareMetalCloud,
+    ) -> Result<Result<Action, Blocked>, Error> {
         let nodes: Api<Node> = Api::all(self.ctx.client.clone());
         if nodes.get_opt(&self.name()).await?.is_some() {
             self.write_status(|s| s.status = instance_status::MANAGED.to_owned())
@@ -552,6 +569,38 @@ impl Reconciler<'_> {
             return Ok(Ok(Action::requeue(Duration::from_secs(60))));
         }
         // Node events wake this up; the requeue only bounds the wait.
+        // An install that has not joined within the retry period is started again: its iPXE
+        // script may have been unreachable, or the installer may have failed.
+        let started = self.status().install_started_at.map(|t| t.0);
+        if let Some(started) = started {
+            let waited =
+                Duration::try_from(Timestamp::now().duration_since(started)).unwrap_or_default();
+            if waited > self.settings.install_retry {
+                let Some(script_url) = self.install_script_url() else {
+                    return Ok(Err(no_ipxe_url()));
+                };
+                let id = self.status().instance_id;
+                let reinstall = Reinstall {
+                    preserve_data: true,
+                    deprovision_fast: true,
+                    os: None,
+                    ipxe_script_url: Some(script_url),
+                };
+                cloud.reinstall(&id, &reinstall).await?;
+                self.write_status(|s| {
+                    s.status = instance_status::REINSTALLING.to_owned();
+                    s.install_started_at = Some(Time(Timestamp::now()));
+                })
+                .await?;
+                let message = format!(
+                    "no Node joined within {}s of the install; installing server {id} again",
+                    waited.as_secs()
+                );
+                self.event(EventType::Warning, "InstallRetried", message)
+                    .await;
+                return Ok(Ok(Action::requeue(self.poll())));
+            }
+        }
         Ok(self.within(
             self.settings.join_timeout,
             "JoinTimeout",

@@ -51,6 +51,9 @@ pub struct Settings {
     pub poll_interval: Duration,
     /// How long a server may take to become active, or to come back from a reinstall.
     pub provision_timeout: Duration,
+    /// How long after being sent into the installer a server that has not joined is sent
+    /// again (its iPXE script may have been unreachable, the install may have failed).
+    pub install_retry: Duration,
     /// How long an installed server may take to join as a Node.
     pub join_timeout: Duration,
 }
@@ -65,6 +68,7 @@ impl Default for Settings {
             harvester_mirror: None,
             poll_interval: Duration::from_secs(10),
             provision_timeout: Duration::from_secs(30 * 60),
+            install_retry: Duration::from_secs(15 * 60),
             join_timeout: Duration::from_secs(60 * 60),
         }
     }
