@@ -64,11 +64,6 @@ pub fn set_condition(
     }
 }
 
-/// The condition of the given type, if present.
-pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,9 +110,6 @@ mod tests {
         ));
         assert_eq!(conditions.len(), 1);
         assert_eq!(conditions[0].status, "True");
-        assert_eq!(
-            find_condition(&conditions, "Ready").map(|c| c.reason.as_str()),
-            Some("Managed")
-        );
+        assert_eq!(conditions[0].reason, "Managed");
     }
 }

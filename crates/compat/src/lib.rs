@@ -155,6 +155,79 @@ pub fn strip_server_metadata(manifest: &Value) -> Value {
     manifest
 }
 
+// The seed documents: their manifests are read from the shared seeds, never copied.
+
+/// The fenced blocks of a Markdown document with the given info string.
+pub fn fenced_blocks(markdown: &str, language: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in markdown.lines() {
+        match &mut current {
+            None if line.trim_start().starts_with(&format!("```{language}")) => {
+                current = Some(String::new())
+            }
+            Some(block) if line.trim_start().starts_with("```") => {
+                blocks.push(std::mem::take(block));
+                current = None;
+            }
+            Some(block) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            None => {}
+        }
+    }
+    blocks
+}
+
+/// The InstancePool of the original README.
+pub fn readme_pool() -> Value {
+    let readme = shared_file("seeds/harvester-equinix-addon-README.md");
+    let blocks = fenced_blocks(&readme, "yaml");
+    assert_eq!(blocks.len(), 1, "the README has one YAML manifest");
+    yaml_documents(&blocks[0]).remove(0)
+}
+
+/// The fork README (a rendered page): its InstancePool manifest, and every
+/// `networkingConfiguration` snippet it shows.
+pub fn fork_manifest_and_snippets() -> (Value, Vec<Value>) {
+    let text = shared_file("seeds/harvester-equinix-addon-fork-README.txt");
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.starts_with("apiVersion: equinix.harvesterhci.io/v1"))
+        .expect("manifest");
+    let end = start
+        + lines[start..]
+            .iter()
+            .position(|l| l.trim().is_empty())
+            .expect("manifest end");
+    let manifest = yaml_documents(&lines[start..end].join("\n")).remove(0);
+
+    let mut snippets = Vec::new();
+    for (index, line) in lines.iter().enumerate() {
+        if line.trim() == "networkingConfiguration:" {
+            let indent = line.len() - line.trim_start().len();
+            let body: Vec<&str> = lines[index + 1..]
+                .iter()
+                .take_while(|l| !l.trim().is_empty() && l.len() - l.trim_start().len() > indent)
+                .copied()
+                .collect();
+            let block = format!(
+                "{}\n{}",
+                line.trim_start(),
+                body.iter()
+                    .map(|l| &l[indent..])
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            let value = yaml_documents(&block).remove(0);
+            snippets.push(value["networkingConfiguration"].clone());
+        }
+    }
+    (manifest, snippets)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

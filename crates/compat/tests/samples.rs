@@ -6,7 +6,8 @@
 
 use ingot_api::{equinix, gardener, rufio, seeder};
 use ingot_compat::{
-    create, fixture_documents, missing_fields, shared_file, strip_server_metadata, yaml_documents,
+    create, fenced_blocks, fixture_documents, fork_manifest_and_snippets, missing_fields,
+    readme_pool, shared_file, strip_server_metadata, yaml_documents,
 };
 use kube::Discovery;
 use kube::api::{Patch, PatchParams};
@@ -162,77 +163,6 @@ fn fail_on(problems: Vec<String>) {
         "compatibility problems:\n  {}",
         problems.join("\n  ")
     );
-}
-
-/// The fenced blocks of a Markdown document with the given info string.
-fn fenced_blocks(markdown: &str, language: &str) -> Vec<String> {
-    let mut blocks = Vec::new();
-    let mut current: Option<String> = None;
-    for line in markdown.lines() {
-        match &mut current {
-            None if line.trim_start().starts_with(&format!("```{language}")) => {
-                current = Some(String::new())
-            }
-            Some(block) if line.trim_start().starts_with("```") => {
-                blocks.push(std::mem::take(block));
-                current = None;
-            }
-            Some(block) => {
-                block.push_str(line);
-                block.push('\n');
-            }
-            None => {}
-        }
-    }
-    blocks
-}
-
-/// The InstancePool of the original README.
-fn readme_pool() -> Value {
-    let readme = shared_file("seeds/harvester-equinix-addon-README.md");
-    let blocks = fenced_blocks(&readme, "yaml");
-    assert_eq!(blocks.len(), 1, "the README has one YAML manifest");
-    yaml_documents(&blocks[0]).remove(0)
-}
-
-/// The fork README (a rendered page): its InstancePool manifest, and every
-/// `networkingConfiguration` snippet it shows.
-fn fork_manifest_and_snippets() -> (Value, Vec<Value>) {
-    let text = shared_file("seeds/harvester-equinix-addon-fork-README.txt");
-    let lines: Vec<&str> = text.lines().collect();
-    let start = lines
-        .iter()
-        .position(|l| l.starts_with("apiVersion: equinix.harvesterhci.io/v1"))
-        .expect("manifest");
-    let end = start
-        + lines[start..]
-            .iter()
-            .position(|l| l.trim().is_empty())
-            .expect("manifest end");
-    let manifest = yaml_documents(&lines[start..end].join("\n")).remove(0);
-
-    let mut snippets = Vec::new();
-    for (index, line) in lines.iter().enumerate() {
-        if line.trim() == "networkingConfiguration:" {
-            let indent = line.len() - line.trim_start().len();
-            let body: Vec<&str> = lines[index + 1..]
-                .iter()
-                .take_while(|l| !l.trim().is_empty() && l.len() - l.trim_start().len() > indent)
-                .copied()
-                .collect();
-            let block = format!(
-                "{}\n{}",
-                line.trim_start(),
-                body.iter()
-                    .map(|l| &l[indent..])
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-            let value = yaml_documents(&block).remove(0);
-            snippets.push(value["networkingConfiguration"].clone());
-        }
-    }
-    (manifest, snippets)
 }
 
 #[tokio::test]

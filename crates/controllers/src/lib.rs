@@ -23,8 +23,6 @@ pub enum ControllerKind {
 }
 
 impl ControllerKind {
-    pub const ALL: [ControllerKind; 1] = [ControllerKind::Pools];
-
     pub fn name(self) -> &'static str {
         match self {
             ControllerKind::Pools => "pools",

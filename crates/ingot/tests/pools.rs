@@ -301,42 +301,13 @@ async fn wait_for<T>(
     }
 }
 
-/// The seed README's InstancePool, read from the shared seed documents.
 fn readme_pool() -> Value {
-    let path = ingot_testenv::shared_dir().join("seeds/harvester-equinix-addon-README.md");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let block: String = text
-        .split("```yaml")
-        .nth(1)
-        .unwrap()
-        .split("```")
-        .next()
-        .unwrap()
-        .to_owned();
-    serde_yaml::from_str(&block).unwrap()
+    ingot_compat::readme_pool()
 }
 
 /// The fork README's networkingConfiguration variants, in the order they appear.
 fn fork_networking_variants() -> Vec<Value> {
-    let path = ingot_testenv::shared_dir().join("seeds/harvester-equinix-addon-fork-README.txt");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let mut variants = Vec::new();
-    for (index, line) in lines.iter().enumerate() {
-        if line.trim() == "networkingConfiguration:" {
-            let indent = line.len() - line.trim_start().len();
-            let body: Vec<String> = lines[index + 1..]
-                .iter()
-                .take_while(|l| !l.trim().is_empty() && l.len() - l.trim_start().len() > indent)
-                .map(|l| l[indent..].to_owned())
-                .collect();
-            let doc: Value =
-                serde_yaml::from_str(&format!("networkingConfiguration:\n{}", body.join("\n")))
-                    .unwrap();
-            variants.push(doc["networkingConfiguration"].clone());
-        }
-    }
-    variants
+    ingot_compat::fork_manifest_and_snippets().1
 }
 
 #[tokio::test]
