@@ -46,6 +46,13 @@ build_control_plane() {
   export INGOT_K8S_BIN
 }
 
+# Upstream Gardener machine-controller-manager built from its Go module (cached by version).
+build_mcm() {
+  log "machine-controller-manager (built from its Go module on first use; cached afterwards)"
+  INGOT_MCM_BIN=$("$INGOT_ROOT/tools/mcm/build.sh")
+  export INGOT_MCM_BIN
+}
+
 # kubectl: a client within one minor version of the 1.34 server. The Google Cloud SDK build
 # keeps versioned binaries (kubectl.1.33 ...) beside its dispatcher.
 find_kubectl() {

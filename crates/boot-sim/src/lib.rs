@@ -7,10 +7,13 @@
 //! (the kernel command line merged over the remote config), check it, and, if the installer
 //! would accept it, register a Node of that name with a Ready condition it keeps renewing.
 //! A config the installer would refuse leaves the machine `stuck` with the reason, and no Node.
+//! A device booted from an OS image with Gardener user data joins with the bootstrap token the
+//! user data carries, if the API server would accept it ([`gardener`]).
 //!
 //! It depends on no operator crate: the emulator's JSON and the installer's config format are
 //! read by its own small parsers. See `docs/boot-sim.md`.
 
+pub mod gardener;
 pub mod install;
 pub mod ipxe;
 pub mod node;
@@ -146,6 +149,8 @@ struct Machine {
     readiness: Option<Readiness>,
     /// Went Unknown because the device stopped being active.
     powered_down: bool,
+    /// Booted from an OS image with Gardener user data (no iPXE).
+    gardener: bool,
 }
 
 /// The tasks of a started booter; they stop when this is dropped.
@@ -185,6 +190,8 @@ struct Device {
     network_ports: Vec<Port>,
     #[serde(default)]
     ip_addresses: Vec<IpAddress>,
+    #[serde(default)]
+    userdata: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -385,6 +392,7 @@ impl Booter {
         let listing: Listing = self.get_json(url, "GET /_sim/devices").await?;
         let mut present = Vec::new();
         let mut to_boot = Vec::new();
+        let mut to_join = Vec::new();
         let mut posts = Vec::new();
         {
             let mut machines = lock(&self.inner.machines);
@@ -392,9 +400,14 @@ impl Booter {
                 let d = listed.device;
                 let custom = d.operating_system.as_ref().and_then(|o| o.slug.as_deref())
                     == Some("custom_ipxe");
-                if !custom {
-                    continue;
-                }
+                let gardener = match (custom, d.userdata.as_deref()) {
+                    (false, Some(ud)) => match gardener::read_user_data(ud) {
+                        gardener::Join::NotGardener => continue,
+                        join => Some(join),
+                    },
+                    (false, None) => continue,
+                    (true, _) => None,
+                };
                 present.push(d.id.clone());
                 let nics: Vec<(String, String)> = d
                     .network_ports
@@ -428,6 +441,7 @@ impl Booter {
                     plan: None,
                     readiness: None,
                     powered_down: false,
+                    gardener: gardener.is_some(),
                 });
                 m.status.hostname = d.hostname;
                 let was_active = m.status.device_state == "active";
@@ -469,7 +483,11 @@ impl Booter {
                 if m.status.state == MachineState::Gone {
                     m.status.state = MachineState::Booting;
                 }
-                if let Some(n) = listed.boot_count
+                if let Some(join) = gardener {
+                    if is_active && !matches!(m.status.state, MachineState::Joined) {
+                        to_join.push((d.id.clone(), join));
+                    }
+                } else if let Some(n) = listed.boot_count
                     && m.handled_boot != Some(n)
                 {
                     to_boot.push(d.id);
@@ -478,6 +496,19 @@ impl Booter {
             for m in machines.values_mut() {
                 if !present.contains(&m.status.device_id) && m.status.state != MachineState::Gone {
                     tracing::info!(device = %m.status.device_id, hostname = %m.status.hostname, "device gone; its kubelet stops");
+                    if m.gardener
+                        && m.status.state == MachineState::Joined
+                        && let Some(facts) = m.facts.clone()
+                    {
+                        // The node lifecycle controller marks a silent node Unknown (here at once).
+                        posts.push((
+                            facts,
+                            Readiness {
+                                status: "Unknown",
+                                since: Utc::now(),
+                            },
+                        ));
+                    }
                     set_state(m, MachineState::Gone, None);
                     m.status.device_state = "gone".into();
                 }
@@ -488,6 +519,11 @@ impl Booter {
             if let Err(error) = node::post_status(&self.inner.kube, &facts, readiness, false).await
             {
                 tracing::warn!(node = %facts.name, %error, "posting node status");
+            }
+        }
+        for (id, join) in to_join {
+            if let Err(error) = self.join_gardener(&id, join).await {
+                tracing::warn!(device = %id, %error, "joining; trying again at the next poll");
             }
         }
         for id in to_boot {
@@ -584,6 +620,59 @@ impl Booter {
                 Err(Error::Kube(error))
             }
         }
+    }
+
+    /// The kubelet of a Gardener device: joins with the user data's bootstrap token, or stays
+    /// stuck (and tries again at the next poll, as a kubelet does) while the API server would
+    /// refuse it.
+    async fn join_gardener(&self, id: &str, join: gardener::Join) -> Result<(), Error> {
+        let refusal = match &join {
+            gardener::Join::NotGardener => return Ok(()),
+            gardener::Join::Unsubstituted => Some(
+                "kubelet: the user data still holds the <<BOOTSTRAP_TOKEN>> placeholder".to_owned(),
+            ),
+            gardener::Join::Token {
+                id: token_id,
+                secret,
+            } => gardener::refusal(&self.inner.kube, token_id, secret)
+                .await?
+                .map(|r| format!("kubelet: {r}")),
+        };
+        let facts = {
+            let mut machines = lock(&self.inner.machines);
+            let Some(m) = machines.get_mut(id) else {
+                return Ok(());
+            };
+            if let Some(reason) = refusal {
+                if m.status.reason.as_deref() != Some(reason.as_str()) {
+                    tracing::warn!(device = id, hostname = %m.status.hostname, %reason, "cannot join");
+                }
+                set_state(m, MachineState::Stuck, Some(reason));
+                return Ok(());
+            }
+            node::NodeFacts {
+                name: m.status.hostname.clone(),
+                internal_ip: m.private_ip.clone(),
+                plan: m.plan.clone(),
+                joined_at: Utc::now(),
+            }
+        };
+        let readiness = Readiness {
+            status: "True",
+            since: Utc::now(),
+        };
+        node::register(&self.inner.kube, &facts, readiness).await?;
+        let mut machines = lock(&self.inner.machines);
+        if let Some(m) = machines.get_mut(id) {
+            tracing::info!(device = id, node = %facts.name, "joined with its bootstrap token; node Ready");
+            m.readiness = Some(readiness);
+            m.powered_down = false;
+            m.status.node = Some(facts.name.clone());
+            m.status.ready = Some("True".into());
+            m.facts = Some(facts);
+            set_state(m, MachineState::Joined, None);
+        }
+        Ok(())
     }
 
     async fn run_boot(

@@ -5,6 +5,7 @@
 //! Reconcilers are level-triggered and idempotent: they read the world, compute, apply, and can
 //! be stopped at any line.
 
+pub mod gardener;
 pub mod metrics;
 pub mod pools;
 
@@ -20,12 +21,15 @@ pub use metrics::Metrics;
 pub enum ControllerKind {
     /// InstancePool and Instance (harvester-equinix-addon).
     Pools,
+    /// The Gardener machine controller for Equinix Metal MachineClasses.
+    Gardener,
 }
 
 impl ControllerKind {
     pub fn name(self) -> &'static str {
         match self {
             ControllerKind::Pools => "pools",
+            ControllerKind::Gardener => "gardener",
         }
     }
 }

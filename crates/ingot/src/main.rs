@@ -1,5 +1,6 @@
 //! `ingot`: the operator (`ingot run`) and its tools (`ingot crds`, `ingot bmc`).
 
+mod gardener;
 mod http;
 mod leader;
 mod run;

@@ -62,6 +62,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pools: PoolsArgs,
+
+    #[command(flatten)]
+    gardener: crate::gardener::GardenerArgs,
 }
 
 /// Settings of the pools controllers (InstancePool, Instance).
@@ -124,12 +127,15 @@ impl PoolsArgs {
 enum ControllerArg {
     /// InstancePool and Instance (Equinix Metal servers into Harvester).
     Pools,
+    /// The Gardener machine controller for `provider: EquinixMetal` MachineClasses.
+    Gardener,
 }
 
 impl From<ControllerArg> for ControllerKind {
     fn from(arg: ControllerArg) -> Self {
         match arg {
             ControllerArg::Pools => ControllerKind::Pools,
+            ControllerArg::Gardener => ControllerKind::Gardener,
         }
     }
 }
@@ -219,6 +225,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         info!(controller = kind.name(), "starting controller");
         tasks.push(match kind {
             ControllerKind::Pools => tokio::spawn(pools::run(ctx.clone(), shutdown)),
+            ControllerKind::Gardener => tokio::spawn(ingot_controllers::gardener::run(
+                args.gardener.context(
+                    client.clone(),
+                    &args.pools.metal_api_url,
+                    ctx.pools.limiter.clone(),
+                ),
+                shutdown,
+            )),
         });
     }
 

@@ -11,6 +11,7 @@
 
 mod control_plane;
 mod crds;
+pub mod mcm;
 mod pki;
 
 use std::path::{Path, PathBuf};
@@ -35,6 +36,10 @@ pub enum Error {
         "INGOT_K8S_BIN is not set: run tools/k8s-testbin/build.sh (or scripts/test.sh) and export the directory it prints"
     )]
     NoBinDir,
+    #[error(
+        "INGOT_MCM_BIN is not set or holds no machine-controller-manager: run tools/mcm/build.sh (or scripts/test.sh) and export the directory it prints"
+    )]
+    NoMcmBin,
     #[error("{what}: {source}")]
     Io {
         what: String,

@@ -1,0 +1,579 @@
+//! Creation and health of a Machine (upstream `reconcileClusterMachine`,
+//! `triggerCreationFlow`, `reconcileMachineHealth`).
+//!
+//! The device is found by hostname and cluster tag before any create, so a reconcile killed
+//! between the create and the `spec.providerID` write adopts the device instead of creating a
+//! second one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use ingot_api::gardener::{MCM_FINALIZER, Machine, MachineClass, NODE_LABEL};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use super::driver::{MachineRequest, SecretData};
+use super::status::{self, OpState, OpType, Phase, Update};
+use super::{
+    CONFLICT_RETRY, CRITICAL_COMPONENTS_NOT_READY, Code, Error, GardenerContext, LONG_RETRY,
+    MACHINE_NAME_LABEL, MACHINE_PRIORITY, MEDIUM_RETRY, SHORT_RETRY, Status, bootstrap, delete,
+    go_duration, has_finalizer, parse_go_duration,
+};
+
+/// How often a Pending or Unknown machine is looked at until its timeout.
+const HEALTH_RECHECK: Duration = Duration::from_secs(60);
+
+/// Runs the Machine controller until `shutdown` completes. Nodes map to the Machine of their
+/// `node.gardener.cloud/machine-name` label, or of their name (a Node is named after its
+/// Machine on Equinix Metal).
+pub async fn run(
+    ctx: Arc<GardenerContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let namespace = ctx.settings.namespace.clone();
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    Controller::new(ctx.machines(), watcher::Config::default())
+        .watches(nodes, watcher::Config::default(), move |node: Node| {
+            let name = node
+                .labels()
+                .get(MACHINE_NAME_LABEL)
+                .cloned()
+                .unwrap_or_else(|| node.name_any());
+            Some(ObjectRef::<Machine>::new(&name).within(&namespace))
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "machine reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_machine: Arc<Machine>, error: &Error, _ctx: Arc<GardenerContext>) -> Action {
+    match error {
+        Error::Kube(kube::Error::Api(e)) if e.code == 409 => Action::requeue(CONFLICT_RETRY),
+        _ => {
+            warn!(%error, "machine reconcile failed");
+            Action::requeue(SHORT_RETRY)
+        }
+    }
+}
+
+pub(crate) async fn reconcile(
+    machine: Arc<Machine>,
+    ctx: Arc<GardenerContext>,
+) -> Result<Action, Error> {
+    let Some(class) = ctx.equinix_class(&machine).await? else {
+        // Another provider's Machine, or its class is missing (upstream: LongRetry).
+        return Ok(Action::requeue(LONG_RETRY));
+    };
+    if machine.metadata.deletion_timestamp.is_some() {
+        return delete::reconcile(&machine, &class, &ctx).await;
+    }
+    if !has_finalizer(&machine) {
+        let mut finalizers = machine.finalizers().to_vec();
+        finalizers.push(MCM_FINALIZER.to_owned());
+        patch_metadata(&ctx, &machine, json!({"finalizers": finalizers}), None).await?;
+        return Ok(Action::await_change());
+    }
+    if !class.finalizers().iter().any(|f| f == MCM_FINALIZER) {
+        // Upstream requires the class finalizer before it creates anything.
+        super::safety::reconcile_class(&ctx, &class).await?;
+        return Ok(Action::requeue(CONFLICT_RETRY));
+    }
+    let secret = ctx.secret_data(&class).await?;
+    let phase = status::phase(&machine).to_owned();
+    let node_label = machine
+        .labels()
+        .get(NODE_LABEL)
+        .cloned()
+        .unwrap_or_default();
+    if !node_label.is_empty() && !phase.is_empty() {
+        if let Some(action) = health(&ctx, &machine, &node_label).await? {
+            return Ok(action);
+        }
+    }
+    let provider_id = machine.spec.provider_id.clone().unwrap_or_default();
+    if provider_id.is_empty() || phase.is_empty() || phase == Phase::CrashLoopBackOff.as_str() {
+        return create(&ctx, &machine, &class, secret).await;
+    }
+    Ok(Action::requeue(LONG_RETRY))
+}
+
+/// The effective creation timeout: the annotation (HEAD), `spec.creationTimeout`, the flag.
+pub fn creation_timeout(ctx: &GardenerContext, machine: &Machine) -> Duration {
+    machine
+        .annotations()
+        .get("node.machine.sapcloud.io/effective-creation-timeout")
+        .and_then(|v| parse_go_duration(v))
+        .or_else(|| spec_duration(machine, "creationTimeout"))
+        .unwrap_or(ctx.settings.creation_timeout)
+}
+
+pub fn spec_duration(machine: &Machine, key: &str) -> Option<Duration> {
+    machine
+        .spec
+        .extra
+        .get(key)
+        .and_then(Value::as_str)
+        .and_then(parse_go_duration)
+}
+
+fn age(since: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Duration {
+    since
+        .map(|t| Timestamp::now().duration_since(t.0))
+        .and_then(|d| Duration::try_from(d).ok())
+        .unwrap_or_default()
+}
+
+fn since_status_update(machine: &Machine) -> Duration {
+    let t = machine
+        .status
+        .as_ref()
+        .and_then(|s| s.current_status.as_ref())
+        .and_then(|c| c.last_update_time.as_deref())
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    t.and_then(|t| Duration::try_from(Timestamp::now().duration_since(t)).ok())
+        .unwrap_or_default()
+}
+
+/// The creation flow: find or create the device, record its provider id and the `node`
+/// label, then go `Pending`.
+async fn create(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    class: &MachineClass,
+    mut secret: SecretData,
+) -> Result<Action, Error> {
+    let name = machine.name_any();
+    let Some(user_data) = secret.get_str("userData") else {
+        warn!(machine = %name, "the class's secret has no userData");
+        return Ok(Action::requeue(SHORT_RETRY));
+    };
+    let token = bootstrap::ensure_token(
+        &ctx.client,
+        &name,
+        creation_timeout(ctx, machine),
+        &ctx.settings.bootstrap_token_auth_extra_groups,
+    )
+    .await?;
+    secret.0.insert(
+        "userData".into(),
+        bootstrap::substitute(&user_data, &token, &name).into_bytes(),
+    );
+    let req = MachineRequest {
+        machine,
+        class,
+        secret: &secret,
+    };
+    let provider_id = machine.spec.provider_id.clone().unwrap_or_default();
+    let (node_name, provider_id) = match ctx.driver.get_machine_status(req.clone()).await {
+        Ok(found) => (found.node_name, found.provider_id),
+        Err(s)
+            if matches!(s.code, Code::NotFound | Code::Unimplemented) && provider_id.is_empty() =>
+        {
+            match ctx.driver.create_machine(req.clone()).await {
+                Ok(created) => {
+                    info!(machine = %name, provider_id = %created.provider_id, "device created");
+                    ctx.crash_point("gardener-after-create");
+                    (created.node_name, created.provider_id)
+                }
+                Err(s) => return create_failed(ctx, machine, s).await,
+            }
+        }
+        Err(s) if matches!(s.code, Code::NotFound | Code::Unimplemented) => {
+            let node = machine
+                .labels()
+                .get(NODE_LABEL)
+                .cloned()
+                .unwrap_or_else(|| name.clone());
+            (node, provider_id)
+        }
+        Err(s) => return create_failed(ctx, machine, s).await,
+    };
+    if node_name.is_empty() || provider_id.is_empty() {
+        return Ok(Action::requeue(MEDIUM_RETRY));
+    }
+    let needs_labels = machine
+        .labels()
+        .get(NODE_LABEL)
+        .is_none_or(String::is_empty)
+        || !machine.annotations().contains_key(MACHINE_PRIORITY)
+        || machine.spec.provider_id.as_deref().unwrap_or("").is_empty();
+    if needs_labels {
+        let mut meta = json!({"labels": {NODE_LABEL: node_name}});
+        if !machine.annotations().contains_key(MACHINE_PRIORITY) {
+            meta["annotations"] = json!({MACHINE_PRIORITY: "3"});
+        }
+        let spec = machine
+            .spec
+            .provider_id
+            .as_deref()
+            .unwrap_or("")
+            .is_empty()
+            .then(|| json!({"providerID": provider_id}));
+        patch_metadata(ctx, machine, meta, spec).await?;
+        // The next look (on the watch event) moves it to Pending with the label in place.
+        return Ok(Action::requeue(SHORT_RETRY));
+    }
+    let phase = status::phase(machine);
+    if phase.is_empty() || phase == Phase::CrashLoopBackOff.as_str() {
+        let mut update = Update::new(
+            Some(Phase::Pending),
+            OpType::Create,
+            OpState::Processing,
+            "Creating machine on cloud provider",
+        );
+        update.timeout_active = true;
+        status::write(ctx, machine, update).await?;
+        return Ok(Action::requeue(HEALTH_RECHECK));
+    }
+    Ok(Action::requeue(LONG_RETRY))
+}
+
+/// A failed create: `CrashLoopBackOff` until the creation timeout, then `Failed`; the error
+/// code goes to `lastOperation.errorCode` (ResourceExhausted tells the autoscaler to back off).
+async fn create_failed(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    s: Status,
+) -> Result<Action, Error> {
+    let timed_out =
+        age(machine.metadata.creation_timestamp.as_ref()) > creation_timeout(ctx, machine);
+    let phase = if timed_out {
+        Phase::Failed
+    } else {
+        Phase::CrashLoopBackOff
+    };
+    let retry = match s.code {
+        Code::ResourceExhausted => ctx.settings.resource_exhausted_retry,
+        c if c.is_transient() => SHORT_RETRY,
+        _ => MEDIUM_RETRY,
+    };
+    let keep_state = s.code == Code::ResourceExhausted || s.code.is_transient();
+    let mut update = Update::new(
+        Some(phase),
+        OpType::Create,
+        OpState::Failed,
+        format!("Cloud provider message - {s}"),
+    );
+    update.error_code = Some(s.code);
+    if !keep_state {
+        update.last_known_state = Some(String::new());
+    }
+    status::write(ctx, machine, update).await?;
+    Ok(Action::requeue(retry))
+}
+
+/// Health of a machine with a Node link. Returns an action when it decided the outcome.
+async fn health(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    node_name: &str,
+) -> Result<Option<Action>, Error> {
+    let name = machine.name_any();
+    let phase = status::phase(machine).to_owned();
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let node = nodes.get_opt(node_name).await?;
+    let conditions: Vec<Value> = machine
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let Some(node) = node else {
+        if phase == Phase::Running.as_str() && !conditions.is_empty() {
+            let update = Update::new(
+                Some(Phase::Unknown),
+                OpType::HealthCheck,
+                OpState::Processing,
+                format!(
+                    "Node object went missing. Machine {name} is unhealthy - changing MachinePhase to Unknown"
+                ),
+            );
+            status::write(ctx, machine, update).await?;
+            return Ok(Some(Action::requeue(HEALTH_RECHECK)));
+        }
+        return timeouts(ctx, machine, &conditions).await;
+    };
+    sync_node_link(ctx, &node, &name).await?;
+    let node_conditions: Vec<Value> = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    if conditions_changed(&conditions, &node_conditions) {
+        status::write_conditions(ctx, machine, &node_conditions).await?;
+        return Ok(Some(Action::requeue(CONFLICT_RETRY)));
+    }
+    let healthy = is_healthy(&node_conditions, &effective_node_conditions(ctx, machine));
+    let critical_taint = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == CRITICAL_COMPONENTS_NOT_READY));
+    let last = machine
+        .status
+        .as_ref()
+        .and_then(|s| s.last_operation.as_ref());
+    if healthy
+        && phase != Phase::Running.as_str()
+        && !(phase == Phase::Pending.as_str() && critical_taint)
+    {
+        let first_join = last.is_some_and(|o| {
+            o.type_.as_deref() == Some("Create") && o.state.as_deref() != Some("Successful")
+        });
+        let (description, kind) = if first_join {
+            (
+                format!("Machine {name} successfully joined the cluster"),
+                OpType::Create,
+            )
+        } else {
+            (
+                format!("Machine {name} successfully re-joined the cluster"),
+                OpType::HealthCheck,
+            )
+        };
+        status::write(
+            ctx,
+            machine,
+            Update::new(Some(Phase::Running), kind, OpState::Successful, description),
+        )
+        .await?;
+        if first_join && let Err(error) = bootstrap::delete_token(&ctx.client, &name).await {
+            warn!(machine = %name, %error, "deleting the bootstrap token");
+        }
+        return Ok(Some(Action::requeue(LONG_RETRY)));
+    }
+    if !healthy && phase == Phase::Running.as_str() {
+        let update = Update::new(
+            Some(Phase::Unknown),
+            OpType::HealthCheck,
+            OpState::Processing,
+            format!(
+                "Machine {name} is unhealthy - changing MachinePhase to Unknown. Node conditions: {}",
+                Value::Array(node_conditions.clone())
+            ),
+        );
+        status::write(ctx, machine, update).await?;
+        return Ok(Some(Action::requeue(HEALTH_RECHECK)));
+    }
+    if !healthy || phase == Phase::Pending.as_str() {
+        return timeouts(ctx, machine, &node_conditions).await;
+    }
+    Ok(None)
+}
+
+/// Pending past the creation timeout, or Unknown past the health timeout: `Failed`.
+async fn timeouts(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    conditions: &[Value],
+) -> Result<Option<Action>, Error> {
+    let name = machine.name_any();
+    let phase = status::phase(machine);
+    if phase == Phase::Pending.as_str() {
+        let timeout = creation_timeout(ctx, machine);
+        if age(machine.metadata.creation_timestamp.as_ref()) > timeout {
+            let update = Update::new(
+                Some(Phase::Failed),
+                OpType::Create,
+                OpState::Failed,
+                format!(
+                    "Machine {name} failed to join the cluster in {} minutes.",
+                    go_duration(timeout)
+                ),
+            );
+            status::write(ctx, machine, update).await?;
+            return Ok(Some(Action::requeue(LONG_RETRY)));
+        }
+        return Ok(Some(Action::requeue(HEALTH_RECHECK.min(timeout))));
+    }
+    if phase == Phase::Unknown.as_str() {
+        let disabled = machine
+            .spec
+            .extra
+            .get("disableHealthTimeout")
+            .and_then(Value::as_bool)
+            == Some(true);
+        let timeout =
+            spec_duration(machine, "healthTimeout").unwrap_or(ctx.settings.health_timeout);
+        if !disabled && since_status_update(machine) > timeout {
+            let mut update = Update::new(
+                Some(Phase::Failed),
+                OpType::HealthCheck,
+                OpState::Failed,
+                format!(
+                    "Machine {name} health checks failing since last {} minutes. Updating machine phase to Failed. Node Conditions: {}",
+                    go_duration(timeout),
+                    Value::Array(conditions.to_vec())
+                ),
+            );
+            // Upstream keeps the previous operation type.
+            if let Some(kind) = machine
+                .status
+                .as_ref()
+                .and_then(|s| s.last_operation.as_ref())
+                .and_then(|o| o.type_.as_deref())
+            {
+                update.kind = if kind == "Create" {
+                    OpType::Create
+                } else {
+                    OpType::HealthCheck
+                };
+            }
+            status::write(ctx, machine, update).await?;
+            return Ok(Some(Action::requeue(LONG_RETRY)));
+        }
+        return Ok(Some(Action::requeue(HEALTH_RECHECK.min(timeout))));
+    }
+    Ok(None)
+}
+
+fn effective_node_conditions(ctx: &GardenerContext, machine: &Machine) -> Vec<String> {
+    machine
+        .spec
+        .extra
+        .get("nodeConditions")
+        .and_then(Value::as_str)
+        .map(|s| {
+            s.split(',')
+                .map(|c| c.trim().to_owned())
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .unwrap_or_else(|| ctx.settings.node_conditions.clone())
+}
+
+/// Upstream `isHealthy`: Ready is True and none of the listed conditions is True.
+pub fn is_healthy(conditions: &[Value], unhealthy_if_true: &[String]) -> bool {
+    let status_of = |t: &str| {
+        conditions
+            .iter()
+            .find(|c| c["type"] == t)
+            .and_then(|c| c["status"].as_str())
+            .map(str::to_owned)
+    };
+    if conditions.is_empty() || status_of("Ready").as_deref() != Some("True") {
+        return false;
+    }
+    unhealthy_if_true
+        .iter()
+        .all(|t| status_of(t).as_deref() != Some("True"))
+}
+
+/// Conditions differ by type and status (heartbeat times are ignored).
+fn conditions_changed(machine: &[Value], node: &[Value]) -> bool {
+    let key = |cs: &[Value]| {
+        let mut v: Vec<(String, String, String)> = cs
+            .iter()
+            .map(|c| {
+                let s = |k: &str| c[k].as_str().unwrap_or("").to_owned();
+                (s("type"), s("status"), s("reason"))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    key(machine) != key(node)
+}
+
+/// Puts `node.gardener.cloud/machine-name` on the Node and the node finalizer.
+async fn sync_node_link(
+    ctx: &GardenerContext,
+    node: &Node,
+    machine_name: &str,
+) -> Result<(), Error> {
+    let labelled = node.labels().get(MACHINE_NAME_LABEL).map(String::as_str) == Some(machine_name);
+    let finalized = node.finalizers().iter().any(|f| f == super::NODE_FINALIZER);
+    if labelled && finalized || node.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let mut finalizers = node.finalizers().to_vec();
+    if !finalized {
+        finalizers.push(super::NODE_FINALIZER.to_owned());
+    }
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let body = json!({"metadata": {
+        "resourceVersion": node.resource_version(),
+        "labels": {MACHINE_NAME_LABEL: machine_name},
+        "finalizers": finalizers,
+    }});
+    nodes
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&body),
+        )
+        .await?;
+    Ok(())
+}
+
+/// A merge patch of the Machine's metadata (and spec), guarded by its resourceVersion.
+pub(crate) async fn patch_metadata(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    mut metadata: Value,
+    spec: Option<Value>,
+) -> Result<(), Error> {
+    metadata["resourceVersion"] = json!(machine.resource_version());
+    let mut body = json!({"metadata": metadata});
+    if let Some(spec) = spec {
+        body["spec"] = spec;
+    }
+    ctx.machines()
+        .patch(
+            &machine.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&body),
+        )
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthy_needs_ready_and_no_bad_condition() {
+        let list = vec!["DiskPressure".to_owned()];
+        let ready = json!({"type": "Ready", "status": "True"});
+        let pressure = json!({"type": "DiskPressure", "status": "True"});
+        assert!(is_healthy(&[ready.clone()], &list));
+        assert!(!is_healthy(&[ready.clone(), pressure], &list));
+        assert!(!is_healthy(
+            &[json!({"type": "Ready", "status": "Unknown"})],
+            &list
+        ));
+        assert!(!is_healthy(&[], &list));
+    }
+
+    #[test]
+    fn conditions_compare_without_heartbeats() {
+        let a = vec![
+            json!({"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": "1"}),
+        ];
+        let b = vec![
+            json!({"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": "2"}),
+        ];
+        let c = vec![json!({"type": "Ready", "status": "False", "reason": "KubeletNotReady"})];
+        assert!(!conditions_changed(&a, &b));
+        assert!(conditions_changed(&a, &c));
+        assert!(conditions_changed(&[], &a));
+    }
+}

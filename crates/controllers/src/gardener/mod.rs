@@ -1,0 +1,261 @@
+//! The Gardener machine controller for Equinix Metal: ingot in the place of
+//! `machine-controller-manager-provider-equinix-metal`, beside upstream machine-controller-manager
+//! (which runs the MachineSet and MachineDeployment controllers). Both talk only through the API:
+//! Machines, MachineClasses, Secrets and Nodes.
+//!
+//! * [`machine`]: creation and health of a Machine (phases `""` -> `Pending` -> `Running`,
+//!   `CrashLoopBackOff`, `Unknown`, `Failed`).
+//! * [`delete`]: the deletion flow, step by step, each step recorded in
+//!   `status.lastOperation.description` with upstream's markers so that either controller can
+//!   finish what the other started.
+//! * [`bootstrap`]: the bootstrap token Secret and the user-data placeholders.
+//! * [`safety`]: MachineClass and Secret finalizers, and the orphan-device collector.
+//! * [`driver`]: MCM's driver interface and the Equinix Metal driver.
+
+pub mod bootstrap;
+pub mod delete;
+pub mod driver;
+pub mod machine;
+pub mod safety;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ingot_api::gardener::{MCM_FINALIZER, Machine, MachineClass, PROVIDER_EQUINIX_METAL};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client, ResourceExt};
+
+pub use driver::{Code, Driver, SecretData, Status};
+
+/// A shared driver.
+pub type EquinixDriverArc = Arc<dyn Driver>;
+
+/// MCM's retry periods (`machineutils.{Conflict,Short,Medium,Long}Retry`).
+pub const CONFLICT_RETRY: Duration = Duration::from_millis(200);
+pub const SHORT_RETRY: Duration = Duration::from_secs(5);
+pub const MEDIUM_RETRY: Duration = Duration::from_secs(180);
+pub const LONG_RETRY: Duration = Duration::from_secs(600);
+
+/// Label on a Node naming its Machine (`machineutils.MachineLabelKey`).
+pub const MACHINE_NAME_LABEL: &str = "node.gardener.cloud/machine-name";
+/// Deletion priority annotation; the machine controller sets the default `"3"`.
+pub const MACHINE_PRIORITY: &str = "machinepriority.machine.sapcloud.io";
+/// Node finalizer (v0.61+).
+pub const NODE_FINALIZER: &str = "node.machine.sapcloud.io/machine-controller";
+/// Force deletion label on a Machine.
+pub const FORCE_DELETION_LABEL: &str = "force-deletion";
+/// Taint that keeps a Pending machine from Running.
+pub const CRITICAL_COMPONENTS_NOT_READY: &str = "node.gardener.cloud/critical-components-not-ready";
+/// Preservation annotation (v0.62+).
+pub const PRESERVE_ANNOTATION: &str = "node.machine.sapcloud.io/preserve";
+
+/// Test-only: `INGOT_CRASH_POINT=<name>` aborts the process when the named point is reached,
+/// so that tests can kill the operator at an exact line. Names: `gardener-after-create`,
+/// `gardener-during-drain`, `gardener-during-delete`.
+pub const CRASH_POINT_ENV: &str = "INGOT_CRASH_POINT";
+
+/// Settings, named after upstream's machine-controller flags.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// `--namespace`: where Machines, MachineClasses and their Secrets live.
+    pub namespace: String,
+    /// `--machine-creation-timeout`.
+    pub creation_timeout: Duration,
+    /// `--machine-health-timeout`.
+    pub health_timeout: Duration,
+    /// `--machine-drain-timeout`.
+    pub drain_timeout: Duration,
+    /// `--machine-max-evict-retries`.
+    pub max_evict_retries: u32,
+    /// `--machine-safety-orphan-vms-period`.
+    pub orphan_vms_period: Duration,
+    /// `--node-conditions`: conditions that make a node unhealthy when True.
+    pub node_conditions: Vec<String>,
+    /// `--bootstrap-token-auth-extra-groups`.
+    pub bootstrap_token_auth_extra_groups: String,
+    /// `--resource-exhausted-retry`.
+    pub resource_exhausted_retry: Duration,
+    /// `--machine-preserve-timeout`.
+    pub preserve_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespace: "default".into(),
+            creation_timeout: Duration::from_secs(20 * 60),
+            health_timeout: Duration::from_secs(10 * 60),
+            drain_timeout: Duration::from_secs(2 * 3600),
+            max_evict_retries: 360,
+            orphan_vms_period: Duration::from_secs(15 * 60),
+            node_conditions: "KernelDeadlock,ReadonlyFilesystem,DiskPressure,NetworkUnavailable"
+                .split(',')
+                .map(str::to_owned)
+                .collect(),
+            bootstrap_token_auth_extra_groups: String::new(),
+            resource_exhausted_retry: LONG_RETRY,
+            preserve_timeout: Duration::from_secs(96 * 3600),
+        }
+    }
+}
+
+/// What the Gardener controllers share.
+pub struct GardenerContext {
+    pub client: Client,
+    pub driver: Arc<dyn Driver>,
+    pub settings: Settings,
+    crash_point: Option<String>,
+}
+
+impl GardenerContext {
+    pub fn new(client: Client, driver: Arc<dyn Driver>, settings: Settings) -> Self {
+        GardenerContext {
+            client,
+            driver,
+            settings,
+            crash_point: std::env::var(CRASH_POINT_ENV)
+                .ok()
+                .filter(|p| !p.is_empty()),
+        }
+    }
+
+    pub fn machines(&self) -> Api<Machine> {
+        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+
+    pub fn classes(&self) -> Api<MachineClass> {
+        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+
+    /// Aborts the process here if the tests asked for it (see [`CRASH_POINT_ENV`]).
+    pub fn crash_point(&self, name: &str) {
+        if self.crash_point.as_deref() == Some(name) {
+            tracing::error!(point = name, "crash point reached: aborting");
+            std::process::abort();
+        }
+    }
+
+    /// The class of a Machine when it is an Equinix Metal `MachineClass`; None for a Machine
+    /// another machine controller owns.
+    pub async fn equinix_class(
+        &self,
+        machine: &Machine,
+    ) -> Result<Option<MachineClass>, kube::Error> {
+        let Some(class) = machine.spec.class.as_ref() else {
+            return Ok(None);
+        };
+        if class.kind != "MachineClass" || class.name.is_empty() {
+            return Ok(None);
+        }
+        let found = self.classes().get_opt(&class.name).await?;
+        Ok(found.filter(|c| c.spec.provider.as_deref() == Some(PROVIDER_EQUINIX_METAL)))
+    }
+
+    /// The class's `secretRef` data merged with its `credentialsSecretRef` data (the latter
+    /// wins); a missing Secret counts as empty, as upstream.
+    pub async fn secret_data(&self, class: &MachineClass) -> Result<SecretData, kube::Error> {
+        let mut data = SecretData::default();
+        for reference in [&class.spec.secret_ref, &class.spec.credentials_secret_ref]
+            .into_iter()
+            .flatten()
+        {
+            let Some(name) = reference.name.as_deref() else {
+                continue;
+            };
+            let namespace = reference
+                .namespace
+                .clone()
+                .unwrap_or_else(|| self.settings.namespace.clone());
+            let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
+            if let Some(secret) = secrets.get_opt(name).await? {
+                for (k, v) in secret.data.unwrap_or_default() {
+                    data.0.insert(k, v.0);
+                }
+            }
+        }
+        Ok(data)
+    }
+}
+
+/// Errors of the Gardener controllers.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("serialising a patch: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// The machine has our finalizer.
+pub fn has_finalizer(machine: &Machine) -> bool {
+    machine.finalizers().iter().any(|f| f == MCM_FINALIZER)
+}
+
+/// A Go duration as MCM's `metav1.Duration` writes it (`20m0s`, `1h30m`, `90s`).
+pub fn parse_go_duration(text: &str) -> Option<Duration> {
+    let mut total = 0f64;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let number: f64 = rest[..number_len].parse().ok()?;
+        rest = &rest[number_len..];
+        let (unit, seconds) = [
+            ("ns", 1e-9),
+            ("us", 1e-6),
+            ("ms", 1e-3),
+            ("s", 1.0),
+            ("m", 60.0),
+            ("h", 3600.0),
+        ]
+        .into_iter()
+        .filter(|(unit, _)| rest.starts_with(unit))
+        .max_by_key(|(unit, _)| unit.len())?;
+        rest = &rest[unit.len()..];
+        total += number * seconds;
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+/// A Go-style duration for messages (`20m0s`).
+pub fn go_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m{s}s"),
+        _ => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// Runs the machine controller, the class controller and the orphan collector until
+/// `shutdown` completes.
+pub async fn run(
+    ctx: Arc<GardenerContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
+) {
+    tokio::join!(
+        machine::run(ctx.clone(), shutdown.clone()),
+        safety::run_classes(ctx.clone(), shutdown.clone()),
+        safety::run_orphan_collector(ctx, shutdown),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations_round_trip() {
+        assert_eq!(parse_go_duration("20m0s"), Some(Duration::from_secs(1200)));
+        assert_eq!(parse_go_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration("x"), None);
+        assert_eq!(go_duration(Duration::from_secs(1200)), "20m0s");
+        assert_eq!(go_duration(Duration::from_secs(7322)), "2h2m2s");
+        assert_eq!(go_duration(Duration::from_secs(9)), "9s");
+    }
+}

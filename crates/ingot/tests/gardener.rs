@@ -1,0 +1,770 @@
+//! The Gardener machine controller end to end: a real kube-apiserver with Gardener's CRDs,
+//! upstream machine-controller-manager (built from its Go module) running the MachineSets and
+//! MachineDeployments, `ingot run --controllers gardener` as the machine controller, the Metal
+//! emulator with scaled provisioning times, and booting servers whose kubelets join with the
+//! bootstrap token of their user data. Each scenario has its own namespace, emulator, MCM and
+//! operator.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ingot_api::gardener::{Machine, MachineDeployment, MachineSet};
+use ingot_boot_sim::{Booter, BooterConfig, Expected, Running};
+use ingot_metal_sim::{PlanMetro, SimConfig, SimServer, Timings};
+use ingot_testenv::mcm::Mcm;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "gardener-e2e-metal-token";
+/// The project of the provider's sample machine class.
+const PROJECT: &str = "e3db5484-f789-43e1-8aea-a1921cae50dd";
+const CLASS: &str = "eqx-mc";
+
+/// Gardener-style user data: the node agent's bootstrap token and machine name files.
+const USER_DATA: &str = "#!/bin/bash\nmkdir -p /var/lib/gardener-node-agent/credentials\ncat <<EOF >/var/lib/gardener-node-agent/credentials/bootstrap-token\n<<BOOTSTRAP_TOKEN>>\nEOF\ncat <<EOF >/var/lib/gardener-node-agent/machine-name\n<<MACHINE_NAME>>\nEOF\nsystemctl enable --now gardener-node-agent\n";
+
+struct Stack {
+    client: Client,
+    namespace: String,
+    sim: SimServer,
+    _booter: Booter,
+    _running: Running,
+    _mcm: Mcm,
+    operator: Option<Child>,
+    kubeconfig: PathBuf,
+    extra_args: Vec<String>,
+}
+
+impl Stack {
+    async fn start(extra_args: &[&str]) -> Stack {
+        let env = ingot_testenv::shared().await;
+        let client = env.client().unwrap();
+        let namespace = env.namespace("gardener").await.unwrap();
+        let mut config = SimConfig::single(TOKEN, PROJECT);
+        // Scaled: seconds where the real service takes minutes.
+        config.timings = Timings {
+            queued_ms: 200,
+            provisioning_ms: 1_000,
+            reinstalling_ms: 1_000,
+            deprovisioning_ms: 300,
+            power_ms: 200,
+        };
+        let sim = SimServer::start(config, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mut booter_config = BooterConfig::new(
+            sim.base_url(),
+            Expected {
+                token: String::new(),
+                host: "192.0.2.1".into(),
+                port: None,
+                schema: None,
+            },
+        );
+        booter_config.project = Some(PROJECT.to_owned());
+        booter_config.poll_interval = Duration::from_millis(200);
+        booter_config.heartbeat_interval = Duration::from_secs(2);
+        let booter = Booter::new(booter_config, client.clone()).unwrap();
+        let running = booter.start();
+        let log = std::env::temp_dir().join(format!("mcm-{namespace}.log"));
+        let mcm = Mcm::start(env.kubeconfig_path(), &namespace, &log).unwrap();
+        let mut stack = Stack {
+            client,
+            namespace,
+            sim,
+            _booter: booter,
+            _running: running,
+            _mcm: mcm,
+            operator: None,
+            kubeconfig: env.kubeconfig_path().to_owned(),
+            extra_args: extra_args.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        stack.start_operator(None);
+        stack.apply_samples().await;
+        stack
+    }
+
+    /// Starts (or restarts) `ingot run` with a stable identity; `crash_point` arms a test-only
+    /// abort at that line.
+    fn start_operator(&mut self, crash_point: Option<&str>) {
+        let log = std::env::temp_dir().join(format!("ingot-{}.log", self.namespace));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ingot"));
+        command
+            .arg("run")
+            .arg("--controllers=gardener")
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg(format!("--http-addr=127.0.0.1:{port}"))
+            .arg(format!("--namespace={}", self.namespace))
+            .arg(format!("--lease-namespace={}", self.namespace))
+            .arg(format!("--identity=ingot-{}", self.namespace))
+            .arg("--lease-duration-seconds=3")
+            .arg(format!("--metal-api-url={}", self.sim.base_url()))
+            .arg("--metal-rate-limit=200")
+            .args(&self.extra_args)
+            .env_remove(ingot_controllers::gardener::CRASH_POINT_ENV)
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some(point) = crash_point {
+            command.env(ingot_controllers::gardener::CRASH_POINT_ENV, point);
+        }
+        self.operator = Some(command.spawn().unwrap());
+    }
+
+    fn kill_operator(&mut self) {
+        if let Some(mut child) = self.operator.take() {
+            let _ = child.kill();
+            child.wait().unwrap();
+        }
+    }
+
+    /// Waits for the operator to abort at its crash point.
+    async fn wait_operator_crashed(&mut self, timeout: Duration) {
+        let child = self.operator.as_mut().unwrap();
+        let status = wait_for(
+            "the operator to reach its crash point",
+            timeout,
+            async || child.try_wait().unwrap(),
+        )
+        .await;
+        assert!(!status.success(), "aborted, not exited: {status}");
+        self.operator = None;
+    }
+
+    /// The provider's machine-class.yaml (first class) and secret.yaml, credentials filled. The
+    /// sample's plan and OS (`t1.small.x86`, `alpine_3`) are retired; the emulator offers
+    /// current ones. The sample user data has no bootstrap placeholder (its node could never
+    /// join), so Gardener-style user data replaces it.
+    async fn apply_samples(&self) {
+        let classes = ingot_compat::yaml_documents(&ingot_compat::shared_file(
+            "fixtures/mcm-provider-samples/machine-class.yaml",
+        ));
+        let mut class = classes
+            .into_iter()
+            .find(|c| c["metadata"]["name"] == CLASS)
+            .unwrap();
+        class["metadata"]["namespace"] = json!(self.namespace);
+        class["secretRef"]["namespace"] = json!(self.namespace);
+        class["providerSpec"]["machineType"] = json!("c3.small.x86");
+        class["providerSpec"]["OS"] = json!("ubuntu_22_04");
+        assert_eq!(class["providerSpec"]["projectID"], PROJECT);
+        self.apply(&class).await;
+        let mut secret = ingot_compat::yaml_documents(&ingot_compat::shared_file(
+            "fixtures/mcm-provider-samples/secret.yaml",
+        ))
+        .remove(0);
+        secret["metadata"]["namespace"] = json!(self.namespace);
+        secret["stringData"]["apiToken"] = json!(TOKEN);
+        secret["stringData"]["userData"] = json!(USER_DATA);
+        self.apply(&secret).await;
+    }
+
+    async fn apply(&self, manifest: &Value) {
+        let api_version = manifest["apiVersion"].as_str().unwrap();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let kind = manifest["kind"].as_str().unwrap();
+        let plural = match kind {
+            "MachineClass" => "machineclasses".to_owned(),
+            other => format!("{}s", other.to_lowercase()),
+        };
+        let resource = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+            plural,
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &self.namespace, &resource);
+        let object: DynamicObject = serde_json::from_value(manifest.clone()).unwrap();
+        api.patch(
+            &object.name_any(),
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .unwrap();
+    }
+
+    /// The provider's sample MachineDeployment, renamed and sized.
+    async fn create_deployment(&self, name: &str, replicas: i64) {
+        let mut md = ingot_compat::yaml_documents(&ingot_compat::shared_file(
+            "fixtures/mcm-provider-samples/machine-deployment.yaml",
+        ))
+        .remove(0);
+        md["metadata"]["name"] = json!(name);
+        md["metadata"]["namespace"] = json!(self.namespace);
+        md["spec"]["replicas"] = json!(replicas);
+        md["spec"]["selector"]["matchLabels"] = json!({"test-label": name});
+        md["spec"]["template"]["metadata"]["labels"] = json!({"test-label": name});
+        self.apply(&md).await;
+    }
+
+    fn deployments(&self) -> Api<MachineDeployment> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn machines_api(&self) -> Api<Machine> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    async fn scale(&self, name: &str, replicas: i64) {
+        self.deployments()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn machines(&self) -> Vec<Machine> {
+        self.machines_api()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Active (not deleted) devices of the emulator: id -> hostname.
+    fn devices(&self) -> BTreeMap<String, String> {
+        self.sim
+            .sim()
+            .device_listing(Some(PROJECT))
+            .into_iter()
+            .map(|e| e["device"].clone())
+            .filter(|d| !matches!(d["state"].as_str(), Some("deleted" | "deprovisioning")))
+            .map(|d| {
+                (
+                    d["id"].as_str().unwrap().to_owned(),
+                    d["hostname"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Exactly `count` Machines, all Running, each backed by its own device and a Ready Node,
+    /// and no other device. Returns the Machines.
+    async fn wait_running(&self, count: usize, timeout: Duration) -> Vec<Machine> {
+        wait_for(
+            &format!("{count} Running machines, one device each"),
+            timeout,
+            async || {
+                let machines = self.machines().await;
+                let running = machines.len() == count
+                    && machines
+                        .iter()
+                        .all(|m| phase(m) == "Running" && m.metadata.deletion_timestamp.is_none());
+                if !running {
+                    return None;
+                }
+                let devices = self.devices();
+                let backing: BTreeSet<String> = machines.iter().map(|m| device_of(m)).collect();
+                (devices.len() == count
+                    && devices.keys().cloned().collect::<BTreeSet<_>>() == backing)
+                    .then_some(machines)
+            },
+        )
+        .await
+    }
+
+    async fn node(&self, name: &str) -> Option<Node> {
+        Api::<Node>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .unwrap()
+    }
+
+    async fn delete_deployment_and_expect_nothing_left(&self, name: &str) {
+        self.deployments()
+            .delete(name, &DeleteParams::background())
+            .await
+            .unwrap();
+        wait_for(
+            "every machine and device to be gone",
+            Duration::from_secs(120),
+            async || (self.machines().await.is_empty() && self.devices().is_empty()).then_some(()),
+        )
+        .await;
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        self.kill_operator();
+    }
+}
+
+fn phase(m: &Machine) -> String {
+    ingot_controllers::gardener::status::phase(m).to_owned()
+}
+
+fn device_of(m: &Machine) -> String {
+    m.spec
+        .provider_id
+        .as_deref()
+        .unwrap_or("")
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+fn last_operation(m: &Machine) -> Value {
+    serde_json::to_value(m.status.as_ref().and_then(|s| s.last_operation.clone())).unwrap()
+}
+
+async fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_deployment_scales_rolls_and_deletes_with_upstream_mcm() {
+    let stack = Stack::start(&[]).await;
+    let md = "eqx-md-life";
+    stack.create_deployment(md, 3).await;
+    let machines = stack.wait_running(3, Duration::from_secs(120)).await;
+    for m in &machines {
+        let name = m.name_any();
+        assert!(
+            m.finalizers()
+                .contains(&"machine.sapcloud.io/machine-controller-manager".to_owned())
+        );
+        assert_eq!(m.labels().get("node"), Some(&name), "node label");
+        assert_eq!(
+            m.annotations()
+                .get("machinepriority.machine.sapcloud.io")
+                .map(String::as_str),
+            Some("3")
+        );
+        let provider_id = m.spec.provider_id.clone().unwrap();
+        assert!(
+            provider_id.starts_with("equinixmetal://ny/"),
+            "{provider_id}"
+        );
+        let op = last_operation(m);
+        assert_eq!(
+            op["description"],
+            format!("Machine {name} successfully joined the cluster")
+        );
+        assert_eq!(
+            (op["state"].as_str(), op["type"].as_str()),
+            (Some("Successful"), Some("Create"))
+        );
+        let node = stack.node(&name).await.expect("the machine's Node joined");
+        assert_eq!(
+            node.labels().get("node.gardener.cloud/machine-name"),
+            Some(&name)
+        );
+        let conditions = m.status.as_ref().unwrap().conditions.clone().unwrap();
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True"),
+            "node conditions copied"
+        );
+        // The bootstrap token was used and then deleted.
+        let token = ingot_controllers::gardener::bootstrap::secret_name(&name);
+        assert!(
+            Api::<Secret>::namespaced(stack.client.clone(), "kube-system")
+                .get_opt(&token)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    let class: Value = serde_json::to_value(
+        stack
+            .machines_api()
+            .get(&machines[0].name_any())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(class["spec"]["class"]["name"], CLASS);
+
+    stack.scale(md, 5).await;
+    stack.wait_running(5, Duration::from_secs(120)).await;
+    stack.scale(md, 1).await;
+    let one = stack.wait_running(1, Duration::from_secs(120)).await;
+    // Nodes of deleted machines are deleted with them.
+    for m in machines
+        .iter()
+        .filter(|m| m.name_any() != one[0].name_any())
+    {
+        assert!(
+            stack.node(&m.name_any()).await.is_none(),
+            "node of {} deleted",
+            m.name_any()
+        );
+    }
+
+    // A rolling update: a new class (another tag), every Machine replaced.
+    stack.scale(md, 2).await;
+    let before: BTreeSet<String> = stack
+        .wait_running(2, Duration::from_secs(120))
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    let mut v2 = ingot_compat::yaml_documents(&ingot_compat::shared_file(
+        "fixtures/mcm-provider-samples/machine-class.yaml",
+    ))
+    .remove(0);
+    v2["metadata"] = json!({"name": "eqx-mc-v2", "namespace": stack.namespace});
+    v2["secretRef"]["namespace"] = json!(stack.namespace);
+    v2["providerSpec"]["machineType"] = json!("c3.medium.x86");
+    v2["providerSpec"]["OS"] = json!("ubuntu_24_04");
+    stack.apply(&v2).await;
+    stack
+        .deployments()
+        .patch(md, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"template": {"spec": {"class": {"kind": "MachineClass", "name": "eqx-mc-v2"}}}}})))
+        .await
+        .unwrap();
+    let after = wait_for(
+        "every machine replaced by one of the new class",
+        Duration::from_secs(180),
+        async || {
+            let machines = stack.wait_running_now(2).await?;
+            machines
+                .iter()
+                .all(|m| {
+                    m.spec.class.as_ref().unwrap().name == "eqx-mc-v2"
+                        && !before.contains(&m.name_any())
+                })
+                .then_some(machines)
+        },
+    )
+    .await;
+    let plans: BTreeSet<String> = stack
+        .sim
+        .sim()
+        .device_listing(Some(PROJECT))
+        .into_iter()
+        .filter(|e| {
+            after
+                .iter()
+                .any(|m| device_of(m) == e["device"]["id"].as_str().unwrap())
+        })
+        .map(|e| e["device"]["plan"]["slug"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(plans, BTreeSet::from(["c3.medium.x86".to_owned()]));
+
+    stack.delete_deployment_and_expect_nothing_left(md).await;
+    // No duplicate was ever made: one create per Machine.
+    let creates = stack.sim.sim().metrics().requests("createDevice");
+    assert_eq!(creates, 3 + 2 + 1 + 2, "devices created");
+}
+
+impl Stack {
+    /// The `wait_running` condition, once.
+    async fn wait_running_now(&self, count: usize) -> Option<Vec<Machine>> {
+        let machines = self.machines().await;
+        let ok = machines.len() == count
+            && machines
+                .iter()
+                .all(|m| phase(m) == "Running" && m.metadata.deletion_timestamp.is_none())
+            && self.devices().keys().cloned().collect::<BTreeSet<_>>()
+                == machines.iter().map(device_of).collect();
+        ok.then_some(machines)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vanished_devices_orphans_and_capacity_errors() {
+    let stack = Stack::start(&[
+        "--machine-health-timeout=5s",
+        "--machine-safety-orphan-vms-period=2s",
+        "--resource-exhausted-retry=3s",
+    ])
+    .await;
+    let md = "eqx-md-faults";
+    stack.create_deployment(md, 1).await;
+    let first = stack
+        .wait_running(1, Duration::from_secs(120))
+        .await
+        .remove(0);
+
+    // The device is deleted behind ingot's back: the Node goes Unknown, the Machine Unknown,
+    // then Failed after the health timeout, and MCM replaces it.
+    assert!(stack.sim.sim().vanish(&device_of(&first)));
+    let replacement = wait_for(
+        "the machine to be replaced",
+        Duration::from_secs(120),
+        async || {
+            let machines = stack.wait_running_now(1).await?;
+            (machines[0].name_any() != first.name_any()).then(|| machines[0].clone())
+        },
+    )
+    .await;
+
+    // Orphans: a device of the class's tags that no Machine owns, and a second device with the
+    // hostname of a Running Machine. Both are deleted; the Machine's own device is kept.
+    let tags = json!([
+        "kubernetes.io/cluster/YOUR_CLUSTER_NAME: 1",
+        "kubernetes.io/role/YOUR_ROLE_NAME: 1"
+    ]);
+    let mut orphans = Vec::new();
+    for hostname in ["orphan-device".to_owned(), replacement.name_any()] {
+        let created: Value = reqwest::Client::new()
+            .post(format!("{}/projects/{PROJECT}/devices", stack.sim.base_url()))
+            .header("X-Auth-Token", TOKEN)
+            .json(&json!({"metro": "ny", "plan": "c3.small.x86", "operating_system": "ubuntu_22_04", "hostname": hostname, "tags": tags}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        orphans.push(created["id"].as_str().unwrap().to_owned());
+    }
+    wait_for(
+        "the orphan devices to be collected",
+        Duration::from_secs(60),
+        async || {
+            let devices = stack.devices();
+            (orphans.iter().all(|o| !devices.contains_key(o))
+                && devices.contains_key(&device_of(&replacement)))
+            .then_some(())
+        },
+    )
+    .await;
+
+    // No capacity: the new Machine says ResourceExhausted and stays in CrashLoopBackOff (listed
+    // by MCM among the failed machines); once capacity is back it runs.
+    stack.sim.sim().update_faults(|f| {
+        f.capacity_exhausted.push(PlanMetro {
+            plan: "c3.small.x86".into(),
+            metro: "ny".into(),
+        })
+    });
+    stack.scale(md, 2).await;
+    let starved = wait_for(
+        "a machine refused for capacity",
+        Duration::from_secs(60),
+        async || {
+            stack
+                .machines()
+                .await
+                .into_iter()
+                .find(|m| last_operation(m)["errorCode"] == "ResourceExhausted")
+        },
+    )
+    .await;
+    let op = last_operation(&starved);
+    assert_eq!(phase(&starved), "CrashLoopBackOff");
+    assert_eq!(
+        (op["state"].as_str(), op["type"].as_str()),
+        (Some("Failed"), Some("Create"))
+    );
+    assert!(
+        op["description"].as_str().unwrap().starts_with("Cloud provider message - machine codes error: code = [ResourceExhausted] message = [Could not create machine: "),
+        "{op}"
+    );
+    let sets: Api<MachineSet> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    wait_for(
+        "MCM to list the machine among the failed ones",
+        Duration::from_secs(60),
+        async || {
+            let list = sets.list(&ListParams::default()).await.unwrap();
+            list.items
+                .iter()
+                .any(|s| {
+                    s.status.as_ref().is_some_and(|st| {
+                        st["failedMachines"]
+                            .as_array()
+                            .is_some_and(|f| f.iter().any(|m| m["name"] == starved.name_any()))
+                    })
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    stack
+        .sim
+        .sim()
+        .update_faults(|f| f.capacity_exhausted.clear());
+    stack.wait_running(2, Duration::from_secs(90)).await;
+    stack.delete_deployment_and_expect_nothing_left(md).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
+    let stack = Stack::start(&["--machine-drain-timeout=8s"]).await;
+    let md = "eqx-md-drain";
+    stack.create_deployment(md, 1).await;
+    let machine = stack
+        .wait_running(1, Duration::from_secs(120))
+        .await
+        .remove(0);
+    let node = machine.name_any();
+    // A pod on the node guarded by a budget that allows no disruption.
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "guarded", "labels": {"app": "guarded"}},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    pods.patch_status("guarded", &PatchParams::default(), &Patch::Merge(&json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})))
+        .await
+        .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "guarded"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    wait_for(
+        "the budget to be computed",
+        Duration::from_secs(30),
+        async || {
+            pdbs.get("guarded")
+                .await
+                .unwrap()
+                .status
+                .filter(|s| s.current_healthy == 1)
+                .map(|_| ())
+        },
+    )
+    .await;
+
+    stack.scale(md, 0).await;
+    wait_for(
+        "the drain to be refused by the budget",
+        Duration::from_secs(60),
+        async || {
+            let m = stack.machines_api().get_opt(&node).await.unwrap()?;
+            let op = last_operation(&m);
+            (op["state"] == "Failed"
+                && op["description"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("Will retry in next sync. Initiate node drain"))
+            .then_some(())
+        },
+    )
+    .await;
+    let cordoned = stack.node(&node).await.unwrap();
+    assert_eq!(cordoned.spec.unwrap().unschedulable, Some(true), "cordoned");
+    assert!(
+        stack.devices().contains_key(&device_of(&machine)),
+        "the device stays while the drain is refused"
+    );
+    assert!(
+        pods.get_opt("guarded").await.unwrap().is_some(),
+        "the guarded pod is not evicted"
+    );
+    // After the drain timeout the drain is forced: the pod is deleted and the machine goes.
+    stack.delete_deployment_and_expect_nothing_left(md).await;
+    assert!(pods.get_opt("guarded").await.unwrap().is_none());
+    assert!(stack.node(&node).await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_chosen_and_random_moments_leaves_no_orphan_or_duplicate() {
+    // No orphan collection: a duplicate device must not be hidden by the collector.
+    let mut stack = Stack::start(&["--machine-safety-orphan-vms-period=1h"]).await;
+    let md = "eqx-md-crash";
+
+    // Killed right after the create, before the provider id is written: the restart adopts it.
+    stack.kill_operator();
+    stack.start_operator(Some("gardener-after-create"));
+    stack.create_deployment(md, 1).await;
+    stack.wait_operator_crashed(Duration::from_secs(60)).await;
+    assert_eq!(stack.devices().len(), 1);
+    stack.start_operator(None);
+    stack.wait_running(1, Duration::from_secs(120)).await;
+
+    // Killed during the drain, then during the device delete: the restart finishes the job.
+    for point in ["gardener-during-drain", "gardener-during-delete"] {
+        stack.scale(md, 2).await;
+        stack.wait_running(2, Duration::from_secs(120)).await;
+        stack.kill_operator();
+        stack.start_operator(Some(point));
+        stack.scale(md, 1).await;
+        stack.wait_operator_crashed(Duration::from_secs(60)).await;
+        stack.start_operator(None);
+        stack.wait_running(1, Duration::from_secs(120)).await;
+    }
+
+    // Killed at (seeded, so repeatable) random moments of a rolling update of 3 machines.
+    stack.scale(md, 3).await;
+    stack.wait_running(3, Duration::from_secs(120)).await;
+    let mut v2 = ingot_compat::yaml_documents(&ingot_compat::shared_file(
+        "fixtures/mcm-provider-samples/machine-class.yaml",
+    ))
+    .remove(0);
+    v2["metadata"] = json!({"name": "eqx-mc-v2", "namespace": stack.namespace});
+    v2["secretRef"]["namespace"] = json!(stack.namespace);
+    v2["providerSpec"]["machineType"] = json!("c3.medium.x86");
+    v2["providerSpec"]["OS"] = json!("ubuntu_24_04");
+    stack.apply(&v2).await;
+    stack
+        .deployments()
+        .patch(md, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"template": {"spec": {"class": {"kind": "MachineClass", "name": "eqx-mc-v2"}}}}})))
+        .await
+        .unwrap();
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..2500))).await;
+        stack.kill_operator();
+        stack.start_operator(None);
+    }
+    let done = wait_for(
+        "the rollout to finish",
+        Duration::from_secs(180),
+        async || {
+            let machines = stack.wait_running_now(3).await?;
+            machines
+                .iter()
+                .all(|m| m.spec.class.as_ref().unwrap().name == "eqx-mc-v2")
+                .then_some(machines)
+        },
+    )
+    .await;
+    // Every device belongs to exactly one Machine; no device was created twice for one.
+    let devices = stack.devices();
+    let hostnames: BTreeSet<&String> = devices.values().collect();
+    assert_eq!(
+        hostnames.len(),
+        devices.len(),
+        "one device per hostname: {devices:?}"
+    );
+    assert_eq!(devices.len(), done.len());
+    stack.delete_deployment_and_expect_nothing_left(md).await;
+}
