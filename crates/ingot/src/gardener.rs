@@ -1,14 +1,18 @@
 //! `ingot run --controllers gardener`: the flags of the Gardener machine controller, named as
 //! upstream machine-controller-manager's machine controller names them, and its context.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use ingot_controllers::gardener::driver::EquinixDriver;
 use ingot_controllers::gardener::driver::equinix::EquinixClouds;
 use ingot_controllers::gardener::{EquinixDriverArc, GardenerContext, Settings, parse_go_duration};
 use ingot_metal::equinix::RateLimiter;
-use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use tracing::warn;
 
 fn go_duration(text: &str) -> Result<Duration, String> {
     parse_go_duration(text)
@@ -59,12 +63,15 @@ pub struct GardenerArgs {
 }
 
 impl GardenerArgs {
-    pub fn context(
+    /// Starts the Gardener controllers; they stop when `shutdown` completes.
+    pub fn spawn(
         &self,
         client: Client,
+        kubeconfig: Option<PathBuf>,
         metal_api_url: &str,
         limiter: Arc<RateLimiter>,
-    ) -> Arc<GardenerContext> {
+        shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
+    ) -> tokio::task::JoinHandle<()> {
         let settings = Settings {
             namespace: self.namespace.clone(),
             creation_timeout: self.machine_creation_timeout,
@@ -86,9 +93,32 @@ impl GardenerArgs {
             base_url: metal_api_url.to_owned(),
             limiter,
         });
-        let driver: EquinixDriverArc = Arc::new(
-            ingot_controllers::gardener::driver::EquinixDriver::new(clouds),
-        );
-        Arc::new(GardenerContext::new(client, driver, settings))
+        let driver: EquinixDriverArc = Arc::new(EquinixDriver::new(clouds));
+        tokio::spawn(async move {
+            // Evictions refused by a PodDisruptionBudget (429) are the drain's to retry, on
+            // its schedule: the client's own 429 retries would hold a reconcile for minutes.
+            let eviction_client = match no_retry_client(kubeconfig.as_deref()).await {
+                Ok(c) => c,
+                Err(error) => {
+                    warn!(%error, "no separate client for evictions; using the shared one");
+                    client.clone()
+                }
+            };
+            let ctx = GardenerContext::new(client, driver, settings)
+                .with_eviction_client(eviction_client);
+            ingot_controllers::gardener::run(Arc::new(ctx), shutdown).await;
+        })
     }
+}
+
+async fn no_retry_client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
+        }
+        None => Config::infer().await?,
+    };
+    config.default_retry = false;
+    Ok(Client::try_from(config)?)
 }

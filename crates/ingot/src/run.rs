@@ -225,14 +225,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         info!(controller = kind.name(), "starting controller");
         tasks.push(match kind {
             ControllerKind::Pools => tokio::spawn(pools::run(ctx.clone(), shutdown)),
-            ControllerKind::Gardener => tokio::spawn(ingot_controllers::gardener::run(
-                args.gardener.context(
-                    client.clone(),
-                    &args.pools.metal_api_url,
-                    ctx.pools.limiter.clone(),
-                ),
+            ControllerKind::Gardener => args.gardener.spawn(
+                client.clone(),
+                args.kubeconfig.clone(),
+                &args.pools.metal_api_url,
+                ctx.pools.limiter.clone(),
                 shutdown,
-            )),
+            ),
         });
     }
 

@@ -193,14 +193,22 @@ impl Stack {
         };
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &self.namespace, &resource);
+        // Created as kubectl create would: unknown fields of the samples (the
+        // `template.spec.class.namespace` of the provider's MachineDeployment) are pruned.
         let object: DynamicObject = serde_json::from_value(manifest.clone()).unwrap();
-        api.patch(
-            &object.name_any(),
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&object),
-        )
-        .await
-        .unwrap();
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                api.patch(
+                    &object.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(manifest),
+                )
+                .await
+                .unwrap();
+            }
+            Err(e) => panic!("creating {kind} {}: {e}", object.name_any()),
+        }
     }
 
     /// The provider's sample MachineDeployment, renamed and sized.
@@ -648,19 +656,25 @@ async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
     }))
     .unwrap();
     pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    wait_for(
-        "the budget to be computed",
-        Duration::from_secs(30),
-        async || {
-            pdbs.get("guarded")
-                .await
-                .unwrap()
-                .status
-                .filter(|s| s.current_healthy == 1)
-                .map(|_| ())
-        },
+    // The budget's status as the disruption controller computes it (this control plane runs
+    // none): one healthy pod, one required, no disruption allowed.
+    pdbs.patch_status(
+        "guarded",
+        &PatchParams::default(),
+        &Patch::Merge(
+            &json!({"status": {"observedGeneration": 1, "disruptionsAllowed": 0,
+            "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}),
+        ),
     )
-    .await;
+    .await
+    .unwrap();
+    // A pod no budget guards: evicted.
+    let free: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "free"},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &free).await.unwrap();
 
     stack.scale(md, 0).await;
     wait_for(
@@ -684,6 +698,12 @@ async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
         stack.devices().contains_key(&device_of(&machine)),
         "the device stays while the drain is refused"
     );
+    wait_for(
+        "the free pod to be evicted",
+        Duration::from_secs(30),
+        async || pods.get_opt("free").await.unwrap().is_none().then_some(()),
+    )
+    .await;
     assert!(
         pods.get_opt("guarded").await.unwrap().is_some(),
         "the guarded pod is not evicted"

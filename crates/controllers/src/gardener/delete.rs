@@ -320,7 +320,8 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
         if pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        match api.evict(&pod_name, &EvictParams::default()).await {
+        let evictions: Api<Pod> = Api::namespaced(ctx.eviction_client.clone(), &namespace);
+        match evictions.evict(&pod_name, &EvictParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(kube::Error::Api(e)) if e.code == 429 => {

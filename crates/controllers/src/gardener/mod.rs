@@ -105,12 +105,16 @@ pub struct GardenerContext {
     pub client: Client,
     pub driver: Arc<dyn Driver>,
     pub settings: Settings,
+    /// A client without the 429 retries of the shared one: a refused eviction must come back
+    /// at once (see [`delete`]).
+    pub eviction_client: Client,
     crash_point: Option<String>,
 }
 
 impl GardenerContext {
     pub fn new(client: Client, driver: Arc<dyn Driver>, settings: Settings) -> Self {
         GardenerContext {
+            eviction_client: client.clone(),
             client,
             driver,
             settings,
@@ -118,6 +122,11 @@ impl GardenerContext {
                 .ok()
                 .filter(|p| !p.is_empty()),
         }
+    }
+
+    pub fn with_eviction_client(mut self, client: Client) -> Self {
+        self.eviction_client = client;
+        self
     }
 
     pub fn machines(&self) -> Api<Machine> {
