@@ -64,7 +64,7 @@ pub struct RunArgs {
     pools: PoolsArgs,
 
     #[command(flatten)]
-    gardener: crate::gardener::GardenerArgs,
+    gardener: Box<crate::gardener::GardenerArgs>,
 }
 
 /// Settings of the pools controllers (InstancePool, Instance).

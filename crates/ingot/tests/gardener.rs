@@ -285,7 +285,7 @@ impl Stack {
                     return None;
                 }
                 let devices = self.devices();
-                let backing: BTreeSet<String> = machines.iter().map(|m| device_of(m)).collect();
+                let backing: BTreeSet<String> = machines.iter().map(device_of).collect();
                 (devices.len() == count
                     && devices.keys().cloned().collect::<BTreeSet<_>>() == backing)
                     .then_some(machines)

@@ -98,10 +98,11 @@ pub(crate) async fn reconcile(
         .get(NODE_LABEL)
         .cloned()
         .unwrap_or_default();
-    if !node_label.is_empty() && !phase.is_empty() {
-        if let Some(action) = health(&ctx, &machine, &node_label).await? {
-            return Ok(action);
-        }
+    if !node_label.is_empty()
+        && !phase.is_empty()
+        && let Some(action) = health(&ctx, &machine, &node_label).await?
+    {
+        return Ok(action);
     }
     let provider_id = machine.spec.provider_id.clone().unwrap_or_default();
     if provider_id.is_empty() || phase.is_empty() || phase == Phase::CrashLoopBackOff.as_str() {
@@ -554,7 +555,7 @@ mod tests {
         let list = vec!["DiskPressure".to_owned()];
         let ready = json!({"type": "Ready", "status": "True"});
         let pressure = json!({"type": "DiskPressure", "status": "True"});
-        assert!(is_healthy(&[ready.clone()], &list));
+        assert!(is_healthy(std::slice::from_ref(&ready), &list));
         assert!(!is_healthy(&[ready.clone(), pressure], &list));
         assert!(!is_healthy(
             &[json!({"type": "Ready", "status": "Unknown"})],

@@ -389,10 +389,7 @@ impl Driver for EquinixDriver {
         Ok(servers
             .into_iter()
             .filter(|s| !s.state.is_gone())
-            .filter(|s| {
-                s.tags.iter().any(|tag| *tag == t.cluster_tag)
-                    && s.tags.iter().any(|tag| *tag == t.role_tag)
-            })
+            .filter(|s| s.tags.contains(&t.cluster_tag) && s.tags.contains(&t.role_tag))
             .map(|s| (s.provider_id, s.hostname))
             .collect())
     }
