@@ -60,6 +60,10 @@ pub struct GardenerArgs {
     /// Retry period of a create refused for lack of capacity (ResourceExhausted).
     #[arg(long, default_value = "10m", value_parser = go_duration)]
     resource_exhausted_retry: Duration,
+
+    /// How long a Failed machine with the preserve annotation is kept.
+    #[arg(long, default_value = "96h", value_parser = go_duration)]
+    machine_preserve_timeout: Duration,
 }
 
 impl GardenerArgs {
@@ -87,7 +91,7 @@ impl GardenerArgs {
                 .collect(),
             bootstrap_token_auth_extra_groups: self.bootstrap_token_auth_extra_groups.clone(),
             resource_exhausted_retry: self.resource_exhausted_retry,
-            ..Settings::default()
+            preserve_timeout: self.machine_preserve_timeout,
         };
         let clouds = Arc::new(EquinixClouds {
             base_url: metal_api_url.to_owned(),

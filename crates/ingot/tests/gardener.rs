@@ -516,6 +516,7 @@ async fn vanished_devices_orphans_and_capacity_errors() {
         "--machine-health-timeout=5s",
         "--machine-safety-orphan-vms-period=2s",
         "--resource-exhausted-retry=3s",
+        "--machine-preserve-timeout=6s",
     ])
     .await;
     let md = "eqx-md-faults";
@@ -526,8 +527,45 @@ async fn vanished_devices_orphans_and_capacity_errors() {
         .remove(0);
 
     // The device is deleted behind ingot's back: the Node goes Unknown, the Machine Unknown,
-    // then Failed after the health timeout, and MCM replaces it.
+    // then Failed after the health timeout. It asked to be preserved when failed, so it is
+    // kept (MCM leaves it) until its preserve expiry, then MCM replaces it.
+    stack
+        .machines_api()
+        .patch(
+            &first.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {"node.machine.sapcloud.io/preserve": "when-failed"}}})),
+        )
+        .await
+        .unwrap();
     assert!(stack.sim.sim().vanish(&device_of(&first)));
+    let preserved = wait_for(
+        "the failed machine to be preserved",
+        Duration::from_secs(60),
+        async || {
+            let m = stack
+                .machines_api()
+                .get_opt(&first.name_any())
+                .await
+                .unwrap()?;
+            let current =
+                serde_json::to_value(m.status.as_ref()?.current_status.as_ref()?).unwrap();
+            (current["phase"] == "Failed" && current["preserveExpiryTime"].is_string()).then_some(m)
+        },
+    )
+    .await;
+    assert!(
+        last_operation(&preserved)["description"]
+            .as_str()
+            .unwrap()
+            .contains("health checks failing since last 5s minutes")
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let kept = stack.machines_api().get(&first.name_any()).await.unwrap();
+    assert!(
+        kept.metadata.deletion_timestamp.is_none(),
+        "a preserved machine is not deleted before its expiry"
+    );
     let replacement = wait_for(
         "the machine to be replaced",
         Duration::from_secs(120),

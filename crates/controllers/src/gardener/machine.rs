@@ -24,8 +24,8 @@ use super::driver::{MachineRequest, SecretData};
 use super::status::{self, OpState, OpType, Phase, Update};
 use super::{
     CONFLICT_RETRY, CRITICAL_COMPONENTS_NOT_READY, Code, Error, GardenerContext, LONG_RETRY,
-    MACHINE_NAME_LABEL, MACHINE_PRIORITY, MEDIUM_RETRY, SHORT_RETRY, Status, bootstrap, delete,
-    go_duration, has_finalizer, parse_go_duration,
+    MACHINE_NAME_LABEL, MACHINE_PRIORITY, MEDIUM_RETRY, PRESERVE_ANNOTATION, SHORT_RETRY, Status,
+    bootstrap, delete, go_duration, has_finalizer, parse_go_duration,
 };
 
 /// How often a Pending or Unknown machine is looked at until its timeout.
@@ -103,6 +103,9 @@ pub(crate) async fn reconcile(
         && let Some(action) = health(&ctx, &machine, &node_label).await?
     {
         return Ok(action);
+    }
+    if phase == Phase::Failed.as_str() {
+        return preserve(&ctx, &machine, &node_label).await;
     }
     let provider_id = machine.spec.provider_id.clone().unwrap_or_default();
     if provider_id.is_empty() || phase.is_empty() || phase == Phase::CrashLoopBackOff.as_str() {
@@ -306,6 +309,20 @@ async fn health(
         }
         return timeouts(ctx, machine, &conditions).await;
     };
+    if node.metadata.deletion_timestamp.is_some() {
+        // A Node being deleted takes its Machine with it (upstream v0.61+); MCM replaces it.
+        info!(machine = %name, node = %node_name, "node is being deleted: deleting its machine");
+        match ctx
+            .machines()
+            .delete(&name, &kube::api::DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        return Ok(Some(Action::await_change()));
+    }
     sync_node_link(ctx, &node, &name).await?;
     let node_conditions: Vec<Value> = node
         .status
@@ -443,6 +460,68 @@ async fn timeouts(
         return Ok(Some(Action::requeue(HEALTH_RECHECK.min(timeout))));
     }
     Ok(None)
+}
+
+/// Preservation of a Failed machine (upstream v0.62): with the preserve annotation
+/// (`now`, `when-failed`, or MCM's `auto-preserved`) on the Machine or its Node, the machine gets
+/// `currentStatus.preserveExpiryTime`, and MCM leaves it alone until then.
+async fn preserve(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    node_name: &str,
+) -> Result<Action, Error> {
+    let expiry = machine
+        .status
+        .as_ref()
+        .and_then(|s| s.current_status.as_ref())
+        .and_then(|c| c.extra.get("preserveExpiryTime"))
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    if let Some(expiry) = expiry {
+        let left = Duration::try_from(expiry.duration_since(Timestamp::now())).unwrap_or_default();
+        if !left.is_zero() {
+            return Ok(Action::requeue(left + Duration::from_millis(100)));
+        }
+        // Expired: drop the annotation (no re-preservation), then the expiry; MCM then
+        // replaces the machine.
+        info!(machine = %machine.name_any(), "preservation expired");
+        if machine.annotations().contains_key(PRESERVE_ANNOTATION) {
+            patch_metadata(
+                ctx,
+                machine,
+                json!({"annotations": {PRESERVE_ANNOTATION: null}}),
+                None,
+            )
+            .await?;
+            return Ok(Action::requeue(CONFLICT_RETRY));
+        }
+        status::clear_preserve_expiry(ctx, machine).await?;
+        return Ok(Action::requeue(LONG_RETRY));
+    }
+    let mut value = machine.annotations().get(PRESERVE_ANNOTATION).cloned();
+    if value.is_none() && !node_name.is_empty() {
+        let nodes: Api<Node> = Api::all(ctx.client.clone());
+        value = nodes
+            .get_opt(node_name)
+            .await?
+            .and_then(|n| n.annotations().get(PRESERVE_ANNOTATION).cloned());
+    }
+    if !matches!(
+        value.as_deref(),
+        Some("now" | "when-failed" | "auto-preserved")
+    ) {
+        return Ok(Action::requeue(LONG_RETRY));
+    }
+    let timeout =
+        spec_duration(machine, "machinePreserveTimeout").unwrap_or(ctx.settings.preserve_timeout);
+    let until = Timestamp::now()
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(
+            timeout.as_secs() as i64,
+        ))
+        .unwrap_or(Timestamp::MAX);
+    info!(machine = %machine.name_any(), until = %until, "failed machine preserved");
+    status::write_preserve_expiry(ctx, machine, until).await?;
+    Ok(Action::requeue(timeout))
 }
 
 fn effective_node_conditions(ctx: &GardenerContext, machine: &Machine) -> Vec<String> {

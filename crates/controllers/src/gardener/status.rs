@@ -193,6 +193,31 @@ pub async fn write_conditions(
     patch_status(ctx, machine, json!({ "conditions": conditions })).await
 }
 
+/// Sets `currentStatus.preserveExpiryTime`.
+pub async fn write_preserve_expiry(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    until: Timestamp,
+) -> Result<(), Error> {
+    let until = serde_json::to_value(Time(until))?;
+    patch_status(
+        ctx,
+        machine,
+        json!({"currentStatus": {"preserveExpiryTime": until}}),
+    )
+    .await
+}
+
+/// Clears `currentStatus.preserveExpiryTime` (the last step of ending a preservation).
+pub async fn clear_preserve_expiry(ctx: &GardenerContext, machine: &Machine) -> Result<(), Error> {
+    patch_status(
+        ctx,
+        machine,
+        json!({"currentStatus": {"preserveExpiryTime": null}}),
+    )
+    .await
+}
+
 async fn patch_status(
     ctx: &GardenerContext,
     machine: &Machine,
