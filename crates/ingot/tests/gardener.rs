@@ -439,6 +439,29 @@ async fn machine_deployment_scales_rolls_and_deletes_with_upstream_mcm() {
         );
     }
 
+    // Deleting the Node (held by the machine controller's finalizer) deletes its Machine, which
+    // MCM replaces.
+    let survivor = one[0].name_any();
+    let node = stack.node(&survivor).await.unwrap();
+    assert!(
+        node.finalizers()
+            .contains(&"node.machine.sapcloud.io/machine-controller".to_owned())
+    );
+    Api::<Node>::all(stack.client.clone())
+        .delete(&survivor, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the machine of the deleted node to be replaced",
+        Duration::from_secs(120),
+        async || {
+            let machines = stack.wait_running_now(1).await?;
+            (machines[0].name_any() != survivor).then_some(())
+        },
+    )
+    .await;
+    assert!(stack.node(&survivor).await.is_none(), "the node is gone");
+
     // A rolling update: a new class (another tag), every Machine replaced.
     stack.scale(md, 2).await;
     let before: BTreeSet<String> = stack
@@ -493,7 +516,7 @@ async fn machine_deployment_scales_rolls_and_deletes_with_upstream_mcm() {
     stack.delete_deployment_and_expect_nothing_left(md).await;
     // No duplicate was ever made: one create per Machine.
     let creates = stack.sim.sim().metrics().requests("createDevice");
-    assert_eq!(creates, 3 + 2 + 1 + 2, "devices created");
+    assert_eq!(creates, 3 + 2 + 1 + 1 + 2, "devices created");
 }
 
 impl Stack {
