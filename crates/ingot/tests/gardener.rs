@@ -101,17 +101,14 @@ impl Stack {
             .append(true)
             .open(log)
             .unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let mut command = Command::new(env!("CARGO_BIN_EXE_ingot"));
         command
             .arg("run")
             .arg("--controllers=gardener")
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .arg(format!("--http-addr=127.0.0.1:{port}"))
+            // Any free port, chosen by the operator itself: a port probed here could be taken
+            // before a restarted operator binds it.
+            .arg("--http-addr=127.0.0.1:0")
             .arg(format!("--namespace={}", self.namespace))
             .arg(format!("--lease-namespace={}", self.namespace))
             .arg(format!("--identity=ingot-{}", self.namespace))

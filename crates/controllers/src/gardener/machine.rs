@@ -226,10 +226,16 @@ async fn create(
             .unwrap_or("")
             .is_empty()
             .then(|| json!({"providerID": provider_id}));
-        patch_metadata(ctx, machine, meta, spec).await?;
-        // The next look (on the watch event) moves it to Pending with the label in place.
-        return Ok(Action::requeue(SHORT_RETRY));
+        // With the label and provider id in place (upstream PR #1070), Pending follows at once
+        // on the updated object: no second status call to the cloud.
+        let updated = patch_metadata(ctx, machine, meta, spec).await?;
+        return pending(ctx, &updated).await;
     }
+    pending(ctx, machine).await
+}
+
+/// A machine whose device exists and is linked goes `Pending` (from `""` or `CrashLoopBackOff`).
+async fn pending(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error> {
     let phase = status::phase(machine);
     if phase.is_empty() || phase == Phase::CrashLoopBackOff.as_str() {
         let mut update = Update::new(
@@ -609,20 +615,20 @@ pub(crate) async fn patch_metadata(
     machine: &Machine,
     mut metadata: Value,
     spec: Option<Value>,
-) -> Result<(), Error> {
+) -> Result<Machine, Error> {
     metadata["resourceVersion"] = json!(machine.resource_version());
     let mut body = json!({"metadata": metadata});
     if let Some(spec) = spec {
         body["spec"] = spec;
     }
-    ctx.machines()
+    Ok(ctx
+        .machines()
         .patch(
             &machine.name_any(),
             &PatchParams::default(),
             &Patch::Merge(&body),
         )
-        .await?;
-    Ok(())
+        .await?)
 }
 
 #[cfg(test)]
