@@ -5,7 +5,8 @@
 //! and the operator's peak RSS.
 //!
 //!   INGOT_K8S_BIN=$(tools/k8s-testbin/build.sh) INGOT_MCM_BIN=$(tools/mcm/build.sh) \
-//!     sh -c 'cargo build --release -p ingot && cargo run --release -p ingot --example bench_gardener -- [N]'
+//!     sh -c 'cargo build -p ingot --bin ingot --example bench_gardener &&
+//!            "${CARGO_TARGET_DIR:-target}"/debug/examples/bench_gardener [N]'
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
