@@ -9,6 +9,7 @@ cd "$INGOT_ROOT"
 install_apt_packages
 install_python_packages
 build_control_plane
+build_rufio
 find_kubectl
 
 log "cargo fmt --check"

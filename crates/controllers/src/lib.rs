@@ -7,6 +7,7 @@
 
 pub mod metrics;
 pub mod pools;
+pub mod rufio;
 
 use std::sync::Arc;
 
@@ -20,12 +21,15 @@ pub use metrics::Metrics;
 pub enum ControllerKind {
     /// InstancePool and Instance (harvester-equinix-addon).
     Pools,
+    /// Machine, Job and Task of `bmc.tinkerbell.org` (Tinkerbell Rufio).
+    Rufio,
 }
 
 impl ControllerKind {
     pub fn name(self) -> &'static str {
         match self {
             ControllerKind::Pools => "pools",
+            ControllerKind::Rufio => "rufio",
         }
     }
 }
