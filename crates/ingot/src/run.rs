@@ -63,8 +63,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pools: PoolsArgs,
 
+    // Boxed: the argument structs live on the heap, keeping `Command` small.
     #[command(flatten)]
-    rufio: RufioArgs,
+    rufio: Box<RufioArgs>,
 }
 
 /// Settings of the Rufio controllers (Machine, Job, Task of bmc.tinkerbell.org).

@@ -295,7 +295,8 @@ impl PeerSushy {
     }
 }
 
-#[tokio::test]
+// The emulated fleet runs in this process: worker threads keep it answering while the test waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
     let _serial = SERIAL.lock().await;
     let env = ingot_testenv::shared().await;
@@ -437,9 +438,18 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let _ = ingot.child.as_mut().unwrap().wait();
+    poll_until("ingot to exit", Duration::from_secs(30), || {
+        let exited = ingot.child.as_mut().unwrap().try_wait().unwrap().is_some();
+        async move { exited.then_some(()) }
+    })
+    .await;
     for (i, b) in fleet.bmcs[..healthy].iter().enumerate() {
-        assert_eq!(b.state.snapshot().sessions, 0, "BMC {i} session left open");
+        assert_eq!(
+            b.state.snapshot().sessions,
+            0,
+            "BMC {i} session left open\n{}",
+            ingot.log_tail()
+        );
     }
     delete_all(&client, &ns).await;
     let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
@@ -453,4 +463,88 @@ fn free_udp_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// A reboot is sent once per Task, whatever the watch cache shows: each BMC counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reboots_are_sent_exactly_once() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-once").await.unwrap();
+    let spec = BmcSpec {
+        username: SAMPLE_USER.into(),
+        password: SAMPLE_PASSWORD.into(),
+        power_delay: Duration::from_millis(300),
+        ..BmcSpec::default()
+    };
+    // One Redfish BMC per vendor profile, and two IPMI BMCs.
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        4,
+        spec,
+    )
+    .await
+    .unwrap();
+    let mut ipmi_cfg = ingot_ipmi_sim::FleetConfig::uniform(2, SAMPLE_PASSWORD);
+    for b in &mut ipmi_cfg.bmcs {
+        b.power_on = true;
+    }
+    let ipmi = ingot_ipmi_sim::serve(ipmi_cfg).await.unwrap();
+    create_secret(
+        &client,
+        &ns,
+        "sample-machine-auth",
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+    )
+    .await;
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns);
+    let mut names = Vec::new();
+    for (i, b) in fleet.bmcs.iter().enumerate() {
+        let m = machine_sample(
+            &ns,
+            &format!("redfish-{i}"),
+            "sample-machine-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": b.addr.port()}, "ipmitool": {"port": free_udp_port()}}),
+        );
+        create(&client, &ns, &m).await;
+        let mut j = job_sample(&ns, &format!("reset-{i}"), &format!("redfish-{i}"));
+        j.spec.tasks = serde_json::from_value(json!([{"powerAction": "reset"}])).unwrap();
+        jobs.create(&Default::default(), &j).await.unwrap();
+        names.push(format!("reset-{i}"));
+    }
+    for (i, b) in ipmi.bmcs().iter().enumerate() {
+        let m = machine_sample(
+            &ns,
+            &format!("ipmi-{i}"),
+            "sample-machine-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": free_port()}, "ipmitool": {"port": b.addr().port()}}),
+        );
+        create(&client, &ns, &m).await;
+        let mut j = job_sample(&ns, &format!("reboot-ipmi-{i}"), &format!("ipmi-{i}"));
+        j.spec.tasks =
+            serde_json::from_value(json!([{"powerAction": "cycle"}, {"powerAction": "reset"}]))
+                .unwrap();
+        jobs.create(&Default::default(), &j).await.unwrap();
+        names.push(format!("reboot-ipmi-{i}"));
+    }
+    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    for name in &names {
+        wait_job(&client, &ns, name, Duration::from_secs(60), &ingot).await;
+    }
+    for (i, b) in fleet.bmcs.iter().enumerate() {
+        assert_eq!(b.state.snapshot().resets, 1, "Redfish BMC {i}");
+    }
+    for (i, b) in ipmi.bmcs().iter().enumerate() {
+        // Chassis Control 2 (power cycle), then 3 (hard reset), each once.
+        assert_eq!(b.stats().chassis_controls, vec![2, 3], "IPMI BMC {i}");
+    }
+    ingot.stop();
+    delete_all(&client, &ns).await;
 }

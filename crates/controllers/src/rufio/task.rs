@@ -229,7 +229,19 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
             return Ok(Action::await_change());
         }
     };
-    let next = match phase(task, op, Timestamp::now(), ctx.settings.task_timeout) {
+    let mut current = phase(task, op, Timestamp::now(), ctx.settings.task_timeout);
+    let fresh;
+    let task = if matches!(current, Phase::Send | Phase::Interrupted) {
+        // Before sending, or judging a send interrupted, read the Task from the API server:
+        // the watch cache may not show yet how far an earlier reconcile got, and an action
+        // must never be sent twice because of a stale copy.
+        fresh = api.get(&name).await?;
+        current = phase(&fresh, op, Timestamp::now(), ctx.settings.task_timeout);
+        &fresh
+    } else {
+        task
+    };
+    let next = match current {
         Phase::Done => {
             ctx.reset_backoff(&key);
             return Ok(Action::await_change());
@@ -270,7 +282,7 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
                     Ok(()) => {
                         mark(&api, &name, "sent").await?;
                         info!(task = %key, action = describe(op), "BMC accepted the action");
-                        Next::Again(Duration::ZERO)
+                        Next::Again(ctx.settings.task_poll)
                     }
                     // No answer: the BMC may have acted. A reboot is never sent twice.
                     Err(e) if op.destructive() && matches!(e, BmcError::Timeout(_)) => {
