@@ -264,8 +264,12 @@ async fn job_latency(client: &Client, ns: &str, n: usize, fleets: &Fleets) -> (f
         }
     };
     let handle = tokio::spawn(run(ctx, futures::FutureExt::shared(shutdown)));
-    // Let the Machines be read once (sessions open), as in a running operator.
-    until_known(client, ns, n, Instant::now(), Duration::from_secs(600)).await;
+    // Let the Machines be read once (one session open per BMC), as in a running operator.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while fleets.open_sessions() < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let bmcs: Vec<_> = fleets
         .redfish
         .bmcs
@@ -323,6 +327,12 @@ async fn job_latency(client: &Client, ns: &str, n: usize, fleets: &Fleets) -> (f
 
 #[tokio::main]
 async fn main() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
     let latency_ms: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(50);

@@ -192,7 +192,8 @@ fn error_policy(task: Arc<Task>, error: &Error, ctx: Arc<RufioContext>) -> Actio
     Action::requeue(ctx.backoff(&key_of(task.as_ref())))
 }
 
-async fn reconcile(task: Arc<Task>, ctx: Arc<RufioContext>) -> Result<Action, Error> {
+/// One reconciliation of a Task (what the controller runs for each change).
+pub async fn reconcile(task: Arc<Task>, ctx: Arc<RufioContext>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = reconcile_inner(&task, &ctx).await;
     ctx.metrics.reconciled(CONTROLLER, started.elapsed());
@@ -229,36 +230,62 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
             return Ok(Action::await_change());
         }
     };
-    let mut current = phase(task, op, Timestamp::now(), ctx.settings.task_timeout);
-    let fresh;
-    let task = if matches!(current, Phase::Send | Phase::Interrupted) {
-        // Before sending, or judging a send interrupted, read the Task from the API server:
-        // the watch cache may not show yet how far an earlier reconcile got, and an action
-        // must never be sent twice because of a stale copy.
-        fresh = api.get(&name).await?;
-        current = phase(&fresh, op, Timestamp::now(), ctx.settings.task_timeout);
-        &fresh
-    } else {
-        task
-    };
+    // Writes on the way to sending carry the resourceVersion they were decided on: a copy
+    // from the watch cache that is behind (an earlier reconcile already started or sent)
+    // gets a conflict, and the Task is read again from the API server. An action is never
+    // sent twice because of a stale copy.
+    let mut current_task = task.clone();
+    let mut current = phase(
+        &current_task,
+        op,
+        Timestamp::now(),
+        ctx.settings.task_timeout,
+    );
+    let mut read_fresh = false;
+    for _ in 0..3 {
+        match current {
+            Phase::Start => {
+                let status = JobStatus {
+                    start_time: Some(Time(Timestamp::now())),
+                    ..current_task.status.clone().unwrap_or_default()
+                };
+                let rv = current_task.resource_version();
+                match guarded(api.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "metadata": {"resourceVersion": rv}, "status": status })),
+                ))
+                .await?
+                {
+                    // The answer is the Task as stored: go on with it at once.
+                    Some(t) => current_task = t,
+                    None => {
+                        current_task = api.get(&name).await?;
+                        read_fresh = true;
+                    }
+                }
+            }
+            Phase::Interrupted if !read_fresh => {
+                current_task = api.get(&name).await?;
+                read_fresh = true;
+            }
+            _ => break,
+        }
+        current = phase(
+            &current_task,
+            op,
+            Timestamp::now(),
+            ctx.settings.task_timeout,
+        );
+    }
+    let task = &current_task;
     let next = match current {
         Phase::Done => {
             ctx.reset_backoff(&key);
             return Ok(Action::await_change());
         }
-        Phase::Start => {
-            let status = JobStatus {
-                start_time: Some(Time(Timestamp::now())),
-                ..task.status.clone().unwrap_or_default()
-            };
-            api.patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
-            )
-            .await?;
-            return Ok(Action::await_change());
-        }
+        // Conflicts three times in a row: look again shortly.
+        Phase::Start => Next::Again(ctx.settings.task_poll),
         Phase::TimedOut(elapsed) => Next::Fail(format!("bmc task timeout: {}", elapsed.as_nanos())),
         Phase::Interrupted => Next::Fail(format!(
             "sending {} was interrupted and it is unknown whether the BMC received it; it is not sent again: check the machine, then create a new Job",
@@ -276,7 +303,10 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
                     Err(e) => transient_or_fail(ctx, &key, "get power state", &e),
                 }
             } else {
-                mark(&api, &name, "sending").await?;
+                // Only a reboot needs the mark: sending anything else twice is harmless.
+                if op.destructive() && !mark_sending(&api, &name, task.resource_version()).await? {
+                    return Ok(Action::requeue(Duration::from_millis(200)));
+                }
                 let result = send(&bmc, op).await;
                 match result {
                     Ok(()) => {
@@ -411,6 +441,27 @@ async fn verify(bmc: &ManagedBmc, op: Op, ctx: &RufioContext, key: &str) -> Next
             Err(e) => transient_or_fail(ctx, key, "get boot device", &e),
         },
     }
+}
+
+/// `Ok(None)` when the write was refused as based on an old copy (HTTP 409).
+async fn guarded<T>(
+    write: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<Option<T>, Error> {
+    match write.await {
+        Ok(t) => Ok(Some(t)),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Marks a reboot as being sent, if the Task is still as this reconcile saw it.
+async fn mark_sending(api: &Api<Task>, name: &str, rv: Option<String>) -> Result<bool, Error> {
+    let body = json!({ "metadata": { "resourceVersion": rv, "annotations": { SENT_ANNOTATION: "sending" } } });
+    Ok(
+        guarded(api.patch_metadata(name, &PatchParams::default(), &Patch::Merge(body)))
+            .await?
+            .is_some(),
+    )
 }
 
 async fn mark(api: &Api<Task>, name: &str, value: &str) -> Result<(), Error> {
