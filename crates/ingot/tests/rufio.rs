@@ -548,3 +548,111 @@ async fn reboots_are_sent_exactly_once() {
     ingot.stop();
     delete_all(&client, &ns).await;
 }
+
+/// The Machine is read again right after its Job ends, not at its next interval (10 min here);
+/// an ignored provider option and a failed read are reported as Events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_machine_is_read_again_right_after_its_job() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-refresh").await.unwrap();
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        1,
+        BmcSpec {
+            username: SAMPLE_USER.into(),
+            password: SAMPLE_PASSWORD.into(),
+            power_delay: Duration::from_millis(200),
+            ..BmcSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    create_secret(
+        &client,
+        &ns,
+        "sample-machine-auth",
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+    )
+    .await;
+    let m = machine_sample(
+        &ns,
+        "machine-sample",
+        "sample-machine-auth",
+        "127.0.0.1",
+        json!({"redfish": {"port": fleet.bmcs[0].addr.port(), "useBasicAuth": true}}),
+    );
+    create(&client, &ns, &m).await;
+    let gone = machine_sample(
+        &ns,
+        "gone",
+        "sample-machine-auth",
+        "127.0.0.1",
+        json!({"redfish": {"port": free_port()}, "ipmitool": {"port": free_udp_port()}}),
+    );
+    create(&client, &ns, &gone).await;
+    let mut ingot = start_ingot(
+        env.kubeconfig_path(),
+        &ns,
+        &["--rufio-machine-interval-seconds=600"],
+    );
+    wait_contactable(
+        &client,
+        &ns,
+        "machine-sample",
+        "on",
+        Duration::from_secs(30),
+    )
+    .await;
+    let mut j = job_sample(&ns, "off", "machine-sample");
+    j.spec.tasks = serde_json::from_value(json!([{"powerAction": "off"}])).unwrap();
+    create(&client, &ns, &j).await;
+    wait_job(&client, &ns, "off", Duration::from_secs(30), &ingot).await;
+    poll_until(
+        "the Machine to read off",
+        Duration::from_secs(10),
+        || async {
+            (machine_status(&client, &ns, "machine-sample").await["powerState"] == "off")
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(fleet.bmcs[0].state.snapshot().power_state, "Off");
+
+    let events = || async {
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+    };
+    poll_until("the Events", Duration::from_secs(20), || async {
+        let events = events().await;
+        let has = |object: &str, reason: &str| {
+            events.iter().any(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object)
+                    && e.reason.as_deref() == Some(reason)
+            })
+        };
+        (has("machine-sample", "ProviderOptionsIgnored") && has("gone", "GetPowerStateFailed"))
+            .then_some(())
+    })
+    .await;
+    let note = events()
+        .await
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("ProviderOptionsIgnored"))
+        .and_then(|e| e.note)
+        .unwrap();
+    assert!(
+        note.contains("providerOptions.redfish.useBasicAuth"),
+        "{note}"
+    );
+    ingot.stop();
+    delete_all(&client, &ns).await;
+}

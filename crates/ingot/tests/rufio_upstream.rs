@@ -1,13 +1,19 @@
 //! Upstream Tinkerbell Rufio as a real peer: its manager, built from its Go module
-//! (tools/rufio), runs the upstream samples against ipmi_sim on the real control plane and is
-//! stopped by its PID in the middle of a Job; `ingot run --controllers rufio` then adopts the
-//! Machine, continues the Job from the Tasks Rufio wrote, and everything stays deletable.
+//! (tools/rufio), runs the upstream samples against an IPMI BMC on the real control plane and
+//! is stopped by its PID in the middle of a Job; `ingot run --controllers rufio` then adopts
+//! the Machine, continues the Job from the Tasks Rufio wrote, and everything stays deletable.
+//!
+//! v0.6.5 honours `providerOptions` (OpenIPMI's ipmi_sim on a free port, cipher suite 3);
+//! v0.3.2, as Harvester Seeder runs it, ignores them, so its BMC (ingot's IPMI emulator)
+//! listens on the default port 623 of a loopback address of its own.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod rufio_support;
 
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ingot_api::rufio::{Job, Machine, Task};
@@ -21,16 +27,44 @@ use tokio::sync::Mutex;
 
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
-fn ipmitool(sim: &openipmi::IpmiSim, args: &[&str]) -> String {
-    let out = Command::new(common::require_apt_tool("ipmitool", "ipmitool"))
-        .args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1"])
-        .arg("-p")
-        .arg(sim.addr.port().to_string())
-        .args(["-U", openipmi::USER, "-P", openipmi::PASSWORD])
-        .args(args)
-        .output()
-        .expect("run ipmitool");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+/// An IPMI BMC as `ipmitool` reaches it.
+struct Peer {
+    host: String,
+    port: u16,
+    user: String,
+    password: String,
+}
+
+impl Peer {
+    /// `ipmitool` against the peer: its own answer, not ingot's.
+    fn ipmitool(&self, args: &[&str]) -> String {
+        let out = Command::new(common::require_apt_tool("ipmitool", "ipmitool"))
+            .args(["-I", "lanplus", "-C", "3", "-N", "1", "-R", "3"])
+            .args(["-H", &self.host, "-p", &self.port.to_string()])
+            .args(["-U", &self.user, "-P", &self.password])
+            .args(args)
+            .output()
+            .expect("run ipmitool");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    async fn power(&self) -> String {
+        let peer = Peer { ..self.clone() };
+        tokio::task::spawn_blocking(move || peer.ipmitool(&["chassis", "power", "status"]))
+            .await
+            .unwrap()
+    }
+}
+
+impl Clone for Peer {
+    fn clone(&self) -> Self {
+        Peer {
+            host: self.host.clone(),
+            port: self.port,
+            user: self.user.clone(),
+            password: self.password.clone(),
+        }
+    }
 }
 
 async fn task_completed(client: &kube::Client, ns: &str, name: &str) -> bool {
@@ -47,18 +81,53 @@ async fn task_completed(client: &kube::Client, ns: &str, name: &str) -> bool {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_written_by_upstream_rufio_v0_6_5_are_adopted_continued_and_deletable() {
     let _serial = SERIAL.lock().await;
-    let rufio_bin = rufio_binary("v0.6.5");
-    common::require_apt_tool("ipmitool", "ipmitool");
+    let sim = openipmi::start(&FruInfo::example(5).encode());
+    let peer = Peer {
+        host: "127.0.0.1".into(),
+        port: sim.addr.port(),
+        user: openipmi::USER.into(),
+        password: openipmi::PASSWORD.into(),
+    };
+    let options = json!({"ipmitool": {"port": sim.addr.port(), "cipherSuite": "3"}});
+    handover("v0.6.5", &peer, options).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_written_by_upstream_rufio_v0_3_2_as_seeder_runs_it_are_adopted() {
+    let _serial = SERIAL.lock().await;
+    // v0.3.2 reaches IPMI on port 623 only: a loopback address of this test's own.
+    let host = "127.0.93.32";
+    let mut bmc = ingot_ipmi_sim::BmcConfig::new(0, "sim-password-032");
+    bmc.port = 623;
+    bmc.power_on = true;
+    let fleet = ingot_ipmi_sim::serve(ingot_ipmi_sim::FleetConfig {
+        bind: host.parse().unwrap(),
+        bmcs: vec![bmc],
+    })
+    .await
+    .expect("bind UDP 127.0.93.32:623 (the tests run as root, as CI does)");
+    let peer = Peer {
+        host: host.into(),
+        port: 623,
+        user: "admin".into(),
+        password: "sim-password-032".into(),
+    };
+    handover("v0.3.2", &peer, serde_json::Value::Null).await;
+    drop(fleet);
+}
+
+/// Upstream Rufio starts the sample Job, is stopped after its first Task, and ingot finishes.
+async fn handover(version: &str, peer: &Peer, options: serde_json::Value) {
+    let rufio_bin = rufio_binary(version);
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     let ns = env.namespace("rufio-peer").await.unwrap();
-
-    let sim = openipmi::start(&FruInfo::example(5).encode());
-    poll_until("ipmi_sim", Duration::from_secs(30), || async {
-        ipmitool(&sim, &["chassis", "power", "status"])
+    poll_until("the IPMI peer", Duration::from_secs(30), || async {
+        peer.power()
+            .await
             .contains("Chassis Power is")
             .then_some(())
     })
@@ -67,18 +136,32 @@ async fn objects_written_by_upstream_rufio_v0_6_5_are_adopted_continued_and_dele
         &client,
         &ns,
         "sample-machine-auth",
-        openipmi::USER,
-        openipmi::PASSWORD,
+        &peer.user,
+        &peer.password,
     )
     .await;
     let machine = machine_sample(
         &ns,
         "machine-sample",
         "sample-machine-auth",
-        "127.0.0.1",
-        json!({"ipmitool": {"port": sim.addr.port(), "cipherSuite": "3"}}),
+        &peer.host,
+        options,
     );
     create(&client, &ns, &machine).await;
+    // Watch the peer's own power state for the off in between.
+    let seen_off = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (seen_off, stop, peer) = (seen_off.clone(), stop.clone(), peer.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if peer.power().await == "Chassis Power is off" {
+                    seen_off.store(true, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
 
     // Upstream Rufio reads the Machine and starts the sample Job.
     let mut rufio = start_rufio(&rufio_bin, env.kubeconfig_path(), &ns);
@@ -116,13 +199,6 @@ async fn objects_written_by_upstream_rufio_v0_6_5_are_adopted_continued_and_dele
         rufio.log_tail()
     );
     assert_eq!(condition(&handed_over, "Running").unwrap().0, "True");
-    assert_eq!(
-        std::fs::read_to_string(sim.dir.join("power"))
-            .unwrap()
-            .trim(),
-        "0",
-        "upstream Rufio powered the peer off"
-    );
 
     // ingot adopts and continues.
     let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
@@ -152,16 +228,12 @@ async fn objects_written_by_upstream_rufio_v0_6_5_are_adopted_continued_and_dele
         );
         assert_eq!(owner.controller, Some(true));
     }
-    assert_eq!(
-        ipmitool(&sim, &["chassis", "power", "status"]),
-        "Chassis Power is on"
-    );
-    assert_eq!(
-        std::fs::read_to_string(sim.dir.join("boot"))
-            .unwrap()
-            .trim(),
-        "pxe"
-    );
+    stop.store(true, Ordering::Relaxed);
+    watcher.await.unwrap();
+    assert!(seen_off.load(Ordering::Relaxed), "the peer never went off");
+    assert_eq!(peer.power().await, "Chassis Power is on");
+    let boot = peer.ipmitool(&["chassis", "bootparam", "get", "5"]);
+    assert!(boot.contains("Force PXE"), "{boot}");
     // The Machine upstream wrote is kept up to date: contactable, on, and its condition
     // time is upstream's (the status did not change).
     wait_contactable(

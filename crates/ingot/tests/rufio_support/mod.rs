@@ -68,11 +68,19 @@ pub fn start_ingot(kubeconfig: &Path, namespace: &str, extra: &[&str]) -> Proc {
         .arg(format!("--lease-namespace={namespace}"))
         .arg("--lease-duration-seconds=3")
         .arg("--controllers=rufio")
-        .arg(format!("--rufio-namespace={namespace}"))
-        .arg("--rufio-machine-interval-seconds=2")
-        .arg("--rufio-task-poll-seconds=0.3")
-        .arg("--rufio-redfish-timeout-seconds=3")
-        .args(extra)
+        .arg(format!("--rufio-namespace={namespace}"));
+    // Scaled defaults, each unless `extra` sets it.
+    for default in [
+        "--rufio-machine-interval-seconds=2",
+        "--rufio-task-poll-seconds=0.3",
+        "--rufio-redfish-timeout-seconds=3",
+    ] {
+        let flag = default.split('=').next().unwrap_or_default();
+        if !extra.iter().any(|e| e.starts_with(flag)) {
+            cmd.arg(default);
+        }
+    }
+    cmd.args(extra)
         .env("RUST_LOG", "info,ingot_controllers=debug");
     spawn_logged(&mut cmd, "ingot-rufio")
 }
