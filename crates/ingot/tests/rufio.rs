@@ -656,3 +656,97 @@ async fn the_machine_is_read_again_right_after_its_job() {
     ingot.stop();
     delete_all(&client, &ns).await;
 }
+
+/// A failed Task fails its Job with the Task's message; a BMC that is busy for a while is
+/// retried with backoff until it answers (Rufio fails the Task at the first error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-fail").await.unwrap();
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        2,
+        BmcSpec {
+            username: SAMPLE_USER.into(),
+            password: SAMPLE_PASSWORD.into(),
+            power_delay: Duration::from_millis(100),
+            initial_power_on: false,
+            ..BmcSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    create_secret(
+        &client,
+        &ns,
+        "sample-machine-auth",
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+    )
+    .await;
+    for (i, b) in fleet.bmcs.iter().enumerate() {
+        let m = machine_sample(
+            &ns,
+            &format!("m{i}"),
+            "sample-machine-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": b.addr.port()}, "ipmitool": {"port": free_udp_port()}}),
+        );
+        create(&client, &ns, &m).await;
+    }
+    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    wait_contactable(&client, &ns, "m0", "off", Duration::from_secs(30)).await;
+
+    // on, then an action ingot refuses: the Job fails with the second Task's message.
+    let mut j = job_sample(&ns, "fails", "m0");
+    j.spec.tasks = serde_json::from_value(json!([
+        {"powerAction": "on"},
+        {"virtualMediaAction": {"kind": "CD", "mediaURL": "http://127.0.0.1:1/x.iso"}},
+        {"powerAction": "off"}
+    ]))
+    .unwrap();
+    create(&client, &ns, &j).await;
+    let status = poll_until("the Job to fail", Duration::from_secs(30), || async {
+        let s = job_status(&client, &ns, "fails").await;
+        condition(&s, "Failed").map(|c| (c, s))
+    })
+    .await;
+    let ((failed, message), status) = status;
+    assert_eq!(failed, "True");
+    assert!(
+        message.starts_with(&format!(
+            "task {ns}/fails-task-1 failed: virtualMediaAction"
+        )),
+        "{message}"
+    );
+    assert!(condition(&status, "Completed").is_none(), "{status}");
+    assert!(status["completionTime"].is_null(), "{status}");
+    let names: Vec<String> = tasks_of(&client, &ns)
+        .await
+        .iter()
+        .map(|t| t.name_any())
+        .collect();
+    assert!(!names.contains(&"fails-task-2".to_owned()), "{names:?}");
+    assert_eq!(fleet.bmcs[0].state.snapshot().power_state, "On");
+
+    // m1's BMC answers 503 for a few seconds: the Task waits it out and completes.
+    wait_contactable(&client, &ns, "m1", "off", Duration::from_secs(30)).await;
+    fleet.bmcs[1].state.set_fault(Some(Fault::Unavailable));
+    let mut j = job_sample(&ns, "busy", "m1");
+    j.spec.tasks = serde_json::from_value(json!([{"powerAction": "on"}])).unwrap();
+    create(&client, &ns, &j).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let s = job_status(&client, &ns, "busy").await;
+    assert!(condition(&s, "Failed").is_none(), "failed while busy: {s}");
+    assert_eq!(fleet.bmcs[1].state.snapshot().power_state, "Off");
+    fleet.bmcs[1].state.set_fault(None);
+    wait_job(&client, &ns, "busy", Duration::from_secs(60), &ingot).await;
+    assert_eq!(fleet.bmcs[1].state.snapshot().power_state, "On");
+    ingot.stop();
+    delete_all(&client, &ns).await;
+}
