@@ -68,3 +68,12 @@ find_kubectl() {
   echo "kubectl not found: install kubectl 1.33 or newer" >&2
   return 1
 }
+
+# Upstream Tinkerbell Rufio's manager built from its Go module (v0.6.5, and v0.3.2 as Harvester
+# Seeder runs it), cached by version; the Rufio peer tests run them.
+build_rufio() {
+  log "upstream rufio binaries (built from Go modules on first use; cached afterwards)"
+  INGOT_RUFIO_BIN=$("$INGOT_ROOT/tools/rufio/build.sh" v0.6.5)
+  INGOT_RUFIO_032_BIN=$("$INGOT_ROOT/tools/rufio/build.sh" v0.3.2)
+  export INGOT_RUFIO_BIN INGOT_RUFIO_032_BIN
+}

@@ -10,6 +10,7 @@ install_apt_packages
 install_python_packages
 build_control_plane
 build_mcm
+build_rufio
 find_kubectl
 
 log "cargo fmt --check"

@@ -8,6 +8,7 @@
 pub mod gardener;
 pub mod metrics;
 pub mod pools;
+pub mod rufio;
 
 use std::sync::Arc;
 
@@ -23,6 +24,8 @@ pub enum ControllerKind {
     Pools,
     /// The Gardener machine controller for Equinix Metal MachineClasses.
     Gardener,
+    /// Machine, Job and Task of `bmc.tinkerbell.org` (Tinkerbell Rufio).
+    Rufio,
 }
 
 impl ControllerKind {
@@ -30,6 +33,7 @@ impl ControllerKind {
         match self {
             ControllerKind::Pools => "pools",
             ControllerKind::Gardener => "gardener",
+            ControllerKind::Rufio => "rufio",
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use futures::FutureExt;
-use ingot_controllers::{Context, ControllerKind, Metrics, pools};
+use ingot_controllers::{Context, ControllerKind, Metrics, pools, rufio};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::watch;
@@ -65,6 +65,67 @@ pub struct RunArgs {
 
     #[command(flatten)]
     gardener: Box<crate::gardener::GardenerArgs>,
+    // Boxed: the argument structs live on the heap, keeping `Command` small.
+    #[command(flatten)]
+    rufio: Box<RufioArgs>,
+}
+
+/// Settings of the Rufio controllers (Machine, Job, Task of bmc.tinkerbell.org).
+#[derive(Args, Debug)]
+struct RufioArgs {
+    /// Reconcile Machines, Jobs and Tasks of this namespace only (Rufio's --kube-namespace).
+    #[arg(long, env = "INGOT_RUFIO_NAMESPACE")]
+    rufio_namespace: Option<String>,
+
+    /// Seconds between two power-state reads of a Machine (±10 % per Machine).
+    #[arg(long, default_value_t = 180.0)]
+    rufio_machine_interval_seconds: f64,
+
+    /// Seconds a Task may take before it fails.
+    #[arg(long, default_value_t = 600.0)]
+    rufio_task_timeout_seconds: f64,
+
+    /// Seconds between reads of the BMC while a Task waits for its effect.
+    #[arg(long, default_value_t = 3.0)]
+    rufio_task_poll_seconds: f64,
+
+    /// Machines reconciled at once.
+    #[arg(long, default_value_t = 256)]
+    rufio_machine_concurrency: u16,
+
+    /// Jobs and Tasks reconciled at once.
+    #[arg(long, default_value_t = 256)]
+    rufio_task_concurrency: u16,
+
+    /// BMC requests in flight across the fleet.
+    #[arg(long, default_value_t = 256)]
+    rufio_fleet_limit: usize,
+
+    /// Seconds a Redfish request may take.
+    #[arg(long, default_value_t = 10.0)]
+    rufio_redfish_timeout_seconds: f64,
+
+    /// Seconds an IPMI exchange waits before retransmitting (3 retransmissions).
+    #[arg(long, default_value_t = 1.0)]
+    rufio_ipmi_timeout_seconds: f64,
+}
+
+impl RufioArgs {
+    fn settings(&self) -> rufio::Settings {
+        let secs = |s: f64| Duration::from_secs_f64(s.max(0.01));
+        rufio::Settings {
+            namespace: self.rufio_namespace.clone().filter(|n| !n.is_empty()),
+            machine_interval: secs(self.rufio_machine_interval_seconds),
+            task_timeout: secs(self.rufio_task_timeout_seconds),
+            task_poll: secs(self.rufio_task_poll_seconds),
+            machine_concurrency: self.rufio_machine_concurrency.max(1),
+            task_concurrency: self.rufio_task_concurrency.max(1),
+            fleet_limit: self.rufio_fleet_limit.max(1),
+            redfish_timeout: secs(self.rufio_redfish_timeout_seconds),
+            ipmi_timeout: secs(self.rufio_ipmi_timeout_seconds),
+            ..rufio::Settings::default()
+        }
+    }
 }
 
 /// Settings of the pools controllers (InstancePool, Instance).
@@ -129,6 +190,8 @@ enum ControllerArg {
     Pools,
     /// The Gardener machine controller for `provider: EquinixMetal` MachineClasses.
     Gardener,
+    /// Machine, Job and Task of bmc.tinkerbell.org (Tinkerbell Rufio).
+    Rufio,
 }
 
 impl From<ControllerArg> for ControllerKind {
@@ -136,6 +199,7 @@ impl From<ControllerArg> for ControllerKind {
         match arg {
             ControllerArg::Pools => ControllerKind::Pools,
             ControllerArg::Gardener => ControllerKind::Gardener,
+            ControllerArg::Rufio => ControllerKind::Rufio,
         }
     }
 }
@@ -232,6 +296,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 ctx.pools.limiter.clone(),
                 shutdown,
             ),
+            ControllerKind::Rufio => tokio::spawn(rufio::run(
+                Arc::new(rufio::RufioContext::new(
+                    client.clone(),
+                    metrics.clone(),
+                    identity.clone(),
+                    args.rufio.settings(),
+                )),
+                shutdown,
+            )),
         });
     }
 

@@ -1,0 +1,414 @@
+//! The Job controller: runs `spec.tasks` strictly in order, each as a Task `<job>-task-<n>`
+//! controlled by the Job and carrying a snapshot of the Machine's connection. A failed Task
+//! fails the Job; when every Task completed the Job is `Completed`. Conditions and times are
+//! Rufio's: `Running` (with `startTime`) stays True, `Completed` (with `completionTime`) or
+//! `Failed` (with the Task's message) ends it.
+//!
+//! Tasks are found by their deterministic names, so Tasks the Go Rufio created are continued.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use ingot_api::rufio::{ActionCondition, Job, JobStatus, Machine, Task, TaskSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Config};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use tracing::debug;
+
+use super::{Error, RufioContext};
+
+const CONTROLLER: &str = "rufio-job";
+pub const RUNNING: &str = "Running";
+pub const COMPLETED: &str = "Completed";
+pub const FAILED: &str = "Failed";
+const API_VERSION: &str = "bmc.tinkerbell.org/v1alpha1";
+
+pub async fn run(
+    ctx: Arc<RufioContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let jobs: Api<Job> = ctx.watched();
+    let tasks: Api<Task> = ctx.watched();
+    Controller::new(jobs, watcher::Config::default())
+        .owns(tasks, watcher::Config::default())
+        .with_config(Config::default().concurrency(ctx.settings.task_concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                debug!(%error, "job reconciliation failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_job: Arc<Job>, error: &Error, ctx: Arc<RufioContext>) -> Action {
+    ctx.metrics.failed(CONTROLLER, error.kind());
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Whether a condition of this type is True.
+pub fn has_true(conditions: &[ActionCondition], type_: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// Rufio's `SetCondition`: replaces the condition of that type, or appends it.
+pub fn set(conditions: &mut Vec<ActionCondition>, type_: &str, message: Option<String>) {
+    let c = ActionCondition {
+        type_: type_.to_owned(),
+        status: "True".to_owned(),
+        message,
+    };
+    match conditions.iter_mut().find(|x| x.type_ == type_) {
+        Some(x) => *x = c,
+        None => conditions.push(c),
+    }
+}
+
+/// Whether a Job has ended (Completed or Failed).
+pub fn finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .is_some_and(|s| has_true(&s.conditions, COMPLETED) || has_true(&s.conditions, FAILED))
+}
+
+/// Rufio's Task name for the n-th action of a Job.
+pub fn task_name(job: &str, index: usize) -> String {
+    format!("{job}-task-{index}")
+}
+
+/// What a Task says about the Job's progress.
+#[derive(Debug, PartialEq)]
+pub enum TaskState {
+    Missing,
+    Running,
+    Completed,
+    Failed(String),
+    /// A Task of that name that this Job does not control.
+    Foreign,
+}
+
+pub fn task_state(task: Option<&Task>, job: &Job) -> TaskState {
+    let Some(task) = task else {
+        return TaskState::Missing;
+    };
+    let owned = task.metadata.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "Job"
+            && o.api_version == API_VERSION
+            && Some(&o.name) == job.metadata.name.as_ref()
+            && job.metadata.uid.as_ref().is_none_or(|uid| *uid == o.uid)
+    });
+    if !owned {
+        return TaskState::Foreign;
+    }
+    let conditions = task
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    if has_true(conditions, COMPLETED) {
+        return TaskState::Completed;
+    }
+    if has_true(conditions, FAILED) {
+        let message = conditions
+            .iter()
+            .find(|c| c.type_ == FAILED)
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default();
+        return TaskState::Failed(message);
+    }
+    TaskState::Running
+}
+
+/// The next thing to do for a Job, from its Tasks in order.
+#[derive(Debug, PartialEq)]
+pub enum Step {
+    /// Create the Task of this index.
+    Create(usize),
+    /// A Task is running: wait for it.
+    Wait,
+    Complete,
+    Fail(String),
+}
+
+/// Decides from the Tasks' states (index order, stopping at the first that is not complete).
+pub fn next_step(namespace: &str, job: &str, states: &[TaskState], total: usize) -> Step {
+    for (i, state) in states.iter().enumerate() {
+        let name = task_name(job, i);
+        match state {
+            TaskState::Completed => continue,
+            TaskState::Missing => return Step::Create(i),
+            TaskState::Running => return Step::Wait,
+            TaskState::Failed(message) if message.is_empty() => {
+                return Step::Fail(format!("task {namespace}/{name} failed"));
+            }
+            TaskState::Failed(message) => {
+                return Step::Fail(format!("task {namespace}/{name} failed: {message}"));
+            }
+            TaskState::Foreign => {
+                return Step::Fail(format!(
+                    "task {namespace}/{name} exists but is not controlled by this Job: delete it or rename the Job"
+                ));
+            }
+        }
+    }
+    if states.len() >= total {
+        Step::Complete
+    } else {
+        Step::Create(states.len())
+    }
+}
+
+async fn reconcile(job: Arc<Job>, ctx: Arc<RufioContext>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&job, &ctx).await;
+    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
+    result
+}
+
+async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error> {
+    if job.metadata.deletion_timestamp.is_some() || finished(job) {
+        return Ok(Action::await_change());
+    }
+    let namespace = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut status = job.status.clone().unwrap_or_default();
+    let before = status.clone();
+    if !has_true(&status.conditions, RUNNING) {
+        status.start_time = Some(Time(Timestamp::now()));
+        set(&mut status.conditions, RUNNING, None);
+    }
+    let machine_ns = job
+        .spec
+        .machine_ref
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| namespace.clone());
+    let machine_name = job.spec.machine_ref.name.clone().unwrap_or_default();
+    let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &machine_ns);
+    let machine = match machines.get_opt(&machine_name).await? {
+        Some(m) => m,
+        None => {
+            write(&jobs, &name, &status, &before).await?;
+            return Err(Error::Other(format!(
+                "get Job {namespace}/{name} MachineRef: machine {machine_ns}/{machine_name} not found"
+            )));
+        }
+    };
+    let tasks: Api<Task> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut states = Vec::new();
+    for i in 0..job.spec.tasks.len() {
+        let task = tasks.get_opt(&task_name(&name, i)).await?;
+        let state = task_state(task.as_ref(), job);
+        let done = state == TaskState::Completed;
+        states.push(state);
+        if !done {
+            break;
+        }
+    }
+    match next_step(&namespace, &name, &states, job.spec.tasks.len()) {
+        Step::Wait => {}
+        Step::Create(i) => {
+            if let Err(e) = create_task(&tasks, job, i, &machine).await {
+                match e {
+                    kube::Error::Api(ref s) if s.code == 409 => {}
+                    e => {
+                        let message = format!(
+                            "failed to create Task {namespace}/{}: {e}",
+                            task_name(&name, i)
+                        );
+                        set(&mut status.conditions, FAILED, Some(message));
+                    }
+                }
+            }
+        }
+        Step::Complete => {
+            set(&mut status.conditions, COMPLETED, None);
+            status.completion_time = Some(Time(Timestamp::now()));
+        }
+        Step::Fail(message) => set(&mut status.conditions, FAILED, Some(message)),
+    }
+    if has_true(&status.conditions, COMPLETED) || has_true(&status.conditions, FAILED) {
+        // Read the Machine's power state again once this status is written.
+        ctx.request_refresh(format!("{machine_ns}/{machine_name}"));
+    }
+    write(&jobs, &name, &status, &before).await?;
+    Ok(Action::await_change())
+}
+
+async fn write(
+    jobs: &Api<Job>,
+    name: &str,
+    status: &JobStatus,
+    before: &JobStatus,
+) -> Result<(), Error> {
+    if status != before {
+        jobs.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+async fn create_task(
+    tasks: &Api<Task>,
+    job: &Job,
+    index: usize,
+    machine: &Machine,
+) -> Result<Task, kube::Error> {
+    let Some(action) = job.spec.tasks.get(index) else {
+        return Err(kube::Error::Service(
+            format!("the Job has no task {index}").into(),
+        ));
+    };
+    let task = Task {
+        metadata: ObjectMeta {
+            name: Some(task_name(&job.name_any(), index)),
+            namespace: job.namespace(),
+            owner_references: Some(vec![OwnerReference {
+                api_version: API_VERSION.to_owned(),
+                kind: Job::kind(&()).into_owned(),
+                name: job.name_any(),
+                uid: job.metadata.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: TaskSpec {
+            task: action.clone(),
+            connection: machine.spec.connection.clone(),
+        },
+        status: None,
+    };
+    tasks.create(&PostParams::default(), &task).await
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_rufios() {
+        assert_eq!(task_name("job-sample", 0), "job-sample-task-0");
+        assert_eq!(task_name("j", 12), "j-task-12");
+    }
+
+    #[test]
+    fn tasks_run_in_order() {
+        use TaskState::*;
+        assert_eq!(next_step("ns", "j", &[Missing], 3), Step::Create(0));
+        assert_eq!(next_step("ns", "j", &[Running], 3), Step::Wait);
+        assert_eq!(
+            next_step("ns", "j", &[Completed, Completed], 3),
+            Step::Create(2)
+        );
+        assert_eq!(
+            next_step("ns", "j", &[Completed, Missing], 3),
+            Step::Create(1)
+        );
+        assert_eq!(
+            next_step("ns", "j", &[Completed, Completed, Completed], 3),
+            Step::Complete
+        );
+    }
+
+    #[test]
+    fn a_failed_task_fails_the_job_with_its_message() {
+        use TaskState::*;
+        assert_eq!(
+            next_step("ns", "j", &[Completed, Failed("no answer".into())], 3),
+            Step::Fail("task ns/j-task-1 failed: no answer".into())
+        );
+        assert_eq!(
+            next_step("ns", "j", &[Failed(String::new())], 1),
+            Step::Fail("task ns/j-task-0 failed".into())
+        );
+        let Step::Fail(m) = next_step("ns", "j", &[Foreign], 1) else {
+            panic!()
+        };
+        assert!(m.contains("not controlled"), "{m}");
+    }
+
+    fn job(uid: &str) -> Job {
+        serde_json::from_value(json!({
+            "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "ns", "uid": uid},
+            "spec": {"machineRef": {"name": "m", "namespace": "ns"}, "tasks": [{"powerAction": "on"}]}
+        }))
+        .unwrap()
+    }
+
+    fn task(owner_uid: &str, conditions: serde_json::Value) -> Task {
+        // The shape the Go Rufio writes: controller owner without blockOwnerDeletion.
+        serde_json::from_value(json!({
+            "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Task",
+            "metadata": {"name": "j-task-0", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Job", "name": "j", "uid": owner_uid, "controller": true}
+            ]},
+            "spec": {"task": {"powerAction": "on"}, "connection": {"host": "h", "insecureTLS": true}},
+            "status": {"conditions": conditions}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn task_states_as_go_rufio_writes_them() {
+        let j = job("u1");
+        assert_eq!(task_state(None, &j), TaskState::Missing);
+        assert_eq!(
+            task_state(Some(&task("u1", json!([]))), &j),
+            TaskState::Running
+        );
+        assert_eq!(
+            task_state(
+                Some(&task(
+                    "u1",
+                    json!([{"type": "Completed", "status": "True"}])
+                )),
+                &j
+            ),
+            TaskState::Completed
+        );
+        assert_eq!(
+            task_state(
+                Some(&task(
+                    "u1",
+                    json!([{"type": "Failed", "status": "True", "message": "boom"}])
+                )),
+                &j
+            ),
+            TaskState::Failed("boom".into())
+        );
+        assert_eq!(
+            task_state(Some(&task("u2", json!([]))), &j),
+            TaskState::Foreign
+        );
+    }
+
+    #[test]
+    fn set_condition_replaces() {
+        let mut c = Vec::new();
+        set(&mut c, RUNNING, None);
+        set(&mut c, FAILED, Some("a".into()));
+        set(&mut c, FAILED, Some("b".into()));
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[1].message.as_deref(), Some("b"));
+        assert!(has_true(&c, RUNNING));
+        assert!(!has_true(&c, COMPLETED));
+    }
+}

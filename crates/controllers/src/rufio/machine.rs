@@ -1,0 +1,265 @@
+//! The Machine controller: `status.powerState` (`on`, `off`, `unknown`) and the `Contactable`
+//! condition, read from the BMC every `machine_interval` (±10 %, per object) through the
+//! session manager's cached session, and again right after each Job of the Machine ends.
+//!
+//! Reconciles that Kubernetes triggers for other reasons (our own status write, a re-list)
+//! do not call the BMC: a Machine is read again only when its interval is up, its spec
+//! changed, or a Job of it finished.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use ingot_api::rufio::{Job, Machine, MachineCondition, MachineStatus, power_state};
+use ingot_bmc::{Bmc, PowerState};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Config};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
+use rand::Rng;
+use serde_json::json;
+use tracing::{debug, warn};
+
+use super::bmcs::{self, error_chain};
+use super::{Error, RufioContext, key_of, publish};
+
+const CONTROLLER: &str = "rufio-machine";
+/// Rufio's Machine condition type.
+pub const CONTACTABLE: &str = "Contactable";
+
+pub async fn run(
+    ctx: Arc<RufioContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let machines: Api<Machine> = ctx.watched();
+    let jobs: Api<Job> = ctx.watched();
+    Controller::new(machines, watcher::Config::default().any_semantic())
+        // A finished Job wakes its Machine (the Job controller asked for the refresh).
+        .watches(jobs, watcher::Config::default(), |job| {
+            super::job::finished(&job).then(|| {
+                let namespace = job
+                    .spec
+                    .machine_ref
+                    .namespace
+                    .clone()
+                    .filter(|n| !n.is_empty())
+                    .or_else(|| job.namespace());
+                let name = job.spec.machine_ref.name.clone().unwrap_or_default();
+                let r = ObjectRef::<Machine>::new(&name);
+                match namespace {
+                    Some(ns) => r.within(&ns),
+                    None => r,
+                }
+            })
+        })
+        .with_config(Config::default().concurrency(ctx.settings.machine_concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                debug!(%error, "machine reconciliation failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_machine: Arc<Machine>, error: &Error, ctx: Arc<RufioContext>) -> Action {
+    ctx.metrics.failed(CONTROLLER, error.kind());
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// The interval, ±10 %, drawn per requeue so that Machines created together spread out.
+fn jittered(interval: Duration) -> Duration {
+    interval.mul_f64(rand::rng().random_range(0.9..1.1))
+}
+
+async fn reconcile(machine: Arc<Machine>, ctx: Arc<RufioContext>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&machine, &ctx).await;
+    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
+    result
+}
+
+async fn reconcile_inner(machine: &Machine, ctx: &RufioContext) -> Result<Action, Error> {
+    let key = key_of(machine);
+    if machine.metadata.deletion_timestamp.is_some() {
+        ctx.forget_poll(&key);
+        return Ok(Action::await_change());
+    }
+    let interval = ctx.settings.machine_interval;
+    let refresh = ctx.take_refresh(&key);
+    if !refresh
+        && let Some((at, generation)) = ctx.last_poll(&key)
+        && generation == machine.metadata.generation
+        && machine.status.is_some()
+        && at.elapsed() < interval.mul_f64(0.85)
+    {
+        return Ok(Action::requeue(interval.saturating_sub(at.elapsed())));
+    }
+    let outcome = read_power(machine, ctx).await;
+    ctx.record_poll(key, machine.metadata.generation);
+    let mut status = machine.status.clone().unwrap_or_default();
+    let changed = apply(&mut status, &outcome, Time(Timestamp::now()));
+    if changed {
+        let api: Api<Machine> = Api::namespaced(
+            ctx.client.clone(),
+            machine.namespace().as_deref().unwrap_or_default(),
+        );
+        api.patch_status(
+            &machine.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await?;
+        if let Err(message) = &outcome {
+            publish(
+                ctx,
+                machine,
+                EventType::Warning,
+                "GetPowerStateFailed",
+                "GetPowerState",
+                message.clone(),
+            )
+            .await;
+        }
+    }
+    Ok(Action::requeue(jittered(interval)))
+}
+
+/// Reads the power state, or says why it cannot (the `Contactable=False` message).
+async fn read_power(machine: &Machine, ctx: &RufioContext) -> Result<PowerState, String> {
+    let namespace = machine.namespace().unwrap_or_default();
+    let connection = &machine.spec.connection;
+    let creds = bmcs::credentials(&ctx.client, connection, &namespace)
+        .await
+        .map_err(|e| e.to_string())?;
+    let target = bmcs::target(connection, &creds).map_err(|e| e.to_string())?;
+    if !target.ignored.is_empty() && machine.status.is_none() {
+        publish(
+            ctx,
+            machine,
+            EventType::Normal,
+            "ProviderOptionsIgnored",
+            "Connect",
+            format!("ignored: {}", target.ignored.join("; ")),
+        )
+        .await;
+    }
+    let reached = ctx.bmcs.reach(&target).await.map_err(|e| e.0)?;
+    match reached.power {
+        Some(state) => Ok(state),
+        None => reached.bmc.power_state().await.map_err(|e| {
+            warn!(machine = %machine.name_any(), error = %e, "reading the power state failed");
+            format!("get power state: {}", error_chain(&e))
+        }),
+    }
+}
+
+/// Rufio's `status.powerState` for a BMC state: transitions count as where they go, as
+/// Rufio's substring match does (`PoweringOn` is `on`).
+pub fn rufio_power(state: PowerState) -> &'static str {
+    match state {
+        PowerState::On | PowerState::PoweringOn => power_state::ON,
+        PowerState::Off | PowerState::PoweringOff => power_state::OFF,
+        PowerState::Unknown => power_state::UNKNOWN,
+    }
+}
+
+/// Applies a read to the status as Rufio does: `powerState`, and `Contactable` whose
+/// `lastUpdateTime` moves only when its status changes. Returns whether anything changed.
+pub fn apply(status: &mut MachineStatus, outcome: &Result<PowerState, String>, now: Time) -> bool {
+    let before = status.clone();
+    let (power, contactable, message) = match outcome {
+        Ok(state) => (rufio_power(*state), "True", None),
+        Err(message) => (power_state::UNKNOWN, "False", Some(message.clone())),
+    };
+    status.power_state = Some(power.to_owned());
+    match status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == CONTACTABLE)
+    {
+        Some(c) => {
+            if c.status != contactable {
+                c.status = contactable.to_owned();
+                c.last_update_time = Some(now);
+            }
+            c.message = message;
+        }
+        None => status.conditions.push(MachineCondition {
+            type_: CONTACTABLE.to_owned(),
+            status: contactable.to_owned(),
+            last_update_time: Some(now),
+            message,
+        }),
+    }
+    *status != before
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn t(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).unwrap())
+    }
+
+    #[test]
+    fn contactable_with_the_power_state() {
+        let mut s = MachineStatus::default();
+        assert!(apply(&mut s, &Ok(PowerState::On), t(1)));
+        assert_eq!(s.power_state.as_deref(), Some("on"));
+        assert_eq!(s.conditions.len(), 1);
+        assert_eq!(s.conditions[0].type_, "Contactable");
+        assert_eq!(s.conditions[0].status, "True");
+        assert_eq!(s.conditions[0].message, None);
+        assert_eq!(s.conditions[0].last_update_time, Some(t(1)));
+        // Same reading: nothing to write.
+        assert!(!apply(&mut s, &Ok(PowerState::On), t(2)));
+        assert_eq!(s.conditions[0].last_update_time, Some(t(1)));
+        // New power state, still contactable: the time stays.
+        assert!(apply(&mut s, &Ok(PowerState::PoweringOff), t(3)));
+        assert_eq!(s.power_state.as_deref(), Some("off"));
+        assert_eq!(s.conditions[0].last_update_time, Some(t(1)));
+    }
+
+    #[test]
+    fn unreachable_is_unknown_with_the_reason() {
+        let mut s = MachineStatus::default();
+        apply(&mut s, &Ok(PowerState::Off), t(1));
+        assert!(apply(&mut s, &Err("cannot reach".into()), t(5)));
+        assert_eq!(s.power_state.as_deref(), Some("unknown"));
+        assert_eq!(s.conditions[0].status, "False");
+        assert_eq!(s.conditions[0].message.as_deref(), Some("cannot reach"));
+        assert_eq!(s.conditions[0].last_update_time, Some(t(5)));
+        // A new reason is written, the time stays.
+        assert!(apply(&mut s, &Err("other".into()), t(6)));
+        assert_eq!(s.conditions[0].last_update_time, Some(t(5)));
+        assert!(apply(&mut s, &Ok(PowerState::On), t(7)));
+        assert_eq!(s.conditions[0].message, None);
+        assert_eq!(s.conditions[0].last_update_time, Some(t(7)));
+    }
+
+    #[test]
+    fn keeps_other_conditions_of_go_rufio() {
+        let mut s: MachineStatus = serde_json::from_value(json!({
+            "powerState": "on",
+            "conditions": [{"type": "Contactable", "status": "True", "lastUpdateTime": "2024-01-01T00:00:00Z"}]
+        }))
+        .unwrap();
+        assert!(!apply(&mut s, &Ok(PowerState::On), t(9)));
+    }
+
+    #[test]
+    fn jitter_stays_within_ten_percent() {
+        for _ in 0..100 {
+            let d = jittered(Duration::from_secs(100));
+            assert!(d >= Duration::from_secs(90) && d <= Duration::from_secs(110));
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Tinkerbell Rufio (`bmc.tinkerbell.org/v1alpha1`): the Machine, Job and Task controllers.
+//!
+//! - [`machine`] keeps `status.powerState` and the `Contactable` condition, polling each BMC on
+//!   an interval (with per-object jitter) through one cached session per BMC, and right after
+//!   every Job of the Machine finishes.
+//! - [`job`] runs a Job's actions in order as Tasks `<job>-task-<n>` owned by the Job.
+//! - [`task`] runs one action on the BMC and completes only once the BMC reports the result.
+//!
+//! Status shapes, condition types and names are upstream Rufio's, so objects the Go Rufio
+//! wrote are read, continued and deletable. Every BMC call goes through the session manager
+//! (bounded fleet-wide and per BMC); each object is reconciled on its own, so a slow or dead
+//! BMC holds only its own object.
+
+pub mod bmcs;
+pub mod job;
+pub mod machine;
+pub mod task;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ingot_bmc::ipmi::IpmiOptions;
+use ingot_bmc::manager::{ManagerOptions, SessionManager};
+use ingot_bmc::redfish::RedfishOptions;
+use kube::Client;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tracing::warn;
+
+use crate::Metrics;
+pub use bmcs::Bmcs;
+
+/// Settings of the Rufio controllers.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Only this namespace (Rufio's `--kube-namespace`); `None`: every namespace.
+    pub namespace: Option<String>,
+    /// How often each Machine's power state is read (Rufio: 3 min), ±10 % per object.
+    pub machine_interval: Duration,
+    /// How long a Task may take before it fails (Rufio: 10 min).
+    pub task_timeout: Duration,
+    /// How often a running Task reads the BMC to see whether the action took effect.
+    pub task_poll: Duration,
+    /// Machines reconciled at once (each waits on its own BMC only).
+    pub machine_concurrency: u16,
+    /// Jobs and Tasks reconciled at once.
+    pub task_concurrency: u16,
+    /// BMC requests in flight across the fleet.
+    pub fleet_limit: usize,
+    /// Per-request timeout of a Redfish call.
+    pub redfish_timeout: Duration,
+    /// Per-exchange timeout of an IPMI request (retransmitted `ipmi_retries` times).
+    pub ipmi_timeout: Duration,
+    pub ipmi_retries: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespace: None,
+            machine_interval: Duration::from_secs(180),
+            task_timeout: Duration::from_secs(600),
+            task_poll: Duration::from_secs(3),
+            machine_concurrency: 256,
+            task_concurrency: 256,
+            fleet_limit: 256,
+            redfish_timeout: Duration::from_secs(10),
+            ipmi_timeout: Duration::from_secs(1),
+            ipmi_retries: 3,
+        }
+    }
+}
+
+/// What the Rufio controllers share.
+pub struct RufioContext {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub reporter: Reporter,
+    pub settings: Settings,
+    pub bmcs: Bmcs,
+    /// Machines (`namespace/name`) to read again at their next reconcile: a Job of theirs ended.
+    refresh: Mutex<HashSet<String>>,
+    /// When each Machine was last read from its BMC, and at which generation.
+    polled: Mutex<HashMap<String, (std::time::Instant, Option<i64>)>>,
+    /// Consecutive transient failures per Task, for the backoff.
+    attempts: Mutex<HashMap<String, u32>>,
+}
+
+impl RufioContext {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        instance: String,
+        settings: Settings,
+    ) -> Self {
+        let manager_options = ManagerOptions {
+            per_bmc_limit: 1,
+            fleet_limit: settings.fleet_limit,
+            redfish: RedfishOptions {
+                timeout: settings.redfish_timeout,
+                ..RedfishOptions::default()
+            },
+        };
+        let ipmi = IpmiOptions {
+            timeout: settings.ipmi_timeout,
+            retries: settings.ipmi_retries,
+            ..IpmiOptions::default()
+        };
+        let bmcs = Bmcs::new(
+            |connectors| SessionManager::with_connectors(manager_options, connectors),
+            ipmi,
+        );
+        RufioContext {
+            client,
+            metrics,
+            reporter: Reporter {
+                controller: "ingot-rufio".into(),
+                instance: Some(instance),
+            },
+            settings,
+            bmcs,
+            refresh: Mutex::default(),
+            polled: Mutex::default(),
+            attempts: Mutex::default(),
+        }
+    }
+
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        match m.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Asks for the Machine's power state to be read at its next reconcile.
+    pub(crate) fn request_refresh(&self, key: String) {
+        Self::lock(&self.refresh).insert(key);
+    }
+
+    fn take_refresh(&self, key: &str) -> bool {
+        Self::lock(&self.refresh).remove(key)
+    }
+
+    fn last_poll(&self, key: &str) -> Option<(std::time::Instant, Option<i64>)> {
+        Self::lock(&self.polled).get(key).copied()
+    }
+
+    fn record_poll(&self, key: String, generation: Option<i64>) {
+        Self::lock(&self.polled).insert(key, (std::time::Instant::now(), generation));
+    }
+
+    fn forget_poll(&self, key: &str) {
+        Self::lock(&self.polled).remove(key);
+    }
+
+    /// One more transient failure of `key`; returns the delay before the next try
+    /// (1 s doubling to 30 s).
+    fn backoff(&self, key: &str) -> Duration {
+        let mut attempts = Self::lock(&self.attempts);
+        let n = attempts.entry(key.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs(1u64 << (*n - 1).min(5)).min(Duration::from_secs(30))
+    }
+
+    fn reset_backoff(&self, key: &str) {
+        Self::lock(&self.attempts).remove(key);
+    }
+
+    /// The API of `K` in the watched namespace (or all namespaces).
+    pub(crate) fn watched<K>(&self) -> kube::Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        match &self.settings.namespace {
+            Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
+            None => kube::Api::all(self.client.clone()),
+        }
+    }
+
+    /// Closes every BMC session (logout).
+    pub async fn shutdown(&self) -> usize {
+        self.bmcs.manager.shutdown().await
+    }
+}
+
+/// Runs the Machine, Job and Task controllers until `shutdown` completes, then logs out of
+/// every BMC.
+pub async fn run(
+    ctx: Arc<RufioContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
+) {
+    tokio::join!(
+        machine::run(ctx.clone(), shutdown.clone()),
+        job::run(ctx.clone(), shutdown.clone()),
+        task::run(ctx.clone(), shutdown),
+    );
+    let closed = ctx.shutdown().await;
+    tracing::info!(sessions = closed, "closed the BMC sessions");
+}
+
+/// `namespace/name` of an object.
+pub(crate) fn key_of<K: Resource>(object: &K) -> String {
+    format!(
+        "{}/{}",
+        object.meta().namespace.as_deref().unwrap_or_default(),
+        object.meta().name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Records an Event on an object, logging (not failing) when that is impossible.
+pub(crate) async fn publish<K>(
+    ctx: &RufioContext,
+    object: &K,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) where
+    K: Resource<DynamicType = ()>,
+{
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: action.to_owned(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &object.object_ref(&())).await {
+        warn!(%error, reason, "could not record an event");
+    }
+}
+
+/// Errors of the Rufio reconcilers (retried with backoff by the controller).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Connection(#[from] bmcs::ConnectionError),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Connection(_) => "connection",
+            Error::Other(_) => "other",
+        }
+    }
+}

@@ -1,0 +1,626 @@
+//! The Task controller: one BMC action, completed only once the BMC reports its effect.
+//!
+//! Phases: set `startTime`; mark the action as being sent (annotation), send it, mark it sent;
+//! then read the BMC every `task_poll` until the state is reached (`Completed`) or
+//! `task_timeout` passes (`Failed`, Rufio's `bmc task timeout: <ns>`). Transient errors
+//! (unreachable, busy) are retried with backoff. A destructive action (`cycle`, `reset`) whose
+//! sending was interrupted or timed out is never sent again: the Task fails and says so.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use ingot_api::rufio::{Action as RufioAction, JobStatus, Task};
+use ingot_bmc::manager::ManagedBmc;
+use ingot_bmc::{Bmc, BmcError, BootDevice, BootMode, BootRequest, PowerAction, PowerState};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Config};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info};
+
+use super::bmcs::{self, ConnectionError, error_chain};
+use super::job::{COMPLETED, FAILED, has_true, set};
+use super::{Error, RufioContext, key_of};
+
+const CONTROLLER: &str = "rufio-task";
+/// Where ingot notes how far it got sending a Task's action: `sending`, then `sent`.
+pub const SENT_ANNOTATION: &str = "rufio.ingot.dev/action";
+
+/// A Task's action, checked.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Op {
+    Status,
+    Power(PowerAction),
+    Boot(BootRequest),
+}
+
+impl Op {
+    /// Actions that must not run twice (a second reboot) when it is unknown whether the
+    /// first one reached the BMC.
+    pub fn destructive(self) -> bool {
+        matches!(self, Op::Power(PowerAction::Cycle | PowerAction::Reset))
+    }
+}
+
+/// Parses a Task's action. Errors name the field and what is accepted.
+pub fn parse(action: &RufioAction) -> Result<Op, String> {
+    let set = [
+        action.power_action.is_some(),
+        action.one_time_boot_device_action.is_some(),
+        action.virtual_media_action.is_some(),
+        action.boot_device.is_some(),
+    ]
+    .iter()
+    .filter(|x| **x)
+    .count();
+    if set != 1 {
+        return Err(format!(
+            "task must have exactly one of powerAction, oneTimeBootDeviceAction, virtualMediaAction, bootDevice (has {set})"
+        ));
+    }
+    if let Some(p) = &action.power_action {
+        return match p.as_str() {
+            "status" => Ok(Op::Status),
+            other => other.parse().map(Op::Power).map_err(|_| {
+                format!("powerAction {other:?} is not one of on, off, soft, status, cycle, reset")
+            }),
+        };
+    }
+    if let Some(b) = &action.one_time_boot_device_action {
+        let device = b.device.first().ok_or_else(|| {
+            "oneTimeBootDeviceAction.device is empty: name one of pxe, disk, bios, cdrom".to_owned()
+        })?;
+        return Ok(Op::Boot(BootRequest {
+            device: device_of(device, "oneTimeBootDeviceAction.device")?,
+            persistent: false,
+            mode: mode_of(b.efi_boot),
+        }));
+    }
+    if let Some(b) = &action.boot_device {
+        return Ok(Op::Boot(BootRequest {
+            device: device_of(&b.device, "bootDevice.device")?,
+            persistent: b.persistent.unwrap_or(false),
+            mode: mode_of(b.efi_boot),
+        }));
+    }
+    Err("virtualMediaAction is not supported by ingot: attach media through the BMC's own interface".to_owned())
+}
+
+/// `efiBoot: true` asks for UEFI; otherwise the BMC's current mode is kept (Rufio's Legacy
+/// default flips UEFI machines to BIOS boot).
+fn mode_of(efi: Option<bool>) -> Option<BootMode> {
+    efi.unwrap_or(false).then_some(BootMode::Uefi)
+}
+
+fn device_of(device: &str, field: &str) -> Result<BootDevice, String> {
+    match device {
+        "pxe" => Ok(BootDevice::Pxe),
+        "disk" => Ok(BootDevice::Disk),
+        "bios" => Ok(BootDevice::Bios),
+        "cdrom" => Ok(BootDevice::Cdrom),
+        other => Err(format!(
+            "{field} {other:?} is not supported: use one of pxe, disk, bios, cdrom"
+        )),
+    }
+}
+
+/// Whether the BMC shows the action's effect.
+pub fn power_reached(action: PowerAction, state: PowerState) -> bool {
+    match action {
+        PowerAction::On | PowerAction::Cycle | PowerAction::Reset => state == PowerState::On,
+        PowerAction::Off | PowerAction::Soft => state == PowerState::Off,
+    }
+}
+
+/// How far sending got, from the annotation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Sent {
+    No,
+    Sending,
+    Yes,
+}
+
+/// What to do with a Task now.
+#[derive(Debug, PartialEq)]
+pub enum Phase {
+    /// Finished (or deleted): nothing.
+    Done,
+    /// Record `startTime`.
+    Start,
+    /// Rufio's timeout, with the time since `startTime`.
+    TimedOut(Duration),
+    Send,
+    /// Sending a destructive action was interrupted: never replay it.
+    Interrupted,
+    Verify,
+}
+
+pub fn phase(task: &Task, op: Op, now: Timestamp, timeout: Duration) -> Phase {
+    let status = task.status.clone().unwrap_or_default();
+    if task.metadata.deletion_timestamp.is_some()
+        || has_true(&status.conditions, COMPLETED)
+        || has_true(&status.conditions, FAILED)
+    {
+        return Phase::Done;
+    }
+    let Some(start) = status.start_time else {
+        return Phase::Start;
+    };
+    let elapsed = Duration::try_from(now.duration_since(start.0)).unwrap_or_default();
+    if elapsed >= timeout {
+        return Phase::TimedOut(elapsed);
+    }
+    match sent(task) {
+        Sent::No => Phase::Send,
+        Sent::Sending if op.destructive() => Phase::Interrupted,
+        Sent::Sending => Phase::Send,
+        Sent::Yes => Phase::Verify,
+    }
+}
+
+pub fn sent(task: &Task) -> Sent {
+    match task.annotations().get(SENT_ANNOTATION).map(String::as_str) {
+        Some("sending") => Sent::Sending,
+        Some("sent") => Sent::Yes,
+        _ => Sent::No,
+    }
+}
+
+pub async fn run(
+    ctx: Arc<RufioContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let tasks: Api<Task> = ctx.watched();
+    Controller::new(tasks, watcher::Config::default())
+        .with_config(Config::default().concurrency(ctx.settings.task_concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                debug!(%error, "task reconciliation failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(task: Arc<Task>, error: &Error, ctx: Arc<RufioContext>) -> Action {
+    ctx.metrics.failed(CONTROLLER, error.kind());
+    Action::requeue(ctx.backoff(&key_of(task.as_ref())))
+}
+
+/// One reconciliation of a Task (what the controller runs for each change).
+pub async fn reconcile(task: Arc<Task>, ctx: Arc<RufioContext>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&task, &ctx).await;
+    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
+    result
+}
+
+/// How a Task ends, or that it goes on.
+enum Next {
+    Complete,
+    Fail(String),
+    /// Look again after this long.
+    Again(Duration),
+}
+
+async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Error> {
+    let key = key_of(task);
+    let api: Api<Task> = Api::namespaced(
+        ctx.client.clone(),
+        task.namespace().as_deref().unwrap_or_default(),
+    );
+    let name = task.name_any();
+    let op = match parse(&task.spec.task) {
+        Ok(op) => op,
+        Err(message) => {
+            if phase(
+                task,
+                Op::Status,
+                Timestamp::now(),
+                ctx.settings.task_timeout,
+            ) != Phase::Done
+            {
+                finish(&api, task, Next::Fail(message)).await?;
+            }
+            return Ok(Action::await_change());
+        }
+    };
+    // Writes on the way to sending carry the resourceVersion they were decided on: a copy
+    // from the watch cache that is behind (an earlier reconcile already started or sent)
+    // gets a conflict, and the Task is read again from the API server. An action is never
+    // sent twice because of a stale copy.
+    let mut current_task = task.clone();
+    let mut current = phase(
+        &current_task,
+        op,
+        Timestamp::now(),
+        ctx.settings.task_timeout,
+    );
+    let mut read_fresh = false;
+    for _ in 0..3 {
+        match current {
+            Phase::Start => {
+                let status = JobStatus {
+                    start_time: Some(Time(Timestamp::now())),
+                    ..current_task.status.clone().unwrap_or_default()
+                };
+                let rv = current_task.resource_version();
+                match guarded(api.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "metadata": {"resourceVersion": rv}, "status": status })),
+                ))
+                .await?
+                {
+                    // The answer is the Task as stored: go on with it at once.
+                    Some(t) => current_task = t,
+                    None => {
+                        current_task = api.get(&name).await?;
+                        read_fresh = true;
+                    }
+                }
+            }
+            Phase::Interrupted if !read_fresh => {
+                current_task = api.get(&name).await?;
+                read_fresh = true;
+            }
+            _ => break,
+        }
+        current = phase(
+            &current_task,
+            op,
+            Timestamp::now(),
+            ctx.settings.task_timeout,
+        );
+    }
+    let task = &current_task;
+    let next = match current {
+        Phase::Done => {
+            ctx.reset_backoff(&key);
+            return Ok(Action::await_change());
+        }
+        // Conflicts three times in a row: look again shortly.
+        Phase::Start => Next::Again(ctx.settings.task_poll),
+        Phase::TimedOut(elapsed) => Next::Fail(format!("bmc task timeout: {}", elapsed.as_nanos())),
+        Phase::Interrupted => Next::Fail(format!(
+            "sending {} was interrupted and it is unknown whether the BMC received it; it is not sent again: check the machine, then create a new Job",
+            describe(op)
+        )),
+        Phase::Send => {
+            let bmc = match connect(task, ctx).await {
+                Ok(bmc) => bmc,
+                Err(next) => return settle(&api, task, ctx, next).await,
+            };
+            if op == Op::Status {
+                // Nothing to send: `status` reads the power state (Rufio fails it always).
+                match bmc.power_state().await {
+                    Ok(_) => Next::Complete,
+                    Err(e) => transient_or_fail(ctx, &key, "get power state", &e),
+                }
+            } else {
+                // Only a reboot needs the mark: sending anything else twice is harmless.
+                if op.destructive() && !mark_sending(&api, &name, task.resource_version()).await? {
+                    return Ok(Action::requeue(Duration::from_millis(200)));
+                }
+                let result = send(&bmc, op).await;
+                match result {
+                    Ok(()) => {
+                        mark(&api, &name, "sent").await?;
+                        info!(task = %key, action = describe(op), "BMC accepted the action");
+                        Next::Again(ctx.settings.task_poll)
+                    }
+                    // No answer: the BMC may have acted. A reboot is never sent twice.
+                    Err(e) if op.destructive() && matches!(e, BmcError::Timeout(_)) => {
+                        Next::Fail(format!(
+                            "{}: {}; it is not sent again, as it may have reached the BMC",
+                            describe(op),
+                            error_chain(&e)
+                        ))
+                    }
+                    Err(e) if surely_not_sent(&e) || (!op.destructive() && e.is_transient()) => {
+                        mark(&api, &name, "").await?;
+                        transient_or_fail(ctx, &key, describe(op), &e)
+                    }
+                    Err(e) => Next::Fail(format!("{}: {}", describe(op), error_chain(&e))),
+                }
+            }
+        }
+        Phase::Verify => {
+            let bmc = match connect(task, ctx).await {
+                Ok(bmc) => bmc,
+                Err(next) => return settle(&api, task, ctx, next).await,
+            };
+            verify(&bmc, op, ctx, &key).await
+        }
+    };
+    settle(&api, task, ctx, next).await
+}
+
+async fn settle(
+    api: &Api<Task>,
+    task: &Task,
+    ctx: &RufioContext,
+    next: Next,
+) -> Result<Action, Error> {
+    match next {
+        Next::Again(delay) => Ok(Action::requeue(delay.max(Duration::from_millis(50)))),
+        done => {
+            ctx.reset_backoff(&key_of(task));
+            finish(api, task, done).await?;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+fn describe(op: Op) -> &'static str {
+    match op {
+        Op::Status => "power status",
+        Op::Power(PowerAction::On) => "power on",
+        Op::Power(PowerAction::Off) => "power off",
+        Op::Power(PowerAction::Soft) => "soft power off",
+        Op::Power(PowerAction::Cycle) => "power cycle",
+        Op::Power(PowerAction::Reset) => "power reset",
+        Op::Boot(_) => "set boot device",
+    }
+}
+
+/// Errors that show the request never reached the BMC (connection refused, busy).
+fn surely_not_sent(e: &BmcError) -> bool {
+    matches!(
+        e,
+        BmcError::Unreachable(_) | BmcError::SessionLimit | BmcError::Unavailable { .. }
+    )
+}
+
+fn transient_or_fail(ctx: &RufioContext, key: &str, what: &str, e: &BmcError) -> Next {
+    if e.is_transient() {
+        let delay = ctx.backoff(key);
+        debug!(task = key, error = %e, ?delay, "transient BMC error; retrying");
+        Next::Again(delay)
+    } else {
+        Next::Fail(format!("{what}: {}", error_chain(e)))
+    }
+}
+
+/// A handle on the Task's BMC. Configuration errors fail the Task; unreachable BMCs and
+/// unreadable Secrets are retried with backoff until the timeout.
+async fn connect(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, Next> {
+    let key = key_of(task);
+    let namespace = task.namespace().unwrap_or_default();
+    let connection = &task.spec.connection;
+    let creds = match bmcs::credentials(&ctx.client, connection, &namespace).await {
+        Ok(c) => c,
+        Err(e @ (ConnectionError::SecretRead { .. } | ConnectionError::SecretKey { .. })) => {
+            debug!(task = %key, error = %e, "secret not readable yet; retrying");
+            return Err(Next::Again(ctx.backoff(&key)));
+        }
+        Err(e) => return Err(Next::Fail(format!("Failed to connect to BMC: {e}"))),
+    };
+    let target = bmcs::target(connection, &creds)
+        .map_err(|e| Next::Fail(format!("Failed to connect to BMC: {e}")))?;
+    match ctx.bmcs.reach(&target).await {
+        Ok(reached) => Ok(reached.bmc),
+        Err(e) => {
+            debug!(task = %key, error = %e, "BMC not reachable; retrying");
+            Err(Next::Again(ctx.backoff(&key)))
+        }
+    }
+}
+
+async fn send(bmc: &ManagedBmc, op: Op) -> Result<(), BmcError> {
+    match op {
+        Op::Status => Ok(()),
+        Op::Power(action) => bmc.power(action).await.map(|_| ()),
+        Op::Boot(request) => bmc.set_boot_override(request).await.map(|_| ()),
+    }
+}
+
+/// Reads the BMC: Complete once the action's effect shows.
+async fn verify(bmc: &ManagedBmc, op: Op, ctx: &RufioContext, key: &str) -> Next {
+    let poll = ctx.settings.task_poll;
+    match op {
+        Op::Status => Next::Complete,
+        Op::Power(action) => match bmc.power_state().await {
+            Ok(state) if power_reached(action, state) => Next::Complete,
+            Ok(_) => Next::Again(poll),
+            Err(e) => transient_or_fail(ctx, key, "get power state", &e),
+        },
+        Op::Boot(request) => match bmc.boot_override().await {
+            // The device read back is the evidence: some BMCs (ipmi_sim, and ipmitool's
+            // "Boot Flag Invalid") never report the valid bit of a one-time override.
+            Ok(b) if b.device == request.device => Next::Complete,
+            Ok(b) => Next::Fail(format!(
+                "set boot device: the BMC reports {:?} after setting {:?}",
+                b.device, request.device
+            )),
+            Err(e) => transient_or_fail(ctx, key, "get boot device", &e),
+        },
+    }
+}
+
+/// `Ok(None)` when the write was refused as based on an old copy (HTTP 409).
+async fn guarded<T>(
+    write: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<Option<T>, Error> {
+    match write.await {
+        Ok(t) => Ok(Some(t)),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Marks a reboot as being sent, if the Task is still as this reconcile saw it.
+async fn mark_sending(api: &Api<Task>, name: &str, rv: Option<String>) -> Result<bool, Error> {
+    let body = json!({ "metadata": { "resourceVersion": rv, "annotations": { SENT_ANNOTATION: "sending" } } });
+    Ok(
+        guarded(api.patch_metadata(name, &PatchParams::default(), &Patch::Merge(body)))
+            .await?
+            .is_some(),
+    )
+}
+
+async fn mark(api: &Api<Task>, name: &str, value: &str) -> Result<(), Error> {
+    let value = (!value.is_empty()).then_some(value);
+    api.patch_metadata(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "metadata": { "annotations": { SENT_ANNOTATION: value } } })),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn finish(api: &Api<Task>, task: &Task, next: Next) -> Result<(), Error> {
+    let mut status = task.status.clone().unwrap_or_default();
+    match next {
+        Next::Complete => {
+            set(&mut status.conditions, COMPLETED, None);
+            status.completion_time = Some(Time(Timestamp::now()));
+        }
+        Next::Fail(message) => set(&mut status.conditions, FAILED, Some(message)),
+        Next::Again(_) => return Ok(()),
+    }
+    api.patch_status(
+        &task.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn task(status: serde_json::Value, annotation: Option<&str>) -> Task {
+        let mut t: Task = serde_json::from_value(json!({
+            "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Task",
+            "metadata": {"name": "j-task-0", "namespace": "ns"},
+            "spec": {"task": {"powerAction": "cycle"}, "connection": {"host": "h", "insecureTLS": true}},
+            "status": status
+        }))
+        .unwrap();
+        if let Some(a) = annotation {
+            t.annotations_mut()
+                .insert(SENT_ANNOTATION.to_owned(), a.to_owned());
+        }
+        t
+    }
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).unwrap()
+    }
+
+    const T: Duration = Duration::from_secs(600);
+
+    #[test]
+    fn phases_in_order() {
+        let cycle = Op::Power(PowerAction::Cycle);
+        let on = Op::Power(PowerAction::On);
+        assert_eq!(phase(&task(json!({}), None), cycle, at(0), T), Phase::Start);
+        let started = json!({"startTime": "1970-01-01T00:00:10Z"});
+        assert_eq!(
+            phase(&task(started.clone(), None), cycle, at(20), T),
+            Phase::Send
+        );
+        assert_eq!(
+            phase(&task(started.clone(), Some("sent")), cycle, at(20), T),
+            Phase::Verify
+        );
+        // Interrupted while sending: a reboot is never replayed, a power-on is.
+        assert_eq!(
+            phase(&task(started.clone(), Some("sending")), cycle, at(20), T),
+            Phase::Interrupted
+        );
+        assert_eq!(
+            phase(&task(started.clone(), Some("sending")), on, at(20), T),
+            Phase::Send
+        );
+        assert_eq!(
+            phase(&task(started, Some("sent")), cycle, at(610), T),
+            Phase::TimedOut(Duration::from_secs(600))
+        );
+    }
+
+    #[test]
+    fn finished_tasks_are_left_alone() {
+        for c in ["Completed", "Failed"] {
+            let t = task(
+                json!({"startTime": "1970-01-01T00:00:10Z", "conditions": [{"type": c, "status": "True"}]}),
+                None,
+            );
+            assert_eq!(phase(&t, Op::Status, at(10_000), T), Phase::Done);
+        }
+    }
+
+    #[test]
+    fn actions_parse_as_rufio_names_them() {
+        let a = |v: serde_json::Value| parse(&serde_json::from_value(v).unwrap());
+        assert_eq!(
+            a(json!({"powerAction": "soft"})),
+            Ok(Op::Power(PowerAction::Soft))
+        );
+        assert_eq!(a(json!({"powerAction": "status"})), Ok(Op::Status));
+        assert_eq!(
+            a(json!({"oneTimeBootDeviceAction": {"device": ["pxe"], "efiBoot": false}})),
+            Ok(Op::Boot(BootRequest {
+                device: BootDevice::Pxe,
+                persistent: false,
+                mode: None
+            }))
+        );
+        assert_eq!(
+            a(json!({"oneTimeBootDeviceAction": {"device": ["disk"], "efiBoot": true}})),
+            Ok(Op::Boot(BootRequest {
+                device: BootDevice::Disk,
+                persistent: false,
+                mode: Some(BootMode::Uefi)
+            }))
+        );
+        assert_eq!(
+            a(json!({"bootDevice": {"device": "bios", "persistent": true}})),
+            Ok(Op::Boot(BootRequest {
+                device: BootDevice::Bios,
+                persistent: true,
+                mode: None
+            }))
+        );
+        for (bad, field) in [
+            (
+                json!({"oneTimeBootDeviceAction": {"device": []}}),
+                "device is empty",
+            ),
+            (
+                json!({"oneTimeBootDeviceAction": {"device": ["safe"]}}),
+                "\"safe\"",
+            ),
+            (
+                json!({"virtualMediaAction": {"kind": "CD"}}),
+                "virtualMedia",
+            ),
+            (json!({}), "exactly one"),
+            (json!({"powerAction": "hibernate"}), "powerAction"),
+        ] {
+            let e = a(bad).unwrap_err();
+            assert!(e.contains(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn completion_is_the_state_read_back() {
+        assert!(power_reached(PowerAction::On, PowerState::On));
+        assert!(!power_reached(PowerAction::On, PowerState::PoweringOn));
+        assert!(power_reached(PowerAction::Soft, PowerState::Off));
+        assert!(!power_reached(PowerAction::Off, PowerState::PoweringOff));
+        assert!(power_reached(PowerAction::Cycle, PowerState::On));
+        assert!(Op::Power(PowerAction::Reset).destructive());
+        assert!(!Op::Power(PowerAction::Off).destructive());
+    }
+}

@@ -1,0 +1,175 @@
+//! The Task reconciler against a real API server and an emulated Redfish BMC, called directly
+//! with the copies a watch cache could hand it: a copy that is behind never sends a reboot
+//! again, and a send interrupted half-way is never replayed.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ingot_api::rufio::Task;
+use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions};
+use ingot_controllers::Metrics;
+use ingot_controllers::rufio::task::{SENT_ANNOTATION, reconcile};
+use ingot_controllers::rufio::{RufioContext, Settings};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+struct Setup {
+    tasks: Api<Task>,
+    ctx: Arc<RufioContext>,
+    fleet: Fleet,
+}
+
+async fn setup(action: &str) -> Setup {
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-task").await.unwrap();
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        1,
+        BmcSpec {
+            username: "admin".into(),
+            password: "pw".into(),
+            power_delay: Duration::from_millis(50),
+            ..BmcSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "auth"},
+        "stringData": {"username": "admin", "password": "pw"}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let tasks: Api<Task> = Api::namespaced(client.clone(), &ns);
+    let task: Task = serde_json::from_value(json!({
+        "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Task",
+        "metadata": {"name": "j-task-0"},
+        "spec": {"task": {"powerAction": action}, "connection": {
+            "host": "127.0.0.1", "insecureTLS": true,
+            "authSecretRef": {"name": "auth", "namespace": ns},
+            "providerOptions": {"redfish": {"port": fleet.bmcs[0].addr.port()}}
+        }}
+    }))
+    .unwrap();
+    tasks.create(&PostParams::default(), &task).await.unwrap();
+    let ctx = Arc::new(RufioContext::new(
+        client.clone(),
+        Arc::new(Metrics::default()),
+        "test".into(),
+        Settings {
+            task_poll: Duration::from_millis(100),
+            ..Settings::default()
+        },
+    ));
+    Setup { tasks, ctx, fleet }
+}
+
+async fn run(s: &Setup, task: &Task) {
+    reconcile(Arc::new(task.clone()), s.ctx.clone())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_copy_never_sends_a_reboot_again() {
+    let s = setup("reset").await;
+    // The copy a lagging cache holds: started, nothing sent yet.
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    s.tasks
+        .patch_status(
+            "j-task-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"startTime": now}})),
+        )
+        .await
+        .unwrap();
+    let stale = s.tasks.get("j-task-0").await.unwrap();
+    // The up-to-date reconcile sends the reset once and marks it sent.
+    run(&s, &stale).await;
+    assert_eq!(s.fleet.bmcs[0].state.snapshot().resets, 1);
+    let fresh = s.tasks.get("j-task-0").await.unwrap();
+    assert_eq!(
+        fresh.annotations().get(SENT_ANNOTATION).map(String::as_str),
+        Some("sent")
+    );
+    // A reconcile handed the old copy again: refused by the API server, nothing sent.
+    run(&s, &stale).await;
+    run(&s, &stale).await;
+    assert_eq!(s.fleet.bmcs[0].state.snapshot().resets, 1);
+    let after = s.tasks.get("j-task-0").await.unwrap();
+    assert_eq!(
+        after.annotations().get(SENT_ANNOTATION).map(String::as_str),
+        Some("sent")
+    );
+    // The fresh copy goes on to verify and complete.
+    for _ in 0..50 {
+        let t = s.tasks.get("j-task-0").await.unwrap();
+        let status = serde_json::to_value(&t.status).unwrap();
+        if status["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Completed" && c["status"] == "True")
+        }) {
+            assert_eq!(s.fleet.bmcs[0].state.snapshot().resets, 1);
+            return;
+        }
+        run(&s, &t).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the Task did not complete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_reboot_is_not_replayed_and_fails_with_the_reason() {
+    let s = setup("cycle").await;
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    s.tasks
+        .patch_status(
+            "j-task-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"startTime": now}})),
+        )
+        .await
+        .unwrap();
+    // A reconciler killed between marking and sending (or before recording the answer).
+    s.tasks
+        .patch_metadata(
+            "j-task-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {SENT_ANNOTATION: "sending"}}})),
+        )
+        .await
+        .unwrap();
+    let t = s.tasks.get("j-task-0").await.unwrap();
+    run(&s, &t).await;
+    let t = s.tasks.get("j-task-0").await.unwrap();
+    let status = serde_json::to_value(&t.status).unwrap();
+    let failed = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap()
+        .clone();
+    assert_eq!(failed["status"], "True");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("power cycle was interrupted"),
+        "{failed}"
+    );
+    let snap = s.fleet.bmcs[0].state.snapshot();
+    assert_eq!(snap.resets, 0, "{snap:?}");
+    assert_eq!(snap.power_state, "On");
+}

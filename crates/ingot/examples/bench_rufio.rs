@@ -1,0 +1,439 @@
+//! Side by side on the same BMC fleet emulator: upstream Tinkerbell Rufio (its manager built
+//! from its Go module by tools/rufio) and ingot's Rufio controllers, each given N Machines on a
+//! real control plane. Prints, per run: the time until every Machine's power state is known,
+//! the BMC sessions opened, and the requests per Machine; then the spec-change → BMC-call
+//! latency of N Jobs created at once (ingot).
+//!
+//! Run by hand (not a test):
+//!   source scripts/lib.sh; build_control_plane; build_rufio
+//!   cargo run -p ingot --example bench_rufio -- [N=1000] [latency_ms=50] [runs=all|ingot|latency]
+//!
+//! Each emulated BMC answers Redfish (HTTPS) and IPMI lanplus, every Redfish request after
+//! `latency_ms`. ingot runs in this process (the same controllers `ingot run` starts).
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use ingot_api::rufio::{Job, Machine};
+use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions};
+use ingot_controllers::Metrics;
+use ingot_controllers::rufio::{RufioContext, Settings, run};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::watch;
+
+const USER: &str = "admin";
+const PASSWORD: &str = "bench-password";
+
+struct Fleets {
+    redfish: Fleet,
+    ipmi: ingot_ipmi_sim::Fleet,
+}
+
+impl Fleets {
+    fn sessions_opened(&self) -> u64 {
+        let r: u64 = self
+            .redfish
+            .bmcs
+            .iter()
+            .map(|b| b.state.snapshot().sessions_created)
+            .sum();
+        let i: u64 = self
+            .ipmi
+            .bmcs()
+            .iter()
+            .map(|b| b.stats().sessions_opened)
+            .sum();
+        r + i
+    }
+    fn requests(&self) -> u64 {
+        self.redfish
+            .bmcs
+            .iter()
+            .map(|b| b.state.snapshot().requests)
+            .sum()
+    }
+    fn open_sessions(&self) -> usize {
+        self.redfish
+            .bmcs
+            .iter()
+            .map(|b| b.state.snapshot().sessions)
+            .sum()
+    }
+}
+
+async fn create_machines(client: &Client, ns: &str, fleets: &Fleets) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "bmc-auth", "namespace": ns},
+        "stringData": {"username": USER, "password": PASSWORD}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let api: Api<Machine> = Api::namespaced(client.clone(), ns);
+    futures::stream::iter(
+        fleets
+            .redfish
+            .bmcs
+            .iter()
+            .zip(fleets.ipmi.bmcs())
+            .enumerate(),
+    )
+    .map(|(i, (r, p))| {
+        let api = api.clone();
+        let m: Machine = serde_json::from_value(json!({
+            "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Machine",
+            "metadata": {"name": format!("m{i:05}"), "namespace": ns},
+            "spec": {"connection": {
+                "host": "127.0.0.1", "insecureTLS": true,
+                "authSecretRef": {"name": "bmc-auth", "namespace": ns},
+                "providerOptions": {
+                    "redfish": {"port": r.addr.port()},
+                    "ipmitool": {"port": p.addr().port()}
+                }
+            }}
+        }))
+        .unwrap();
+        async move { api.create(&PostParams::default(), &m).await.unwrap() }
+    })
+    .buffer_unordered(32)
+    .collect::<Vec<_>>()
+    .await;
+}
+
+/// Seconds until every Machine of the namespace has `powerState` on or off.
+async fn until_known(
+    client: &Client,
+    ns: &str,
+    n: usize,
+    start: Instant,
+    limit: Duration,
+) -> Option<f64> {
+    let api: Api<Machine> = Api::namespaced(client.clone(), ns);
+    loop {
+        let list = api.list(&ListParams::default()).await.unwrap();
+        let known = list
+            .items
+            .iter()
+            .filter(|m| {
+                m.status
+                    .as_ref()
+                    .and_then(|s| s.power_state.as_deref())
+                    .is_some_and(|p| p == "on" || p == "off")
+            })
+            .count();
+        if known >= n {
+            return Some(start.elapsed().as_secs_f64());
+        }
+        if start.elapsed() > limit {
+            eprintln!("  gave up: {known}/{n} known after {limit:?}");
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn ingot_settings(ns: &str, concurrency: Option<u16>) -> Settings {
+    let mut s = Settings {
+        namespace: Some(ns.to_owned()),
+        ..Settings::default()
+    };
+    if let Some(c) = concurrency {
+        s.machine_concurrency = c;
+        s.task_concurrency = c;
+        s.fleet_limit = c as usize;
+    }
+    s
+}
+
+struct Figures {
+    label: String,
+    seconds: Option<f64>,
+    sessions: u64,
+    requests_per_machine: f64,
+    /// Redfish sessions still open on the BMCs once the operator stopped.
+    left_open: usize,
+}
+
+async fn run_ingot(
+    client: &Client,
+    ns: &str,
+    n: usize,
+    fleets: &Fleets,
+    concurrency: Option<u16>,
+    label: &str,
+) -> Figures {
+    create_machines(client, ns, fleets).await;
+    let (s0, q0, open0) = (
+        fleets.sessions_opened(),
+        fleets.requests(),
+        fleets.open_sessions(),
+    );
+    let ctx = Arc::new(RufioContext::new(
+        client.clone(),
+        Arc::new(Metrics::default()),
+        "bench".into(),
+        ingot_settings(ns, concurrency),
+    ));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let shutdown = {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let start = Instant::now();
+    let handle = tokio::spawn(run(ctx, futures::FutureExt::shared(shutdown)));
+    let seconds = until_known(client, ns, n, start, Duration::from_secs(1800)).await;
+    let mut figures = Figures {
+        label: label.to_owned(),
+        seconds,
+        sessions: fleets.sessions_opened() - s0,
+        requests_per_machine: (fleets.requests() - q0) as f64 / n as f64,
+        left_open: 0,
+    };
+    let _ = stop_tx.send(true);
+    let _ = handle.await;
+    figures.left_open = fleets.open_sessions().saturating_sub(open0);
+    figures
+}
+
+async fn run_upstream(
+    client: &Client,
+    kubeconfig: &std::path::Path,
+    ns: &str,
+    n: usize,
+    fleets: &Fleets,
+) -> Figures {
+    let binary = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tools/rufio/build.sh"
+        ))
+        .arg("v0.6.5")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("tools/rufio/build.sh");
+    let binary = String::from_utf8_lossy(&binary.stdout).trim().to_owned();
+    create_machines(client, ns, fleets).await;
+    let (s0, q0, open0) = (
+        fleets.sessions_opened(),
+        fleets.requests(),
+        fleets.open_sessions(),
+    );
+    let start = Instant::now();
+    let port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let mut child = Command::new(binary)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--kube-namespace={ns}"))
+        .arg(format!("--metrics-bind-address=127.0.0.1:{}", port()))
+        .arg(format!("--health-probe-bind-address=127.0.0.1:{}", port()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start upstream rufio");
+    let seconds = until_known(client, ns, n, start, Duration::from_secs(3600)).await;
+    let mut figures = Figures {
+        label: "upstream rufio v0.6.5 (defaults: 1 Machine worker)".into(),
+        seconds,
+        sessions: fleets.sessions_opened() - s0,
+        requests_per_machine: (fleets.requests() - q0) as f64 / n as f64,
+        left_open: 0,
+    };
+    // SIGTERM, as a Deployment stops it.
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let _ = child.wait();
+    figures.left_open = fleets.open_sessions().saturating_sub(open0);
+    figures
+}
+
+/// N Jobs (`powerAction: off`) created at once; the latency from each create call to its BMC
+/// seeing the power-off request (the emulator's state leaves `On`).
+async fn job_latency(client: &Client, ns: &str, n: usize, fleets: &Fleets) -> (f64, f64, f64) {
+    let ctx = Arc::new(RufioContext::new(
+        client.clone(),
+        Arc::new(Metrics::default()),
+        "bench".into(),
+        ingot_settings(ns, None),
+    ));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let shutdown = {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let handle = tokio::spawn(run(ctx, futures::FutureExt::shared(shutdown)));
+    // Let the Machines be read once (one session open per BMC), as in a running operator.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while fleets.open_sessions() < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let bmcs: Vec<_> = fleets
+        .redfish
+        .bmcs
+        .iter()
+        .map(|b| b.state.clone())
+        .collect();
+    let sampler = tokio::spawn(async move {
+        let mut seen: HashMap<usize, Instant> = HashMap::new();
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while seen.len() < bmcs.len() && Instant::now() < deadline {
+            for (i, b) in bmcs.iter().enumerate() {
+                if !seen.contains_key(&i) && b.snapshot().power_state != "On" {
+                    seen.insert(i, Instant::now());
+                }
+            }
+            // A scan of the fleet costs CPU the operator needs: 20 ms is the resolution.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        seen
+    });
+    let api: Api<Job> = Api::namespaced(client.clone(), ns);
+    let created: HashMap<usize, Instant> = futures::stream::iter(0..n)
+        .map(|i| {
+            let api = api.clone();
+            let job: Job = serde_json::from_value(json!({
+                "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Job",
+                "metadata": {"name": format!("off-{i:05}"), "namespace": ns},
+                "spec": {"machineRef": {"name": format!("m{i:05}"), "namespace": ns},
+                         "tasks": [{"powerAction": "off"}]}
+            }))
+            .unwrap();
+            async move {
+                let at = Instant::now();
+                api.create(&PostParams::default(), &job).await.unwrap();
+                (i, at)
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let seen = sampler.await.unwrap();
+    let _ = stop_tx.send(true);
+    let _ = handle.await;
+    let mut lat: Vec<f64> = seen
+        .iter()
+        .filter_map(|(i, t)| {
+            created
+                .get(i)
+                .map(|c| t.duration_since(*c).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
+    (q(0.5), q(0.99), seen.len() as f64)
+}
+
+#[tokio::main]
+async fn main() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let latency_ms: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(50);
+    let which = args.get(3).cloned().unwrap_or_else(|| "all".into());
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let spec = BmcSpec {
+        username: USER.into(),
+        password: PASSWORD.into(),
+        latency: Duration::from_millis(latency_ms),
+        power_delay: Duration::from_millis(200),
+        max_sessions: 8,
+        ..BmcSpec::default()
+    };
+    let redfish = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        n,
+        spec,
+    )
+    .await
+    .unwrap();
+    let mut ipmi_cfg = ingot_ipmi_sim::FleetConfig::uniform(n, PASSWORD);
+    for b in &mut ipmi_cfg.bmcs {
+        b.power_on = true;
+    }
+    let ipmi = ingot_ipmi_sim::serve(ipmi_cfg).await.unwrap();
+    let fleets = Fleets { redfish, ipmi };
+    println!(
+        "{n} Machines, Redfish latency {latency_ms} ms per request (each BMC also answers IPMI)"
+    );
+    let mut results = Vec::new();
+    if which == "all" {
+        let ns = env.namespace("bench-upstream").await.unwrap();
+        results.push(run_upstream(&client, env.kubeconfig_path(), &ns, n, &fleets).await);
+    }
+    let ns = env.namespace("bench-ingot").await.unwrap();
+    results.push(
+        run_ingot(
+            &client,
+            &ns,
+            n,
+            &fleets,
+            None,
+            "ingot (defaults: 256 Machines at once, fleet limit 256)",
+        )
+        .await,
+    );
+    if which != "latency" {
+        let ns_eq = env.namespace("bench-ingot-eq").await.unwrap();
+        results.push(
+            run_ingot(
+                &client,
+                &ns_eq,
+                n,
+                &fleets,
+                Some(1),
+                "ingot at equal concurrency (1 Machine, 1 request at a time)",
+            )
+            .await,
+        );
+    }
+    for f in &results {
+        println!(
+            "{:<62} all known after {:>8} s  sessions opened {:>6}  Redfish requests per Machine {:.2}  Redfish sessions left open {}",
+            f.label,
+            f.seconds
+                .map(|s| format!("{s:.1}"))
+                .unwrap_or_else(|| "-".into()),
+            f.sessions,
+            f.requests_per_machine,
+            f.left_open
+        );
+    }
+    let (p50, p99, count) = job_latency(&client, &ns, n, &fleets).await;
+    println!(
+        "{count} of {n} Jobs (powerAction off) created at once: create → BMC power-off request p50 {p50:.0} ms, p99 {p99:.0} ms (each Redfish request takes {latency_ms} ms at the BMC)"
+    );
+    println!(
+        "Redfish sessions still open on the BMCs: {}",
+        fleets.open_sessions()
+    );
+}

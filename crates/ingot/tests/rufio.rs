@@ -1,0 +1,752 @@
+//! Rufio end to end on the real control plane: upstream Rufio's own samples (Secret, Machine,
+//! Job; only host, ports and credentials changed) against real peers (sushy-tools over TLS,
+//! OpenIPMI's ipmi_sim), driven by `ingot run --controllers rufio`, with the peers' own state
+//! read back from the peers. The scenarios run one at a time.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod rufio_support;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ingot_api::rufio::{Job, Machine, Task};
+use ingot_bmc_sim::{BmcSpec, Fault, Fleet, FleetOptions};
+use ingot_ipmi_sim::FruInfo;
+use kube::api::DeleteParams;
+use kube::{Api, ResourceExt};
+use rufio_support::common::openipmi;
+use rufio_support::*;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+/// The sample Secret's credentials (admin / t0p-Secret), kept for sushy.
+const SAMPLE_USER: &str = "admin";
+const SAMPLE_PASSWORD: &str = "t0p-Secret";
+
+fn ipmitool(sim: &openipmi::IpmiSim, args: &[&str]) -> String {
+    let out = Command::new(common::require_apt_tool("ipmitool", "ipmitool"))
+        .args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1"])
+        .arg("-p")
+        .arg(sim.addr.port().to_string())
+        .args(["-U", openipmi::USER, "-P", openipmi::PASSWORD])
+        .args(args)
+        .output()
+        .expect("run ipmitool");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Checks the Job and Task objects against Rufio's shapes.
+async fn check_job_shape(client: &kube::Client, ns: &str, job: &str, status: &Value) {
+    assert_eq!(condition(status, "Running").unwrap().0, "True");
+    assert!(status["startTime"].is_string(), "{status}");
+    assert!(status["completionTime"].is_string(), "{status}");
+    let uid = Api::<Job>::namespaced(client.clone(), ns)
+        .get(job)
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+    let tasks: Vec<Task> = tasks_of(client, ns)
+        .await
+        .into_iter()
+        .filter(|t| t.name_any().starts_with(&format!("{job}-task-")))
+        .collect();
+    let mut names: Vec<String> = tasks.iter().map(|t| t.name_any()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        vec![
+            format!("{job}-task-0"),
+            format!("{job}-task-1"),
+            format!("{job}-task-2")
+        ]
+    );
+    for t in &tasks {
+        let owner = &t.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(owner.kind, "Job");
+        assert_eq!(owner.api_version, "bmc.tinkerbell.org/v1alpha1");
+        assert_eq!(owner.name, job);
+        assert_eq!(owner.uid, uid);
+        assert_eq!(owner.controller, Some(true));
+        let s = serde_json::to_value(&t.status).unwrap();
+        assert_eq!(condition(&s, "Completed").unwrap().0, "True", "{s}");
+        assert!(s["startTime"].is_string() && s["completionTime"].is_string());
+    }
+}
+
+#[tokio::test]
+async fn upstream_samples_on_sushy_over_tls_and_ipmi_sim() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio").await.unwrap();
+
+    let sushy = start_sushy_tls(SAMPLE_USER, SAMPLE_PASSWORD);
+    let sim = openipmi::start(&FruInfo::example(3).encode());
+    poll_until("sushy over TLS", Duration::from_secs(30), || async {
+        sushy.system(SAMPLE_USER, SAMPLE_PASSWORD).await
+    })
+    .await;
+    poll_until("ipmi_sim", Duration::from_secs(30), || async {
+        ipmitool(&sim, &["chassis", "power", "status"])
+            .contains("Chassis Power is")
+            .then_some(())
+    })
+    .await;
+
+    create_secret(
+        &client,
+        &ns,
+        "sample-machine-auth",
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+    )
+    .await;
+    create_secret(
+        &client,
+        &ns,
+        "ipmi-machine-auth",
+        openipmi::USER,
+        openipmi::PASSWORD,
+    )
+    .await;
+    let redfish = machine_sample(
+        &ns,
+        "machine-sample",
+        "sample-machine-auth",
+        "127.0.0.1",
+        json!({"redfish": {"port": sushy.port}}),
+    );
+    let ipmi = machine_sample(
+        &ns,
+        "machine-sample-ipmi",
+        "ipmi-machine-auth",
+        "127.0.0.1",
+        json!({"ipmitool": {"port": sim.addr.port(), "cipherSuite": "3"}}),
+    );
+    create(&client, &ns, &redfish).await;
+    create(&client, &ns, &ipmi).await;
+
+    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    wait_contactable(
+        &client,
+        &ns,
+        "machine-sample",
+        "on",
+        Duration::from_secs(60),
+    )
+    .await;
+    wait_contactable(
+        &client,
+        &ns,
+        "machine-sample-ipmi",
+        "on",
+        Duration::from_secs(60),
+    )
+    .await;
+
+    // The sample Job on sushy: off, PXE once, on. Watch the peer for the off in between.
+    let saw_off = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (saw_off, stop) = (saw_off.clone(), stop.clone());
+        let port = sushy.port;
+        tokio::spawn(async move {
+            let peer = PeerSushy { port };
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(s) = peer.system().await
+                    && s["PowerState"] == "Off"
+                {
+                    saw_off.store(true, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+        })
+    };
+    create(
+        &client,
+        &ns,
+        &job_sample(&ns, "job-sample", "machine-sample"),
+    )
+    .await;
+    let status = wait_job(&client, &ns, "job-sample", Duration::from_secs(90), &ingot).await;
+    stop.store(true, Ordering::Relaxed);
+    watcher.await.unwrap();
+    check_job_shape(&client, &ns, "job-sample", &status).await;
+    assert!(
+        saw_off.load(Ordering::Relaxed),
+        "sushy never reported Off during the Job"
+    );
+    let system = sushy.system(SAMPLE_USER, SAMPLE_PASSWORD).await.unwrap();
+    assert_eq!(system["PowerState"], "On", "{system}");
+    assert_eq!(
+        system["Boot"]["BootSourceOverrideTarget"], "Pxe",
+        "{system}"
+    );
+
+    // The same sample Job on ipmi_sim; its chassis state files are the peer's own state.
+    let power_file = sim.dir.join("power");
+    let seen_off = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (seen_off, stop, power_file) = (seen_off.clone(), stop.clone(), power_file.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if std::fs::read_to_string(&power_file).is_ok_and(|p| p.trim() == "0") {
+                    seen_off.store(true, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    create(
+        &client,
+        &ns,
+        &job_sample(&ns, "job-sample-ipmi", "machine-sample-ipmi"),
+    )
+    .await;
+    let status = wait_job(
+        &client,
+        &ns,
+        "job-sample-ipmi",
+        Duration::from_secs(60),
+        &ingot,
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    watcher.await.unwrap();
+    check_job_shape(&client, &ns, "job-sample-ipmi", &status).await;
+    assert!(seen_off.load(Ordering::Relaxed), "ipmi_sim never went off");
+    assert_eq!(
+        ipmitool(&sim, &["chassis", "power", "status"]),
+        "Chassis Power is on"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sim.dir.join("boot"))
+            .unwrap()
+            .trim(),
+        "pxe"
+    );
+
+    // The Machines are read again after their Jobs and stay contactable, on.
+    wait_contactable(
+        &client,
+        &ns,
+        "machine-sample",
+        "on",
+        Duration::from_secs(20),
+    )
+    .await;
+    wait_contactable(
+        &client,
+        &ns,
+        "machine-sample-ipmi",
+        "on",
+        Duration::from_secs(20),
+    )
+    .await;
+
+    // Everything is deletable (no finalizers), Tasks go with their Job.
+    delete_all(&client, &ns).await;
+    poll_until("objects deleted", Duration::from_secs(30), || async {
+        let m = Api::<Machine>::namespaced(client.clone(), &ns)
+            .list(&Default::default())
+            .await
+            .unwrap();
+        let j = Api::<Job>::namespaced(client.clone(), &ns)
+            .list(&Default::default())
+            .await
+            .unwrap();
+        (m.items.is_empty() && j.items.is_empty()).then_some(())
+    })
+    .await;
+    ingot.stop();
+}
+
+/// Reads sushy's own API for the watcher task.
+struct PeerSushy {
+    port: u16,
+}
+
+impl PeerSushy {
+    async fn system(&self) -> Option<Value> {
+        let http = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .timeout(Duration::from_secs(2))
+            .build()
+            .ok()?;
+        let url = format!(
+            "https://127.0.0.1:{}/redfish/v1/Systems/27946b59-9e44-4fa7-8e91-f3527a1ef094",
+            self.port
+        );
+        http.get(url)
+            .basic_auth(SAMPLE_USER, Some(SAMPLE_PASSWORD))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()
+    }
+}
+
+// The emulated fleet runs in this process: worker threads keep it answering while the test waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-dead").await.unwrap();
+
+    // Twenty healthy Redfish BMCs over TLS, and one that never answers.
+    let healthy = 20;
+    let spec = BmcSpec {
+        username: SAMPLE_USER.into(),
+        password: SAMPLE_PASSWORD.into(),
+        latency: Duration::from_millis(20),
+        ..BmcSpec::default()
+    };
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        healthy + 1,
+        spec,
+    )
+    .await
+    .unwrap();
+    let dead = &fleet.bmcs[healthy];
+    dead.state
+        .set_fault(Some(Fault::Slow { delay_ms: 120_000 }));
+    create_secret(
+        &client,
+        &ns,
+        "sample-machine-auth",
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+    )
+    .await;
+    // The dead one first, so that it is reconciled first.
+    let dead_machine = machine_sample(
+        &ns,
+        "dead",
+        "sample-machine-auth",
+        "127.0.0.1",
+        json!({"redfish": {"port": dead.addr.port()}, "ipmitool": {"port": free_udp_port()}}),
+    );
+    create(&client, &ns, &dead_machine).await;
+    // A BMC address where nothing listens at all.
+    let refused = machine_sample(
+        &ns,
+        "refused",
+        "sample-machine-auth",
+        "127.0.0.1",
+        json!({"redfish": {"port": free_port()}, "ipmitool": {"port": free_udp_port()}}),
+    );
+    create(&client, &ns, &refused).await;
+    for (i, bmc) in fleet.bmcs.iter().take(healthy).enumerate() {
+        let m = machine_sample(
+            &ns,
+            &format!("m{i:02}"),
+            "sample-machine-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": bmc.addr.port()}}),
+        );
+        create(&client, &ns, &m).await;
+    }
+    let started = Instant::now();
+    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    for i in 0..healthy {
+        wait_contactable(
+            &client,
+            &ns,
+            &format!("m{i:02}"),
+            "on",
+            Duration::from_secs(30),
+        )
+        .await;
+    }
+    let all_known = started.elapsed();
+    // The dead BMC is still being waited for (3 s Redfish timeout, then the IPMI probe):
+    // it held nobody else up.
+    let dead_status = machine_status(&client, &ns, "dead").await;
+    assert!(
+        dead_status.is_null() || condition(&dead_status, "Contactable").is_none(),
+        "the dead BMC was judged before the healthy ones were read ({all_known:?}): {dead_status}"
+    );
+
+    let (status, message) = poll_until(
+        "the dead Machine to be judged",
+        Duration::from_secs(60),
+        || async {
+            let s = machine_status(&client, &ns, "dead").await;
+            condition(&s, "Contactable")
+        },
+    )
+    .await;
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("failed to open connection to BMC")
+            && message.contains(&format!(
+                "redfish at https://127.0.0.1:{}",
+                dead.addr.port()
+            ))
+            && message.contains("no answer"),
+        "{message}"
+    );
+    assert!(!message.contains(SAMPLE_PASSWORD));
+    assert_eq!(
+        machine_status(&client, &ns, "dead").await["powerState"],
+        "unknown"
+    );
+    let (status, message) = poll_until("refused judged", Duration::from_secs(30), || async {
+        condition(
+            &machine_status(&client, &ns, "refused").await,
+            "Contactable",
+        )
+    })
+    .await;
+    assert_eq!(status, "False");
+    assert!(message.contains("cannot reach the BMC"), "{message}");
+
+    // Polled every 2 s, through one session per BMC: never a login per poll.
+    let before: Vec<u64> = fleet.bmcs[..healthy]
+        .iter()
+        .map(|b| b.state.snapshot().requests)
+        .collect();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    for (i, b) in fleet.bmcs[..healthy].iter().enumerate() {
+        let snap = b.state.snapshot();
+        assert!(
+            snap.requests > before[i],
+            "BMC {i} was not polled again: {snap:?}"
+        );
+        assert_eq!(snap.sessions_created, 1, "BMC {i}: {snap:?}");
+        assert_eq!(snap.sessions, 1, "BMC {i}: {snap:?}");
+    }
+
+    // SIGTERM: every session is logged out.
+    let pid = ingot.child.as_ref().unwrap().id();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    poll_until("ingot to exit", Duration::from_secs(30), || {
+        let exited = ingot.child.as_mut().unwrap().try_wait().unwrap().is_some();
+        async move { exited.then_some(()) }
+    })
+    .await;
+    for (i, b) in fleet.bmcs[..healthy].iter().enumerate() {
+        assert_eq!(
+            b.state.snapshot().sessions,
+            0,
+            "BMC {i} session left open\n{}",
+            ingot.log_tail()
+        );
+    }
+    delete_all(&client, &ns).await;
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
+}
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A reboot is sent once per Task, whatever the watch cache shows: each BMC counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reboots_are_sent_exactly_once() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-once").await.unwrap();
+    let spec = BmcSpec {
+        username: SAMPLE_USER.into(),
+        password: SAMPLE_PASSWORD.into(),
+        power_delay: Duration::from_millis(300),
+        ..BmcSpec::default()
+    };
+    // One Redfish BMC per vendor profile, and two IPMI BMCs.
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        4,
+        spec,
+    )
+    .await
+    .unwrap();
+    let mut ipmi_cfg = ingot_ipmi_sim::FleetConfig::uniform(2, SAMPLE_PASSWORD);
+    for b in &mut ipmi_cfg.bmcs {
+        b.power_on = true;
+    }
+    let ipmi = ingot_ipmi_sim::serve(ipmi_cfg).await.unwrap();
+    create_secret(
+        &client,
+        &ns,
+        "sample-machine-auth",
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+    )
+    .await;
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns);
+    let mut names = Vec::new();
+    for (i, b) in fleet.bmcs.iter().enumerate() {
+        let m = machine_sample(
+            &ns,
+            &format!("redfish-{i}"),
+            "sample-machine-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": b.addr.port()}, "ipmitool": {"port": free_udp_port()}}),
+        );
+        create(&client, &ns, &m).await;
+        let mut j = job_sample(&ns, &format!("reset-{i}"), &format!("redfish-{i}"));
+        j.spec.tasks = serde_json::from_value(json!([{"powerAction": "reset"}])).unwrap();
+        jobs.create(&Default::default(), &j).await.unwrap();
+        names.push(format!("reset-{i}"));
+    }
+    for (i, b) in ipmi.bmcs().iter().enumerate() {
+        let m = machine_sample(
+            &ns,
+            &format!("ipmi-{i}"),
+            "sample-machine-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": free_port()}, "ipmitool": {"port": b.addr().port()}}),
+        );
+        create(&client, &ns, &m).await;
+        let mut j = job_sample(&ns, &format!("reboot-ipmi-{i}"), &format!("ipmi-{i}"));
+        j.spec.tasks =
+            serde_json::from_value(json!([{"powerAction": "cycle"}, {"powerAction": "reset"}]))
+                .unwrap();
+        jobs.create(&Default::default(), &j).await.unwrap();
+        names.push(format!("reboot-ipmi-{i}"));
+    }
+    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    for name in &names {
+        wait_job(&client, &ns, name, Duration::from_secs(60), &ingot).await;
+    }
+    for (i, b) in fleet.bmcs.iter().enumerate() {
+        assert_eq!(b.state.snapshot().resets, 1, "Redfish BMC {i}");
+    }
+    for (i, b) in ipmi.bmcs().iter().enumerate() {
+        // Chassis Control 2 (power cycle), then 3 (hard reset), each once.
+        assert_eq!(b.stats().chassis_controls, vec![2, 3], "IPMI BMC {i}");
+    }
+    ingot.stop();
+    delete_all(&client, &ns).await;
+}
+
+/// The Machine is read again right after its Job ends, not at its next interval (10 min here);
+/// an ignored provider option and a failed read are reported as Events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_machine_is_read_again_right_after_its_job() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-refresh").await.unwrap();
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        1,
+        BmcSpec {
+            username: SAMPLE_USER.into(),
+            password: SAMPLE_PASSWORD.into(),
+            power_delay: Duration::from_millis(200),
+            ..BmcSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    create_secret(
+        &client,
+        &ns,
+        "sample-machine-auth",
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+    )
+    .await;
+    let m = machine_sample(
+        &ns,
+        "machine-sample",
+        "sample-machine-auth",
+        "127.0.0.1",
+        json!({"redfish": {"port": fleet.bmcs[0].addr.port(), "useBasicAuth": true}}),
+    );
+    create(&client, &ns, &m).await;
+    let gone = machine_sample(
+        &ns,
+        "gone",
+        "sample-machine-auth",
+        "127.0.0.1",
+        json!({"redfish": {"port": free_port()}, "ipmitool": {"port": free_udp_port()}}),
+    );
+    create(&client, &ns, &gone).await;
+    let mut ingot = start_ingot(
+        env.kubeconfig_path(),
+        &ns,
+        &["--rufio-machine-interval-seconds=600"],
+    );
+    wait_contactable(
+        &client,
+        &ns,
+        "machine-sample",
+        "on",
+        Duration::from_secs(30),
+    )
+    .await;
+    let mut j = job_sample(&ns, "off", "machine-sample");
+    j.spec.tasks = serde_json::from_value(json!([{"powerAction": "off"}])).unwrap();
+    create(&client, &ns, &j).await;
+    wait_job(&client, &ns, "off", Duration::from_secs(30), &ingot).await;
+    poll_until(
+        "the Machine to read off",
+        Duration::from_secs(10),
+        || async {
+            (machine_status(&client, &ns, "machine-sample").await["powerState"] == "off")
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(fleet.bmcs[0].state.snapshot().power_state, "Off");
+
+    let events = || async {
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+    };
+    poll_until("the Events", Duration::from_secs(20), || async {
+        let events = events().await;
+        let has = |object: &str, reason: &str| {
+            events.iter().any(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object)
+                    && e.reason.as_deref() == Some(reason)
+            })
+        };
+        (has("machine-sample", "ProviderOptionsIgnored") && has("gone", "GetPowerStateFailed"))
+            .then_some(())
+    })
+    .await;
+    let note = events()
+        .await
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("ProviderOptionsIgnored"))
+        .and_then(|e| e.note)
+        .unwrap();
+    assert!(
+        note.contains("providerOptions.redfish.useBasicAuth"),
+        "{note}"
+    );
+    ingot.stop();
+    delete_all(&client, &ns).await;
+}
+
+/// A failed Task fails its Job with the Task's message; a BMC that is busy for a while is
+/// retried with backoff until it answers (Rufio fails the Task at the first error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-fail").await.unwrap();
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        2,
+        BmcSpec {
+            username: SAMPLE_USER.into(),
+            password: SAMPLE_PASSWORD.into(),
+            power_delay: Duration::from_millis(100),
+            initial_power_on: false,
+            ..BmcSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    create_secret(
+        &client,
+        &ns,
+        "sample-machine-auth",
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+    )
+    .await;
+    for (i, b) in fleet.bmcs.iter().enumerate() {
+        let m = machine_sample(
+            &ns,
+            &format!("m{i}"),
+            "sample-machine-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": b.addr.port()}, "ipmitool": {"port": free_udp_port()}}),
+        );
+        create(&client, &ns, &m).await;
+    }
+    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    wait_contactable(&client, &ns, "m0", "off", Duration::from_secs(30)).await;
+
+    // on, then an action ingot refuses: the Job fails with the second Task's message.
+    let mut j = job_sample(&ns, "fails", "m0");
+    j.spec.tasks = serde_json::from_value(json!([
+        {"powerAction": "on"},
+        {"virtualMediaAction": {"kind": "CD", "mediaURL": "http://127.0.0.1:1/x.iso"}},
+        {"powerAction": "off"}
+    ]))
+    .unwrap();
+    create(&client, &ns, &j).await;
+    let status = poll_until("the Job to fail", Duration::from_secs(30), || async {
+        let s = job_status(&client, &ns, "fails").await;
+        condition(&s, "Failed").map(|c| (c, s))
+    })
+    .await;
+    let ((failed, message), status) = status;
+    assert_eq!(failed, "True");
+    assert!(
+        message.starts_with(&format!(
+            "task {ns}/fails-task-1 failed: virtualMediaAction"
+        )),
+        "{message}"
+    );
+    assert!(condition(&status, "Completed").is_none(), "{status}");
+    assert!(status["completionTime"].is_null(), "{status}");
+    let names: Vec<String> = tasks_of(&client, &ns)
+        .await
+        .iter()
+        .map(|t| t.name_any())
+        .collect();
+    assert!(!names.contains(&"fails-task-2".to_owned()), "{names:?}");
+    assert_eq!(fleet.bmcs[0].state.snapshot().power_state, "On");
+
+    // m1's BMC answers 503 for a few seconds: the Task waits it out and completes.
+    wait_contactable(&client, &ns, "m1", "off", Duration::from_secs(30)).await;
+    fleet.bmcs[1].state.set_fault(Some(Fault::Unavailable));
+    let mut j = job_sample(&ns, "busy", "m1");
+    j.spec.tasks = serde_json::from_value(json!([{"powerAction": "on"}])).unwrap();
+    create(&client, &ns, &j).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let s = job_status(&client, &ns, "busy").await;
+    assert!(condition(&s, "Failed").is_none(), "failed while busy: {s}");
+    assert_eq!(fleet.bmcs[1].state.snapshot().power_state, "Off");
+    fleet.bmcs[1].state.set_fault(None);
+    wait_job(&client, &ns, "busy", Duration::from_secs(60), &ingot).await;
+    assert_eq!(fleet.bmcs[1].state.snapshot().power_state, "On");
+    ingot.stop();
+    delete_all(&client, &ns).await;
+}
