@@ -28,6 +28,11 @@ enum Phase {
     Active { keys: Keys, rakp4: Vec<u8>, tag: u8 },
 }
 
+/// `(rqSeq/LUN, netfn, cmd, data)` of an in-session request.
+type RequestKey = (u8, u8, u8, Vec<u8>);
+/// `(completion code, data)` of its answer.
+type Answer = (u8, Vec<u8>);
+
 struct Sess {
     console_sid: u32,
     suite: Suite,
@@ -41,7 +46,7 @@ struct Sess {
     /// The last request `(rqSeq, netfn, cmd, data)` and its answer `(cc, data)`: a
     /// retransmission (same rqSeq, new session sequence number) is answered again
     /// without being carried out twice, as the IPMI spec lets a responder do.
-    last: Option<((u8, u8, u8, Vec<u8>), (u8, Vec<u8>))>,
+    last: Option<(RequestKey, Answer)>,
 }
 
 impl Sess {

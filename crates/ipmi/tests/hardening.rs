@@ -36,7 +36,10 @@ async fn a_one_time_boot_override_outlives_the_chassis_timeout() {
 
     tokio::time::sleep(Duration::from_millis(700)).await;
     let flags = client.boot_flags().await.unwrap();
-    assert!(flags.valid, "the override was cleared by the chassis timeout");
+    assert!(
+        flags.valid,
+        "the override was cleared by the chassis timeout"
+    );
     assert_eq!(flags.device, BootDevice::Pxe);
     assert_eq!(bmc.boot_flags()[0] & 0x80, 0x80);
 
@@ -75,7 +78,10 @@ async fn a_chassis_control_without_answer_is_not_repeated_on_a_new_session() {
         vec![0x02],
         "the power cycle ran more than once"
     );
-    assert_eq!(stats.sessions_opened, 1, "no new session was opened to replay it");
+    assert_eq!(
+        stats.sessions_opened, 1,
+        "no new session was opened to replay it"
+    );
     bmc.set_faults(Faults::default());
     // Reads go on, on the same session.
     assert!(client.chassis_status().await.is_ok());
@@ -102,7 +108,11 @@ async fn a_session_that_fails_after_rakp4_is_closed() {
         stats.sessions, 0,
         "the session activated by RAKP 3 was left open"
     );
-    assert!(stats.commands.contains(&(0x06, 0x3C)), "{:?}", stats.commands);
+    assert!(
+        stats.commands.contains(&(0x06, 0x3C)),
+        "{:?}",
+        stats.commands
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +132,11 @@ async fn keepalive_is_scheduled_from_the_last_exchange() {
     let stats = bmc.stats();
     assert_eq!(stats.active_sessions, 1, "the idle session expired");
     client.device_id().await.unwrap();
-    assert_eq!(bmc.stats().sessions_opened, 1, "a second session was needed");
+    assert_eq!(
+        bmc.stats().sessions_opened,
+        1,
+        "a second session was needed"
+    );
     client.close().await;
 }
 
