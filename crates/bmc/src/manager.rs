@@ -533,3 +533,26 @@ impl Bmc for ManagedBmc {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_redfish_answers_that_prove_redfish_stop_detection() {
+        for e in [BmcError::Unauthorized, BmcError::Forbidden] {
+            assert!(redfish_present(Protocol::Redfish, &e), "{e:?}");
+            assert!(!redfish_present(Protocol::Ipmi, &e), "{e:?}");
+        }
+        for e in [
+            BmcError::Timeout(std::time::Duration::from_secs(1)),
+            BmcError::Unavailable { status: 503 },
+            BmcError::Malformed("not Redfish".into()),
+            BmcError::Unreachable(Box::new(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            ))),
+        ] {
+            assert!(!redfish_present(Protocol::Redfish, &e), "{e:?}");
+        }
+    }
+}

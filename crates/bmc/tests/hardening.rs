@@ -24,6 +24,14 @@ fn options() -> RedfishOptions {
     }
 }
 
+/// Without hedging, so that sessions created can be counted exactly.
+fn unhedged() -> RedfishOptions {
+    RedfishOptions {
+        hedge_after: None,
+        ..options()
+    }
+}
+
 async fn one(spec: BmcSpec) -> Fleet {
     Fleet::start(FleetOptions::default(), vec![spec])
         .await
@@ -210,7 +218,7 @@ async fn the_login_error_body_never_reaches_the_error() {
 async fn a_relogin_deletes_the_old_session() {
     let fleet = one(BmcSpec::default()).await;
     let b = &fleet.bmcs[0];
-    let c = client(b, options());
+    let c = client(b, unhedged());
     c.power_state().await.unwrap();
     // One 401 on a session that is still alive on the BMC.
     b.state.set_quirks(Quirks {
@@ -231,7 +239,7 @@ async fn a_relogin_deletes_the_old_session() {
 async fn relogins_back_off_when_every_new_session_is_refused() {
     let fleet = one(BmcSpec::default()).await;
     let b = &fleet.bmcs[0];
-    let c = client(b, options());
+    let c = client(b, unhedged());
     c.power_state().await.unwrap();
     b.state.set_quirks(Quirks {
         reject_tokens: true,

@@ -26,10 +26,12 @@ pub(crate) struct Retry {
 }
 
 impl Retry {
-    /// How long transmission `attempt` (0-based) waits for its answer.
+    /// How long transmission `attempt` (0-based) waits for its answer: the first two
+    /// copies of a hedged exchange follow each other after the short delay (an answer to
+    /// any earlier copy is still taken), the rest after the full timeout.
     fn wait(&self, attempt: u32) -> Duration {
         match self.hedge {
-            Some(h) if attempt == 0 && h < self.timeout => h,
+            Some(h) if attempt < 2 && h < self.timeout => h,
             _ => self.timeout,
         }
     }
@@ -334,13 +336,13 @@ impl Session {
         match r.completion {
             0 => {}
             0x80 | 0x81 | 0xD4 => {
-                session.close(sock, retry).await;
+                session.close(sock, retry.unhedged()).await;
                 return Err(Error::Unauthorized(
                     "the BMC refused the requested privilege level",
                 ));
             }
             code => {
-                session.close(sock, retry).await;
+                session.close(sock, retry.unhedged()).await;
                 return Err(Error::CompletionCode {
                     command: "Set Session Privilege Level",
                     code,
@@ -443,10 +445,12 @@ impl Session {
     /// Close Session (best effort, one short exchange).
     pub async fn close(&mut self, sock: &UdpSocket, retry: Retry) {
         let sid = self.bmc_sid.to_le_bytes();
+        // Hedged when the caller hedges (a shutdown of many sessions under loss): a
+        // lost Close Session leaves the session on the BMC until its idle timer.
         let once = Retry {
             timeout: retry.timeout,
-            retries: retry.retries.min(1),
-            hedge: None,
+            retries: retry.retries.min(if retry.hedge.is_some() { 3 } else { 1 }),
+            hedge: retry.hedge,
         };
         match self
             .request(sock, once, "Close Session", 0x06, 0x3C, &sid)

@@ -379,8 +379,11 @@ impl RedfishClient {
     ) -> Result<Response, BmcError> {
         const COPIES: usize = 3;
         let delay = self.hedge_delay();
+        // The hedge clock starts once the first request is out, not while it waits for a
+        // fleet permit.
+        let first = acquire(&self.gate).await?;
         let mut pending = futures::stream::FuturesUnordered::new();
-        pending.push(self.send_once(method.clone(), path, None, auth, headers));
+        pending.push(self.send_copy(Some(first), method.clone(), path, auth, headers));
         let mut sent = 1;
         loop {
             tokio::select! {
@@ -391,8 +394,7 @@ impl RedfishClient {
                     None => return Err(BmcError::Timeout(self.options.timeout)),
                 },
                 _ = tokio::time::sleep(delay), if sent < COPIES => {
-                    self.stats.hedged.fetch_add(1, Ordering::Relaxed);
-                    pending.push(self.send_once(method.clone(), path, None, auth, headers));
+                    pending.push(self.send_copy(None, method.clone(), path, auth, headers));
                     sent += 1;
                 }
             }
@@ -427,16 +429,29 @@ impl RedfishClient {
         auth: &Auth,
         headers: &[(&'static str, String)],
     ) -> Result<Response, BmcError> {
+        let permit = acquire(&self.gate).await?;
+        self.send_permitted(permit, false, method, path, body, auth, headers)
+            .await
+    }
+
+    /// Sends under a fleet permit already held (or, with `copy`, a hedged copy that waited
+    /// for its own permit).
+    #[allow(clippy::too_many_arguments)]
+    async fn send_permitted(
+        &self,
+        _permit: Permit,
+        copy: bool,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        auth: &Auth,
+        headers: &[(&'static str, String)],
+    ) -> Result<Response, BmcError> {
         let req = self.build(method, path, body, auth, headers);
-        let _permit = match &self.gate {
-            Some(g) => Some(
-                g.acquire()
-                    .await
-                    .map_err(|_| BmcError::Config("fleet limit closed".into()))?,
-            ),
-            None => None,
-        };
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        if copy {
+            self.stats.hedged.fetch_add(1, Ordering::Relaxed);
+        }
         let started = Instant::now();
         let r = execute(req, self.options.timeout).await;
         if r.is_ok() {
@@ -445,6 +460,23 @@ impl RedfishClient {
             smooth(&self.stats.latency_us, took);
         }
         r
+    }
+
+    /// A hedged copy: waits for its own permit, then goes out.
+    async fn send_copy(
+        &self,
+        first: Option<Permit>,
+        method: Method,
+        path: &str,
+        auth: &Auth,
+        headers: &[(&'static str, String)],
+    ) -> Result<Response, BmcError> {
+        let (permit, copy) = match first {
+            Some(p) => (p, false),
+            None => (acquire(&self.gate).await?, true),
+        };
+        self.send_permitted(permit, copy, method, path, None, auth, headers)
+            .await
     }
 
     /// The service root, fetched once (unauthenticated, as the specification allows).
@@ -524,6 +556,13 @@ impl RedfishClient {
     async fn post_login(&self, sessions: &str) -> Result<Auth, BmcError> {
         let body = json!({"UserName": self.user, "Password": self.password.expose()});
         let req = self.build(Method::POST, sessions, Some(&body), &Auth::None, &[]);
+        // A login without an answer after `hedge_after` (at most half the timeout; not the
+        // adaptive delay of reads: logins are slow on many BMCs and a copy costs a session
+        // slot for a moment) is sent a second time; the session that comes second is deleted.
+        let hedge = self
+            .options
+            .hedge_after
+            .map(|h| h.min(self.options.timeout / 2));
         let gate = self.gate.clone();
         let timeout = self.options.timeout;
         let auto = self.options.auth == AuthMode::Auto;
@@ -533,36 +572,78 @@ impl RedfishClient {
         let sessions = sessions.to_owned();
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            let result = async {
-                let _permit = match &gate {
-                    Some(g) => Some(
-                        g.acquire()
-                            .await
-                            .map_err(|_| BmcError::Config("fleet limit closed".into()))?,
-                    ),
-                    None => None,
-                };
-                stats.requests.fetch_add(1, Ordering::Relaxed);
-                let resp = execute(req, timeout).await?;
-                login_answer(&resp, &sessions, auto)
+            let attempt = |req: reqwest::RequestBuilder, first: Option<Permit>| {
+                let gate = gate.clone();
+                let stats = stats.clone();
+                let sessions = sessions.clone();
+                async move {
+                    let _permit = match first {
+                        Some(p) => p,
+                        None => {
+                            stats.hedged.fetch_add(1, Ordering::Relaxed);
+                            acquire(&gate).await?
+                        }
+                    };
+                    stats.requests.fetch_add(1, Ordering::Relaxed);
+                    let resp = execute(req, timeout).await?;
+                    let auth = login_answer(&resp, &sessions, auto)?;
+                    if let Auth::Session { .. } = auth {
+                        stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok::<_, BmcError>(auth)
+                }
+            };
+            let mut spare = hedge.and(req.try_clone());
+            let mut pending = futures::stream::FuturesUnordered::new();
+            match acquire(&gate).await {
+                Ok(p) => pending.push(attempt(req, Some(p))),
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
             }
-            .await;
-            if let Ok(Auth::Session { .. }) = &result {
-                stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
-            }
-            if let Err(Ok(Auth::Session {
-                token,
-                location: Some(loc),
-            })) = tx.send(result)
-            {
+            let result = loop {
+                tokio::select! {
+                    r = futures::StreamExt::next(&mut pending) => match r {
+                        Some(Ok(auth)) => break Ok(auth),
+                        Some(Err(e)) if pending.is_empty() => break Err(e),
+                        Some(Err(_)) => {}
+                        None => break Err(BmcError::Timeout(timeout)),
+                    },
+                    _ = tokio::time::sleep(hedge.unwrap_or(timeout)), if spare.is_some() => {
+                        if let Some(r) = spare.take() {
+                            pending.push(attempt(r, None));
+                        }
+                    }
+                }
+            };
+            let logout = |auth: Auth| {
+                let http = http.clone();
+                let base = base.clone();
+                let stats = stats.clone();
+                let gate = gate.clone();
+                async move {
+                    if let Auth::Session {
+                        token,
+                        location: Some(loc),
+                    } = auth
+                    {
+                        let url = join_url(&base, &loc);
+                        if delete_session(&http, &url, &token, timeout, &gate).await {
+                            stats.sessions_closed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            };
+            if let Err(Ok(auth)) = tx.send(result) {
                 // Nobody waits for this session any more: log it out.
                 tracing::debug!(bmc = %base, "login finished after its caller gave up; logging out");
-                let url = join_url(&base, &loc);
-                if execute(http.delete(url).header("X-Auth-Token", token), timeout)
-                    .await
-                    .is_ok()
-                {
-                    stats.sessions_closed.fetch_add(1, Ordering::Relaxed);
+                logout(auth).await;
+            }
+            // The copy that lost the race: its session, if it made one, is not used.
+            while let Some(r) = futures::StreamExt::next(&mut pending).await {
+                if let Ok(auth) = r {
+                    logout(auth).await;
                 }
             }
         });
@@ -626,19 +707,13 @@ impl RedfishClient {
         else {
             return;
         };
-        let req = self
-            .http
-            .delete(self.url(&loc))
-            .header("X-Auth-Token", token);
+        let http = self.http.clone();
+        let url = self.url(&loc);
         let timeout = self.options.timeout;
         let stats = self.stats.clone();
         let gate = self.gate.clone();
         tokio::spawn(async move {
-            let _permit = match &gate {
-                Some(g) => g.acquire().await.ok(),
-                None => None,
-            };
-            if execute(req, timeout).await.is_ok() {
+            if delete_session(&http, &url, &token, timeout, &gate).await {
                 stats.sessions_closed.fetch_add(1, Ordering::Relaxed);
             }
         });
@@ -955,6 +1030,43 @@ impl RedfishClient {
             None => Vec::new(),
         }
     }
+}
+
+/// A fleet permit (`None` without a fleet limit).
+type Permit = Option<tokio::sync::OwnedSemaphorePermit>;
+
+async fn acquire(gate: &Option<Arc<tokio::sync::Semaphore>>) -> Result<Permit, BmcError> {
+    match gate {
+        Some(g) => g
+            .clone()
+            .acquire_owned()
+            .await
+            .map(Some)
+            .map_err(|_| BmcError::Config("fleet limit closed".into())),
+        None => Ok(None),
+    }
+}
+
+/// DELETE of a session of ours (best effort; sent again once if it timed out: deleting a
+/// session twice is harmless). Returns whether the BMC answered.
+async fn delete_session(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    timeout: Duration,
+    gate: &Option<Arc<tokio::sync::Semaphore>>,
+) -> bool {
+    for _ in 0..2 {
+        let Ok(_permit) = acquire(gate).await else {
+            return false;
+        };
+        match execute(http.delete(url).header("X-Auth-Token", token), timeout).await {
+            Ok(_) => return true,
+            Err(BmcError::Timeout(_)) => continue,
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 fn map_send_error(e: reqwest::Error, timeout: Duration) -> BmcError {
