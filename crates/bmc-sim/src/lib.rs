@@ -48,6 +48,27 @@ pub enum Fault {
     Slow { delay_ms: u64 },
 }
 
+/// Behaviours of real BMCs that are off by default, switched per BMC with
+/// [`BmcState::set_quirks`] (tests of clients that must cope with them).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quirks {
+    /// `If-Match` is compared strongly (RFC 9110): a weak ETag (`W/"..."`) never matches,
+    /// although the BMC hands out weak ones; only `*` or the bare tag does.
+    pub strong_etag_compare: bool,
+    /// These paths answer this HTTP status (e.g. one DIMM that fails with 500).
+    pub fail_paths: Vec<(String, u16)>,
+    /// Session tokens are refused (401) while logins still succeed.
+    pub reject_tokens: bool,
+    /// The next N requests carrying a valid session token answer 401 (the session lives on).
+    pub spurious_401: u32,
+    /// The log `Entries` collection is served in pages of this many entries with
+    /// `Members@odata.nextLink`; `$top` / `$skip` are honoured (`TopSkipQuery`).
+    pub log_page_size: Option<usize>,
+    /// A refused login's error message quotes the request body (password included), as
+    /// some BMC firmware does.
+    pub echo_login_body: bool,
+}
+
 /// How to build one BMC.
 #[derive(Clone, Debug)]
 pub struct BmcSpec {
@@ -156,6 +177,9 @@ pub(crate) struct Inner {
     pub etag: u64,
     pub resets: u64,
     pub fault: Option<Fault>,
+    pub quirks: Quirks,
+    /// Every `ResetType` accepted, in order.
+    pub reset_log: Vec<String>,
 }
 
 /// Requests in flight, now and at peak.
@@ -256,6 +280,8 @@ impl BmcState {
                 etag: 1,
                 resets: 0,
                 fault: None,
+                quirks: Quirks::default(),
+                reset_log: Vec::new(),
             }),
             spec,
             profile,
@@ -279,6 +305,25 @@ impl BmcState {
             self.expire_sessions();
         }
         self.lock().fault = fault;
+    }
+
+    /// Switches the [`Quirks`] of this BMC.
+    pub fn set_quirks(&self, quirks: Quirks) {
+        self.lock().quirks = quirks;
+    }
+
+    pub fn quirks(&self) -> Quirks {
+        self.lock().quirks.clone()
+    }
+
+    /// Every `ComputerSystem.Reset` accepted (its `ResetType`), in order.
+    pub fn reset_requests(&self) -> Vec<String> {
+        self.lock().reset_log.clone()
+    }
+
+    /// Sessions open now.
+    pub fn open_sessions(&self) -> usize {
+        self.lock().sessions.len()
     }
 
     pub fn fault(&self) -> Option<Fault> {

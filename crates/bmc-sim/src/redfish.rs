@@ -236,6 +236,31 @@ async fn handle(State(b): State<Bmc>, req: Request) -> Response {
     if !public && (fault == Some(Fault::Unauthorized) || !authenticate(&b, req.headers())) {
         return unauthorized();
     }
+    if !public && req.headers().contains_key("X-Auth-Token") {
+        let mut g = b.lock();
+        if g.quirks.reject_tokens {
+            return unauthorized();
+        }
+        if g.quirks.spurious_401 > 0 {
+            g.quirks.spurious_401 -= 1;
+            return unauthorized();
+        }
+    }
+    let failing = b
+        .lock()
+        .quirks
+        .fail_paths
+        .iter()
+        .find(|(p, _)| p == trimmed)
+        .map(|(_, s)| *s);
+    if let Some(status) = failing {
+        return error(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            "Base.1.8.InternalError",
+            "The request failed due to an internal service error.",
+        );
+    }
+    let query = req.uri().query().unwrap_or_default().to_owned();
     let method = req.method().clone();
     let headers = req.headers().clone();
     let body = match axum::body::to_bytes(req.into_body(), 1 << 20).await {
@@ -262,7 +287,50 @@ async fn handle(State(b): State<Bmc>, req: Request) -> Response {
             }
         }
     };
+    if let Some(r) = log_page(&b, &method, trimmed, &query) {
+        return r;
+    }
     route(&b, method, trimmed, &headers, body, fault)
+}
+
+/// The log entries in pages (quirk `log_page_size`): `$skip` / `$top`, and a nextLink.
+fn log_page(b: &Bmc, method: &Method, path: &str, query: &str) -> Option<Response> {
+    let size = b.lock().quirks.log_page_size?;
+    let entries_path = format!("{}/Entries", log_service_path(b));
+    if *method != Method::GET || path != entries_path {
+        return None;
+    }
+    let param = |name: &str| {
+        query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == name || k.replace("%24", "$") == name)
+            .and_then(|(_, v)| v.parse::<usize>().ok())
+    };
+    let skip = param("$skip").unwrap_or(0);
+    let top = param("$top").unwrap_or(size);
+    let g = b.lock();
+    let total = g.logs.len();
+    let members: Vec<Value> = g
+        .logs
+        .iter()
+        .skip(skip)
+        .take(top)
+        .map(|l| log_entry(b, l))
+        .collect();
+    drop(g);
+    let mut v = json!({
+        "@odata.id": entries_path,
+        "@odata.type": "#LogEntryCollection.LogEntryCollection",
+        "Name": "Log Entry Collection",
+        "Members@odata.count": total,
+        "Members": members,
+    });
+    if skip + top < total {
+        v["Members@odata.nextLink"] =
+            json!(format!("{entries_path}?$skip={}&$top={top}", skip + top));
+    }
+    Some(ok(v))
 }
 
 fn route(
@@ -536,6 +604,14 @@ fn create_session(b: &Bmc, body: Option<Value>, fault: Option<Fault>) -> Respons
         .unwrap_or_default();
     if fault == Some(Fault::Unauthorized) || user != b.spec.username || pass != b.spec.password {
         b.counters.logins_refused.fetch_add(1, Ordering::Relaxed);
+        if b.lock().quirks.echo_login_body {
+            let quoted = body.as_ref().map(Value::to_string).unwrap_or_default();
+            return error(
+                StatusCode::BAD_REQUEST,
+                "Base.1.8.PropertyValueIncorrect",
+                &format!("The login request {quoted} was not accepted."),
+            );
+        }
         return unauthorized();
     }
     let mut g = b.lock();
@@ -608,7 +684,7 @@ fn create_session(b: &Bmc, body: Option<Value>, fault: Option<Fault>) -> Respons
 }
 
 fn service_root(b: &BmcState) -> Value {
-    json!({
+    let mut root = json!({
         "@odata.id": "/redfish/v1/",
         "@odata.type": "#ServiceRoot.v1_15_0.ServiceRoot",
         "Id": "RootService",
@@ -623,7 +699,11 @@ fn service_root(b: &BmcState) -> Value {
         "SessionService": {"@odata.id": "/redfish/v1/SessionService"},
         "EventService": {"@odata.id": "/redfish/v1/EventService"},
         "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}},
-    })
+    });
+    if b.lock().quirks.log_page_size.is_some() {
+        root["ProtocolFeaturesSupported"] = json!({"TopSkipQuery": true});
+    }
+    root
 }
 
 fn system(b: &BmcState) -> (Value, String) {
@@ -891,7 +971,11 @@ fn patch_system(b: &Bmc, headers: &HeaderMap, body: Option<Value>) -> Response {
                 "A precondition header or annotation is required to change this resource.",
             );
         }
-        Some(m) if m != "*" && m != etag => {
+        Some(m)
+            if m != "*"
+                && (m != etag || g.quirks.strong_etag_compare)
+                && !(g.quirks.strong_etag_compare && m == etag.trim_start_matches("W/")) =>
+        {
             return error(
                 StatusCode::PRECONDITION_FAILED,
                 "Base.1.8.PreconditionFailed",
@@ -977,6 +1061,7 @@ fn reset(b: &Bmc, body: Option<Value>) -> Response {
             "The value for the parameter ResetType is not in the list of acceptable values.",
         );
     }
+    b.lock().reset_log.push(kind.clone());
     // Decide on where the system is heading: a ForceOff during a cycle still powers off.
     let on = b.lock().final_on;
     match kind.as_str() {

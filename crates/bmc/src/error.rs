@@ -79,6 +79,15 @@ impl BmcError {
         }
     }
 
+    /// Whether the BMC refused who we are (credentials, privilege, certificate): reading on
+    /// will not help.
+    pub fn is_auth(&self) -> bool {
+        matches!(
+            self,
+            BmcError::Unauthorized | BmcError::Forbidden | BmcError::Tls(_)
+        )
+    }
+
     /// Whether retrying later may help (the operation itself is fine).
     pub fn is_transient(&self) -> bool {
         matches!(

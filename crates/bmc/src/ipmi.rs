@@ -31,6 +31,9 @@ pub struct IpmiOptions {
     pub privilege: ipmi::Privilege,
     /// Keep-alive interval while idle (`None`: no keep-alive, e.g. one-shot commands).
     pub keepalive: Option<Duration>,
+    /// Reads are retransmitted first after this shorter delay (a hedged request); commands
+    /// that change the BMC never are. `None`: every retransmission waits `timeout`.
+    pub hedge_after: Option<Duration>,
 }
 
 impl Default for IpmiOptions {
@@ -41,6 +44,7 @@ impl Default for IpmiOptions {
             cipher_suites: vec![ipmi::CipherSuite::Suite17, ipmi::CipherSuite::Suite3],
             privilege: ipmi::Privilege::Operator,
             keepalive: Some(Duration::from_secs(30)),
+            hedge_after: Some(Duration::from_millis(300)),
         }
     }
 }
@@ -63,6 +67,16 @@ pub struct IpmiBmc {
 impl IpmiBmc {
     /// Opens a session (read-only: nothing is changed on the BMC).
     pub async fn connect(config: &BmcConfig, options: &IpmiOptions) -> Result<Self, BmcError> {
+        Self::connect_gated(config, options, None).await
+    }
+
+    /// Like `connect`, taking a permit of `gate` per exchange (see
+    /// [`ipmi::Client::connect_gated`]).
+    pub async fn connect_gated(
+        config: &BmcConfig,
+        options: &IpmiOptions,
+        gate: Option<Arc<tokio::sync::Semaphore>>,
+    ) -> Result<Self, BmcError> {
         let mut cfg = ipmi::Config::new(
             ipmi_address(&config.endpoint),
             config.username.clone(),
@@ -73,7 +87,10 @@ impl IpmiBmc {
         cfg.cipher_suites = options.cipher_suites.clone();
         cfg.privilege = options.privilege;
         cfg.keepalive = options.keepalive;
-        let client = ipmi::Client::connect(cfg).await.map_err(map_error)?;
+        cfg.hedge_after = options.hedge_after;
+        let client = ipmi::Client::connect_gated(cfg, gate)
+            .await
+            .map_err(map_error)?;
         Ok(IpmiBmc { client })
     }
 
@@ -93,7 +110,23 @@ impl IpmiBmc {
         action: PowerAction,
         c: ipmi::ChassisControl,
     ) -> Result<PowerOutcome, BmcError> {
-        self.client.chassis_control(c).await.map_err(map_error)?;
+        match self.client.chassis_control(c).await {
+            Ok(()) => {}
+            Err(e @ ipmi::Error::Timeout { .. }) => {
+                // The command may have been carried out and only its answer
+                // lost: it is never sent again. Re-read the state (a read may
+                // use a new session) so the log says where the host is.
+                let now = self.client.chassis_status().await;
+                tracing::warn!(
+                    bmc = %self.client.peer(),
+                    command = control_name(c),
+                    power_on = ?now.as_ref().map(|s| s.power_on).ok(),
+                    "chassis control got no answer; not repeated"
+                );
+                return Err(map_error(e));
+            }
+            Err(e) => return Err(map_error(e)),
+        }
         Ok(PowerOutcome {
             action,
             sent: vec![control_name(c).to_owned()],
@@ -544,6 +577,21 @@ impl Connector for IpmiConnector {
         let bmc = IpmiBmc::connect(config, &self.options).await?;
         self.stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
         Ok(Arc::new(bmc))
+    }
+
+    async fn connect_gated(
+        &self,
+        config: &BmcConfig,
+        gate: Arc<tokio::sync::Semaphore>,
+    ) -> Result<Arc<dyn Bmc>, BmcError> {
+        self.stats.connects.fetch_add(1, Ordering::Relaxed);
+        let bmc = IpmiBmc::connect_gated(config, &self.options, Some(gate)).await?;
+        self.stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
+        Ok(Arc::new(bmc))
+    }
+
+    fn gates_requests(&self) -> bool {
+        true
     }
 }
 

@@ -41,6 +41,23 @@ pub trait Connector: Send + Sync {
     /// Builds a client and checks that the protocol answers at this endpoint (without
     /// changing anything on the BMC).
     async fn connect(&self, config: &BmcConfig) -> Result<Arc<dyn Bmc>, BmcError>;
+
+    /// Like `connect`, with the client taking a permit of `gate` (the manager's fleet limit)
+    /// for each request or exchange it sends, the probe included. Connectors that do not
+    /// override this (and `gates_requests`) are limited by the manager for whole calls.
+    async fn connect_gated(
+        &self,
+        config: &BmcConfig,
+        gate: Arc<Semaphore>,
+    ) -> Result<Arc<dyn Bmc>, BmcError> {
+        let _ = gate;
+        self.connect(config).await
+    }
+
+    /// Whether clients from `connect_gated` take the gate per request themselves.
+    fn gates_requests(&self) -> bool {
+        false
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -86,7 +103,11 @@ impl RedfishConnector {
         &self.stats
     }
 
-    fn client_for(&self, config: &BmcConfig) -> Result<RedfishClient, BmcError> {
+    fn client_for(
+        &self,
+        config: &BmcConfig,
+        gate: Option<Arc<Semaphore>>,
+    ) -> Result<RedfishClient, BmcError> {
         let mut options = self.options.clone();
         options.tls = TlsOptions {
             insecure: config.insecure_tls,
@@ -107,14 +128,18 @@ impl RedfishConnector {
                 }
             }
         };
-        Ok(RedfishClient::with_http(
+        let client = RedfishClient::with_http(
             http,
             &config.endpoint,
             config.username.clone(),
             config.password.clone(),
             options,
             self.stats.clone(),
-        ))
+        );
+        Ok(match gate {
+            Some(g) => client.with_gate(g),
+            None => client,
+        })
     }
 }
 
@@ -125,23 +150,44 @@ impl Connector for RedfishConnector {
     }
 
     async fn connect(&self, config: &BmcConfig) -> Result<Arc<dyn Bmc>, BmcError> {
-        let client = self.client_for(config)?;
+        let client = self.client_for(config, None)?;
         client.probe().await?;
         Ok(Arc::new(client))
     }
+
+    async fn connect_gated(
+        &self,
+        config: &BmcConfig,
+        gate: Arc<Semaphore>,
+    ) -> Result<Arc<dyn Bmc>, BmcError> {
+        let client = self.client_for(config, Some(gate))?;
+        client.probe().await?;
+        Ok(Arc::new(client))
+    }
+
+    fn gates_requests(&self) -> bool {
+        true
+    }
+}
+
+/// A connected client, and whether it takes the fleet permit per request itself.
+#[derive(Clone)]
+struct Connected {
+    bmc: Arc<dyn Bmc>,
+    gated: bool,
 }
 
 struct Entry {
     config: BmcConfig,
     permits: Semaphore,
-    client: tokio::sync::Mutex<Option<Arc<dyn Bmc>>>,
+    client: tokio::sync::Mutex<Option<Connected>>,
     protocol: Mutex<Option<Protocol>>,
 }
 
 /// Owns the clients of a fleet of BMCs.
 pub struct SessionManager {
     options: ManagerOptions,
-    fleet: Semaphore,
+    fleet: Arc<Semaphore>,
     redfish: Arc<RedfishConnector>,
     connectors: Vec<Arc<dyn Connector>>,
     entries: Mutex<HashMap<String, Arc<Entry>>>,
@@ -159,7 +205,7 @@ impl SessionManager {
         let mut connectors: Vec<Arc<dyn Connector>> = vec![redfish.clone()];
         connectors.extend(extra);
         Arc::new(SessionManager {
-            fleet: Semaphore::new(options.fleet_limit.max(1)),
+            fleet: Arc::new(Semaphore::new(options.fleet_limit.max(1))),
             options,
             redfish,
             connectors,
@@ -212,7 +258,7 @@ impl SessionManager {
         if let Some(old) = replaced {
             tokio::spawn(async move {
                 if let Some(c) = old.client.lock().await.take() {
-                    let _ = c.close().await;
+                    let _ = c.bmc.close().await;
                 }
             });
         }
@@ -242,7 +288,7 @@ impl SessionManager {
                 let client = e.client.lock().await.take();
                 match client {
                     Some(c) => {
-                        if let Err(err) = c.close().await {
+                        if let Err(err) = c.bmc.close().await {
                             tracing::debug!(bmc = %e.config.endpoint, error = %err, "logout failed");
                         }
                         1
@@ -255,7 +301,68 @@ impl SessionManager {
             .await
     }
 
-    async fn client(&self, entry: &Entry) -> Result<Arc<dyn Bmc>, BmcError> {
+    /// Forgets one BMC: its session is closed (Redfish logout, IPMI Close Session) and the
+    /// next handle for it starts afresh. Handles still held keep working on their own
+    /// client until dropped. Returns whether the BMC was known.
+    pub async fn evict(&self, config: &BmcConfig) -> bool {
+        let removed = match self.entries.lock() {
+            Ok(mut e) => e.remove(&config.key()),
+            Err(poisoned) => poisoned.into_inner().remove(&config.key()),
+        };
+        match removed {
+            Some(e) => {
+                close_entry(&e).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Keeps the BMCs for which `keep` is true and evicts (logs out of) the others, for a
+    /// controller that knows its current set of BMCs. Returns the number evicted.
+    pub async fn retain(&self, keep: impl Fn(&BmcConfig) -> bool) -> usize {
+        self.evict_where(|e| !keep(&e.config)).await
+    }
+
+    /// Evicts every BMC no handle refers to any more ([`ManagedBmc`] dropped everywhere).
+    pub async fn evict_unreferenced(&self) -> usize {
+        // The map holds one reference; a handle holds another.
+        self.evict_where(|e| Arc::strong_count(e) == 1).await
+    }
+
+    /// BMCs currently known to the manager.
+    pub fn len(&self) -> usize {
+        self.entries.lock().map(|e| e.len()).unwrap_or(0)
+    }
+
+    /// Whether the manager knows no BMC.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    async fn evict_where(&self, evict: impl Fn(&Arc<Entry>) -> bool) -> usize {
+        let gone: Vec<Arc<Entry>> = {
+            let mut entries = match self.entries.lock() {
+                Ok(e) => e,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let keys: Vec<String> = entries
+                .iter()
+                .filter(|(_, e)| evict(e))
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.iter().filter_map(|k| entries.remove(k)).collect()
+        };
+        let n = gone.len();
+        futures::stream::iter(gone)
+            .for_each_concurrent(self.options.fleet_limit.max(1), |e| async move {
+                close_entry(&e).await;
+            })
+            .await;
+        n
+    }
+
+    async fn client(&self, entry: &Entry) -> Result<Connected, BmcError> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(BmcError::Config("the session manager is shut down".into()));
         }
@@ -280,8 +387,18 @@ impl SessionManager {
         }
         let mut first_error = None;
         for c in candidates {
-            match c.connect(&entry.config).await {
-                Ok(client) => {
+            let gated = c.gates_requests();
+            let attempt = if gated {
+                c.connect_gated(&entry.config, self.fleet.clone()).await
+            } else {
+                match self.fleet.acquire().await {
+                    Ok(_permit) => c.connect(&entry.config).await,
+                    Err(_) => Err(BmcError::Config("fleet limit closed".into())),
+                }
+            };
+            match attempt {
+                Ok(bmc) => {
+                    let client = Connected { bmc, gated };
                     if let Ok(mut p) = entry.protocol.lock() {
                         if p.is_none() {
                             tracing::info!(bmc = %entry.config.endpoint, protocol = %c.protocol(), "BMC protocol detected");
@@ -290,6 +407,13 @@ impl SessionManager {
                     }
                     *slot = Some(client.clone());
                     return Ok(client);
+                }
+                Err(e) if known.is_none() && redfish_present(c.protocol(), &e) => {
+                    // The Redfish service is there (its certificate or our credentials are
+                    // the problem): falling back to IPMI would hide that, and remembering
+                    // IPMI would keep using the wrong protocol once it is fixed.
+                    tracing::debug!(bmc = %entry.config.endpoint, error = %e, "Redfish answered; no fallback");
+                    return Err(e);
                 }
                 Err(e) => {
                     tracing::debug!(bmc = %entry.config.endpoint, protocol = %c.protocol(), error = %e, "protocol probe failed");
@@ -303,6 +427,24 @@ impl SessionManager {
             }
         }
         Err(first_error.unwrap_or_else(|| BmcError::Unsupported("no protocol".into())))
+    }
+}
+
+/// A Redfish probe error that proves a Redfish service is at the endpoint.
+fn redfish_present(protocol: Protocol, e: &BmcError) -> bool {
+    protocol == Protocol::Redfish
+        && matches!(
+            e,
+            BmcError::Tls(_) | BmcError::Unauthorized | BmcError::Forbidden
+        )
+}
+
+async fn close_entry(e: &Entry) {
+    let client = e.client.lock().await.take();
+    if let Some(c) = client
+        && let Err(err) = c.bmc.close().await
+    {
+        tracing::debug!(bmc = %e.config.endpoint, error = %err, "logout failed");
     }
 }
 
@@ -337,14 +479,20 @@ impl ManagedBmc {
             .acquire()
             .await
             .map_err(|_| BmcError::Config("BMC closed".into()))?;
+        // The fleet permit is taken per request by the client (detection included), so a
+        // slow or dead BMC holds fleet capacity only while one of its requests is out, not
+        // for a whole operation (inventory walk, cycle wait, protocol detection).
+        let client = self.manager.client(&self.entry).await?;
+        if client.gated {
+            return f(client.bmc).await;
+        }
         let _fleet = self
             .manager
             .fleet
             .acquire()
             .await
             .map_err(|_| BmcError::Config("fleet limit closed".into()))?;
-        let client = self.manager.client(&self.entry).await?;
-        f(client).await
+        f(client.bmc).await
     }
 
     /// The protocol in use (after the first call).
@@ -380,8 +528,31 @@ impl Bmc for ManagedBmc {
     async fn close(&self) -> Result<(), BmcError> {
         let client = self.entry.client.lock().await.take();
         match client {
-            Some(c) => c.close().await,
+            Some(c) => c.bmc.close().await,
             None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_redfish_answers_that_prove_redfish_stop_detection() {
+        for e in [BmcError::Unauthorized, BmcError::Forbidden] {
+            assert!(redfish_present(Protocol::Redfish, &e), "{e:?}");
+            assert!(!redfish_present(Protocol::Ipmi, &e), "{e:?}");
+        }
+        for e in [
+            BmcError::Timeout(std::time::Duration::from_secs(1)),
+            BmcError::Unavailable { status: 503 },
+            BmcError::Malformed("not Redfish".into()),
+            BmcError::Unreachable(Box::new(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            ))),
+        ] {
+            assert!(!redfish_present(Protocol::Redfish, &e), "{e:?}");
         }
     }
 }

@@ -28,11 +28,14 @@ enum Phase {
     Active { keys: Keys, rakp4: Vec<u8>, tag: u8 },
 }
 
+/// `(rqSeq/LUN, netfn, cmd, data)` of an in-session request.
+type RequestKey = (u8, u8, u8, Vec<u8>);
+/// `(completion code, data)` of its answer.
+type Answer = (u8, Vec<u8>);
+
 struct Sess {
     console_sid: u32,
     suite: Suite,
-    open_tag: u8,
-    open_reply: Vec<u8>,
     phase: Phase,
     priv_max: u8,
     priv_now: u8,
@@ -40,6 +43,10 @@ struct Sess {
     top_seq: u32,
     seen: u32,
     touched: Instant,
+    /// The last request `(rqSeq, netfn, cmd, data)` and its answer `(cc, data)`: a
+    /// retransmission (same rqSeq, new session sequence number) is answered again
+    /// without being carried out twice, as the IPMI spec lets a responder do.
+    last: Option<(RequestKey, Answer)>,
 }
 
 impl Sess {
@@ -69,6 +76,13 @@ pub(crate) struct Bmc {
     pub power_on: bool,
     pub boot: [u8; 5],
     pub boot_in_progress: u8,
+    /// Parameter 3: which events leave the valid bit set (bit 3: the 60 s timeout).
+    boot_clearing: u8,
+    /// When the valid bit of parameter 5 was last set.
+    boot_valid_since: Option<Instant>,
+    pub peak_active: usize,
+    pub commands: Vec<(u8, u8)>,
+    pub boot_params_written: Vec<u8>,
     pub sel: Vec<[u8; 16]>,
     next_record: u16,
     reservation: u16,
@@ -111,6 +125,11 @@ impl Bmc {
             power_on: cfg.power_on,
             boot: cfg.boot_flags,
             boot_in_progress: 0,
+            boot_clearing: 0,
+            boot_valid_since: None,
+            peak_active: 0,
+            commands: Vec::new(),
+            boot_params_written: Vec::new(),
             sel: Vec::new(),
             next_record: 1,
             reservation: 0,
@@ -149,6 +168,14 @@ impl Bmc {
         self.sessions.len()
     }
 
+    /// Sessions that finished RAKP.
+    pub fn activated_sessions(&self) -> usize {
+        self.sessions
+            .values()
+            .filter(|s| matches!(s.phase, Phase::Active { .. }))
+            .count()
+    }
+
     pub fn expire(&mut self, now: Instant) {
         let idle = self.cfg.session_timeout;
         self.sessions.retain(|_, s| {
@@ -171,6 +198,16 @@ impl Bmc {
                 self.boot_happens();
             }
             self.power_on = on;
+        }
+        // The chassis timeout: valid boot flags not used within 60 s are
+        // invalidated, unless parameter 3 says not to.
+        if let Some(since) = self.boot_valid_since
+            && self.boot[0] & 0x80 != 0
+            && self.boot_clearing & 0x08 == 0
+            && now.duration_since(since) >= self.cfg.boot_flags_timeout
+        {
+            self.boot[0] &= 0x7F;
+            self.boot_valid_since = None;
         }
     }
 
@@ -297,13 +334,8 @@ impl Bmc {
         }
         let tag = m[0];
         let console_sid = u32::from_le_bytes([m[4], m[5], m[6], m[7]]);
-        // A retransmitted request gets the same answer, not a second session.
-        if let Some(s) = self.sessions.values_mut().find(|s| {
-            s.console_sid == console_sid && s.open_tag == tag && matches!(s.phase, Phase::Opened)
-        }) {
-            s.touched = now;
-            return wire::seal(0x11, 0, 0, &s.open_reply.clone(), None);
-        }
+        // A retransmitted request is not recognised: it gets a new table entry,
+        // as OpenBMC's netipmid does (the client must cope with the orphan).
         let fail = |status: u8| {
             let mut r = vec![tag, status, 0, 0];
             r.extend(console_sid.to_le_bytes());
@@ -339,8 +371,6 @@ impl Bmc {
             Sess {
                 console_sid,
                 suite,
-                open_tag: tag,
-                open_reply: r.clone(),
                 phase: Phase::Opened,
                 priv_max: PRIV_ADMIN,
                 priv_now: PRIV_USER,
@@ -348,6 +378,7 @@ impl Bmc {
                 top_seq: 0,
                 seen: 0,
                 touched: now,
+                last: None,
             },
         );
         self.peak_sessions = self.peak_sessions.max(self.sessions.len());
@@ -484,6 +515,7 @@ impl Bmc {
             tag,
         };
         self.sessions_opened += 1;
+        self.peak_active = self.peak_active.max(self.activated_sessions());
         wire::seal(0x15, 0, 0, &r, None)
     }
 
@@ -500,7 +532,30 @@ impl Bmc {
         s.touched = now;
         let req = wire::parse_request(&plain)?;
         let priv_now = s.priv_now;
-        let (cc, data) = self.command(p.sid, priv_now, &req);
+        let key = (req.rq_seq_lun, req.netfn, req.cmd, req.data.clone());
+        let cached = s
+            .last
+            .as_ref()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, answer)| answer.clone());
+        self.commands.push((req.netfn, req.cmd));
+        let (cc, data) = match cached {
+            Some(answer) => answer,
+            None => {
+                let answer = self.command(p.sid, priv_now, &req);
+                if let Some(s) = self.sessions.get_mut(&p.sid) {
+                    s.last = Some((key, answer.clone()));
+                }
+                answer
+            }
+        };
+        if self.faults.mute_commands.contains(&(req.netfn, req.cmd)) {
+            // Executed, but the answer is lost.
+            if let Some(s) = self.sessions.get_mut(&p.sid) {
+                s.out_seq = s.out_seq.wrapping_add(1).max(1);
+            }
+            return None;
+        }
         let msg = wire::build_response(&req, cc, &data);
         // Close Session removes the entry after the answer is built.
         let s = match self.sessions.get_mut(&p.sid) {
@@ -613,13 +668,27 @@ impl Bmc {
             (0x00, 0x08) if !need(PRIV_OPERATOR) => (0xD4, vec![]),
             (0x00, 0x08) => match d.first().map(|b| b & 0x7F) {
                 Some(0) => {
+                    self.boot_params_written.push(0);
                     self.boot_in_progress = d.get(1).copied().unwrap_or(0) & 3;
                     (0, vec![])
                 }
-                Some(3) | Some(4) => (0, vec![]),
+                Some(3) => match d.get(1) {
+                    Some(v) => {
+                        self.boot_params_written.push(3);
+                        self.boot_clearing = v & 0x1F;
+                        (0, vec![])
+                    }
+                    None => (0xC7, vec![]),
+                },
+                Some(4) => {
+                    self.boot_params_written.push(4);
+                    (0, vec![])
+                }
                 Some(5) => match d.get(1..6) {
                     Some(b) => {
+                        self.boot_params_written.push(5);
                         self.boot.copy_from_slice(b);
+                        self.boot_valid_since = (b[0] & 0x80 != 0).then(Instant::now);
                         (0, vec![])
                     }
                     None => (0xC7, vec![]),
@@ -629,7 +698,7 @@ impl Bmc {
             },
             (0x00, 0x09) => match d.first().map(|b| b & 0x7F) {
                 Some(0) => (0, vec![1, 0, self.boot_in_progress]),
-                Some(3) => (0, vec![1, 3, 0]),
+                Some(3) => (0, vec![1, 3, self.boot_clearing]),
                 Some(4) => (0, vec![1, 4, 0, 0]),
                 Some(5) => {
                     let mut r = vec![1, 5];
@@ -821,7 +890,7 @@ mod tests {
     }
 
     #[test]
-    fn open_session_dedups_retransmissions_and_honours_the_table_size() {
+    fn open_session_retransmissions_take_new_entries_and_the_table_size_holds() {
         let mut b = Bmc::new(BmcConfig {
             max_sessions: 1,
             ..BmcConfig::new(0, "pw")
@@ -834,15 +903,18 @@ mod tests {
             0, 0, 0, 8, 1, 0, 0, 0, 1, 0, 0, 8, 1, 0, 0, 0, 2, 0, 0, 8, 1, 0, 0, 0,
         ]);
         let a = b.handle(&req);
-        let again = b.handle(&req);
-        assert_eq!(a, again, "a retransmission gets the same answer");
+        assert_eq!(a[0][16 + 1], 0, "opened");
         assert_eq!(b.active_sessions(), 1);
-        // A different console session id: the table is full.
-        let mut other = req.clone();
-        other[20] = 5;
-        let r = b.handle(&other);
+        // A retransmission is a new request (OpenBMC): the one-entry table is full.
+        let r = b.handle(&req);
         assert_eq!(r[0][16 + 1], 0x01, "insufficient resources");
         assert_eq!(b.rejected_full, 1);
+        b.sessions.clear();
+        b.cfg.max_sessions = 4;
+        let again = b.handle(&req);
+        let third = b.handle(&req);
+        assert_ne!(again, third, "each retransmission gets its own session id");
+        assert_eq!(b.active_sessions(), 2);
         // Suite 0 ("none" everywhere) is never accepted.
         let mut none = req.clone();
         none[20] = 6;

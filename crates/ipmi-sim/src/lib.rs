@@ -87,6 +87,9 @@ pub struct Faults {
     /// Activate sessions on RAKP 3 but lose every RAKP 4 (the client never
     /// learns that its session exists).
     pub lose_rakp4: bool,
+    /// Execute these in-session commands `(netfn, cmd)` but lose their
+    /// answers (the client sees a timeout for a command that took effect).
+    pub mute_commands: Vec<(u8, u8)>,
 }
 
 /// One simulated BMC.
@@ -124,6 +127,10 @@ pub struct BmcConfig {
     pub restore_policy: u8,
     /// Boot flags (parameter 5) at start.
     pub boot_flags: [u8; 5],
+    /// The boot flags' valid bit is cleared this long after it was set,
+    /// unless parameter 3 bit 3 ("don't clear after the 60 s timeout") is
+    /// set: the IPMI 2.0 chassis timeout (60 s; shorter to test it).
+    pub boot_flags_timeout: Duration,
     /// SEL capacity in records.
     pub sel_capacity: usize,
     /// SEL records at start (bytes 2..16 of each record; ids are assigned).
@@ -153,6 +160,7 @@ impl BmcConfig {
             soft_off_delay: Duration::ZERO,
             restore_policy: 0,
             boot_flags: [0x20, 0, 0, 0, 0],
+            boot_flags_timeout: Duration::from_secs(60),
             sel_capacity: 512,
             sel: Vec::new(),
         }
@@ -191,6 +199,14 @@ pub struct BmcStats {
     pub rejected_full: u64,
     /// Chassis Control sub-commands executed, in order.
     pub chassis_controls: Vec<u8>,
+    /// Highest number of activated sessions (RAKP done) held at once.
+    pub peak_active_sessions: usize,
+    /// Active sessions now.
+    pub active_sessions: usize,
+    /// In-session commands received `(netfn, cmd)`, in order.
+    pub commands: Vec<(u8, u8)>,
+    /// Set System Boot Options parameters written, in order.
+    pub boot_params_written: Vec<u8>,
 }
 
 /// Control of one running simulated BMC.
@@ -234,7 +250,9 @@ impl BmcHandle {
 
     /// Current boot flags (parameter 5 data bytes).
     pub fn boot_flags(&self) -> [u8; 5] {
-        lock(&self.state).boot
+        let mut b = lock(&self.state);
+        b.settle(std::time::Instant::now());
+        b.boot
     }
 
     /// Append a SEL record (bytes 2..16); returns its record id.
@@ -258,6 +276,10 @@ impl BmcHandle {
             sessions_opened: b.sessions_opened,
             rejected_full: b.rejected_full,
             chassis_controls: b.controls.clone(),
+            peak_active_sessions: b.peak_active,
+            active_sessions: b.activated_sessions(),
+            commands: b.commands.clone(),
+            boot_params_written: b.boot_params_written.clone(),
         }
     }
 }

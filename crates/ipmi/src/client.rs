@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
 use crate::crypto::{CipherSuite, Password};
@@ -42,6 +42,11 @@ pub struct Config {
     /// BMC does not expire it (BMCs commonly drop sessions after 60 s idle).
     /// `None` disables keep-alive.
     pub keepalive: Option<Duration>,
+    /// Reads only: retransmit the first time after this (shorter) delay
+    /// instead of the full `timeout`, so one lost datagram costs a short
+    /// wait ("hedged" requests). `None`: every retransmission waits `timeout`.
+    /// Commands that change the BMC are never retransmitted early.
+    pub hedge_after: Option<Duration>,
 }
 
 impl Config {
@@ -61,6 +66,7 @@ impl Config {
             timeout: Duration::from_secs(1),
             retries: 3,
             keepalive: Some(Duration::from_secs(30)),
+            hedge_after: None,
         }
     }
 
@@ -68,6 +74,7 @@ impl Config {
         Retry {
             timeout: self.timeout,
             retries: self.retries,
+            hedge: self.hedge_after,
         }
     }
 
@@ -116,6 +123,8 @@ struct Conn {
 struct Inner {
     cfg: Config,
     peer: SocketAddr,
+    /// A limit shared with other clients (a fleet), taken per exchange.
+    gate: Option<Arc<Semaphore>>,
     conn: Mutex<Conn>,
     keepalive: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -139,6 +148,14 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Resolve the address, open a session and start the keep-alive task.
     pub async fn connect(cfg: Config) -> Result<Client> {
+        Self::connect_gated(cfg, None).await
+    }
+
+    /// Like [`Client::connect`], with a permit of `gate` taken for each
+    /// exchange with the BMC (session setup, each request, keep-alive) and
+    /// released in between: a fleet-wide limit that a slow or dead BMC holds
+    /// only while one of its exchanges is outstanding.
+    pub async fn connect_gated(cfg: Config, gate: Option<Arc<Semaphore>>) -> Result<Client> {
         if cfg.cipher_suites.is_empty() {
             return Err(Error::Protocol("no cipher suite configured".into()));
         }
@@ -156,6 +173,7 @@ impl Client {
         let inner = Arc::new(Inner {
             cfg,
             peer,
+            gate,
             conn: Mutex::new(Conn {
                 socket: Arc::new(socket),
                 session: None,
@@ -169,6 +187,7 @@ impl Client {
         });
         {
             let mut conn = inner.conn.lock().await;
+            let _permit = inner.permit().await?;
             ensure_session(&inner.cfg, &mut conn).await?;
         }
         if let Some(every) = inner.cfg.keepalive {
@@ -214,6 +233,7 @@ impl Client {
             socket, session, ..
         } = &mut *conn;
         if let Some(mut s) = session.take() {
+            let _permit = self.inner.permit().await;
             s.close(socket, self.inner.cfg.retry()).await;
         }
     }
@@ -224,8 +244,9 @@ impl Client {
         check("raw request", r)
     }
 
-    /// One request with session (re)establishment; the completion code is
-    /// left to the caller.
+    /// An idempotent request (a read) with session (re)establishment: when a
+    /// reused session does not answer, it is released and the request is
+    /// repeated once on a new session. The completion code is left to the caller.
     pub(crate) async fn call(
         &self,
         name: &'static str,
@@ -233,23 +254,65 @@ impl Client {
         cmd: u8,
         data: &[u8],
     ) -> Result<Response> {
+        self.call_with(name, netfn, cmd, data, true).await
+    }
+
+    /// A request that changes the BMC (Chassis Control, boot options, SEL
+    /// clear): never repeated on a new session after a timeout, because the
+    /// BMC may have carried it out and only its answer was lost. The timeout
+    /// is returned; a dead session is noticed by the next read.
+    pub(crate) async fn call_once(
+        &self,
+        name: &'static str,
+        netfn: u8,
+        cmd: u8,
+        data: &[u8],
+    ) -> Result<Response> {
+        self.call_with(name, netfn, cmd, data, false).await
+    }
+
+    async fn call_with(
+        &self,
+        name: &'static str,
+        netfn: u8,
+        cmd: u8,
+        data: &[u8],
+        idempotent: bool,
+    ) -> Result<Response> {
         let cfg = &self.inner.cfg;
         let mut conn = self.inner.conn.lock().await;
         if conn.closed {
             return Err(Error::Closed);
         }
         let reused = conn.session.is_some();
-        ensure_session(cfg, &mut conn).await?;
-        match request_once(cfg, &mut conn, name, netfn, cmd, data).await {
-            Err(Error::Timeout { .. } | Error::Integrity(_)) if reused => {
+        if !reused {
+            let _permit = self.inner.permit().await?;
+            ensure_session(cfg, &mut conn).await?;
+        }
+        let first = {
+            let _permit = self.inner.permit().await?;
+            request_once(cfg, &mut conn, name, netfn, cmd, data, idempotent).await
+        };
+        match first {
+            Err(Error::Timeout { .. } | Error::Integrity(_)) if reused && idempotent => {
                 // The BMC may have expired or forgotten the session (reboot,
                 // idle timeout). Release it and try once on a fresh one.
                 tracing::debug!(peer = %self.inner.peer, command = name, "re-establishing the IPMI session");
+                let _permit = self.inner.permit().await?;
                 drop_session(cfg, &mut conn).await;
                 ensure_session(cfg, &mut conn).await?;
-                request_once(cfg, &mut conn, name, netfn, cmd, data).await
+                request_once(cfg, &mut conn, name, netfn, cmd, data, idempotent).await
             }
             other => other,
+        }
+    }
+}
+
+impl Inner {
+    async fn permit(&self) -> Result<Option<tokio::sync::SemaphorePermit<'_>>> {
+        match &self.gate {
+            Some(g) => g.acquire().await.map(Some).map_err(|_| Error::Closed),
+            None => Ok(None),
         }
     }
 }
@@ -261,6 +324,7 @@ async fn request_once(
     netfn: u8,
     cmd: u8,
     data: &[u8],
+    idempotent: bool,
 ) -> Result<Response> {
     let Conn {
         socket, session, ..
@@ -268,7 +332,11 @@ async fn request_once(
     let Some(s) = session.as_mut() else {
         return Err(Error::Closed);
     };
-    let r = s.request(socket, cfg.retry(), name, netfn, cmd, data).await;
+    let mut retry = cfg.retry();
+    if !idempotent {
+        retry.hedge = None;
+    }
+    let r = s.request(socket, retry, name, netfn, cmd, data).await;
     match &r {
         Ok(_) => {
             conn.last_activity = Instant::now();
@@ -291,6 +359,7 @@ async fn drop_session(cfg: &Config, conn: &mut Conn) {
         let quick = Retry {
             timeout: cfg.timeout,
             retries: 0,
+            hedge: None,
         };
         s.close(socket, quick).await;
     }
@@ -346,20 +415,38 @@ async fn ensure_session(cfg: &Config, conn: &mut Conn) -> Result<()> {
 /// Keep the session from expiring while idle. A failed keep-alive drops the
 /// session; the next call opens a new one (idle clients of a dead BMC stay quiet).
 async fn keepalive(inner: Weak<Inner>, every: Duration) {
+    // Scheduled from the last exchange, not on a fixed tick: a call just
+    // after a tick must not push the next keep-alive to almost 2 × `every`.
+    let mut wake = Instant::now() + every;
     loop {
-        tokio::time::sleep(every).await;
+        tokio::time::sleep_until(wake).await;
         let Some(inner) = inner.upgrade() else { return };
         let mut conn = inner.conn.lock().await;
         if conn.closed {
             return;
         }
-        if conn.session.is_none() || conn.last_activity.elapsed() < every {
+        let due = conn.last_activity + every;
+        if conn.session.is_none() || Instant::now() < due {
+            wake = due.max(Instant::now() + Duration::from_millis(1));
+            if conn.session.is_none() {
+                wake = Instant::now() + every;
+            }
             continue;
         }
         // Get Device ID: cheap and universally implemented.
-        if let Err(e) = request_once(&inner.cfg, &mut conn, "keep-alive", 0x06, 0x01, &[]).await {
+        let r = match inner.permit().await {
+            Ok(_permit) => {
+                request_once(&inner.cfg, &mut conn, "keep-alive", 0x06, 0x01, &[], true).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
             tracing::debug!(peer = %inner.peer, error = %e, "keep-alive failed; dropping the session");
-            conn.session = None;
+            drop_session(&inner.cfg, &mut conn).await;
+        }
+        wake = conn.last_activity + every;
+        if wake <= Instant::now() {
+            wake = Instant::now() + every;
         }
     }
 }
@@ -385,6 +472,7 @@ impl Drop for Inner {
         let retry = Retry {
             timeout: self.cfg.timeout,
             retries: 0,
+            hedge: None,
         };
         let sock = Arc::clone(&conn.socket);
         handle.spawn(async move {

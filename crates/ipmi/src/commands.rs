@@ -423,8 +423,10 @@ impl Client {
 
     /// Chassis Control.
     pub async fn chassis_control(&self, c: ChassisControl) -> Result<()> {
+        // Never repeated on a new session after a timeout: the first one may
+        // have been carried out (a second power cycle is not harmless).
         let r = self
-            .call("Chassis Control", NETFN_CHASSIS, 0x02, &[c as u8])
+            .call_once("Chassis Control", NETFN_CHASSIS, 0x02, &[c as u8])
             .await?;
         check("Chassis Control", r).map(|_| ())
     }
@@ -477,9 +479,22 @@ impl Client {
         if mode == BootMode::Uefi {
             b1 |= 0x20;
         }
+        // Parameter 3 first (as Ironic and pyghmi do): without bit 3 the BMC
+        // clears the valid bit 60 s after it is set, so a one-time override
+        // set more than a minute before the boot would be silently lost. A
+        // BMC that does not know the parameter still gets the override.
+        let r = self
+            .call_once("Set System Boot Options", NETFN_CHASSIS, 0x08, &[3, 0x08])
+            .await?;
+        if r.completion != 0 {
+            tracing::debug!(
+                code = r.completion,
+                "the BMC refused boot options parameter 3 (valid bit clearing)"
+            );
+        }
         let data = [5, b1, device.selector() << 2, 0, 0, 0];
         let r = self
-            .call("Set System Boot Options", NETFN_CHASSIS, 0x08, &data)
+            .call_once("Set System Boot Options", NETFN_CHASSIS, 0x08, &data)
             .await?;
         check("Set System Boot Options", r)?;
         self.boot_flags().await
@@ -660,7 +675,7 @@ impl Client {
     pub async fn clear_sel(&self) -> Result<()> {
         let [rl, rh] = self.reserve_sel().await?.to_le_bytes();
         let r = self
-            .call(
+            .call_once(
                 "Clear SEL",
                 NETFN_STORAGE,
                 0x47,

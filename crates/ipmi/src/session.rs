@@ -21,6 +21,27 @@ const MAX_DATAGRAM: usize = 2048;
 pub(crate) struct Retry {
     pub timeout: Duration,
     pub retries: u32,
+    /// Wait this long (instead of `timeout`) before the first retransmission.
+    pub hedge: Option<Duration>,
+}
+
+impl Retry {
+    /// How long transmission `attempt` (0-based) waits for its answer: the first two
+    /// copies of a hedged exchange follow each other after the short delay (an answer to
+    /// any earlier copy is still taken), the rest after the full timeout.
+    fn wait(&self, attempt: u32) -> Duration {
+        match self.hedge {
+            Some(h) if attempt < 2 && h < self.timeout => h,
+            _ => self.timeout,
+        }
+    }
+
+    fn unhedged(self) -> Retry {
+        Retry {
+            hedge: None,
+            ..self
+        }
+    }
 }
 
 /// What a receive filter decided about one datagram.
@@ -41,9 +62,9 @@ async fn exchange_fixed<T>(
     mut accept: impl FnMut(&[u8]) -> Result<Option<T>>,
 ) -> Result<T> {
     let mut buf = vec![0u8; MAX_DATAGRAM];
-    for _ in 0..=retry.retries {
+    for attempt in 0..=retry.retries {
         sock.send(pkt).await?;
-        let deadline = Instant::now() + retry.timeout;
+        let deadline = Instant::now() + retry.wait(attempt);
         loop {
             match recv_until(sock, &mut buf, deadline).await? {
                 None => break,
@@ -175,6 +196,9 @@ impl Session {
         counters: Arc<Counters>,
     ) -> Result<Session> {
         let suite = login.suite;
+        // Open Session is not retransmitted early: some BMCs (OpenBMC) give
+        // every copy its own session-table entry.
+        let setup = retry.unhedged();
         let kuid = login.password.key()?;
         let kg = match login.bmc_key {
             Some(k) => k.key()?,
@@ -188,7 +212,7 @@ impl Session {
         let osr = exchange_fixed(
             sock,
             &pkt,
-            retry,
+            setup,
             "open session",
             |buf| match packet::decode_v2(buf, None) {
                 Ok(p) if p.payload_type == payload::OPEN_SESSION_RESPONSE => {
@@ -211,7 +235,7 @@ impl Session {
         let rakp2 = exchange_fixed(
             sock,
             &pkt,
-            retry,
+            setup,
             "RAKP 1/2",
             |buf| match packet::decode_v2(buf, None) {
                 Ok(p) if p.payload_type == payload::RAKP2 => hs.check_rakp2(&p.payload, tag, &kuid),
@@ -239,7 +263,7 @@ impl Session {
         let keys = exchange_fixed(
             sock,
             &pkt,
-            retry,
+            setup,
             "RAKP 3/4",
             |buf| match packet::decode_v2(buf, None) {
                 Ok(p) if p.payload_type == payload::RAKP4 => {
@@ -271,6 +295,7 @@ impl Session {
                         Retry {
                             timeout: retry.timeout,
                             retries: 0,
+                            hedge: None,
                         },
                     )
                     .await;
@@ -289,8 +314,9 @@ impl Session {
             rq_seq: 0,
             privilege: Privilege::User,
         };
-        // Sessions start at User; raise to what was asked for.
-        let r = session
+        // Sessions start at User; raise to what was asked for. From here on
+        // the session exists on the BMC: every failure closes it.
+        let r = match session
             .request(
                 sock,
                 retry,
@@ -299,17 +325,24 @@ impl Session {
                 0x3B,
                 &[login.privilege as u8],
             )
-            .await?;
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                session.close(sock, retry.unhedged()).await;
+                return Err(e);
+            }
+        };
         match r.completion {
             0 => {}
             0x80 | 0x81 | 0xD4 => {
-                session.close(sock, retry).await;
+                session.close(sock, retry.unhedged()).await;
                 return Err(Error::Unauthorized(
                     "the BMC refused the requested privilege level",
                 ));
             }
             code => {
-                session.close(sock, retry).await;
+                session.close(sock, retry.unhedged()).await;
                 return Err(Error::CompletionCode {
                     command: "Set Session Privilege Level",
                     code,
@@ -351,7 +384,7 @@ impl Session {
         let msg = packet::encode_request(netfn, cmd, rq_seq, data);
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut integrity_failures = 0u32;
-        for _ in 0..=retry.retries {
+        for attempt in 0..=retry.retries {
             let seq = self.next_out_seq();
             let pkt = packet::encode_v2(
                 payload::IPMI,
@@ -361,7 +394,7 @@ impl Session {
                 Some((&self.keys, rand::random())),
             )?;
             sock.send(&pkt).await?;
-            let deadline = Instant::now() + retry.timeout;
+            let deadline = Instant::now() + retry.wait(attempt);
             while let Some(n) = recv_until(sock, &mut buf, deadline).await? {
                 match self.match_response(&buf[..n], netfn, cmd, rq_seq) {
                     Verdict::Done(r) => return Ok(r),
@@ -412,9 +445,12 @@ impl Session {
     /// Close Session (best effort, one short exchange).
     pub async fn close(&mut self, sock: &UdpSocket, retry: Retry) {
         let sid = self.bmc_sid.to_le_bytes();
+        // Hedged when the caller hedges (a shutdown of many sessions under loss): a
+        // lost Close Session leaves the session on the BMC until its idle timer.
         let once = Retry {
             timeout: retry.timeout,
-            retries: retry.retries.min(1),
+            retries: retry.retries.min(if retry.hedge.is_some() { 3 } else { 1 }),
+            hedge: retry.hedge,
         };
         match self
             .request(sock, once, "Close Session", 0x06, 0x3C, &sid)

@@ -60,6 +60,11 @@ pub struct RedfishOptions {
     /// (thousands of BMCs, limited file descriptors) 0 reconnects per request and keeps only
     /// the in-flight connections open.
     pub idle_connections_per_bmc: usize,
+    /// Idempotent reads (GET) are hedged: when no answer came after this long (or after
+    /// three times the BMC's recent latency, if longer), a second identical request is sent
+    /// and the first answer wins ("The Tail at Scale"). A read that still times out is tried
+    /// once more. `None`: no hedging. Logins, PATCH, POST and DELETE are never hedged.
+    pub hedge_after: Option<Duration>,
 }
 
 impl Default for RedfishOptions {
@@ -70,6 +75,7 @@ impl Default for RedfishOptions {
             auth: AuthMode::Auto,
             transition_timeout: Duration::from_secs(60),
             idle_connections_per_bmc: 1,
+            hedge_after: Some(Duration::from_secs(2)),
         }
     }
 }
@@ -81,6 +87,22 @@ pub struct RedfishStats {
     pub sessions_closed: AtomicU64,
     pub relogins: AtomicU64,
     pub requests: AtomicU64,
+    /// Second requests sent for reads that had no answer yet.
+    pub hedged: AtomicU64,
+    /// Smoothed answer time over the clients sharing these counters, in microseconds (the
+    /// hedge delay of a BMC not heard from yet).
+    pub latency_us: AtomicU64,
+}
+
+/// Folds one answer time into a smoothed value (1/8 weight).
+fn smooth(slot: &AtomicU64, took_us: u64) {
+    let old = slot.load(Ordering::Relaxed);
+    let new = if old == 0 {
+        took_us.max(1)
+    } else {
+        (old * 7 + took_us) / 8
+    };
+    slot.store(new.max(1), Ordering::Relaxed);
 }
 
 /// Builds the HTTP client for the given TLS settings. Clients are cheap to clone and share a
@@ -129,9 +151,28 @@ struct Discovered {
     vendor: Option<Vendor>,
 }
 
+/// Re-login back-off after a 401 on a fresh session.
+#[derive(Debug, Default)]
+struct Relogin {
+    not_before: Option<Instant>,
+    delay: Duration,
+}
+
+const RELOGIN_BACKOFF_MIN: Duration = Duration::from_secs(1);
+const RELOGIN_BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// Members of a collection page asked for with `$top` when the service supports it.
+const PAGE_SIZE: usize = 200;
+/// Pages followed before a collection is returned as it is (partial).
+const MAX_PAGES: usize = 100;
+
 /// A Redfish BMC. One instance holds at most one session.
 pub struct RedfishClient {
     http: reqwest::Client,
+    /// Fleet-wide limit, taken per request (the session manager's).
+    gate: Option<Arc<tokio::sync::Semaphore>>,
+    relogin: std::sync::Mutex<Relogin>,
+    /// Smoothed answer time in microseconds (for the hedge delay).
+    latency_us: AtomicU64,
     base: String,
     user: String,
     password: Password,
@@ -200,6 +241,9 @@ impl RedfishClient {
     ) -> Self {
         RedfishClient {
             http,
+            gate: None,
+            relogin: std::sync::Mutex::default(),
+            latency_us: AtomicU64::new(0),
             base: endpoint.base_url(),
             user: user.into(),
             password,
@@ -212,6 +256,13 @@ impl RedfishClient {
 
     pub fn stats(&self) -> &Arc<RedfishStats> {
         &self.stats
+    }
+
+    /// Takes a permit of `gate` for each HTTP request (not for whole operations): the
+    /// session manager's fleet limit.
+    pub fn with_gate(mut self, gate: Arc<tokio::sync::Semaphore>) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     /// Checks that a Redfish service answers here (fetches the service root; no login).
@@ -231,6 +282,13 @@ impl RedfishClient {
 
     /// Only the path and query of a link are used: a link never sends the token elsewhere.
     fn url(&self, link: &str) -> String {
+        join_url(&self.base, link)
+    }
+}
+
+/// `base` + the path and query of `link` (a link never sends the token to another host).
+fn join_url(base: &str, link: &str) -> String {
+    {
         let path = if let Some(rest) = link
             .strip_prefix("https://")
             .or_else(|| link.strip_prefix("http://"))
@@ -240,35 +298,26 @@ impl RedfishClient {
             link
         };
         if path.starts_with('/') {
-            format!("{}{}", self.base, path)
+            format!("{base}{path}")
         } else {
-            format!("{}/{}", self.base, path)
+            format!("{base}/{path}")
         }
     }
+}
 
+impl RedfishClient {
     fn map_send_error(&self, e: reqwest::Error) -> BmcError {
-        if e.is_timeout() {
-            return BmcError::Timeout(self.options.timeout);
-        }
-        if is_tls_error(&e) {
-            return BmcError::Tls(Box::new(e));
-        }
-        if e.is_decode() || e.is_body() {
-            return BmcError::Malformed(format!("unreadable body ({e})"));
-        }
-        // Connect failures, resets, protocol errors below HTTP.
-        BmcError::Unreachable(Box::new(e))
+        map_send_error(e, self.options.timeout)
     }
 
-    async fn send_raw(
+    fn build(
         &self,
         method: Method,
         path: &str,
         body: Option<&Value>,
         auth: &Auth,
         headers: &[(&'static str, String)],
-    ) -> Result<Response, BmcError> {
-        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+    ) -> reqwest::RequestBuilder {
         let mut req = self
             .http
             .request(method, self.url(path))
@@ -285,23 +334,149 @@ impl RedfishClient {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let call = async {
-            let resp = req.send().await.map_err(|e| self.map_send_error(e))?;
-            let status = resp.status();
-            let headers = resp.headers().clone();
-            let body = resp.bytes().await.map_err(|e| self.map_send_error(e))?;
-            Ok::<_, BmcError>(Response {
-                status,
-                headers,
-                body: body.to_vec(),
-            })
-        };
-        // reqwest's own timeout covers the request; this outer bound is a second line for
-        // anything reqwest does not time (it never fires first in practice).
-        match tokio::time::timeout(self.options.timeout + Duration::from_millis(500), call).await {
-            Ok(r) => r,
-            Err(_) => Err(BmcError::Timeout(self.options.timeout)),
+        req
+    }
+
+    /// One request; a GET is hedged and, if it still times out, tried once more.
+    async fn send_raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        auth: &Auth,
+        headers: &[(&'static str, String)],
+    ) -> Result<Response, BmcError> {
+        if method != Method::GET {
+            return self.send_once(method, path, body, auth, headers).await;
         }
+        self.send_idempotent(method, path, auth, headers).await
+    }
+
+    /// A request without body that may be sent more than once (GET, the DELETE of our own
+    /// session): hedged.
+    async fn send_idempotent(
+        &self,
+        method: Method,
+        path: &str,
+        auth: &Auth,
+        headers: &[(&'static str, String)],
+    ) -> Result<Response, BmcError> {
+        if self.options.hedge_after.is_none() {
+            return self.send_once(method, path, None, auth, headers).await;
+        }
+        self.send_hedged(method, path, auth, headers).await
+    }
+
+    /// Sends the request; while no answer came, a copy follows after the hedge delay and
+    /// another after twice that (both within the first one's timeout, as the delay is at
+    /// most half of it). The first answer wins; an error is returned once no copy is left.
+    async fn send_hedged(
+        &self,
+        method: Method,
+        path: &str,
+        auth: &Auth,
+        headers: &[(&'static str, String)],
+    ) -> Result<Response, BmcError> {
+        const COPIES: usize = 3;
+        let delay = self.hedge_delay();
+        // The hedge clock starts once the first request is out, not while it waits for a
+        // fleet permit.
+        let first = acquire(&self.gate).await?;
+        let mut pending = futures::stream::FuturesUnordered::new();
+        pending.push(self.send_copy(Some(first), method.clone(), path, auth, headers));
+        let mut sent = 1;
+        loop {
+            tokio::select! {
+                r = futures::StreamExt::next(&mut pending) => match r {
+                    Some(Ok(r)) => return Ok(r),
+                    Some(Err(e)) if pending.is_empty() => return Err(e),
+                    Some(Err(_)) => {}
+                    None => return Err(BmcError::Timeout(self.options.timeout)),
+                },
+                _ = tokio::time::sleep(delay), if sent < COPIES => {
+                    pending.push(self.send_copy(None, method.clone(), path, auth, headers));
+                    sent += 1;
+                }
+            }
+        }
+    }
+
+    /// Four times the BMC's smoothed answer time (else the fleet's), at least 20 ms, at most
+    /// `hedge_after` and half the timeout.
+    fn hedge_delay(&self) -> Duration {
+        let cap = self
+            .options
+            .hedge_after
+            .unwrap_or(self.options.timeout)
+            .min(self.options.timeout / 2);
+        let mine = self.latency_us.load(Ordering::Relaxed);
+        let recent = if mine > 0 {
+            mine
+        } else {
+            self.stats.latency_us.load(Ordering::Relaxed)
+        };
+        if recent == 0 {
+            return cap;
+        }
+        Duration::from_micros(recent * 4).clamp(Duration::from_millis(20).min(cap), cap)
+    }
+
+    async fn send_once(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        auth: &Auth,
+        headers: &[(&'static str, String)],
+    ) -> Result<Response, BmcError> {
+        let permit = acquire(&self.gate).await?;
+        self.send_permitted(permit, false, method, path, body, auth, headers)
+            .await
+    }
+
+    /// Sends under a fleet permit already held (or, with `copy`, a hedged copy that waited
+    /// for its own permit).
+    #[allow(clippy::too_many_arguments)]
+    async fn send_permitted(
+        &self,
+        _permit: Permit,
+        copy: bool,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        auth: &Auth,
+        headers: &[(&'static str, String)],
+    ) -> Result<Response, BmcError> {
+        let req = self.build(method, path, body, auth, headers);
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        if copy {
+            self.stats.hedged.fetch_add(1, Ordering::Relaxed);
+        }
+        let started = Instant::now();
+        let r = execute(req, self.options.timeout).await;
+        if r.is_ok() {
+            let took = started.elapsed().as_micros() as u64;
+            smooth(&self.latency_us, took);
+            smooth(&self.stats.latency_us, took);
+        }
+        r
+    }
+
+    /// A hedged copy: waits for its own permit, then goes out.
+    async fn send_copy(
+        &self,
+        first: Option<Permit>,
+        method: Method,
+        path: &str,
+        auth: &Auth,
+        headers: &[(&'static str, String)],
+    ) -> Result<Response, BmcError> {
+        let (permit, copy) = match first {
+            Some(p) => (p, false),
+            None => (acquire(&self.gate).await?, true),
+        };
+        self.send_permitted(permit, copy, method, path, None, auth, headers)
+            .await
     }
 
     /// The service root, fetched once (unauthenticated, as the specification allows).
@@ -367,28 +542,118 @@ impl RedfishClient {
                 _ => Ok(Auth::Basic),
             };
         };
-        let body = json!({"UserName": self.user, "Password": self.password.expose()});
-        let resp = self
-            .send_raw(Method::POST, &sessions, Some(&body), &Auth::None, &[])
-            .await?;
-        match resp.status.as_u16() {
-            200 | 201 | 202 | 204 => {}
-            404 | 405 | 501 if self.options.auth == AuthMode::Auto => return Ok(Auth::Basic),
-            _ => {
-                check_status(&resp, "POST", &sessions)?;
-            }
+        // A login whose answer never came created no session on a BMC that never read it,
+        // and at worst one that expires on its own: tried once more, never hedged.
+        match self.post_login(&sessions).await {
+            Err(BmcError::Timeout(_)) => self.post_login(&sessions).await,
+            other => other,
         }
-        let Some(token) = resp.header("X-Auth-Token") else {
-            return Err(BmcError::Malformed(
-                "session created without an X-Auth-Token".into(),
-            ));
-        };
-        let location = resp
-            .header("Location")
-            .or_else(|| resp.json().ok().and_then(|v| string(&v, "@odata.id")));
-        self.stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(bmc = %self.base, "redfish session opened");
-        Ok(Auth::Session { token, location })
+    }
+
+    /// The session POST runs in a task of its own: when the caller is cancelled (a
+    /// controller's deadline) after the BMC created the session, the task still reads the
+    /// token and deletes the session instead of leaking it.
+    async fn post_login(&self, sessions: &str) -> Result<Auth, BmcError> {
+        let body = json!({"UserName": self.user, "Password": self.password.expose()});
+        let req = self.build(Method::POST, sessions, Some(&body), &Auth::None, &[]);
+        // A login without an answer after `hedge_after` (at most half the timeout; not the
+        // adaptive delay of reads: logins are slow on many BMCs and a copy costs a session
+        // slot for a moment) is sent a second time; the session that comes second is deleted.
+        let hedge = self
+            .options
+            .hedge_after
+            .map(|h| h.min(self.options.timeout / 2));
+        let gate = self.gate.clone();
+        let timeout = self.options.timeout;
+        let auto = self.options.auth == AuthMode::Auto;
+        let stats = self.stats.clone();
+        let http = self.http.clone();
+        let base = self.base.clone();
+        let sessions = sessions.to_owned();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let attempt = |req: reqwest::RequestBuilder, first: Option<Permit>| {
+                let gate = gate.clone();
+                let stats = stats.clone();
+                let sessions = sessions.clone();
+                async move {
+                    let _permit = match first {
+                        Some(p) => p,
+                        None => {
+                            stats.hedged.fetch_add(1, Ordering::Relaxed);
+                            acquire(&gate).await?
+                        }
+                    };
+                    stats.requests.fetch_add(1, Ordering::Relaxed);
+                    let resp = execute(req, timeout).await?;
+                    let auth = login_answer(&resp, &sessions, auto)?;
+                    if let Auth::Session { .. } = auth {
+                        stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok::<_, BmcError>(auth)
+                }
+            };
+            let mut spare = hedge.and(req.try_clone());
+            let mut pending = futures::stream::FuturesUnordered::new();
+            match acquire(&gate).await {
+                Ok(p) => pending.push(attempt(req, Some(p))),
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+            let result = loop {
+                tokio::select! {
+                    r = futures::StreamExt::next(&mut pending) => match r {
+                        Some(Ok(auth)) => break Ok(auth),
+                        Some(Err(e)) if pending.is_empty() => break Err(e),
+                        Some(Err(_)) => {}
+                        None => break Err(BmcError::Timeout(timeout)),
+                    },
+                    _ = tokio::time::sleep(hedge.unwrap_or(timeout)), if spare.is_some() => {
+                        if let Some(r) = spare.take() {
+                            pending.push(attempt(r, None));
+                        }
+                    }
+                }
+            };
+            let logout = |auth: Auth| {
+                let http = http.clone();
+                let base = base.clone();
+                let stats = stats.clone();
+                let gate = gate.clone();
+                async move {
+                    if let Auth::Session {
+                        token,
+                        location: Some(loc),
+                    } = auth
+                    {
+                        let url = join_url(&base, &loc);
+                        if delete_session(&http, &url, &token, timeout, &gate).await {
+                            stats.sessions_closed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            };
+            if let Err(Ok(auth)) = tx.send(result) {
+                // Nobody waits for this session any more: log it out.
+                tracing::debug!(bmc = %base, "login finished after its caller gave up; logging out");
+                logout(auth).await;
+            }
+            // The copy that lost the race: its session, if it made one, is not used.
+            while let Some(r) = futures::StreamExt::next(&mut pending).await {
+                if let Ok(auth) = r {
+                    logout(auth).await;
+                }
+            }
+        });
+        let auth = rx
+            .await
+            .map_err(|_| BmcError::Config("the login task ended".into()))??;
+        if let Auth::Session { .. } = auth {
+            tracing::debug!(bmc = %self.base, "redfish session opened");
+        }
+        Ok(auth)
     }
 
     /// Current authentication, logging in first if there is none.
@@ -400,7 +665,9 @@ impl RedfishClient {
         Ok(guard.clone())
     }
 
-    /// After a 401 with `stale`: log in again unless another caller already did.
+    /// After a 401 with `stale`: log in again unless another caller already did. The old
+    /// session is deleted (a 401 is not always an expired session), and a BMC that keeps
+    /// refusing fresh sessions is not asked for new ones more often than the back-off.
     async fn relogin(&self, stale: &Auth) -> Result<Auth, BmcError> {
         let mut guard = self.auth.lock().await;
         let same = match (&*guard, stale) {
@@ -409,12 +676,57 @@ impl RedfishClient {
             _ => false,
         };
         if same {
+            {
+                let mut r = self
+                    .relogin
+                    .lock()
+                    .map_err(|_| BmcError::Config("re-login lock poisoned".into()))?;
+                let now = Instant::now();
+                if r.not_before.is_some_and(|t| now < t) {
+                    tracing::debug!(bmc = %self.base, "401 again soon after a re-login; backing off");
+                    return Err(BmcError::Unauthorized);
+                }
+                r.delay = (r.delay * 2).clamp(RELOGIN_BACKOFF_MIN, RELOGIN_BACKOFF_MAX);
+                r.not_before = Some(now + r.delay);
+            }
             self.stats.relogins.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(bmc = %self.base, "redfish session expired; logging in again");
-            *guard = Auth::None;
+            tracing::debug!(bmc = %self.base, "redfish session refused; logging in again");
+            let old = std::mem::take(&mut *guard);
+            self.delete_session_in_background(old);
             *guard = self.login().await?;
         }
         Ok(guard.clone())
+    }
+
+    /// Best effort DELETE of a session no longer used (401/404 when it already expired).
+    fn delete_session_in_background(&self, auth: Auth) {
+        let Auth::Session {
+            token,
+            location: Some(loc),
+        } = auth
+        else {
+            return;
+        };
+        let http = self.http.clone();
+        let url = self.url(&loc);
+        let timeout = self.options.timeout;
+        let stats = self.stats.clone();
+        let gate = self.gate.clone();
+        tokio::spawn(async move {
+            if delete_session(&http, &url, &token, timeout, &gate).await {
+                stats.sessions_closed.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// A request went through on a session: the re-login back-off starts over.
+    fn session_works(&self) {
+        if let Ok(mut r) = self.relogin.lock()
+            && r.delay > Duration::ZERO
+            && r.not_before.is_some_and(|t| Instant::now() >= t)
+        {
+            *r = Relogin::default();
+        }
     }
 
     /// An authenticated request; a 401 on a session triggers one re-login and one retry.
@@ -439,6 +751,9 @@ impl RedfishClient {
             check_status(&resp, method.as_str(), path)?;
             return Ok(resp);
         }
+        if let Auth::Session { .. } = auth {
+            self.session_works();
+        }
         check_status(&resp, method.as_str(), path)?;
         Ok(resp)
     }
@@ -460,17 +775,27 @@ impl RedfishClient {
     }
 
     /// All members of a collection, following `Members@odata.nextLink`; members that came
-    /// with only a link are fetched.
+    /// with only a link are fetched. A member that cannot be read is skipped (one failing
+    /// DIMM must not empty the list); after `MAX_PAGES` pages what was read is returned.
     async fn members(&self, path: &str) -> Result<Vec<Value>, BmcError> {
         let mut out = Vec::new();
         let mut next = Some(path.to_owned());
         let mut pages = 0;
         while let Some(p) = next.take() {
             pages += 1;
-            if pages > 100 {
-                return Err(BmcError::Malformed(format!("{path}: more than 100 pages")));
+            if pages > MAX_PAGES {
+                tracing::warn!(bmc = %self.base, collection = %path, read = out.len(), "collection longer than {MAX_PAGES} pages; returning what was read");
+                break;
             }
-            let coll = self.get(&p).await?;
+            let coll = match self.get(&p).await {
+                Ok(c) => c,
+                // A later page that fails: keep what the earlier pages gave.
+                Err(e) if pages > 1 && !e.is_auth() => {
+                    tracing::warn!(bmc = %self.base, page = %p, error = %e, "collection page unreadable; returning what was read");
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             let Some(members) = coll.get("Members").and_then(Value::as_array) else {
                 return Err(BmcError::Malformed(format!("{p} has no Members")));
             };
@@ -481,12 +806,82 @@ impl RedfishClient {
                 // Expanded members carry more than the link.
                 if m.as_object().is_some_and(|o| o.len() > 2) {
                     out.push(m.clone());
-                } else {
-                    out.push(self.get(&id).await?);
+                    continue;
+                }
+                match self.get(&id).await {
+                    Ok(v) => out.push(v),
+                    Err(e) if e.is_auth() => return Err(e),
+                    Err(e) => {
+                        tracing::debug!(bmc = %self.base, member = %id, error = %e, "skipping unreadable member");
+                    }
                 }
             }
             next = string(&coll, "Members@odata.nextLink");
         }
+        Ok(out)
+    }
+
+    /// Whether the service takes `$top` / `$skip` (`ProtocolFeaturesSupported.TopSkipQuery`).
+    async fn top_skip(&self) -> bool {
+        self.root().await.ok().is_some_and(|r| {
+            r.pointer("/ProtocolFeaturesSupported/TopSkipQuery")
+                .and_then(Value::as_bool)
+                == Some(true)
+        })
+    }
+
+    /// A log's entries: pages of `$top` entries (`$skip` advancing) when the service
+    /// supports it, else the collection with its `nextLink`s.
+    async fn log_entries(&self, entries: &str) -> Result<Vec<Value>, BmcError> {
+        if !self.top_skip().await {
+            return self.members(entries).await;
+        }
+        let sep = if entries.contains('?') { '&' } else { '?' };
+        let mut out: Vec<Value> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for page in 0..MAX_PAGES {
+            let url = format!("{entries}{sep}$top={PAGE_SIZE}&$skip={}", out.len());
+            let coll = match self.get(&url).await {
+                Ok(c) => c,
+                Err(e) if page > 0 && !e.is_auth() => {
+                    tracing::warn!(bmc = %self.base, log = %entries, error = %e, "log page unreadable; returning what was read");
+                    return Ok(out);
+                }
+                Err(e) => return Err(e),
+            };
+            let Some(members) = coll.get("Members").and_then(Value::as_array) else {
+                return Err(BmcError::Malformed(format!("{entries} has no Members")));
+            };
+            if members.is_empty() {
+                return Ok(out);
+            }
+            let total = uint(&coll, "Members@odata.count");
+            let before = out.len();
+            for m in members {
+                // A service that ignores `$skip` repeats its first page: stop there.
+                let Some(id) = string(m, "@odata.id") else {
+                    continue;
+                };
+                if !seen.insert(id.clone()) {
+                    continue;
+                }
+                if m.as_object().is_some_and(|o| o.len() > 2) {
+                    out.push(m.clone());
+                } else {
+                    match self.get(&id).await {
+                        Ok(v) => out.push(v),
+                        Err(e) if e.is_auth() => return Err(e),
+                        Err(e) => {
+                            tracing::debug!(bmc = %self.base, entry = %id, error = %e, "skipping unreadable log entry")
+                        }
+                    }
+                }
+            }
+            if out.len() == before || total.is_some_and(|t| out.len() as u64 >= t) {
+                return Ok(out);
+            }
+        }
+        tracing::warn!(bmc = %self.base, log = %entries, read = out.len(), "log longer than {MAX_PAGES} pages; returning what was read");
         Ok(out)
     }
 
@@ -554,6 +949,20 @@ impl RedfishClient {
         Ok(None)
     }
 
+    /// `On` after a `ForceOff`: a 503 (busy BMC) is retried until the transition deadline;
+    /// a timeout is not (the BMC may have taken it), the caller verifies the state.
+    async fn reset_retrying(&self, target: &str, reset_type: &str) -> Result<(), BmcError> {
+        let deadline = Instant::now() + self.options.transition_timeout;
+        loop {
+            match self.reset(target, reset_type).await {
+                Err(BmcError::Unavailable { .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     async fn reset(&self, target: &str, reset_type: &str) -> Result<(), BmcError> {
         self.request(
             Method::POST,
@@ -565,15 +974,25 @@ impl RedfishClient {
         Ok(())
     }
 
+    /// Polls the power state until `want` or the transition deadline. A BMC busy with the
+    /// transition often answers 503 or not at all for a while: such errors are waited out
+    /// (until the deadline), not returned.
     async fn wait_power(&self, path: &str, want: PowerState) -> Result<(), BmcError> {
         let deadline = Instant::now() + self.options.transition_timeout;
         loop {
-            let v = self.get(path).await?;
-            let state = string(&v, "PowerState")
-                .map(|s| PowerState::from_redfish(&s))
-                .unwrap_or(PowerState::Unknown);
-            if state == want {
-                return Ok(());
+            match self.get(path).await {
+                Ok(v) => {
+                    let state = string(&v, "PowerState")
+                        .map(|s| PowerState::from_redfish(&s))
+                        .unwrap_or(PowerState::Unknown);
+                    if state == want {
+                        return Ok(());
+                    }
+                }
+                Err(e) if e.is_transient() => {
+                    tracing::debug!(bmc = %self.base, error = %e, "power state not readable yet");
+                }
+                Err(e) => return Err(e),
             }
             if Instant::now() >= deadline {
                 return Err(BmcError::TransitionTimeout(self.options.transition_timeout));
@@ -613,6 +1032,78 @@ impl RedfishClient {
     }
 }
 
+/// A fleet permit (`None` without a fleet limit).
+type Permit = Option<tokio::sync::OwnedSemaphorePermit>;
+
+async fn acquire(gate: &Option<Arc<tokio::sync::Semaphore>>) -> Result<Permit, BmcError> {
+    match gate {
+        Some(g) => g
+            .clone()
+            .acquire_owned()
+            .await
+            .map(Some)
+            .map_err(|_| BmcError::Config("fleet limit closed".into())),
+        None => Ok(None),
+    }
+}
+
+/// DELETE of a session of ours (best effort; sent again once if it timed out: deleting a
+/// session twice is harmless). Returns whether the BMC answered.
+async fn delete_session(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    timeout: Duration,
+    gate: &Option<Arc<tokio::sync::Semaphore>>,
+) -> bool {
+    for _ in 0..2 {
+        let Ok(_permit) = acquire(gate).await else {
+            return false;
+        };
+        match execute(http.delete(url).header("X-Auth-Token", token), timeout).await {
+            Ok(_) => return true,
+            Err(BmcError::Timeout(_)) => continue,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+fn map_send_error(e: reqwest::Error, timeout: Duration) -> BmcError {
+    if e.is_timeout() {
+        return BmcError::Timeout(timeout);
+    }
+    if is_tls_error(&e) {
+        return BmcError::Tls(Box::new(e));
+    }
+    if e.is_decode() || e.is_body() {
+        return BmcError::Malformed(format!("unreadable body ({e})"));
+    }
+    // Connect failures, resets, protocol errors below HTTP.
+    BmcError::Unreachable(Box::new(e))
+}
+
+/// Sends a built request and reads the whole answer, bounded by `timeout`.
+async fn execute(req: reqwest::RequestBuilder, timeout: Duration) -> Result<Response, BmcError> {
+    let call = async {
+        let resp = req.send().await.map_err(|e| map_send_error(e, timeout))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp.bytes().await.map_err(|e| map_send_error(e, timeout))?;
+        Ok::<_, BmcError>(Response {
+            status,
+            headers,
+            body: body.to_vec(),
+        })
+    };
+    // reqwest's own timeout covers the request; this outer bound is a second line for
+    // anything reqwest does not time (it never fires first in practice).
+    match tokio::time::timeout(timeout + Duration::from_millis(500), call).await {
+        Ok(r) => r,
+        Err(_) => Err(BmcError::Timeout(timeout)),
+    }
+}
+
 fn is_tls_error(e: &reqwest::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
@@ -628,6 +1119,41 @@ fn is_tls_error(e: &reqwest::Error) -> bool {
         source = s.source();
     }
     false
+}
+
+/// The answer to the session POST. Its body is never quoted in an error or a log: some
+/// BMCs echo the request, password included, in their error messages.
+fn login_answer(resp: &Response, sessions: &str, auto: bool) -> Result<Auth, BmcError> {
+    match resp.status.as_u16() {
+        200 | 201 | 202 | 204 => {}
+        404 | 405 | 501 if auto => return Ok(Auth::Basic),
+        _ => {
+            return Err(match check_status(resp, "POST", sessions) {
+                Err(BmcError::Http {
+                    status,
+                    method,
+                    path,
+                    ..
+                }) => BmcError::Http {
+                    status,
+                    method,
+                    path,
+                    message: None,
+                },
+                Err(e) => e,
+                Ok(()) => BmcError::Malformed("login refused".into()),
+            });
+        }
+    }
+    let Some(token) = resp.header("X-Auth-Token") else {
+        return Err(BmcError::Malformed(
+            "session created without an X-Auth-Token".into(),
+        ));
+    };
+    let location = resp
+        .header("Location")
+        .or_else(|| resp.json().ok().and_then(|v| string(&v, "@odata.id")));
+    Ok(Auth::Session { token, location })
 }
 
 /// The Redfish error message ids in an error body.
@@ -781,9 +1307,15 @@ impl Bmc for RedfishClient {
                     .ok_or_else(|| BmcError::Unsupported("ResetType On".into()))?;
                 self.reset(&target, off).await?;
                 sent.push(off.to_owned());
-                self.wait_power(&path, PowerState::Off).await?;
-                self.reset(&target, on).await?;
+                // Whatever the wait gives, On is attempted: a cycle must not leave the
+                // host off because the BMC was busy answering.
+                let waited = self.wait_power(&path, PowerState::Off).await;
+                if let Err(e) = &waited {
+                    tracing::warn!(bmc = %self.base, error = %e, "Off not seen during a cycle; sending On anyway");
+                }
+                self.reset_retrying(&target, on).await?;
                 sent.push(on.to_owned());
+                waited?;
             }
             None => {
                 return Err(BmcError::Unsupported(format!(
@@ -853,8 +1385,13 @@ impl Bmc for RedfishClient {
                 Err(BmcError::Http {
                     status: 412 | 428, ..
                 }) if attempt == 0 => {
+                    // A weak ETag (`W/"..."`) never matches under the strong comparison
+                    // If-Match calls for; some BMCs hand out weak ones all the same.
                     let (_, fresh) = self.get_with_etag(&path).await?;
-                    if_match = Some(fresh.unwrap_or_else(|| "*".to_owned()));
+                    if_match = Some(match fresh {
+                        Some(e) if !e.starts_with("W/") => e,
+                        _ => "*".to_owned(),
+                    });
                 }
                 Err(e) => return Err(e),
             }
@@ -1041,7 +1578,7 @@ impl Bmc for RedfishClient {
             let Some(l) = link(&s, "Entries") else {
                 continue;
             };
-            let members = match self.members(&l).await {
+            let members = match self.log_entries(&l).await {
                 Ok(m) => m,
                 Err(e @ BmcError::Http { .. }) => {
                     tracing::debug!(bmc = %self.base, log = %service, error = %e, "skipping log");
@@ -1075,7 +1612,10 @@ impl Bmc for RedfishClient {
             ..
         } = &auth
         {
-            let resp = self.send_raw(Method::DELETE, loc, None, &auth, &[]).await?;
+            // Deleting our own session twice is harmless (the second gets 404): hedged.
+            let resp = self
+                .send_idempotent(Method::DELETE, loc, &auth, &[])
+                .await?;
             self.stats.sessions_closed.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(bmc = %self.base, status = resp.status.as_u16(), "redfish session closed");
             // 401/404: the session already expired; nothing more to do.
