@@ -464,3 +464,45 @@ async fn ipmi_mutating_commands_are_never_hedged() {
     assert_eq!(controls, 1, "the chassis control was sent once");
     bmc.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_unanswered_chassis_control_is_not_repeated_and_the_state_is_read_again() {
+    let mut icfg = ingot_ipmi_sim::FleetConfig::uniform(1, "password");
+    icfg.bmcs[0].power_on = true;
+    let fleet = ingot_ipmi_sim::serve(icfg).await.unwrap();
+    let handle = &fleet.bmcs()[0];
+    let mut cfg = config(&handle.addr().to_string());
+    cfg.protocol = Some(Protocol::Ipmi);
+    let bmc = ingot_bmc::ipmi::IpmiBmc::connect(
+        &cfg,
+        &IpmiOptions {
+            timeout: Duration::from_millis(200),
+            retries: 1,
+            keepalive: None,
+            ..IpmiOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    // The BMC carries the power cycle out; its answer is lost.
+    handle.set_faults(ingot_ipmi_sim::Faults {
+        mute_commands: vec![(0x00, 0x02)],
+        ..ingot_ipmi_sim::Faults::default()
+    });
+    let err = bmc.power(PowerAction::Cycle).await.unwrap_err();
+    assert_eq!(err.kind(), "timeout", "{err:?}");
+    let stats = handle.stats();
+    assert_eq!(stats.chassis_controls, vec![0x02], "sent once");
+    let control = stats
+        .commands
+        .iter()
+        .position(|c| *c == (0x00, 0x02))
+        .unwrap();
+    assert!(
+        stats.commands[control..].contains(&(0x00, 0x01)),
+        "Get Chassis Status after the timeout: {:?}",
+        stats.commands
+    );
+    assert_eq!(stats.sessions_opened, 1);
+    bmc.close().await.unwrap();
+}
