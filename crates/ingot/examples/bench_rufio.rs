@@ -32,6 +32,16 @@ use tokio::sync::watch;
 const USER: &str = "admin";
 const PASSWORD: &str = "bench-password";
 
+/// The upstream process, killed by its PID if the benchmark stops early.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 struct Fleets {
     redfish: Fleet,
     ipmi: ingot_ipmi_sim::Fleet,
@@ -238,15 +248,17 @@ async fn run_upstream(
             .unwrap()
             .port()
     };
-    let mut child = Command::new(binary)
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--kube-namespace={ns}"))
-        .arg(format!("--metrics-bind-address=127.0.0.1:{}", port()))
-        .arg(format!("--health-probe-bind-address=127.0.0.1:{}", port()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start upstream rufio");
+    let mut child = Stopped(
+        Command::new(binary)
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--kube-namespace={ns}"))
+            .arg(format!("--metrics-bind-address=127.0.0.1:{}", port()))
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{}", port()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start upstream rufio"),
+    );
     let seconds = until_known(client, ns, n, start, Duration::from_secs(3600)).await;
     let mut figures = Figures {
         label: "upstream rufio v0.6.5 (defaults: 1 Machine worker)".into(),
@@ -258,9 +270,9 @@ async fn run_upstream(
     // SIGTERM, as a Deployment stops it.
     let _ = Command::new("kill")
         .arg("-TERM")
-        .arg(child.id().to_string())
+        .arg(child.0.id().to_string())
         .status();
-    let _ = child.wait();
+    let _ = child.0.wait();
     figures.left_open = fleets.open_sessions().saturating_sub(open0);
     figures
 }

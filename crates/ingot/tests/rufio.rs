@@ -361,7 +361,12 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
         create(&client, &ns, &m).await;
     }
     let started = Instant::now();
-    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    // The dead BMC holds its reconcile for the Redfish timeout (8 s) before IPMI is tried.
+    let mut ingot = start_ingot(
+        env.kubeconfig_path(),
+        &ns,
+        &["--rufio-redfish-timeout-seconds=8"],
+    );
     for i in 0..healthy {
         wait_contactable(
             &client,
@@ -373,7 +378,7 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
         .await;
     }
     let all_known = started.elapsed();
-    // The dead BMC is still being waited for (3 s Redfish timeout, then the IPMI probe):
+    // The dead BMC is still being waited for (8 s Redfish timeout, then the IPMI probe):
     // it held nobody else up.
     let dead_status = machine_status(&client, &ns, "dead").await;
     assert!(
