@@ -514,6 +514,117 @@ async fn machine_deployment_scales_rolls_and_deletes_with_upstream_mcm() {
     // No duplicate was ever made: one create per Machine.
     let creates = stack.sim.sim().metrics().requests("createDevice");
     assert_eq!(creates, 3 + 2 + 1 + 1 + 2, "devices created");
+
+    // Neither the API token nor the user data (with its bootstrap tokens) is ever logged.
+    let log = std::fs::read_to_string(
+        std::env::temp_dir().join(format!("ingot-{}.log", stack.namespace)),
+    )
+    .unwrap();
+    assert!(log.contains("device created"), "the log is the operator's");
+    assert!(!log.contains(TOKEN), "the API token is not logged");
+    assert!(
+        !log.contains("gardener-node-agent"),
+        "the user data is not logged"
+    );
+}
+
+/// A deletion the Go machine controller started and left at "Initiate VM deletion" (drain
+/// done) is finished by ingot from that step: the drain is not repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumes_a_deletion_the_go_controller_started() {
+    let mut stack = Stack::start(&[]).await;
+    // Stopped while the Go controller's leftovers are put in place.
+    stack.kill_operator();
+    let name = format!("go-started-{}", ingot_testenv::random_suffix(5));
+    let device: Value = reqwest::Client::new()
+        .post(format!("{}/projects/{PROJECT}/devices", stack.sim.base_url()))
+        .header("X-Auth-Token", TOKEN)
+        .json(&json!({"metro": "ny", "plan": "c3.small.x86", "operating_system": "ubuntu_22_04", "hostname": name,
+                      "tags": ["kubernetes.io/cluster/YOUR_CLUSTER_NAME: 1", "kubernetes.io/role/YOUR_ROLE_NAME: 1"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = device["id"].as_str().unwrap().to_owned();
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    // A pod no drain could evict: if the drain ran again, the deletion would stop there.
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    pods.create(&PostParams::default(), &serde_json::from_value(json!({
+        "metadata": {"name": "guarded", "labels": {"app": "guarded"}},
+        "spec": {"nodeName": name, "terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "busybox"}]},
+    })).unwrap())
+    .await
+    .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    pdbs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "guarded"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    pdbs.patch_status(
+        "guarded",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": {"observedGeneration": 1,
+        "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}})),
+    )
+    .await
+    .unwrap();
+    let machine: Machine = serde_json::from_value(json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+        "metadata": {"name": name, "labels": {"node": name}, "finalizers": ["machine.sapcloud.io/machine-controller-manager"]},
+        "spec": {"class": {"kind": "MachineClass", "name": CLASS}, "providerID": format!("equinixmetal://ny/{id}")},
+    }))
+    .unwrap();
+    stack
+        .machines_api()
+        .create(&PostParams::default(), &machine)
+        .await
+        .unwrap();
+    stack
+        .machines_api()
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": {
+            "currentStatus": {"phase": "Terminating", "lastUpdateTime": "2026-01-01T00:00:00Z"},
+            "lastOperation": {"description": "Drain successful. Initiate VM deletion", "state": "Processing", "type": "Delete",
+                              "lastUpdateTime": "2026-01-01T00:00:00Z"},
+        }})))
+        .await
+        .unwrap();
+    stack
+        .machines_api()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    stack.start_operator(None);
+    wait_for(
+        "the machine, its device and its node to be gone",
+        Duration::from_secs(60),
+        async || {
+            let gone = stack.machines_api().get_opt(&name).await.unwrap().is_none()
+                && !stack.devices().contains_key(&id)
+                && stack.node(&name).await.is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
+    assert!(
+        pods.get_opt("guarded").await.unwrap().is_some(),
+        "the drain was not repeated"
+    );
 }
 
 impl Stack {
