@@ -218,7 +218,8 @@ impl Stack {
         md["metadata"]["namespace"] = json!(self.namespace);
         md["spec"]["replicas"] = json!(replicas);
         md["spec"]["selector"]["matchLabels"] = json!({"test-label": name});
-        md["spec"]["template"]["metadata"]["labels"] = json!({"test-label": name});
+        // `name` is the MachineDeployment label Gardener puts on its machines.
+        md["spec"]["template"]["metadata"]["labels"] = json!({"test-label": name, "name": name});
         self.apply(&md).await;
     }
 
@@ -526,6 +527,61 @@ async fn machine_deployment_scales_rolls_and_deletes_with_upstream_mcm() {
         !log.contains("gardener-node-agent"),
         "the user data is not logged"
     );
+}
+
+/// Unhealthy machines of one MachineDeployment are marked Failed (and so replaced) one at a
+/// time: the second only once the first one's replacement runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unhealthy_machines_of_a_deployment_are_replaced_one_at_a_time() {
+    let stack = Stack::start(&["--machine-health-timeout=3s"]).await;
+    let md = "eqx-md-budget";
+    stack.create_deployment(md, 2).await;
+    let originals: BTreeSet<String> = stack
+        .wait_running(2, Duration::from_secs(120))
+        .await
+        .iter()
+        .map(|m| {
+            assert!(stack.sim.sim().vanish(&device_of(m)));
+            m.name_any()
+        })
+        .collect();
+    // Poll numbers at which each original was first seen marked (Failed, Terminating or gone),
+    // and at which a replacement was first seen Running. One list per poll: a consistent view.
+    let mut marked: BTreeMap<String, usize> = BTreeMap::new();
+    let mut replacement_running: Option<usize> = None;
+    let mut poll = 0;
+    wait_for(
+        "both machines to be replaced",
+        Duration::from_secs(120),
+        async || {
+            poll += 1;
+            let machines = stack.machines().await;
+            for name in &originals {
+                let m = machines.iter().find(|m| &m.name_any() == name);
+                if m.is_none_or(|m| matches!(phase(m).as_str(), "Failed" | "Terminating")) {
+                    marked.entry(name.clone()).or_insert(poll);
+                }
+            }
+            if machines
+                .iter()
+                .any(|m| !originals.contains(&m.name_any()) && phase(m) == "Running")
+            {
+                replacement_running.get_or_insert(poll);
+            }
+            stack
+                .wait_running_now(2)
+                .await
+                .filter(|ms| ms.iter().all(|m| !originals.contains(&m.name_any())))
+        },
+    )
+    .await;
+    let second = *marked.values().max().unwrap();
+    assert_eq!(marked.len(), 2);
+    assert!(
+        replacement_running.unwrap() <= second,
+        "the second machine was marked Failed (poll {second}) before the first replacement ran (poll {replacement_running:?})"
+    );
+    stack.delete_deployment_and_expect_nothing_left(md).await;
 }
 
 /// A deletion the Go machine controller started and left at "Initiate VM deletion" (drain
