@@ -516,6 +516,25 @@ async fn machine_deployment_scales_rolls_and_deletes_with_upstream_mcm() {
     let creates = stack.sim.sim().metrics().requests("createDevice");
     assert_eq!(creates, 3 + 2 + 1 + 1 + 2, "devices created");
 
+    // Each phase change is an Event on its Machine.
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(stack.client.clone(), &stack.namespace);
+    let reasons: BTreeSet<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("Machine")
+                && e.involved_object.name.as_deref() == Some(&machines[0].name_any())
+        })
+        .filter_map(|e| e.reason)
+        .collect();
+    for reason in ["Pending", "Running", "Terminating"] {
+        assert!(reasons.contains(reason), "{reason} in {reasons:?}");
+    }
+
     // Neither the API token nor the user data (with its bootstrap tokens) is ever logged.
     let log = std::fs::read_to_string(
         std::env::temp_dir().join(format!("ingot-{}.log", stack.namespace)),
