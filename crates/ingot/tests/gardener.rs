@@ -218,7 +218,8 @@ impl Stack {
         md["metadata"]["namespace"] = json!(self.namespace);
         md["spec"]["replicas"] = json!(replicas);
         md["spec"]["selector"]["matchLabels"] = json!({"test-label": name});
-        md["spec"]["template"]["metadata"]["labels"] = json!({"test-label": name});
+        // `name` is the MachineDeployment label Gardener puts on its machines.
+        md["spec"]["template"]["metadata"]["labels"] = json!({"test-label": name, "name": name});
         self.apply(&md).await;
     }
 
@@ -514,6 +515,191 @@ async fn machine_deployment_scales_rolls_and_deletes_with_upstream_mcm() {
     // No duplicate was ever made: one create per Machine.
     let creates = stack.sim.sim().metrics().requests("createDevice");
     assert_eq!(creates, 3 + 2 + 1 + 1 + 2, "devices created");
+
+    // Each phase change is an Event on its Machine.
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(stack.client.clone(), &stack.namespace);
+    let reasons: BTreeSet<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("Machine")
+                && e.involved_object.name.as_deref() == Some(&machines[0].name_any())
+        })
+        .filter_map(|e| e.reason)
+        .collect();
+    for reason in ["Pending", "Running", "Terminating"] {
+        assert!(reasons.contains(reason), "{reason} in {reasons:?}");
+    }
+
+    // Neither the API token nor the user data (with its bootstrap tokens) is ever logged.
+    let log = std::fs::read_to_string(
+        std::env::temp_dir().join(format!("ingot-{}.log", stack.namespace)),
+    )
+    .unwrap();
+    assert!(log.contains("device created"), "the log is the operator's");
+    assert!(!log.contains(TOKEN), "the API token is not logged");
+    assert!(
+        !log.contains("gardener-node-agent"),
+        "the user data is not logged"
+    );
+}
+
+/// Unhealthy machines of one MachineDeployment are marked Failed (and so replaced) one at a
+/// time: the second only once the first one's replacement runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unhealthy_machines_of_a_deployment_are_replaced_one_at_a_time() {
+    let stack = Stack::start(&["--machine-health-timeout=3s"]).await;
+    let md = "eqx-md-budget";
+    stack.create_deployment(md, 2).await;
+    let originals: BTreeSet<String> = stack
+        .wait_running(2, Duration::from_secs(120))
+        .await
+        .iter()
+        .map(|m| {
+            assert!(stack.sim.sim().vanish(&device_of(m)));
+            m.name_any()
+        })
+        .collect();
+    // Poll numbers at which each original was first seen marked (Failed, Terminating or gone),
+    // and at which a replacement was first seen Running. One list per poll: a consistent view.
+    let mut marked: BTreeMap<String, usize> = BTreeMap::new();
+    let mut replacement_running: Option<usize> = None;
+    let mut poll = 0;
+    wait_for(
+        "both machines to be replaced",
+        Duration::from_secs(120),
+        async || {
+            poll += 1;
+            let machines = stack.machines().await;
+            for name in &originals {
+                let m = machines.iter().find(|m| &m.name_any() == name);
+                if m.is_none_or(|m| matches!(phase(m).as_str(), "Failed" | "Terminating")) {
+                    marked.entry(name.clone()).or_insert(poll);
+                }
+            }
+            if machines
+                .iter()
+                .any(|m| !originals.contains(&m.name_any()) && phase(m) == "Running")
+            {
+                replacement_running.get_or_insert(poll);
+            }
+            stack
+                .wait_running_now(2)
+                .await
+                .filter(|ms| ms.iter().all(|m| !originals.contains(&m.name_any())))
+        },
+    )
+    .await;
+    let second = *marked.values().max().unwrap();
+    assert_eq!(marked.len(), 2);
+    assert!(
+        replacement_running.unwrap() <= second,
+        "the second machine was marked Failed (poll {second}) before the first replacement ran (poll {replacement_running:?})"
+    );
+    stack.delete_deployment_and_expect_nothing_left(md).await;
+}
+
+/// A deletion the Go machine controller started and left at "Initiate VM deletion" (drain
+/// done) is finished by ingot from that step: the drain is not repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumes_a_deletion_the_go_controller_started() {
+    let mut stack = Stack::start(&[]).await;
+    // Stopped while the Go controller's leftovers are put in place.
+    stack.kill_operator();
+    let name = format!("go-started-{}", ingot_testenv::random_suffix(5));
+    let device: Value = reqwest::Client::new()
+        .post(format!("{}/projects/{PROJECT}/devices", stack.sim.base_url()))
+        .header("X-Auth-Token", TOKEN)
+        .json(&json!({"metro": "ny", "plan": "c3.small.x86", "operating_system": "ubuntu_22_04", "hostname": name,
+                      "tags": ["kubernetes.io/cluster/YOUR_CLUSTER_NAME: 1", "kubernetes.io/role/YOUR_ROLE_NAME: 1"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = device["id"].as_str().unwrap().to_owned();
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    // A pod no drain could evict: if the drain ran again, the deletion would stop there.
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    pods.create(&PostParams::default(), &serde_json::from_value(json!({
+        "metadata": {"name": "guarded", "labels": {"app": "guarded"}},
+        "spec": {"nodeName": name, "terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "busybox"}]},
+    })).unwrap())
+    .await
+    .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    pdbs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "guarded"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    pdbs.patch_status(
+        "guarded",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": {"observedGeneration": 1,
+        "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}})),
+    )
+    .await
+    .unwrap();
+    let machine: Machine = serde_json::from_value(json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+        "metadata": {"name": name, "labels": {"node": name}, "finalizers": ["machine.sapcloud.io/machine-controller-manager"]},
+        "spec": {"class": {"kind": "MachineClass", "name": CLASS}, "providerID": format!("equinixmetal://ny/{id}")},
+    }))
+    .unwrap();
+    stack
+        .machines_api()
+        .create(&PostParams::default(), &machine)
+        .await
+        .unwrap();
+    stack
+        .machines_api()
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": {
+            "currentStatus": {"phase": "Terminating", "lastUpdateTime": "2026-01-01T00:00:00Z"},
+            "lastOperation": {"description": "Drain successful. Initiate VM deletion", "state": "Processing", "type": "Delete",
+                              "lastUpdateTime": "2026-01-01T00:00:00Z"},
+        }})))
+        .await
+        .unwrap();
+    stack
+        .machines_api()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    stack.start_operator(None);
+    wait_for(
+        "the machine, its device and its node to be gone",
+        Duration::from_secs(60),
+        async || {
+            let gone = stack.machines_api().get_opt(&name).await.unwrap().is_none()
+                && !stack.devices().contains_key(&id)
+                && stack.node(&name).await.is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
+    assert!(
+        pods.get_opt("guarded").await.unwrap().is_some(),
+        "the drain was not repeated"
+    );
 }
 
 impl Stack {

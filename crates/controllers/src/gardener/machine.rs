@@ -30,6 +30,10 @@ use super::{
 
 /// How often a Pending or Unknown machine is looked at until its timeout.
 const HEALTH_RECHECK: Duration = Duration::from_secs(60);
+/// How often a machine waiting for its deployment's failure permit looks again.
+const FAILURE_BUDGET_RECHECK: Duration = Duration::from_secs(2);
+/// The MachineDeployment name label on Machines (`GetMachineDeploymentName`).
+pub const DEPLOYMENT_LABEL: &str = "name";
 
 /// Runs the Machine controller until `shutdown` completes. Nodes map to the Machine of their
 /// `node.gardener.cloud/machine-name` label, or of their name (a Node is named after its
@@ -437,6 +441,20 @@ async fn timeouts(
         let timeout =
             spec_duration(machine, "healthTimeout").unwrap_or(ctx.settings.health_timeout);
         if !disabled && since_status_update(machine) > timeout {
+            // One machine of a MachineDeployment at a time (upstream's permit per deployment):
+            // the next is marked Failed, and so replaced, once no other is being replaced.
+            let deployment = machine.labels().get(DEPLOYMENT_LABEL).cloned();
+            let lock = deployment.as_deref().map(|d| ctx.failure_lock(d));
+            let _permit = match &lock {
+                Some(lock) => Some(lock.lock().await),
+                None => None,
+            };
+            if let Some(deployment) = &deployment
+                && replacing_in(ctx, deployment, &name).await? > 0
+            {
+                info!(machine = %name, %deployment, "unhealthy past the health timeout; waiting for another machine of the deployment to be replaced first");
+                return Ok(Some(Action::requeue(FAILURE_BUDGET_RECHECK)));
+            }
             let mut update = Update::new(
                 Some(Phase::Failed),
                 OpType::HealthCheck,
@@ -528,6 +546,42 @@ async fn preserve(
     info!(machine = %machine.name_any(), until = %until, "failed machine preserved");
     status::write_preserve_expiry(ctx, machine, until).await?;
     Ok(Action::requeue(timeout))
+}
+
+/// Machines of a MachineDeployment (other than `except`) that are neither Running nor Unknown,
+/// read from the API (not a cache) so that the one just marked Failed counts. A preserved
+/// Failed machine does not count; a Terminating one counts twice, as upstream.
+async fn replacing_in(
+    ctx: &GardenerContext,
+    deployment: &str,
+    except: &str,
+) -> Result<usize, Error> {
+    let list = ctx
+        .machines()
+        .list(&kube::api::ListParams::default().labels(&format!("{DEPLOYMENT_LABEL}={deployment}")))
+        .await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|m| m.name_any() != except)
+        .map(|m| {
+            let preserved = m
+                .status
+                .as_ref()
+                .and_then(|s| s.current_status.as_ref())
+                .is_some_and(|c| {
+                    c.extra
+                        .get("preserveExpiryTime")
+                        .is_some_and(|v| !v.is_null())
+                });
+            match status::phase(m) {
+                "Running" | "Unknown" => 0,
+                "Failed" if preserved => 0,
+                "Terminating" => 2,
+                _ => 1,
+            }
+        })
+        .sum())
 }
 
 fn effective_node_conditions(ctx: &GardenerContext, machine: &Machine) -> Vec<String> {

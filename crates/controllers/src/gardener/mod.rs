@@ -109,6 +109,8 @@ pub struct GardenerContext {
     /// at once (see [`delete`]).
     pub eviction_client: Client,
     crash_point: Option<String>,
+    /// One lock per MachineDeployment around marking a machine Failed.
+    failure_locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl GardenerContext {
@@ -121,12 +123,19 @@ impl GardenerContext {
             crash_point: std::env::var(CRASH_POINT_ENV)
                 .ok()
                 .filter(|p| !p.is_empty()),
+            failure_locks: std::sync::Mutex::default(),
         }
     }
 
     pub fn with_eviction_client(mut self, client: Client) -> Self {
         self.eviction_client = client;
         self
+    }
+
+    /// The lock taken while deciding to mark a machine of this deployment Failed.
+    pub fn failure_lock(&self, deployment: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.failure_locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(deployment.to_owned()).or_default().clone()
     }
 
     pub fn machines(&self) -> Api<Machine> {

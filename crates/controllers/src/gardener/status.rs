@@ -174,6 +174,11 @@ pub async fn write(ctx: &GardenerContext, machine: &Machine, update: Update) -> 
     if let Some(s) = update.last_known_state {
         status["lastKnownState"] = json!(s);
     }
+    if let Some(p) = update.phase
+        && !same_phase
+    {
+        event(ctx, machine, p, &update.description).await;
+    }
     tracing::info!(
         machine = %machine.name_any(),
         phase = update.phase.map(Phase::as_str).unwrap_or(phase(machine)),
@@ -182,6 +187,33 @@ pub async fn write(ctx: &GardenerContext, machine: &Machine, update: Update) -> 
         "machine status"
     );
     patch_status(ctx, machine, status).await
+}
+
+/// An Event on the Machine for a new phase; a failure to record it is logged, never fatal.
+async fn event(ctx: &GardenerContext, machine: &Machine, phase: Phase, description: &str) {
+    use kube::Resource;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let type_ = match phase {
+        Phase::Failed | Phase::CrashLoopBackOff | Phase::Unknown => EventType::Warning,
+        _ => EventType::Normal,
+    };
+    let recorder = Recorder::new(
+        ctx.client.clone(),
+        Reporter {
+            controller: "ingot".into(),
+            instance: None,
+        },
+    );
+    let event = Event {
+        type_,
+        reason: phase.as_str().to_owned(),
+        note: Some(description.chars().take(1024).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &machine.object_ref(&())).await {
+        tracing::warn!(%error, machine = %machine.name_any(), "could not record an event");
+    }
 }
 
 /// Copies the Node's conditions to the Machine.
