@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the operator: watch the resources and reconcile them (one replica leads at a time).
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Print the CustomResourceDefinitions ingot generates, as YAML (apply them with kubectl).
     Crds,
     /// Talk to one BMC over Redfish or IPMI: power, boot override, inventory, event log.
@@ -76,7 +76,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(run::run(args)) {
+            match runtime.block_on(run::run(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(error = format!("{error:#}"), "ingot stopped");
