@@ -146,6 +146,8 @@ pub struct PoolsShared {
     /// A client that does not retry 429s, for evictions (a refusal is an answer).
     pub eviction_client: Option<kube::Client>,
     pub(crate) backoff: backoff::Backoff,
+    /// One Event recorder for the pools controllers (it aggregates repeated Events).
+    recorder: std::sync::OnceLock<Recorder>,
 }
 
 impl PoolsShared {
@@ -156,6 +158,7 @@ impl PoolsShared {
             connector,
             eviction_client: None,
             backoff,
+            recorder: std::sync::OnceLock::new(),
         }
     }
 
@@ -208,7 +211,10 @@ pub(crate) async fn publish<K>(
 ) where
     K: Resource<DynamicType = ()>,
 {
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let recorder = ctx
+        .pools
+        .recorder
+        .get_or_init(|| Recorder::new(ctx.client.clone(), ctx.reporter.clone()));
     let event = Event {
         type_,
         reason: reason.to_owned(),

@@ -212,6 +212,38 @@ pub(crate) async fn replacement_step(
     Ok(())
 }
 
+/// What a drain's state means for the removal, given the deadline.
+#[derive(Debug, PartialEq, Eq)]
+enum DrainVerdict {
+    /// Drained: delete the Instance.
+    Proceed,
+    /// Past `drainTimeout` on an unreachable Node: its kubelet cannot confirm anything, so the
+    /// removal goes on (as Cluster API does for unreachable Nodes).
+    GoOnWithoutIt,
+    /// Keep waiting; `blocked` says the condition must show it (a refusal, or the deadline
+    /// passed on a reachable Node), `expired` that the deadline passed.
+    Wait { blocked: bool, expired: bool },
+}
+
+fn drain_verdict(
+    state: &DrainState,
+    draining: Duration,
+    timeout: Duration,
+    unreachable: bool,
+) -> DrainVerdict {
+    if *state == DrainState::Done {
+        return DrainVerdict::Proceed;
+    }
+    let expired = draining > timeout;
+    if expired && unreachable {
+        return DrainVerdict::GoOnWithoutIt;
+    }
+    DrainVerdict::Wait {
+        blocked: expired || matches!(state, DrainState::Refused { .. }),
+        expired,
+    }
+}
+
 /// Cordon, drain within the deadline, then delete the Instance.
 async fn remove(
     ctx: &Context,
@@ -250,29 +282,33 @@ async fn remove(
                 }
                 DrainState::Done => String::new(),
             };
-            if draining > timeout && facts.unreachable {
-                plan.event(
-                    false,
-                    "DrainTimeout",
-                    format!(
-                        "draining unreachable Node {member} did not finish within {}s ({waiting}): going on without it",
-                        timeout.as_secs()
-                    ),
-                );
-            } else {
-                let message = if draining > timeout {
-                    format!(
-                        "draining Node {member} did not finish within drainTimeout {}s ({waiting}); the Node is reachable, so it stays cordoned and is not removed",
-                        timeout.as_secs()
-                    )
-                } else {
-                    format!("draining Node {member} before removing it {why}: {waiting}")
-                };
-                if matches!(state, DrainState::Refused { .. }) || draining > timeout {
-                    plan.condition(DRAIN_CONDITION, false, "DrainBlocked", message);
+            match drain_verdict(&state, draining, timeout, facts.unreachable) {
+                DrainVerdict::Proceed => {}
+                DrainVerdict::GoOnWithoutIt => {
+                    plan.event(
+                        false,
+                        "DrainTimeout",
+                        format!(
+                            "draining unreachable Node {member} did not finish within {}s ({waiting}): going on without it",
+                            timeout.as_secs()
+                        ),
+                    );
                 }
-                plan.look_again(DRAIN_POLL);
-                return Ok(());
+                DrainVerdict::Wait { blocked, expired } => {
+                    let message = if expired {
+                        format!(
+                            "draining Node {member} did not finish within drainTimeout {}s ({waiting}); the Node is reachable, so it stays cordoned and is not removed",
+                            timeout.as_secs()
+                        )
+                    } else {
+                        format!("draining Node {member} before removing it {why}: {waiting}")
+                    };
+                    if blocked {
+                        plan.condition(DRAIN_CONDITION, false, "DrainBlocked", message);
+                    }
+                    plan.look_again(DRAIN_POLL);
+                    return Ok(());
+                }
             }
         }
         plan.condition(
@@ -348,4 +384,68 @@ pub(crate) async fn uncordon_recovered(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(300);
+
+    fn refused() -> DrainState {
+        DrainState::Refused {
+            pod: "work-0".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_finished_drain_proceeds() {
+        assert_eq!(
+            drain_verdict(&DrainState::Done, Duration::ZERO, TIMEOUT, false),
+            DrainVerdict::Proceed
+        );
+    }
+
+    #[test]
+    fn a_refusal_inside_the_deadline_is_blocked_at_once() {
+        for unreachable in [false, true] {
+            assert_eq!(
+                drain_verdict(&refused(), Duration::from_secs(10), TIMEOUT, unreachable),
+                DrainVerdict::Wait {
+                    blocked: true,
+                    expired: false
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn pods_still_terminating_inside_the_deadline_wait_quietly() {
+        let state = DrainState::Terminating { remaining: 2 };
+        assert_eq!(
+            drain_verdict(&state, Duration::from_secs(10), TIMEOUT, false),
+            DrainVerdict::Wait {
+                blocked: false,
+                expired: false
+            }
+        );
+    }
+
+    #[test]
+    fn past_the_deadline_an_unreachable_node_goes_and_a_reachable_one_stays_blocked() {
+        let late = Duration::from_secs(301);
+        for state in [refused(), DrainState::Terminating { remaining: 1 }] {
+            assert_eq!(
+                drain_verdict(&state, late, TIMEOUT, true),
+                DrainVerdict::GoOnWithoutIt
+            );
+            assert_eq!(
+                drain_verdict(&state, late, TIMEOUT, false),
+                DrainVerdict::Wait {
+                    blocked: true,
+                    expired: true
+                }
+            );
+        }
+    }
 }

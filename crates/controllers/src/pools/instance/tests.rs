@@ -330,6 +330,7 @@ async fn queued_renders_the_config_and_asks_for_a_reinstall() {
     let cloud = FakeCloud::with(vec![server("a", ServerState::Active, TAG)]);
     let mut inst = instance(status("queued", "a"));
     inst.spec.install_disk = Some("/dev/nvme0n1".into());
+    inst.spec.iso_url = Some("http://iso.example/harvester-pool.iso".into());
     let outcome = run(&inst, &settings(), &cloud, false).await.unwrap();
     let Outcome::Reinstall {
         server_id,
@@ -352,7 +353,10 @@ async fn queued_renders_the_config_and_asks_for_a_reinstall() {
         userdata.contains("/dev/nvme0n1"),
         "the install disk: {userdata}"
     );
-    assert!(userdata.contains("http://mirror.example/harvester.iso"));
+    assert!(
+        userdata.contains("http://iso.example/harvester-pool.iso"),
+        "the pool's isoUrl: {userdata}"
+    );
 }
 
 #[tokio::test]
@@ -551,4 +555,96 @@ async fn the_pool_install_script_is_used_for_the_reinstall() {
         request.ipxe_script_url.as_deref(),
         Some("http://pxe.example/install.ipxe")
     );
+}
+
+fn single_boot(status: InstanceStatus) -> Instance {
+    let mut inst = instance(status);
+    inst.spec.single_boot = Some(true);
+    inst
+}
+
+#[tokio::test]
+async fn single_boot_creates_the_server_with_the_install_script_and_config() {
+    let cloud = FakeCloud::default();
+    let outcome = run(&single_boot(status("", "")), &settings(), &cloud, false)
+        .await
+        .unwrap();
+    let Outcome::Create { request } = outcome else {
+        panic!("{outcome:?}")
+    };
+    let ingot_metal::Boot::Ipxe { script_url, .. } = &request.boot else {
+        panic!("{:?}", request.boot)
+    };
+    assert_eq!(
+        script_url.as_deref(),
+        Some("http://ingot.example:8080/ipxe/instances/pool-abcdefgh.ipxe"),
+        "the first boot runs the installer"
+    );
+    let userdata = request.userdata.unwrap();
+    assert!(userdata.contains("K10-join-token"), "the install config");
+}
+
+#[tokio::test]
+async fn single_boot_goes_from_queued_to_ready_without_a_reinstall() {
+    let cloud = FakeCloud::with(vec![server("a", ServerState::Active, TAG)]);
+    let t = transition(
+        run(
+            &single_boot(status("queued", "a")),
+            &settings(),
+            &cloud,
+            false,
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(t.status.status, "ready");
+    assert_eq!(t.status.install_started_at, Some(Time(now())));
+    assert!(cloud.boot_updates.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn single_boot_retries_the_install_with_the_script() {
+    let cloud = FakeCloud::with(vec![server("a", ServerState::Active, TAG)]);
+    let mut s = status("ready", "a");
+    s.install_started_at = ago(601);
+    let outcome = run(&single_boot(s), &settings(), &cloud, false)
+        .await
+        .unwrap();
+    let Outcome::Reinstall { request, then, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(request.ipxe_script_url.is_some());
+    assert_eq!(then.status.status, "reinstalling");
+    assert_eq!(then.status.install_retries, Some(1));
+    assert_eq!(then.note.unwrap().reason, "InstallRetried");
+}
+
+#[tokio::test]
+async fn a_server_that_fails_its_reinstall_is_replaced() {
+    let cloud = FakeCloud::with(vec![server("a", ServerState::Failed, TAG)]);
+    let t = transition(
+        run(
+            &instance(status("reinstalling", "a")),
+            &settings(),
+            &cloud,
+            false,
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(t.status.status, "");
+    assert_eq!(t.note.unwrap().reason, "ProvisioningFailed");
+    assert_eq!(*cloud.deleted.lock().unwrap(), ["a"]);
+}
+
+#[tokio::test]
+async fn a_server_in_an_unexpected_state_blocks_with_its_state() {
+    let cloud = FakeCloud::with(vec![server("a", ServerState::Off, TAG)]);
+    let outcome = run(&instance(status("queued", "a")), &settings(), &cloud, false)
+        .await
+        .unwrap();
+    let Outcome::Blocked(Blocked { reason, .. }) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(reason, "UnexpectedServerState");
 }
