@@ -40,6 +40,8 @@ struct Stack {
     crash_point: Option<String>,
     /// Seconds before an install that has not joined is repeated.
     install_retry_seconds: u64,
+    /// The join token the operator renders (`TOKEN`); the booting servers expect JOIN_TOKEN.
+    join_token: String,
 }
 
 /// The emulator's realistic device timings, scaled down ten times: a server is active about
@@ -95,6 +97,7 @@ impl Stack {
             kubeconfig: env.kubeconfig_path().to_owned(),
             crash_point: None,
             install_retry_seconds: 10,
+            join_token: JOIN_TOKEN.to_owned(),
         };
         if with_secret {
             stack.write_secret(METAL_TOKEN).await;
@@ -139,7 +142,7 @@ impl Stack {
             .arg("--error-backoff-seconds=0.5")
             .arg("--error-backoff-max-seconds=5")
             .env("NAMESPACE", &self.namespace)
-            .env("TOKEN", JOIN_TOKEN)
+            .env("TOKEN", &self.join_token)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -262,6 +265,27 @@ impl Stack {
         serde_json::from_str(&text).unwrap_or(Value::Null)
     }
 
+    /// Waits for an Event on the object that matches (Events follow the status write).
+    async fn expect_event(
+        &self,
+        kind: &str,
+        name: &str,
+        matches: impl Fn(&(String, String, String)) -> bool,
+    ) {
+        wait_for(
+            &format!("an Event on {kind} {name}"),
+            Duration::from_secs(15),
+            async || {
+                self.events_for(kind, name)
+                    .await
+                    .iter()
+                    .any(&matches)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
     async fn events_for(&self, kind: &str, name: &str) -> Vec<(String, String, String)> {
         let events: Api<Event> = Api::all(self.client.clone());
         let list = events.list(&ListParams::default()).await.unwrap();
@@ -374,6 +398,22 @@ async fn seed_pools_reach_ready_in_every_networking_variant() {
     }
 
     let names: Vec<&str> = pools.iter().map(|(name, _)| name.as_str()).collect();
+    // Once managed, no server's userdata holds the join token any more.
+    wait_for(
+        "the userdata of every managed server to be scrubbed",
+        Duration::from_secs(30),
+        async || {
+            stack
+                .devices(&names)
+                .values()
+                .all(|(_, device)| {
+                    let userdata = device["userdata"].as_str().unwrap_or_default();
+                    !userdata.contains(JOIN_TOKEN) && userdata.contains("removed by ingot")
+                })
+                .then_some(())
+        },
+    )
+    .await;
     let devices = stack.devices(&names);
     assert_eq!(
         devices.len(),
@@ -559,14 +599,11 @@ async fn scale_out_and_in_then_replace_an_unhealthy_node() {
         evicted.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
         "the node was drained first"
     );
-    let events = stack.events_for("InstancePool", &name).await;
-    assert!(
-        events
-            .iter()
-            .any(|(_, reason, message)| reason == "ReplacingUnhealthyNode"
-                && message.contains(&victim)),
-        "{events:?}"
-    );
+    stack
+        .expect_event("InstancePool", &name, |(_, reason, message)| {
+            reason == "ReplacingUnhealthyNode" && message.contains(&victim)
+        })
+        .await;
 
     stack.delete_pools_and_expect_no_devices(&[name]).await;
 }
@@ -607,13 +644,11 @@ async fn failures_show_conditions_and_events_and_the_pool_recovers() {
         "{message}"
     );
     assert_eq!(status, "False");
-    assert!(
-        stack
-            .events_for("InstancePool", &name)
-            .await
-            .iter()
-            .any(|e| e.0 == "Warning" && e.1 == "SecretNotFound")
-    );
+    stack
+        .expect_event("InstancePool", &name, |e| {
+            e.0 == "Warning" && e.1 == "SecretNotFound"
+        })
+        .await;
     let instance = wait_for("the Instance", Duration::from_secs(30), async || {
         stack.pool_instances(&name).await.into_iter().next()
     })
@@ -661,13 +696,9 @@ async fn failures_show_conditions_and_events_and_the_pool_recovers() {
         !message.contains("not-the-token"),
         "the token never shows: {message}"
     );
-    assert!(
-        stack
-            .events_for("Instance", &instance)
-            .await
-            .iter()
-            .any(|e| e.1 == "Unauthorized")
-    );
+    stack
+        .expect_event("Instance", &instance, |e| e.1 == "Unauthorized")
+        .await;
 
     // 3. No capacity for the plan in the metro.
     stack.sim.sim().update_faults(|f| {
@@ -687,13 +718,9 @@ async fn failures_show_conditions_and_events_and_the_pool_recovers() {
         },
     )
     .await;
-    assert!(
-        stack
-            .events_for("InstancePool", &name)
-            .await
-            .iter()
-            .any(|e| e.1 == "NoCapacity")
-    );
+    stack
+        .expect_event("InstancePool", &name, |e| e.1 == "NoCapacity")
+        .await;
     assert!(stack.devices(&[&name]).is_empty());
 
     // 4. A server that fails provisioning is replaced once capacity is back.
@@ -719,7 +746,80 @@ async fn failures_show_conditions_and_events_and_the_pool_recovers() {
         1,
         "the failed server was deleted, one server remains"
     );
-    stack.delete_pools_and_expect_no_devices(&[name]).await;
+
+    // 5. Metal refuses the deletion (403): a condition and an Event, and the server is not
+    // leaked; once allowed, it goes.
+    stack.sim.sim().update_faults(|f| {
+        f.endpoints.insert(
+            "deleteDevice".into(),
+            ingot_metal_sim::EndpointFault {
+                error_rate: 1.0,
+                status: Some(403),
+                ..Default::default()
+            },
+        );
+    });
+    let instance = stack.pool_instances(&name).await.remove(0).name_any();
+    stack
+        .pools()
+        .delete(&name, &DeleteParams::background())
+        .await
+        .unwrap();
+    let (_, _, message) = wait_for(
+        "Ready=False Forbidden on deletion",
+        Duration::from_secs(60),
+        async || {
+            condition("instance", &instance, "Ready")
+                .await
+                .filter(|c| c.1 == "Forbidden")
+        },
+    )
+    .await;
+    assert!(message.contains("forbidden"), "{message}");
+    stack
+        .expect_event("Instance", &instance, |e| {
+            e.0 == "Warning" && e.1 == "Forbidden"
+        })
+        .await;
+    assert_eq!(
+        stack.devices(&[&name]).len(),
+        1,
+        "the server is kept, not leaked"
+    );
+    // A 422 is the same: the API's refusal on the condition, an Event, no leak.
+    stack.sim.sim().update_faults(|f| {
+        f.endpoints.insert(
+            "deleteDevice".into(),
+            ingot_metal_sim::EndpointFault {
+                error_rate: 1.0,
+                status: Some(422),
+                ..Default::default()
+            },
+        );
+    });
+    wait_for(
+        "Ready=False RequestRefused on deletion",
+        Duration::from_secs(90),
+        async || {
+            condition("instance", &instance, "Ready")
+                .await
+                .filter(|c| c.1 == "RequestRefused")
+        },
+    )
+    .await;
+    stack
+        .expect_event("Instance", &instance, |e| {
+            e.0 == "Warning" && e.1 == "RequestRefused"
+        })
+        .await;
+    assert_eq!(stack.devices(&[&name]).len(), 1, "still kept");
+    stack.sim.sim().update_faults(|f| f.endpoints.clear());
+    wait_for(
+        "every device to be deleted",
+        Duration::from_secs(90),
+        async || stack.devices(&[&name]).is_empty().then_some(()),
+    )
+    .await;
 }
 
 impl Stack {
@@ -1027,13 +1127,11 @@ async fn a_partition_replaces_nothing_then_exactly_one_node_at_a_time_never_one_
     assert_eq!(now.len(), 5);
     assert!(now.iter().all(|(_, _, deleting)| !deleting), "{now:?}");
     assert_eq!(stack.devices(&[&name]).len(), 5);
-    assert!(
-        stack
-            .events_for("InstancePool", &name)
-            .await
-            .iter()
-            .any(|e| e.0 == "Warning" && e.1 == "TooManyUnhealthy")
-    );
+    stack
+        .expect_event("InstancePool", &name, |e| {
+            e.0 == "Warning" && e.1 == "TooManyUnhealthy"
+        })
+        .await;
 
     // 2. Healed but for one Node in maintenance: it alone is unhealthy, and never replaced.
     stack
@@ -1301,5 +1399,236 @@ async fn scale_down_drains_one_node_at_a_time_and_a_pdb_holds_it_with_a_conditio
     )
     .await;
     stack.assert_devices_match(&name, 2).await;
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+#[tokio::test]
+async fn a_node_that_recovers_while_its_drain_is_blocked_is_uncordoned_and_kept() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("heal-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(2);
+    manifest["spec"]["nodeCleanupWaitInterval"] = json!("2s");
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 2, Duration::from_secs(120)).await;
+    let sick: String = stack.names(&name).await.into_iter().next().unwrap();
+
+    // A guarded, running workload on it.
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "guarded", "labels": {"app": "guarded"}},
+        "spec": {"nodeName": sick, "containers": [{"name": "app", "image": "registry.invalid/app"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+    pods.patch_status("guarded", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "guard"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+
+    // Sick but reachable (its kubelet reports Ready=False): chosen for replacement, cordoned,
+    // and held by the budget.
+    stack
+        .booter
+        .set_not_ready(&sick, NotReady::False)
+        .await
+        .unwrap();
+    wait_for(
+        "DrainingSucceeded=False DrainBlocked",
+        Duration::from_secs(30),
+        async || {
+            stack
+                .pool_condition(&name, "DrainingSucceeded")
+                .await
+                .filter(|c| c.0 == "False" && c.1 == "DrainBlocked")
+        },
+    )
+    .await;
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    let unschedulable = async || {
+        nodes
+            .get(&sick)
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.unschedulable)
+            == Some(true)
+    };
+    assert!(unschedulable().await, "cordoned for the replacement");
+
+    // It recovers: uncordoned, the condition back to True, and it stays.
+    stack.booter.set_ready(&sick).await.unwrap();
+    let (_, reason, _) = wait_for(
+        "DrainingSucceeded=True",
+        Duration::from_secs(30),
+        async || {
+            stack
+                .pool_condition(&name, "DrainingSucceeded")
+                .await
+                .filter(|c| c.0 == "True")
+        },
+    )
+    .await;
+    assert_eq!(reason, "NodeRecovered");
+    assert!(!unschedulable().await, "uncordoned");
+    stack
+        .expect_event("InstancePool", &name, |e| {
+            e.1 == "NodeRecovered" && e.2.contains(&sick)
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(stack.names(&name).await.contains(&sick), "the Node is kept");
+    assert!(pods.get_opt("guarded").await.unwrap().is_some());
+    pdbs.delete("guard", &DeleteParams::default())
+        .await
+        .unwrap();
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_node_whose_drain_is_refused_goes_after_drain_timeout() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("gone-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(2);
+    manifest["spec"]["nodeCleanupWaitInterval"] = json!("2s");
+    manifest["spec"]["drainTimeout"] = json!("6s");
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 2, Duration::from_secs(120)).await;
+    let lost: String = stack.names(&name).await.into_iter().next().unwrap();
+
+    // A workload on it that a PodDisruptionBudget refuses to let go.
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "pinned", "labels": {"app": "pinned"}},
+        "spec": {"nodeName": lost, "containers": [{"name": "app", "image": "registry.invalid/app"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+    pods.patch_status("pinned", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "pin"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+
+    // Unreachable (its kubelet stopped reporting): refused at once, then, past drainTimeout,
+    // the replacement goes on without the drain, as nothing on the Node can confirm anything.
+    stack
+        .booter
+        .set_not_ready(&lost, NotReady::Unknown)
+        .await
+        .unwrap();
+    wait_for(
+        "DrainingSucceeded=False DrainBlocked inside the deadline",
+        Duration::from_secs(30),
+        async || {
+            stack
+                .pool_condition(&name, "DrainingSucceeded")
+                .await
+                .filter(|c| c.0 == "False" && c.1 == "DrainBlocked")
+        },
+    )
+    .await;
+    assert!(
+        stack.names(&name).await.contains(&lost),
+        "held inside the deadline"
+    );
+    stack
+        .expect_event("InstancePool", &name, |e| {
+            e.1 == "DrainTimeout" && e.2.contains(&lost)
+        })
+        .await;
+    wait_for(
+        "the unreachable Node's Instance to be replaced",
+        Duration::from_secs(120),
+        async || {
+            let names = stack.names(&name).await;
+            (names.len() == 2 && !names.contains(&lost)).then_some(())
+        },
+    )
+    .await;
+    stack.wait_ready(&name, 2, Duration::from_secs(120)).await;
+    pdbs.delete("pin", &DeleteParams::default()).await.unwrap();
+    stack.assert_devices_match(&name, 2).await;
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+#[tokio::test]
+async fn an_install_that_never_joins_is_retried_re_rendered_and_counted() {
+    let _serial = SERIAL.lock().await;
+    let mut stack = Stack::start(true).await;
+    // The operator starts with a join token the cluster does not accept: the installer
+    // refuses the config, and no Node joins.
+    stack.kill_operator();
+    stack.join_token = "K10-a-stale-token".to_owned();
+    stack.start_operator();
+    let name = format!("retry-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(1);
+    stack.create_pool(manifest, &name).await;
+    let instance = wait_for("the Instance", Duration::from_secs(30), async || {
+        stack
+            .pool_instances(&name)
+            .await
+            .into_iter()
+            .next()
+            .map(|i| i.name_any())
+    })
+    .await;
+
+    // install-retry-seconds (10) after the installed server turned active: retried, counted
+    // in status, with a Warning Event (the Ready condition says InstallRetried until the
+    // server is back from the reinstall).
+    wait_for(
+        "status.installRetries = 1",
+        Duration::from_secs(90),
+        async || {
+            let status = stack.instances().get(&instance).await.ok()?.status?;
+            (status.install_retries >= Some(1)).then_some(())
+        },
+    )
+    .await;
+    stack
+        .expect_event("Instance", &instance, |e| {
+            e.0 == "Warning" && e.1 == "InstallRetried" && e.2.contains("retry 1 of 3")
+        })
+        .await;
+
+    // The token is fixed: the next retry renders the config again, and the Node joins.
+    stack.kill_operator();
+    stack.join_token = JOIN_TOKEN.to_owned();
+    stack.start_operator();
+    stack.wait_ready(&name, 1, Duration::from_secs(120)).await;
+    let status = stack.pool_instances(&name).await.remove(0).status.unwrap();
+    let retries = status.install_retries.unwrap_or(0);
+    assert!(
+        (2..=3).contains(&retries),
+        "joined after a re-rendered retry: {retries} retries"
+    );
+    assert!(!status.instance_id.is_empty());
+    // One reinstall per recorded intent: the emulator counts the first boot, the install and
+    // each retry.
+    let boots = stack
+        .sim
+        .sim()
+        .boot_record(&status.instance_id)
+        .map(|r| r.boot_count)
+        .unwrap_or(0);
+    assert_eq!(i64::from(boots), 2 + retries, "boots of the server");
     stack.delete_pools_and_expect_no_devices(&[name]).await;
 }
