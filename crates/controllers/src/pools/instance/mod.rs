@@ -228,6 +228,9 @@ impl Reconciler<'_> {
             Outcome::Wait(after) => Ok(Action::requeue(after)),
             Outcome::Blocked(blocked) => self.blocked(blocked).await,
             Outcome::Create { request } => {
+                if let Some(blocked) = self.owner_pool_gone().await? {
+                    return self.blocked(blocked).await;
+                }
                 let server = match cloud.create_missing_server(&request).await {
                     Ok(server) => server,
                     Err(error) => return self.metal_error(error).await,
@@ -480,6 +483,40 @@ impl Reconciler<'_> {
     }
 
     /// `Ready=False` with the reason; an Event on the Instance and its pool when it is news.
+    /// Before a server is created: the owning pool, read now (a cache may still hold a pool
+    /// just deleted, whose reconcile can create an Instance in the moment before garbage
+    /// collection), must still be there and not being deleted; otherwise no server is made and
+    /// garbage collection deletes this Instance.
+    async fn owner_pool_gone(&self) -> Result<Option<Blocked>, Error> {
+        let pools: Api<InstancePool> = Api::all(self.ctx.client.clone());
+        for owner in self
+            .instance
+            .owner_references()
+            .iter()
+            .filter(|o| o.kind == "InstancePool")
+        {
+            let live = pools.get_opt(&owner.name).await?;
+            let gone = match &live {
+                None => true,
+                Some(pool) => {
+                    pool.metadata.uid.as_deref() != Some(owner.uid.as_str())
+                        || pool.metadata.deletion_timestamp.is_some()
+                }
+            };
+            if gone {
+                return Ok(Some(Blocked {
+                    reason: "PoolDeleted",
+                    message: format!(
+                        "pool {} is deleted or being deleted: no server is created for this Instance",
+                        owner.name
+                    ),
+                    retry: Duration::from_secs(30),
+                }));
+            }
+        }
+        Ok(None)
+    }
+
     async fn blocked(&self, blocked: Blocked) -> Result<Action, Error> {
         let mut status = self.status();
         let (changed, flipped) = update_condition(
