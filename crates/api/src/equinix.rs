@@ -185,6 +185,39 @@ pub struct InstancePoolSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub create_missing_vlans: Option<bool>,
+    /// How many of the pool's Nodes may be unhealthy (NotReady past nodeCleanupWaitInterval)
+    /// for unhealthy ones to be replaced: a count or a percentage such as `40%` (ingot's
+    /// addition, as Cluster API's MachineHealthCheck; default 1). Above it nothing is
+    /// replaced: many Nodes failing together is a partition, not broken servers.
+    #[serde(
+        rename = "maxUnhealthy",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_unhealthy: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    /// How long draining a Node (before a replacement or a scale-down) may take (ingot's
+    /// addition; default `5m`). Past it, a Node that is unreachable goes anyway; a reachable
+    /// one stays cordoned and the pool says `DrainBlocked`.
+    #[serde(
+        rename = "drainTimeout",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = kube::core::Rule::new(GO_DURATION_RULE).message(GO_DURATION_MESSAGE))]
+    pub drain_timeout: Option<String>,
+    /// The disk Harvester is installed on (ingot's addition; default `/dev/sda`, the
+    /// original's).
+    #[serde(
+        rename = "installDisk",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 256))]
+    #[x_kube(validation = kube::core::Rule::new("self.startsWith('/dev/')").message(
+        "installDisk must be a device path such as /dev/sda or /dev/nvme0n1"
+    ))]
+    pub install_disk: Option<String>,
     #[serde(
         rename = "networkingConfiguration",
         default,
@@ -403,6 +436,16 @@ pub struct InstanceSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub create_missing_vlans: Option<bool>,
+    /// Harvester ISO URL (copied from the pool's `isoUrl`; default: the release's ISO).
+    #[serde(rename = "isoUrl", default, skip_serializing_if = "Option::is_none")]
+    pub iso_url: Option<String>,
+    /// The disk Harvester is installed on (copied from the pool; default `/dev/sda`).
+    #[serde(
+        rename = "installDisk",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub install_disk: Option<String>,
     #[serde(
         rename = "networkingConfiguration",
         default,
@@ -424,14 +467,44 @@ pub struct InstanceStatus {
     pub public_ip: String,
     #[serde(rename = "privateIP", default)]
     pub private_ip: String,
-    /// When the server was last sent into the installer (ingot's addition): an install that
-    /// has not joined within the operator's install retry period is started again.
+    /// When the installing server last turned active (ingot's addition): an install that has
+    /// not joined within the operator's install retry period from then is started again.
     #[serde(
         rename = "installStartedAt",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub install_started_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// When the current `status` began (ingot's addition): per-phase timeouts count from it.
+    #[serde(
+        rename = "phaseStartedAt",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub phase_started_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Installs started again because no Node joined (ingot's addition).
+    #[serde(
+        rename = "installRetries",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub install_retries: Option<i64>,
+    /// Set before a reinstall is requested and cleared once it is known to be under way
+    /// (ingot's addition): a restart that finds it set never requests it again.
+    #[serde(
+        rename = "reinstallRequestedAt",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reinstall_requested_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The server's userdata no longer holds the join token and OS password (ingot's
+    /// addition).
+    #[serde(
+        rename = "userdataScrubbed",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub userdata_scrubbed: Option<bool>,
     #[serde(
         rename = "observedGeneration",
         default,

@@ -87,7 +87,22 @@ impl LeaderElector {
     pub async fn hold(&mut self) -> LeaseLost {
         loop {
             tokio::time::sleep(self.config.retry_period).await;
-            match self.try_acquire_or_renew().await {
+            // A renewal that hangs must not outlive the deadline: bound it, so that this
+            // replica stops (and its reconciles are cancelled) before another may lead.
+            let budget = self
+                .config
+                .renew_deadline
+                .saturating_sub(self.last_renewed.map(|t| t.elapsed()).unwrap_or_default())
+                .max(Duration::from_millis(100));
+            let Ok(attempt) = tokio::time::timeout(budget, self.try_acquire_or_renew()).await
+            else {
+                warn!("renewing the lease timed out");
+                if let Some(lost) = self.past_deadline() {
+                    return lost;
+                }
+                continue;
+            };
+            match attempt {
                 Ok(true) => {}
                 Ok(false) => {
                     let holder = self
@@ -103,15 +118,19 @@ impl LeaderElector {
                 }
                 Err(error) => warn!(%error, "renewing the lease failed"),
             }
-            let since = self.last_renewed.map(|t| t.elapsed()).unwrap_or_default();
-            if since > self.config.renew_deadline {
-                return LeaseLost::RenewDeadline {
-                    namespace: self.config.namespace.clone(),
-                    name: self.config.name.clone(),
-                    seconds: self.config.renew_deadline.as_secs(),
-                };
+            if let Some(lost) = self.past_deadline() {
+                return lost;
             }
         }
+    }
+
+    fn past_deadline(&self) -> Option<LeaseLost> {
+        let since = self.last_renewed.map(|t| t.elapsed()).unwrap_or_default();
+        (since > self.config.renew_deadline).then(|| LeaseLost::RenewDeadline {
+            namespace: self.config.namespace.clone(),
+            name: self.config.name.clone(),
+            seconds: self.config.renew_deadline.as_secs(),
+        })
     }
 
     /// Gives the lease up so that another replica can take it at once (on a clean shutdown).

@@ -139,8 +139,8 @@ struct PoolsArgs {
     #[arg(long, default_value_t = 10.0)]
     metal_rate_limit: f64,
 
-    /// URL at which servers reach this operator's HTTP address; the install iPXE script is
-    /// served at `<url>/ipxe/install.ipxe`.
+    /// URL at which servers reach this operator's HTTP address; each Instance's install iPXE
+    /// script is served at `<url>/ipxe/instances/<instance>.ipxe`.
     #[arg(long, env = "INGOT_IPXE_BASE_URL")]
     ipxe_base_url: Option<String>,
 
@@ -157,9 +157,35 @@ struct PoolsArgs {
     #[arg(long, default_value_t = 10.0)]
     metal_poll_seconds: f64,
 
-    /// Seconds after which a server sent into the installer that has not joined is sent again.
-    #[arg(long, default_value_t = 900)]
+    /// Seconds after the installed server turned active before one that has not joined is
+    /// installed again (doubled per retry, at most four times this).
+    #[arg(long, default_value_t = 2700)]
     install_retry_seconds: u64,
+
+    /// Install retries before the server is replaced.
+    #[arg(long, default_value_t = 3)]
+    install_retries: u32,
+
+    /// Seconds a new server may take to become active before it is replaced.
+    #[arg(long, default_value_t = 1800)]
+    provision_timeout_seconds: u64,
+
+    /// Seconds a reinstall may take to bring the server back before it is replaced.
+    #[arg(long, default_value_t = 1800)]
+    reinstall_timeout_seconds: u64,
+
+    /// First delay after a failed reconcile, doubled per failure with jitter.
+    #[arg(long, default_value_t = 5.0)]
+    error_backoff_seconds: f64,
+
+    /// Longest delay after failed reconciles.
+    #[arg(long, default_value_t = 300.0)]
+    error_backoff_max_seconds: f64,
+
+    /// Test hook: abort the process at these points (comma-separated: after-create,
+    /// before-reinstall, after-reinstall, during-finalize).
+    #[arg(long, env = "INGOT_CRASH_POINT", hide = true)]
+    crash_point: Option<String>,
 
     /// A mirror of Harvester's release artifacts (kernel, initrd, rootfs, ISO).
     #[arg(long, env = "INGOT_HARVESTER_MIRROR")]
@@ -179,7 +205,12 @@ impl PoolsArgs {
             harvester_mirror: self.harvester_mirror.clone(),
             poll_interval: Duration::from_secs_f64(self.metal_poll_seconds.max(0.1)),
             install_retry: Duration::from_secs(self.install_retry_seconds),
-            ..pools::Settings::default()
+            install_retries: self.install_retries,
+            provision_timeout: Duration::from_secs(self.provision_timeout_seconds),
+            reinstall_timeout: Duration::from_secs(self.reinstall_timeout_seconds),
+            error_backoff: Duration::from_secs_f64(self.error_backoff_seconds.max(0.01)),
+            error_backoff_max: Duration::from_secs_f64(self.error_backoff_max_seconds.max(0.01)),
+            crash_point: self.crash_point.clone().filter(|p| !p.is_empty()),
         }
     }
 }
@@ -227,10 +258,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             let _ = rx.wait_for(|stop| *stop).await;
         }
     };
-    let pools_shared = Arc::new(pools::PoolsShared::new(
-        args.pools.settings(),
+    // One Metal rate limit for every controller that calls the Metal API.
+    let metal_limiter = Arc::new(ingot_metal::equinix::RateLimiter::new(
         args.pools.metal_rate_limit,
+        5,
     ));
+    let connector = Arc::new(pools::EquinixConnector::with_limiter(
+        args.pools.metal_api_url.clone(),
+        metal_limiter.clone(),
+    ));
+    let eviction_client = connect_without_retry(args.kubeconfig.as_deref()).await?;
+    let pools_shared = Arc::new(
+        pools::PoolsShared::new(args.pools.settings(), connector)
+            .with_eviction_client(eviction_client),
+    );
     let health = Health {
         metrics: metrics.clone(),
         ready: ready.clone(),
@@ -293,7 +334,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 client.clone(),
                 args.kubeconfig.clone(),
                 &args.pools.metal_api_url,
-                ctx.pools.limiter.clone(),
+                metal_limiter.clone(),
                 shutdown,
             ),
             ControllerKind::Rufio => tokio::spawn(rufio::run(
@@ -315,6 +356,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Ok(())
         }
     };
+    if outcome.is_err() {
+        // Fencing: the lease is gone (or could not be renewed in time, which is before another
+        // replica may take it), so in-flight reconciles are cancelled now rather than allowed
+        // to finish; a deposed leader makes no further call.
+        for task in &tasks {
+            task.abort();
+        }
+    }
     // Stop reconciling first, then hand the lease over.
     ready.store(false, Ordering::Relaxed);
     let _ = stop_tx.send(true);
@@ -335,6 +384,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+    let config = load_config(kubeconfig).await?;
+    Client::try_from(config).context("creating the Kubernetes client")
+}
+
+/// A client that does not retry 429s itself: an eviction refused by a PodDisruptionBudget
+/// answers 429, and that answer is the drain's to act on, not the client's to retry.
+async fn connect_without_retry(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+    let mut config = load_config(kubeconfig).await?;
+    config.default_retry = false;
+    Client::try_from(config).context("creating the Kubernetes client")
+}
+
+async fn load_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Config> {
     let config = match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
@@ -347,7 +409,7 @@ async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client>
             .await
             .context("finding a kubeconfig or an in-cluster service account")?,
     };
-    Client::try_from(config).context("creating the Kubernetes client")
+    Ok(config)
 }
 
 fn default_identity() -> String {

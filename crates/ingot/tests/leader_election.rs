@@ -208,3 +208,67 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over_after_sigkill
         "replica-b keeps running"
     );
 }
+
+#[tokio::test]
+async fn a_leader_whose_lease_is_taken_stops_before_the_new_holder_could_lead() {
+    let env = ingot_testenv::shared().await;
+    let client = env.client().expect("client");
+    let namespace = env.namespace("fence").await.expect("namespace");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    let mut leader = Replica::start(env.kubeconfig_path(), &namespace, "replica-fenced");
+    wait_for(
+        "replica-fenced to take the lease",
+        Duration::from_secs(30),
+        async || {
+            lease_holder(&leases)
+                .await
+                .filter(|h| h == "replica-fenced")
+        },
+    )
+    .await;
+
+    // Another replica takes the Lease over (as after a partition that outlived the lease).
+    // (A renewal between the read and the write conflicts: read again.)
+    let mut taken = false;
+    for _ in 0..10 {
+        let mut lease = leases.get("ingot-leader-test").await.expect("lease");
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some("usurper".to_owned());
+        spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        spec.lease_duration_seconds = Some(600);
+        if leases
+            .replace("ingot-leader-test", &PostParams::default(), &lease)
+            .await
+            .is_ok()
+        {
+            taken = true;
+            break;
+        }
+    }
+    assert!(taken, "the test took the lease over");
+    let taken_at = Instant::now();
+
+    // The deposed leader cancels its work and exits at its next renewal, well within the
+    // lease duration (10 s) in which the new holder would start.
+    let status = wait_for(
+        "the deposed leader to exit",
+        Duration::from_secs(10),
+        async || leader.child.try_wait().expect("replica state"),
+    )
+    .await;
+    assert!(!status.success(), "it exits with an error: {status:?}");
+    eprintln!(
+        "the deposed leader exited {:.1} s after its lease was taken",
+        taken_at.elapsed().as_secs_f64()
+    );
+    let log = std::fs::read_to_string(std::env::temp_dir().join("replica-fenced.log"))
+        .expect("replica log");
+    assert!(log.contains("lost leadership"), "{log}");
+    assert_eq!(
+        lease_holder(&leases).await.as_deref(),
+        Some("usurper"),
+        "the deposed leader did not take it back"
+    );
+}

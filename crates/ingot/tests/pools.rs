@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use ingot_api::equinix::{Instance, InstancePool};
 use ingot_boot_sim::{Booter, BooterConfig, Expected, NotReady, Running};
-use ingot_metal_sim::{PlanMetro, SimConfig, SimServer};
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Secret};
+use ingot_metal_sim::{PlanMetro, SimConfig, SimServer, Timings};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Secret};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -35,6 +36,25 @@ struct Stack {
     operator: Option<Child>,
     http_port: u16,
     kubeconfig: std::path::PathBuf,
+    /// The point at which the operator aborts (`--crash-point`), if any.
+    crash_point: Option<String>,
+    /// Seconds before an install that has not joined is repeated.
+    install_retry_seconds: u64,
+    /// The join token the operator renders (`TOKEN`); the booting servers expect JOIN_TOKEN.
+    join_token: String,
+}
+
+/// The emulator's realistic device timings, scaled down ten times: a server is active about
+/// 3 s after its create, back from a reinstall 2 s after it.
+fn scaled_timings() -> Timings {
+    let realistic = Timings::realistic();
+    Timings {
+        queued_ms: realistic.queued_ms / 10,
+        provisioning_ms: realistic.provisioning_ms / 10,
+        reinstalling_ms: realistic.reinstalling_ms / 10,
+        deprovisioning_ms: realistic.deprovisioning_ms / 10,
+        power_ms: realistic.power_ms / 10,
+    }
 }
 
 impl Stack {
@@ -42,12 +62,11 @@ impl Stack {
         let env = ingot_testenv::shared().await;
         let client = env.client().unwrap();
         let namespace = env.namespace("pools").await.unwrap();
-        let sim = SimServer::start(
-            SimConfig::single(METAL_TOKEN, PROJECT),
-            "127.0.0.1:0".parse().unwrap(),
-        )
-        .await
-        .unwrap();
+        let mut sim_config = SimConfig::single(METAL_TOKEN, PROJECT);
+        sim_config.timings = scaled_timings();
+        let sim = SimServer::start(sim_config, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
         let mut config = BooterConfig::new(
             sim.base_url(),
             Expected {
@@ -76,6 +95,9 @@ impl Stack {
             operator: None,
             http_port,
             kubeconfig: env.kubeconfig_path().to_owned(),
+            crash_point: None,
+            install_retry_seconds: 10,
+            join_token: JOIN_TOKEN.to_owned(),
         };
         if with_secret {
             stack.write_secret(METAL_TOKEN).await;
@@ -86,14 +108,20 @@ impl Stack {
 
     /// Starts (or restarts) `ingot run`.
     fn start_operator(&mut self) {
-        let log = std::env::temp_dir().join(format!("ingot-{}.log", self.namespace));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(log)
+            .open(self.log_path())
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_ingot"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ingot"));
+        if let Some(point) = &self.crash_point {
+            command.env("INGOT_CRASH_POINT", point);
+        }
+        let child = command
             .arg("run")
+            // The same identity after every restart, as a pod keeps its name: the restarted
+            // process takes its own Lease back at once.
+            .arg(format!("--identity=ingot-e2e-{}", self.namespace))
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
             .arg(format!("--http-addr=127.0.0.1:{}", self.http_port))
             .arg(format!("--lease-namespace={}", self.namespace))
@@ -107,9 +135,14 @@ impl Stack {
             .arg("--metal-rate-limit=200")
             .arg("--metal-poll-seconds=0.5")
             // A kill can land while a server fetches its install script from this operator.
-            .arg("--install-retry-seconds=10")
+            .arg(format!(
+                "--install-retry-seconds={}",
+                self.install_retry_seconds
+            ))
+            .arg("--error-backoff-seconds=0.5")
+            .arg("--error-backoff-max-seconds=5")
             .env("NAMESPACE", &self.namespace)
-            .env("TOKEN", JOIN_TOKEN)
+            .env("TOKEN", &self.join_token)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -232,6 +265,27 @@ impl Stack {
         serde_json::from_str(&text).unwrap_or(Value::Null)
     }
 
+    /// Waits for an Event on the object that matches (Events follow the status write).
+    async fn expect_event(
+        &self,
+        kind: &str,
+        name: &str,
+        matches: impl Fn(&(String, String, String)) -> bool,
+    ) {
+        wait_for(
+            &format!("an Event on {kind} {name}"),
+            Duration::from_secs(15),
+            async || {
+                self.events_for(kind, name)
+                    .await
+                    .iter()
+                    .any(&matches)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
     async fn events_for(&self, kind: &str, name: &str) -> Vec<(String, String, String)> {
         let events: Api<Event> = Api::all(self.client.clone());
         let list = events.list(&ListParams::default()).await.unwrap();
@@ -344,6 +398,22 @@ async fn seed_pools_reach_ready_in_every_networking_variant() {
     }
 
     let names: Vec<&str> = pools.iter().map(|(name, _)| name.as_str()).collect();
+    // Once managed, no server's userdata holds the join token any more.
+    wait_for(
+        "the userdata of every managed server to be scrubbed",
+        Duration::from_secs(30),
+        async || {
+            stack
+                .devices(&names)
+                .values()
+                .all(|(_, device)| {
+                    let userdata = device["userdata"].as_str().unwrap_or_default();
+                    !userdata.contains(JOIN_TOKEN) && userdata.contains("removed by ingot")
+                })
+                .then_some(())
+        },
+    )
+    .await;
     let devices = stack.devices(&names);
     assert_eq!(
         devices.len(),
@@ -529,14 +599,11 @@ async fn scale_out_and_in_then_replace_an_unhealthy_node() {
         evicted.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
         "the node was drained first"
     );
-    let events = stack.events_for("InstancePool", &name).await;
-    assert!(
-        events
-            .iter()
-            .any(|(_, reason, message)| reason == "ReplacingUnhealthyNode"
-                && message.contains(&victim)),
-        "{events:?}"
-    );
+    stack
+        .expect_event("InstancePool", &name, |(_, reason, message)| {
+            reason == "ReplacingUnhealthyNode" && message.contains(&victim)
+        })
+        .await;
 
     stack.delete_pools_and_expect_no_devices(&[name]).await;
 }
@@ -577,13 +644,11 @@ async fn failures_show_conditions_and_events_and_the_pool_recovers() {
         "{message}"
     );
     assert_eq!(status, "False");
-    assert!(
-        stack
-            .events_for("InstancePool", &name)
-            .await
-            .iter()
-            .any(|e| e.0 == "Warning" && e.1 == "SecretNotFound")
-    );
+    stack
+        .expect_event("InstancePool", &name, |e| {
+            e.0 == "Warning" && e.1 == "SecretNotFound"
+        })
+        .await;
     let instance = wait_for("the Instance", Duration::from_secs(30), async || {
         stack.pool_instances(&name).await.into_iter().next()
     })
@@ -631,13 +696,9 @@ async fn failures_show_conditions_and_events_and_the_pool_recovers() {
         !message.contains("not-the-token"),
         "the token never shows: {message}"
     );
-    assert!(
-        stack
-            .events_for("Instance", &instance)
-            .await
-            .iter()
-            .any(|e| e.1 == "Unauthorized")
-    );
+    stack
+        .expect_event("Instance", &instance, |e| e.1 == "Unauthorized")
+        .await;
 
     // 3. No capacity for the plan in the metro.
     stack.sim.sim().update_faults(|f| {
@@ -657,13 +718,9 @@ async fn failures_show_conditions_and_events_and_the_pool_recovers() {
         },
     )
     .await;
-    assert!(
-        stack
-            .events_for("InstancePool", &name)
-            .await
-            .iter()
-            .any(|e| e.1 == "NoCapacity")
-    );
+    stack
+        .expect_event("InstancePool", &name, |e| e.1 == "NoCapacity")
+        .await;
     assert!(stack.devices(&[&name]).is_empty());
 
     // 4. A server that fails provisioning is replaced once capacity is back.
@@ -689,46 +746,244 @@ async fn failures_show_conditions_and_events_and_the_pool_recovers() {
         1,
         "the failed server was deleted, one server remains"
     );
-    stack.delete_pools_and_expect_no_devices(&[name]).await;
+
+    // 5. Metal refuses the deletion (403): a condition and an Event, and the server is not
+    // leaked; once allowed, it goes.
+    stack.sim.sim().update_faults(|f| {
+        f.endpoints.insert(
+            "deleteDevice".into(),
+            ingot_metal_sim::EndpointFault {
+                error_rate: 1.0,
+                status: Some(403),
+                ..Default::default()
+            },
+        );
+    });
+    let instance = stack.pool_instances(&name).await.remove(0).name_any();
+    stack
+        .pools()
+        .delete(&name, &DeleteParams::background())
+        .await
+        .unwrap();
+    let (_, _, message) = wait_for(
+        "Ready=False Forbidden on deletion",
+        Duration::from_secs(60),
+        async || {
+            condition("instance", &instance, "Ready")
+                .await
+                .filter(|c| c.1 == "Forbidden")
+        },
+    )
+    .await;
+    assert!(message.contains("forbidden"), "{message}");
+    stack
+        .expect_event("Instance", &instance, |e| {
+            e.0 == "Warning" && e.1 == "Forbidden"
+        })
+        .await;
+    assert_eq!(
+        stack.devices(&[&name]).len(),
+        1,
+        "the server is kept, not leaked"
+    );
+    // A 422 is the same: the API's refusal on the condition, an Event, no leak.
+    stack.sim.sim().update_faults(|f| {
+        f.endpoints.insert(
+            "deleteDevice".into(),
+            ingot_metal_sim::EndpointFault {
+                error_rate: 1.0,
+                status: Some(422),
+                ..Default::default()
+            },
+        );
+    });
+    wait_for(
+        "Ready=False RequestRefused on deletion",
+        Duration::from_secs(90),
+        async || {
+            condition("instance", &instance, "Ready")
+                .await
+                .filter(|c| c.1 == "RequestRefused")
+        },
+    )
+    .await;
+    stack
+        .expect_event("Instance", &instance, |e| {
+            e.0 == "Warning" && e.1 == "RequestRefused"
+        })
+        .await;
+    assert_eq!(stack.devices(&[&name]).len(), 1, "still kept");
+    stack.sim.sim().update_faults(|f| f.endpoints.clear());
+    wait_for(
+        "every device to be deleted",
+        Duration::from_secs(90),
+        async || stack.devices(&[&name]).is_empty().then_some(()),
+    )
+    .await;
+}
+
+impl Stack {
+    /// Runs the operator with `--crash-point` until it has aborted `most` times or runs
+    /// `quiet` without aborting; returns the number of processes ended (aborted or killed).
+    async fn crash_at(&mut self, point: &str, most: usize, quiet: Duration) -> usize {
+        self.kill_operator();
+        self.crash_point = Some(point.to_owned());
+        let mut ended = 0;
+        while ended < most {
+            self.start_operator();
+            let deadline = Instant::now() + quiet;
+            loop {
+                let child = self.operator.as_mut().unwrap();
+                if let Some(status) = child.try_wait().unwrap() {
+                    assert!(!status.success(), "the operator aborted at {point}");
+                    self.operator = None;
+                    ended += 1;
+                    break;
+                }
+                if Instant::now() > deadline {
+                    self.kill_operator();
+                    self.crash_point = None;
+                    self.start_operator();
+                    return ended + 1;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        self.crash_point = None;
+        self.start_operator();
+        ended
+    }
+
+    /// How often the operator aborted at `point` so far (from its log).
+    fn crashes_at(&self, point: &str) -> usize {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        log.lines()
+            .filter(|l| l.contains("crash point reached") && l.contains(point))
+            .count()
+    }
+
+    fn log_path(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("ingot-{}.log", self.namespace))
+    }
+
+    /// SIGKILLs the leader `kills` times at random moments, restarting it each time.
+    async fn kill_randomly(&mut self, kills: usize) -> usize {
+        use rand::Rng;
+        for _ in 0..kills {
+            let delay = Duration::from_millis(rand::rng().random_range(100..700));
+            tokio::time::sleep(delay).await;
+            self.kill_operator();
+            self.start_operator();
+        }
+        kills
+    }
+
+    /// Exactly one device per Instance of the pool, each Instance's own, and no device
+    /// reinstalled more often than its Instance recorded an intent to (one install and its
+    /// `installRetries`), as the emulator counts boots.
+    async fn assert_devices_match(&self, pool: &str, want: usize) {
+        let instances = wait_for(
+            &format!("{want} devices for {want} Instances of {pool}"),
+            Duration::from_secs(60),
+            async || {
+                let instances = self.pool_instances(pool).await;
+                (instances.len() == want && self.devices(&[pool]).len() == want)
+                    .then_some(instances)
+            },
+        )
+        .await;
+        let devices = self.devices(&[pool]);
+        let hostnames: BTreeSet<&String> = devices.values().map(|(h, _)| h).collect();
+        assert_eq!(hostnames.len(), want, "no duplicated server: {hostnames:?}");
+        for instance in &instances {
+            let status = instance.status.clone().unwrap();
+            let (hostname, _) = devices
+                .get(&status.instance_id)
+                .unwrap_or_else(|| panic!("{} points at its device", instance.name_any()));
+            assert_eq!(hostname, &instance.name_any());
+            let boots = self
+                .sim
+                .sim()
+                .boot_record(&status.instance_id)
+                .map(|r| r.boot_count)
+                .unwrap_or(0);
+            let intents = 1 + status.install_retries.unwrap_or(0);
+            assert!(
+                i64::from(boots) - 1 <= intents,
+                "{}: {boots} boots, but only {intents} reinstalls intended",
+                instance.name_any()
+            );
+        }
+    }
 }
 
 #[tokio::test]
-async fn killed_twenty_times_during_scale_out_leaves_exactly_five_devices() {
-    use rand::Rng;
+async fn the_leader_killed_200_times_at_chosen_and_random_points_never_leaks_or_duplicates() {
     let _serial = SERIAL.lock().await;
     let mut stack = Stack::start(true).await;
-    let name = format!("sigkill-{}", ingot_testenv::random_suffix(4));
+    let name = format!("crash-{}", ingot_testenv::random_suffix(4));
+    let mut kills = 0;
+
+    // Scale-out 0 -> 5 under random kills.
     let mut manifest = readme_pool();
     manifest["spec"]["count"] = json!(5);
     stack.create_pool(manifest, &name).await;
-    for _ in 0..20 {
-        let delay = Duration::from_millis(rand::rng().random_range(50..600));
-        tokio::time::sleep(delay).await;
-        stack.kill_operator();
-        stack.start_operator();
-    }
+    kills += stack.kill_randomly(60).await;
     stack.wait_ready(&name, 5, Duration::from_secs(180)).await;
-    let devices = stack.devices(&[&name]);
-    let instances = stack.pool_instances(&name).await;
-    assert_eq!(instances.len(), 5);
-    assert_eq!(
-        devices.len(),
-        5,
-        "exactly five devices: {:?}",
-        devices.values().map(|d| &d.0).collect::<Vec<_>>()
+    stack.assert_devices_match(&name, 5).await;
+
+    // Scale-out 5 -> 7, aborting right after each create call (before the status write),
+    // then right after each reinstall call.
+    stack.set_count(&name, 7).await;
+    let quiet = Duration::from_secs(8);
+    kills += stack
+        .crash_at("after-create,after-reinstall", 12, quiet)
+        .await;
+    let (created, reinstalled) = (
+        stack.crashes_at("after-create"),
+        stack.crashes_at("after-reinstall"),
     );
-    let hostnames: BTreeSet<&String> = devices.values().map(|(hostname, _)| hostname).collect();
-    for instance in &instances {
-        let status = instance.status.clone().unwrap();
-        assert!(
-            devices.contains_key(&status.instance_id),
-            "{} points at its device",
-            instance.name_any()
-        );
-        assert!(hostnames.contains(&instance.name_any()));
-    }
-    stack.delete_pools_and_expect_no_devices(&[name]).await;
-    // The namespace is the test's: nothing else to clean.
+    assert!(
+        created >= 2 && reinstalled >= 2,
+        "the chosen points were reached: {created} after create, {reinstalled} after reinstall"
+    );
+    stack.wait_ready(&name, 7, Duration::from_secs(180)).await;
+    stack.assert_devices_match(&name, 7).await;
+
+    // Scale-in 7 -> 3, aborting during finalize, then under random kills.
+    stack.set_count(&name, 3).await;
+    kills += stack.crash_at("during-finalize", 10, quiet).await;
+    assert!(
+        stack.crashes_at("during-finalize") >= 1,
+        "the finalize point was reached"
+    );
+    kills += stack.kill_randomly(50).await;
+    stack.wait_ready(&name, 3, Duration::from_secs(180)).await;
+    stack.assert_devices_match(&name, 3).await;
+
+    // Delete under random kills, up to 200 in all.
+    stack
+        .pools()
+        .delete(&name, &DeleteParams::background())
+        .await
+        .unwrap();
+    let finalizing = stack.crash_at("during-finalize", 5, quiet).await;
+    kills += finalizing;
+    assert!(kills < 200, "{kills} kills before the last round");
+    kills += stack.kill_randomly(200 - kills).await;
+    assert_eq!(kills, 200);
+    wait_for(
+        "every device to be deleted",
+        Duration::from_secs(120),
+        async || stack.devices(&[&name]).is_empty().then_some(()),
+    )
+    .await;
+    wait_for(
+        "the pool's Instances to be gone",
+        Duration::from_secs(60),
+        async || stack.pool_instances(&name).await.is_empty().then_some(()),
+    )
+    .await;
     let _ = Api::<Namespace>::all(stack.client.clone())
         .delete(&stack.namespace, &DeleteParams::default())
         .await;
@@ -774,5 +1029,606 @@ async fn single_boot_joins_without_a_reinstall_and_creates_missing_vlans() {
             .any(|v| v["vxlan"] == 1200),
         "VLAN 1200 was created: {vlans}"
     );
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+impl Stack {
+    async fn pool_condition(&self, pool: &str, type_: &str) -> Option<(String, String, String)> {
+        self.pools()
+            .get(pool)
+            .await
+            .ok()?
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status, c.reason, c.message))
+    }
+
+    async fn names(&self, pool: &str) -> BTreeSet<String> {
+        self.pool_instances(pool)
+            .await
+            .iter()
+            .map(|i| i.name_any())
+            .collect()
+    }
+
+    async fn annotate_node(&self, node: &str, key: &str, value: Option<&str>) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes
+            .patch(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"annotations": {key: value}}})),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Instances of a pool in one look: (name, managed, being deleted).
+async fn snapshot(stack: &Stack, pool: &str) -> Vec<(String, bool, bool)> {
+    let list = stack
+        .instances()
+        .list(&ListParams::default().labels(&format!("instancePool={pool}")))
+        .await
+        .unwrap();
+    list.items
+        .into_iter()
+        .map(|i| {
+            let managed = i.status.as_ref().is_some_and(|s| s.status == "managed");
+            (
+                i.name_any(),
+                managed,
+                i.metadata.deletion_timestamp.is_some(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_partition_replaces_nothing_then_exactly_one_node_at_a_time_never_one_in_maintenance() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("part-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(5);
+    manifest["spec"]["nodeCleanupWaitInterval"] = json!("2s");
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 5, Duration::from_secs(120)).await;
+    let names: Vec<String> = stack.names(&name).await.into_iter().collect();
+
+    // 1. A partition: 3 of 5 Nodes NotReady, above the default maxUnhealthy of 1.
+    for node in &names[..3] {
+        stack
+            .booter
+            .set_not_ready(node, NotReady::Unknown)
+            .await
+            .unwrap();
+    }
+    let (_, _, message) = wait_for(
+        "RemediationAllowed=False TooManyUnhealthy",
+        Duration::from_secs(30),
+        async || {
+            stack
+                .pool_condition(&name, "RemediationAllowed")
+                .await
+                .filter(|c| c.0 == "False" && c.1 == "TooManyUnhealthy")
+        },
+    )
+    .await;
+    assert!(
+        names[..3].iter().all(|n| message.contains(n.as_str())) && message.contains("3 of 5"),
+        "{message}"
+    );
+    // Four wait intervals later, still nothing replaced.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let now = snapshot(&stack, &name).await;
+    assert_eq!(now.len(), 5);
+    assert!(now.iter().all(|(_, _, deleting)| !deleting), "{now:?}");
+    assert_eq!(stack.devices(&[&name]).len(), 5);
+    stack
+        .expect_event("InstancePool", &name, |e| {
+            e.0 == "Warning" && e.1 == "TooManyUnhealthy"
+        })
+        .await;
+
+    // 2. Healed but for one Node in maintenance: it alone is unhealthy, and never replaced.
+    stack
+        .annotate_node(
+            &names[2],
+            "harvesterhci.io/maintain-status",
+            Some("running"),
+        )
+        .await;
+    stack.booter.set_ready(&names[0]).await.unwrap();
+    stack.booter.set_ready(&names[1]).await.unwrap();
+    let (_, _, message) = wait_for(
+        "RemediationAllowed Exempt",
+        Duration::from_secs(30),
+        async || {
+            stack
+                .pool_condition(&name, "RemediationAllowed")
+                .await
+                .filter(|c| c.1 == "Exempt")
+        },
+    )
+    .await;
+    assert!(
+        message.contains(&names[2]) && message.contains("maintenance"),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        stack.names(&name).await,
+        names.iter().cloned().collect::<BTreeSet<_>>(),
+        "the Node in maintenance is kept"
+    );
+    stack
+        .annotate_node(&names[2], "harvesterhci.io/maintain-status", None)
+        .await;
+    stack.booter.set_ready(&names[2]).await.unwrap();
+
+    // 3. One NotReady Node: exactly it is replaced. A second one that fails while the
+    // replacement is joining waits until the replacement is managed.
+    let (first, second) = (names[3].clone(), names[4].clone());
+    let first_device = stack
+        .pool_instances(&name)
+        .await
+        .into_iter()
+        .find(|i| i.name_any() == first)
+        .unwrap()
+        .status
+        .unwrap()
+        .instance_id;
+    stack
+        .booter
+        .set_not_ready(&first, NotReady::Unknown)
+        .await
+        .unwrap();
+    wait_for(
+        "the unhealthy Instance to be deleted",
+        Duration::from_secs(30),
+        async || {
+            let now = snapshot(&stack, &name).await;
+            now.iter()
+                .all(|(n, _, deleting)| n != &first || *deleting)
+                .then_some(())
+        },
+    )
+    .await;
+    stack
+        .booter
+        .set_not_ready(&second, NotReady::Unknown)
+        .await
+        .unwrap();
+    let mut replacement_managed = None;
+    let mut second_removed = None;
+    let started = Instant::now();
+    while second_removed.is_none() || stack.pool_columns(&name).await.map(|c| c.1) != Some(5) {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "timed out waiting for both replacements"
+        );
+        let now = snapshot(&stack, &name).await;
+        let deleting = now.iter().filter(|(_, _, d)| *d).count();
+        assert!(deleting <= 1, "never two replacements at a time: {now:?}");
+        let originals_kept = now.iter().filter(|(n, _, _)| names.contains(n)).count();
+        assert!(originals_kept >= 3, "only the unhealthy ones go: {now:?}");
+        if replacement_managed.is_none()
+            && now
+                .iter()
+                .any(|(n, managed, _)| !names.contains(n) && *managed)
+        {
+            replacement_managed = Some(Instant::now());
+        }
+        if second_removed.is_none() && now.iter().all(|(n, _, deleting)| n != &second || *deleting)
+        {
+            second_removed = Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (managed, removed) = (replacement_managed.unwrap(), second_removed.unwrap());
+    assert!(
+        removed > managed,
+        "the second replacement started only after the first was managed"
+    );
+    stack.wait_ready(&name, 5, Duration::from_secs(120)).await;
+    let kept = stack.names(&name).await;
+    for original in &names[..3] {
+        assert!(kept.contains(original), "{original} kept: {kept:?}");
+    }
+    assert!(!kept.contains(&first) && !kept.contains(&second));
+    assert!(!stack.devices(&[&name]).contains_key(&first_device));
+    stack.assert_devices_match(&name, 5).await;
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+#[tokio::test]
+async fn scale_down_drains_one_node_at_a_time_and_a_pdb_holds_it_with_a_condition() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("drain-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(5);
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 5, Duration::from_secs(120)).await;
+
+    // The order of removal: all joined and healthy, so the newest first (names break ties).
+    let mut order: Vec<(std::cmp::Reverse<k8s_openapi::jiff::Timestamp>, String)> = stack
+        .pool_instances(&name)
+        .await
+        .into_iter()
+        .map(|i| {
+            (
+                std::cmp::Reverse(i.metadata.creation_timestamp.clone().unwrap().0),
+                i.name_any(),
+            )
+        })
+        .collect();
+    order.sort();
+    let victims: Vec<String> = order.iter().take(3).map(|(_, n)| n.clone()).collect();
+
+    // A workload on each victim; the first one's is guarded by a PodDisruptionBudget that
+    // refuses any eviction.
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    for (index, node) in victims.iter().enumerate() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("work-{index}"), "labels": {"app": format!("work-{index}")}},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.invalid/app"}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        // Running and Ready, as its kubelet would report (the eviction API lets pending pods
+        // go whatever their budget says).
+        let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+        pods.patch_status(
+            &format!("work-{index}"),
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .unwrap();
+    }
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "guard"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "work-0"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    // No kubelet runs on these Nodes: the test confirms the deletion of evicted pods.
+    let kubelet = {
+        let pods = pods.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Ok(list) = pods.list(&ListParams::default()).await {
+                    for pod in list.items {
+                        if pod.metadata.deletion_timestamp.is_some() {
+                            let _ = pods
+                                .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+                                .await;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+
+    stack.set_count(&name, 2).await;
+    let (_, _, message) = wait_for(
+        "DrainingSucceeded=False DrainBlocked",
+        Duration::from_secs(30),
+        async || {
+            stack
+                .pool_condition(&name, "DrainingSucceeded")
+                .await
+                .filter(|c| c.0 == "False" && c.1 == "DrainBlocked")
+        },
+    )
+    .await;
+    assert!(
+        message.contains("work-0") && message.contains(&victims[0]),
+        "{message}"
+    );
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    let cordoned = async || -> Vec<String> {
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+            .map(|n| n.name_any())
+            .filter(|n| n.starts_with(&name))
+            .collect()
+    };
+    // Held: the first victim is cordoned, nothing else is, nothing is deleted.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(cordoned().await, vec![victims[0].clone()]);
+    assert_eq!(snapshot(&stack, &name).await.len(), 5);
+    assert!(pods.get_opt("work-0").await.unwrap().is_some());
+
+    // The budget goes: the drain finishes, and the others follow one at a time.
+    pdbs.delete("guard", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut removed: Vec<String> = Vec::new();
+    let started = Instant::now();
+    while stack.pool_columns(&name).await != Some(("ready".to_owned(), 2, 2)) || removed.len() < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "timed out scaling down: removed {removed:?}"
+        );
+        let now = snapshot(&stack, &name).await;
+        assert!(
+            now.iter().filter(|(_, _, d)| *d).count() <= 1,
+            "one Node at a time: {now:?}"
+        );
+        assert!(cordoned().await.len() <= 1, "one drain at a time");
+        for victim in &victims {
+            let going = now.iter().all(|(n, _, d)| n != victim || *d);
+            if going && !removed.contains(victim) {
+                removed.push(victim.clone());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    kubelet.abort();
+    assert_eq!(removed, victims, "newest first, one after the other");
+    for index in 0..3 {
+        assert!(
+            pods.get_opt(&format!("work-{index}"))
+                .await
+                .unwrap()
+                .is_none(),
+            "work-{index} was evicted"
+        );
+    }
+    wait_for(
+        "DrainingSucceeded=True",
+        Duration::from_secs(10),
+        async || {
+            stack
+                .pool_condition(&name, "DrainingSucceeded")
+                .await
+                .filter(|c| c.0 == "True")
+        },
+    )
+    .await;
+    stack.assert_devices_match(&name, 2).await;
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+#[tokio::test]
+async fn a_node_that_recovers_while_its_drain_is_blocked_is_uncordoned_and_kept() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("heal-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(2);
+    manifest["spec"]["nodeCleanupWaitInterval"] = json!("2s");
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 2, Duration::from_secs(120)).await;
+    let sick: String = stack.names(&name).await.into_iter().next().unwrap();
+
+    // A guarded, running workload on it.
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "guarded", "labels": {"app": "guarded"}},
+        "spec": {"nodeName": sick, "containers": [{"name": "app", "image": "registry.invalid/app"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+    pods.patch_status("guarded", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "guard"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+
+    // Sick but reachable (its kubelet reports Ready=False): chosen for replacement, cordoned,
+    // and held by the budget.
+    stack
+        .booter
+        .set_not_ready(&sick, NotReady::False)
+        .await
+        .unwrap();
+    wait_for(
+        "DrainingSucceeded=False DrainBlocked",
+        Duration::from_secs(30),
+        async || {
+            stack
+                .pool_condition(&name, "DrainingSucceeded")
+                .await
+                .filter(|c| c.0 == "False" && c.1 == "DrainBlocked")
+        },
+    )
+    .await;
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    let unschedulable = async || {
+        nodes
+            .get(&sick)
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.unschedulable)
+            == Some(true)
+    };
+    assert!(unschedulable().await, "cordoned for the replacement");
+
+    // It recovers: uncordoned, the condition back to True, and it stays.
+    stack.booter.set_ready(&sick).await.unwrap();
+    let (_, reason, _) = wait_for(
+        "DrainingSucceeded=True",
+        Duration::from_secs(30),
+        async || {
+            stack
+                .pool_condition(&name, "DrainingSucceeded")
+                .await
+                .filter(|c| c.0 == "True")
+        },
+    )
+    .await;
+    assert_eq!(reason, "NodeRecovered");
+    assert!(!unschedulable().await, "uncordoned");
+    stack
+        .expect_event("InstancePool", &name, |e| {
+            e.1 == "NodeRecovered" && e.2.contains(&sick)
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(stack.names(&name).await.contains(&sick), "the Node is kept");
+    assert!(pods.get_opt("guarded").await.unwrap().is_some());
+    pdbs.delete("guard", &DeleteParams::default())
+        .await
+        .unwrap();
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_node_whose_drain_is_refused_goes_after_drain_timeout() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("gone-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(2);
+    manifest["spec"]["nodeCleanupWaitInterval"] = json!("2s");
+    manifest["spec"]["drainTimeout"] = json!("6s");
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 2, Duration::from_secs(120)).await;
+    let lost: String = stack.names(&name).await.into_iter().next().unwrap();
+
+    // A workload on it that a PodDisruptionBudget refuses to let go.
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "pinned", "labels": {"app": "pinned"}},
+        "spec": {"nodeName": lost, "containers": [{"name": "app", "image": "registry.invalid/app"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+    pods.patch_status("pinned", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "pin"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "pinned"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+
+    // Unreachable (its kubelet stopped reporting): refused at once, then, past drainTimeout,
+    // the replacement goes on without the drain, as nothing on the Node can confirm anything.
+    stack
+        .booter
+        .set_not_ready(&lost, NotReady::Unknown)
+        .await
+        .unwrap();
+    wait_for(
+        "DrainingSucceeded=False DrainBlocked inside the deadline",
+        Duration::from_secs(30),
+        async || {
+            stack
+                .pool_condition(&name, "DrainingSucceeded")
+                .await
+                .filter(|c| c.0 == "False" && c.1 == "DrainBlocked")
+        },
+    )
+    .await;
+    assert!(
+        stack.names(&name).await.contains(&lost),
+        "held inside the deadline"
+    );
+    stack
+        .expect_event("InstancePool", &name, |e| {
+            e.1 == "DrainTimeout" && e.2.contains(&lost)
+        })
+        .await;
+    wait_for(
+        "the unreachable Node's Instance to be replaced",
+        Duration::from_secs(120),
+        async || {
+            let names = stack.names(&name).await;
+            (names.len() == 2 && !names.contains(&lost)).then_some(())
+        },
+    )
+    .await;
+    stack.wait_ready(&name, 2, Duration::from_secs(120)).await;
+    pdbs.delete("pin", &DeleteParams::default()).await.unwrap();
+    stack.assert_devices_match(&name, 2).await;
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+#[tokio::test]
+async fn an_install_that_never_joins_is_retried_re_rendered_and_counted() {
+    let _serial = SERIAL.lock().await;
+    let mut stack = Stack::start(true).await;
+    // The operator starts with a join token the cluster does not accept: the installer
+    // refuses the config, and no Node joins.
+    stack.kill_operator();
+    stack.join_token = "K10-a-stale-token".to_owned();
+    stack.start_operator();
+    let name = format!("retry-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(1);
+    stack.create_pool(manifest, &name).await;
+    let instance = wait_for("the Instance", Duration::from_secs(30), async || {
+        stack
+            .pool_instances(&name)
+            .await
+            .into_iter()
+            .next()
+            .map(|i| i.name_any())
+    })
+    .await;
+
+    // install-retry-seconds (10) after the installed server turned active: retried, counted
+    // in status, with a Warning Event (the Ready condition says InstallRetried until the
+    // server is back from the reinstall).
+    wait_for(
+        "status.installRetries = 1",
+        Duration::from_secs(90),
+        async || {
+            let status = stack.instances().get(&instance).await.ok()?.status?;
+            (status.install_retries >= Some(1)).then_some(())
+        },
+    )
+    .await;
+    stack
+        .expect_event("Instance", &instance, |e| {
+            e.0 == "Warning" && e.1 == "InstallRetried" && e.2.contains("retry 1 of 3")
+        })
+        .await;
+
+    // The token is fixed: the next retry renders the config again, and the Node joins.
+    stack.kill_operator();
+    stack.join_token = JOIN_TOKEN.to_owned();
+    stack.start_operator();
+    stack.wait_ready(&name, 1, Duration::from_secs(120)).await;
+    let status = stack.pool_instances(&name).await.remove(0).status.unwrap();
+    let retries = status.install_retries.unwrap_or(0);
+    assert!(
+        (2..=3).contains(&retries),
+        "joined after a re-rendered retry: {retries} retries"
+    );
+    assert!(!status.instance_id.is_empty());
+    // One reinstall per recorded intent: the emulator counts the first boot, the install and
+    // each retry.
+    let boots = stack
+        .sim
+        .sim()
+        .boot_record(&status.instance_id)
+        .map(|r| r.boot_count)
+        .unwrap_or(0);
+    assert_eq!(i64::from(boots), 2 + retries, "boots of the server");
     stack.delete_pools_and_expect_no_devices(&[name]).await;
 }

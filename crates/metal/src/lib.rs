@@ -12,3 +12,48 @@ pub mod secret;
 pub use error::{Error, Result};
 pub use provider::*;
 pub use secret::ApiToken;
+
+/// How `Debug` shows userdata: never its text (it carries join tokens and passwords), only
+/// its size.
+pub(crate) fn redacted_userdata(userdata: Option<&str>) -> Option<String> {
+    userdata.map(|u| format!("<redacted, {} bytes>", u.len()))
+}
+
+#[cfg(test)]
+mod redaction_tests {
+    use super::*;
+
+    #[test]
+    fn debug_of_requests_never_shows_userdata() {
+        let mut create = CreateServer::new(
+            "h",
+            "p",
+            "sg",
+            "tag",
+            Boot::Ipxe {
+                script_url: None,
+                always: false,
+            },
+        );
+        create.userdata = Some("token: K10-secret".to_owned());
+        let update = BootUpdate {
+            userdata: Some("password: hunter2".to_owned()),
+            ..BootUpdate::default()
+        };
+        let wire_update = equinix::wire::DeviceUpdateRequest {
+            userdata: Some("token: K10-secret".to_owned()),
+            ..Default::default()
+        };
+        for shown in [
+            format!("{create:?}"),
+            format!("{update:?}"),
+            format!("{wire_update:?}"),
+        ] {
+            assert!(
+                !shown.contains("K10-secret") && !shown.contains("hunter2"),
+                "{shown}"
+            );
+            assert!(shown.contains("redacted"), "{shown}");
+        }
+    }
+}

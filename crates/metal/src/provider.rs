@@ -175,7 +175,7 @@ pub enum Billing {
 
 /// A new server. `owner_tag` marks it as ours: it is added to the tags and, with the hostname,
 /// finds the server again (idempotent create).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct CreateServer {
     pub hostname: String,
     pub plan: String,
@@ -191,6 +191,28 @@ pub struct CreateServer {
     pub reservation_id: Option<String>,
     pub project_ssh_keys: Vec<String>,
     pub user_ssh_keys: Vec<String>,
+}
+
+impl std::fmt::Debug for CreateServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateServer")
+            .field("hostname", &self.hostname)
+            .field("plan", &self.plan)
+            .field("location", &self.location)
+            .field("owner_tag", &self.owner_tag)
+            .field("tags", &self.tags)
+            .field("boot", &self.boot)
+            .field(
+                "userdata",
+                &crate::redacted_userdata(self.userdata.as_deref()),
+            )
+            .field("billing", &self.billing)
+            .field("spot_price_max", &self.spot_price_max)
+            .field("reservation_id", &self.reservation_id)
+            .field("project_ssh_keys", &self.project_ssh_keys)
+            .field("user_ssh_keys", &self.user_ssh_keys)
+            .finish()
+    }
 }
 
 impl CreateServer {
@@ -219,11 +241,24 @@ impl CreateServer {
 }
 
 /// Changes to what a server boots next time.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Default, PartialEq)]
 pub struct BootUpdate {
     pub ipxe_script_url: Option<String>,
     pub userdata: Option<String>,
     pub always_pxe: Option<bool>,
+}
+
+impl std::fmt::Debug for BootUpdate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootUpdate")
+            .field("ipxe_script_url", &self.ipxe_script_url)
+            .field(
+                "userdata",
+                &crate::redacted_userdata(self.userdata.as_deref()),
+            )
+            .field("always_pxe", &self.always_pxe)
+            .finish()
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -1,23 +1,31 @@
 //! The pools part (harvester-equinix-addon): InstancePool and Instance.
 //!
 //! - [`pool`] keeps `count` Instances per pool and reports the original's status strings.
-//! - [`instance`] drives one server through the seed's flow: create with an iPXE shell boot,
-//!   read the management MACs once the server is active, render the Harvester config, point
-//!   iPXE at the installer, reinstall, wait for the Node, and replace it when it stays
-//!   unhealthy.
+//! - [`instance`] drives one server through the seed's flow, as an explicit state machine:
+//!   create with an iPXE shell boot, read the management MACs once the server is active,
+//!   render the Harvester config, reinstall into the installer, wait for the Node.
+//! - [`health`] decides which unhealthy Node to replace and which member goes first on
+//!   scale-down; `removal` carries that out with [`drain`].
 //!
 //! Credentials are read from their Secret at every reconcile; the Metal API is reached only
-//! through the `BareMetalCloud` trait.
+//! through the `BareMetalCloud` trait, made by the [`CloudConnector`] that `ingot run` injects.
 
+mod backoff;
 mod credentials;
+pub mod drain;
+pub mod duration;
+pub mod health;
 pub mod instance;
+pub mod ipxe;
 mod join;
 pub mod pool;
+mod removal;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ingot_api::condition::{ConditionStatus, set_condition};
+use ingot_metal::BareMetalCloud;
 use ingot_metal::equinix::{ClientConfig, EquinixClient, EquinixMetal, RateLimiter};
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -25,6 +33,7 @@ use tracing::warn;
 
 pub use credentials::{Credentials, CredentialsError, SecretLocation};
 pub use join::{Join, JoinError, JoinSettings};
+pub use removal::{DEFAULT_DRAIN_TIMEOUT, DRAIN_CONDITION, REMEDIATION_CONDITION};
 
 use crate::Context;
 
@@ -42,20 +51,33 @@ pub struct Settings {
     pub join: JoinSettings,
     /// Base URL of the Equinix Metal API (the emulator's for local runs).
     pub metal_api_url: String,
-    /// Where servers fetch their install iPXE script: ingot serves `<base>/ipxe/pools/<pool>`.
+    /// Where servers fetch their install iPXE script: ingot serves
+    /// `<base>/ipxe/instances/<instance>.ipxe`.
     pub ipxe_base_url: Option<String>,
     /// A mirror of Harvester's release artifacts (kernel, initrd, rootfs, ISO).
     pub harvester_mirror: Option<String>,
     /// How often a server on its way somewhere (provisioning, reinstalling) is looked at; Metal
     /// has no watch.
     pub poll_interval: Duration,
-    /// How long a server may take to become active, or to come back from a reinstall.
+    /// How long a new server may take to become active (`queued`); then it is replaced.
     pub provision_timeout: Duration,
-    /// How long after being sent into the installer a server that has not joined is sent
-    /// again (its iPXE script may have been unreachable, the install may have failed).
+    /// How long a reinstall may take to bring the server back (`reinstalling`); then it is
+    /// replaced.
+    pub reinstall_timeout: Duration,
+    /// How long after the installed server turned active a server that has not joined is sent
+    /// into the installer again (its script may have been unreachable, the install may have
+    /// failed); doubled at every retry, up to four times this.
     pub install_retry: Duration,
-    /// How long an installed server may take to join as a Node.
-    pub join_timeout: Duration,
+    /// Install retries before the server is replaced.
+    pub install_retries: u32,
+    /// First delay after a failed reconcile; doubled per failure (with jitter) up to
+    /// `error_backoff_max`.
+    pub error_backoff: Duration,
+    pub error_backoff_max: Duration,
+    /// Test hook: the process aborts when it reaches one of these named points
+    /// (comma-separated: `after-create`, `before-reinstall`, `after-reinstall`,
+    /// `during-finalize`), to prove a crash there is harmless.
+    pub crash_point: Option<String>,
 }
 
 impl Default for Settings {
@@ -68,35 +90,107 @@ impl Default for Settings {
             harvester_mirror: None,
             poll_interval: Duration::from_secs(10),
             provision_timeout: Duration::from_secs(30 * 60),
-            install_retry: Duration::from_secs(15 * 60),
-            join_timeout: Duration::from_secs(60 * 60),
+            reinstall_timeout: Duration::from_secs(30 * 60),
+            install_retry: Duration::from_secs(45 * 60),
+            install_retries: 3,
+            error_backoff: Duration::from_secs(5),
+            error_backoff_max: Duration::from_secs(300),
+            crash_point: None,
         }
     }
 }
 
-/// What the pools controllers share: settings and one Metal rate limiter for every client.
+/// Makes a cloud client for a set of credentials. Injected, so that tests can substitute a
+/// provider that fails.
+pub trait CloudConnector: Send + Sync {
+    fn connect(
+        &self,
+        credentials: &Credentials,
+    ) -> Result<Arc<dyn BareMetalCloud>, ingot_metal::Error>;
+}
+
+/// Equinix Metal clients sharing one rate limiter.
+pub struct EquinixConnector {
+    api_url: String,
+    limiter: Arc<RateLimiter>,
+}
+
+impl EquinixConnector {
+    pub fn new(api_url: impl Into<String>, requests_per_second: f64) -> Self {
+        Self::with_limiter(api_url, Arc::new(RateLimiter::new(requests_per_second, 5)))
+    }
+
+    /// Clients that share `limiter` with other controllers' clients of the same account.
+    pub fn with_limiter(api_url: impl Into<String>, limiter: Arc<RateLimiter>) -> Self {
+        Self {
+            api_url: api_url.into(),
+            limiter,
+        }
+    }
+}
+
+impl CloudConnector for EquinixConnector {
+    fn connect(
+        &self,
+        credentials: &Credentials,
+    ) -> Result<Arc<dyn BareMetalCloud>, ingot_metal::Error> {
+        let config = ClientConfig::new(self.api_url.clone(), credentials.token.clone());
+        let client = EquinixClient::with_limiter(config, self.limiter.clone())?;
+        Ok(Arc::new(EquinixMetal::new(
+            client,
+            credentials.project_id.clone(),
+        )))
+    }
+}
+
+/// The pools controllers' context, built by `ingot run`: settings, the cloud connector, and
+/// the failure counts behind the error backoff.
 pub struct PoolsShared {
     pub settings: Settings,
-    pub limiter: Arc<RateLimiter>,
+    pub connector: Arc<dyn CloudConnector>,
+    /// A client that does not retry 429s, for evictions (a refusal is an answer).
+    pub eviction_client: Option<kube::Client>,
+    pub(crate) backoff: backoff::Backoff,
+    /// One Event recorder for the pools controllers (it aggregates repeated Events).
+    recorder: std::sync::OnceLock<Recorder>,
 }
 
 impl PoolsShared {
-    pub fn new(settings: Settings, requests_per_second: f64) -> Self {
+    pub fn new(settings: Settings, connector: Arc<dyn CloudConnector>) -> Self {
+        let backoff = backoff::Backoff::new(settings.error_backoff, settings.error_backoff_max);
         Self {
             settings,
-            limiter: Arc::new(RateLimiter::new(requests_per_second, 5)),
+            connector,
+            eviction_client: None,
+            backoff,
+            recorder: std::sync::OnceLock::new(),
         }
     }
 
-    /// A Metal client for these credentials (made per reconcile, so rotation applies at once;
-    /// every client shares the rate limiter).
-    pub fn cloud(&self, credentials: &Credentials) -> Result<EquinixMetal, ingot_metal::Error> {
-        let config = ClientConfig::new(
-            self.settings.metal_api_url.clone(),
-            credentials.token.clone(),
-        );
-        let client = EquinixClient::with_limiter(config, self.limiter.clone())?;
-        Ok(EquinixMetal::new(client, credentials.project_id.clone()))
+    pub fn with_eviction_client(mut self, client: kube::Client) -> Self {
+        self.eviction_client = Some(client);
+        self
+    }
+
+    /// A cloud client for these credentials (made per reconcile, so rotation applies at once).
+    pub fn cloud(
+        &self,
+        credentials: &Credentials,
+    ) -> Result<Arc<dyn BareMetalCloud>, ingot_metal::Error> {
+        self.connector.connect(credentials)
+    }
+
+    /// The test hook: aborts the process at the named point if asked to.
+    pub(crate) fn crash_point(&self, point: &str) {
+        let armed = self
+            .settings
+            .crash_point
+            .as_deref()
+            .is_some_and(|points| points.split(',').any(|p| p.trim() == point));
+        if armed {
+            tracing::error!(point, "crash point reached: aborting");
+            std::process::abort();
+        }
     }
 }
 
@@ -122,7 +216,10 @@ pub(crate) async fn publish<K>(
 ) where
     K: Resource<DynamicType = ()>,
 {
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let recorder = ctx
+        .pools
+        .recorder
+        .get_or_init(|| Recorder::new(ctx.client.clone(), ctx.reporter.clone()));
     let event = Event {
         type_,
         reason: reason.to_owned(),

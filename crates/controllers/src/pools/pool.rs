@@ -1,8 +1,10 @@
 //! The InstancePool reconciler: keeps `count` Instances named `<pool>-<8 lowercase letters>`,
 //! labelled `instancePool=<pool>` and owned by the pool, and reports the original's status.
 //!
-//! Scale-down removes Instances that never joined first, then unhealthy ones, then the
-//! newest. Instances being deleted do not count as present. Spec changes reach Instances
+//! Scale-down removes one Instance at a time (cordon, drain, then delete): those that never
+//! joined first, then unhealthy ones, then workers, then the newest. Unhealthy Nodes are
+//! replaced here, one at a time within `maxUnhealthy` (see [`super::health`]). Instances being
+//! deleted do not count as present. Spec changes reach Instances
 //! created afterwards; existing Instances keep the spec they were created with, as upstream.
 
 use std::collections::BTreeMap;
@@ -16,7 +18,7 @@ use ingot_api::equinix::{
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -25,6 +27,8 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
+use super::health::{self, Member, NodeFacts};
+use super::removal;
 use super::{CREDENTIALS_CONDITION, JOIN_CONDITION, credentials, join, publish, update_condition};
 use crate::Context;
 
@@ -49,6 +53,14 @@ pub enum Error {
     },
     #[error("writing the pool status: {0}")]
     WriteStatus(#[source] kube::Error),
+    #[error("reading the pool's Nodes: {0}")]
+    Nodes(#[source] kube::Error),
+    #[error("draining Node {node}: {source}")]
+    Drain {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 impl Error {
@@ -58,6 +70,8 @@ impl Error {
             Error::CreateInstance { .. } => "create_instance",
             Error::DeleteInstance { .. } => "delete_instance",
             Error::WriteStatus(_) => "write_status",
+            Error::Nodes(_) => "nodes",
+            Error::Drain { .. } => "drain",
         }
     }
 }
@@ -68,6 +82,7 @@ pub async fn run(
 ) {
     let pools: Api<InstancePool> = Api::all(ctx.client.clone());
     let instances: Api<Instance> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
     Controller::new(pools, watcher::Config::default().any_semantic())
         // Instances map to their pool by label, which also covers those the Go addon created.
         .watches(instances, watcher::Config::default(), |instance| {
@@ -75,6 +90,10 @@ pub async fn run(
                 .labels()
                 .get(POOL_LABEL)
                 .map(|pool| ObjectRef::<InstancePool>::new(pool))
+        })
+        // A Node has its Instance's name, `<pool>-<8 letters>`.
+        .watches(nodes, watcher::Config::default(), |node| {
+            pool_of_node(&node.name_any()).map(|pool| ObjectRef::<InstancePool>::new(&pool))
         })
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -90,7 +109,19 @@ async fn reconcile(pool: Arc<InstancePool>, ctx: Arc<Context>) -> Result<Action,
     let started = Instant::now();
     let result = reconcile_inner(&pool, &ctx).await;
     ctx.metrics.reconciled(CONTROLLER, started.elapsed());
+    if result.is_ok() {
+        ctx.pools
+            .backoff
+            .succeeded(&format!("pool/{}", pool.name_any()));
+    }
     result
+}
+
+/// The pool a Node would belong to by its name (`<pool>-<8 lowercase letters>`).
+fn pool_of_node(node: &str) -> Option<String> {
+    let (pool, suffix) = node.rsplit_once('-')?;
+    (suffix.len() == 8 && suffix.bytes().all(|b| b.is_ascii_lowercase()) && !pool.is_empty())
+        .then(|| pool.to_owned())
 }
 
 async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, Error> {
@@ -159,12 +190,20 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
         .map_err(Error::ListInstances)?;
     let mut present: Vec<Instance> = listed
         .items
-        .into_iter()
+        .iter()
         .filter(|i| i.metadata.deletion_timestamp.is_none())
+        .cloned()
         .collect();
     let count = pool.spec.count.unwrap_or(0).max(0);
     let have = i64::try_from(present.len()).unwrap_or(i64::MAX);
+    let nodes = member_nodes(ctx, &listed.items).await?;
+    let members: Vec<Member> = listed
+        .items
+        .iter()
+        .map(|i| member(i, nodes.get(&i.name_any())))
+        .collect();
 
+    let mut plan = Plan::default();
     if have < count {
         for _ in have..count {
             let instance = new_instance(pool);
@@ -185,34 +224,28 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
             present.push(instance);
         }
     } else if have > count {
-        let victims = scale_down_order(ctx, present.clone()).await;
-        for victim in victims
-            .into_iter()
-            .take(usize::try_from(have - count).unwrap_or(0))
-        {
-            let victim_name = victim.name_any();
-            match instances
-                .delete(&victim_name, &DeleteParams::default())
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(source) => {
-                    return Err(Error::DeleteInstance {
-                        name: victim_name,
-                        source,
-                    });
-                }
-            }
-            info!(pool = %name, instance = %victim_name, "removed instance (scale down)");
-            events.push((
-                true,
-                "InstanceRemoved".to_owned(),
-                format!("removed Instance {victim_name} to scale down to {count}"),
-            ));
-            present.retain(|i| i.name_any() != victim_name);
+        removal::scale_down_step(ctx, pool, &members, &nodes, count, &mut plan).await?;
+    } else {
+        removal::replacement_step(ctx, pool, &members, &nodes, &mut plan).await?;
+    }
+    removal::uncordon_recovered(ctx, &members, &nodes, &mut plan).await?;
+    if let Some(gone) = &plan.deleted {
+        present.retain(|i| &i.name_any() != gone);
+    }
+    for (type_, ok, reason, message) in &plan.conditions {
+        let (_, flipped) = update_condition(
+            &mut status.conditions,
+            type_,
+            *ok,
+            reason,
+            message,
+            generation,
+        );
+        if flipped {
+            events.push((*ok, (*reason).to_owned(), message.clone()));
         }
     }
+    events.append(&mut plan.events);
 
     let ready = present
         .iter()
@@ -240,7 +273,7 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
         };
         publish(ctx, pool, type_, &reason, "Reconcile", message).await;
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(plan.requeue.unwrap_or(RESYNC).min(RESYNC)))
 }
 
 /// The original's status strings: `ready` once every requested Instance is managed,
@@ -293,10 +326,17 @@ fn new_instance(pool: &InstancePool) -> Instance {
                 .as_ref()
                 .is_some_and(|i| !i.is_empty())
     });
+    // The pool's install script travels as the Go addon carried it: an annotation.
+    let annotations = spec
+        .ipxe_script_url
+        .clone()
+        .filter(|u| !u.is_empty())
+        .map(|url| BTreeMap::from([(super::ipxe::RECONFIG_ANNOTATION.to_owned(), url)]));
     Instance {
         metadata: ObjectMeta {
             name: Some(format!("{pool_name}-{}", random_letters(8))),
             labels: Some(BTreeMap::from([(POOL_LABEL.to_owned(), pool_name)])),
+            annotations,
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
@@ -317,52 +357,12 @@ fn new_instance(pool: &InstancePool) -> Instance {
             harvester_version: spec.harvester_version.clone(),
             single_boot: spec.single_boot,
             create_missing_vlans: spec.create_missing_vlans,
+            iso_url: spec.iso_url.clone().filter(|u| !u.is_empty()),
+            install_disk: spec.install_disk.clone().filter(|d| !d.is_empty()),
             ..InstanceSpec::default()
         },
         status: None,
     }
-}
-
-/// Instances in the order they go on scale-down: never joined, then unhealthy, then newest.
-async fn scale_down_order(ctx: &Context, mut instances: Vec<Instance>) -> Vec<Instance> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let mut keyed = Vec::with_capacity(instances.len());
-    for instance in instances.drain(..) {
-        let joined = instance
-            .status
-            .as_ref()
-            .is_some_and(|s| s.status == instance_status::MANAGED);
-        let healthy = if joined {
-            match nodes.get_opt(&instance.name_any()).await {
-                Ok(Some(node)) => node_ready(&node),
-                _ => false,
-            }
-        } else {
-            false
-        };
-        let created = instance.metadata.creation_timestamp.clone().map(|t| t.0);
-        // Sort key: joined (false first), healthy (false first), newest first; the name breaks
-        // ties of the one-second creation timestamps.
-        keyed.push((
-            (
-                joined,
-                healthy,
-                std::cmp::Reverse(created),
-                instance.name_any(),
-            ),
-            instance,
-        ));
-    }
-    keyed.sort_by(|a, b| a.0.cmp(&b.0));
-    keyed.into_iter().map(|(_, instance)| instance).collect()
-}
-
-pub(crate) fn node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
 }
 
 fn random_letters(len: usize) -> String {
@@ -373,7 +373,75 @@ fn random_letters(len: usize) -> String {
         .collect()
 }
 
-fn error_policy(_pool: Arc<InstancePool>, error: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(pool: Arc<InstancePool>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed(CONTROLLER, error.metric_label());
-    Action::requeue(Duration::from_secs(5))
+    Action::requeue(
+        ctx.pools
+            .backoff
+            .failed(&format!("pool/{}", pool.name_any())),
+    )
+}
+
+/// The Nodes of these Instances (by name), read once per pass.
+async fn member_nodes(
+    ctx: &Context,
+    instances: &[Instance],
+) -> Result<BTreeMap<String, Node>, Error> {
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let mut nodes = BTreeMap::new();
+    for instance in instances {
+        let name = instance.name_any();
+        if let Some(node) = api.get_opt(&name).await.map_err(Error::Nodes)? {
+            nodes.insert(name, node);
+        }
+    }
+    Ok(nodes)
+}
+
+fn member(instance: &Instance, node: Option<&Node>) -> Member {
+    Member {
+        name: instance.name_any(),
+        managed: instance
+            .status
+            .as_ref()
+            .is_some_and(|s| s.status == instance_status::MANAGED),
+        deleting: instance.metadata.deletion_timestamp.is_some(),
+        created: instance.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        skip: instance
+            .annotations()
+            .contains_key(health::SKIP_REMEDIATION_ANNOTATION),
+        node: node.map(NodeFacts::of),
+    }
+}
+
+/// What a pass decided besides the Instance count: conditions, Events, when to look again.
+#[derive(Default)]
+pub(crate) struct Plan {
+    pub conditions: Vec<(&'static str, bool, &'static str, String)>,
+    pub events: Vec<(bool, String, String)>,
+    pub requeue: Option<Duration>,
+    /// The Instance deleted in this pass.
+    pub deleted: Option<String>,
+    /// The member being removed (its cordon stays).
+    pub target: Option<String>,
+}
+
+impl Plan {
+    pub fn condition(
+        &mut self,
+        type_: &'static str,
+        ok: bool,
+        reason: &'static str,
+        message: String,
+    ) {
+        self.conditions.push((type_, ok, reason, message));
+    }
+
+    pub fn event(&mut self, ok: bool, reason: &str, message: String) {
+        self.events.push((ok, reason.to_owned(), message));
+    }
+
+    pub fn look_again(&mut self, after: Duration) {
+        self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
+    }
 }

@@ -16,7 +16,7 @@ pub enum BillingCycle {
 }
 
 /// `DeviceCreateInMetroInput`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Default, PartialEq, Serialize)]
 pub struct DeviceCreateRequest {
     pub metro: String,
     /// Retired by the API: a request with a facility is refused before it is sent.
@@ -52,8 +52,35 @@ pub struct DeviceCreateRequest {
     pub customdata: Option<Value>,
 }
 
+impl std::fmt::Debug for DeviceCreateRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceCreateRequest")
+            .field("metro", &self.metro)
+            .field("facility", &self.facility)
+            .field("plan", &self.plan)
+            .field("operating_system", &self.operating_system)
+            .field("hostname", &self.hostname)
+            .field("billing_cycle", &self.billing_cycle)
+            .field("ipxe_script_url", &self.ipxe_script_url)
+            .field("always_pxe", &self.always_pxe)
+            .field(
+                "userdata",
+                &crate::redacted_userdata(self.userdata.as_deref()),
+            )
+            .field("tags", &self.tags)
+            .field("spot_instance", &self.spot_instance)
+            .field("spot_price_max", &self.spot_price_max)
+            .field("hardware_reservation_id", &self.hardware_reservation_id)
+            .field("project_ssh_keys", &self.project_ssh_keys)
+            .field("user_ssh_keys", &self.user_ssh_keys)
+            .field("description", &self.description)
+            .field("customdata", &self.customdata)
+            .finish()
+    }
+}
+
 /// `DeviceUpdateInput` (the fields ingot changes).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Default, PartialEq, Serialize)]
 pub struct DeviceUpdateRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ipxe_script_url: Option<String>,
@@ -63,6 +90,20 @@ pub struct DeviceUpdateRequest {
     pub always_pxe: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tags: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for DeviceUpdateRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceUpdateRequest")
+            .field("ipxe_script_url", &self.ipxe_script_url)
+            .field(
+                "userdata",
+                &crate::redacted_userdata(self.userdata.as_deref()),
+            )
+            .field("always_pxe", &self.always_pxe)
+            .field("tags", &self.tags)
+            .finish()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

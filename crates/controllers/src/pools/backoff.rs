@@ -1,0 +1,71 @@
+//! Error backoff per object: exponential with jitter, reset by a successful reconcile.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+pub(crate) struct Backoff {
+    base: Duration,
+    max: Duration,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Backoff {
+    pub(crate) fn new(base: Duration, max: Duration) -> Self {
+        Self {
+            base,
+            max,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The delay before retrying `key` after one more failure.
+    pub(crate) fn failed(&self, key: &str) -> Duration {
+        let n = {
+            let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+            let n = failures.entry(key.to_owned()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
+        delay(self.base, self.max, n, rand_unit())
+    }
+
+    pub(crate) fn succeeded(&self, key: &str) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        failures.remove(key);
+    }
+}
+
+fn rand_unit() -> f64 {
+    use rand::Rng;
+    rand::rng().random_range(0.0..1.0)
+}
+
+/// `base * 2^(n-1)`, capped at `max`, then scaled by a jitter factor in [0.5, 1.0].
+fn delay(base: Duration, max: Duration, failures: u32, unit: f64) -> Duration {
+    let exp = failures.saturating_sub(1).min(20);
+    let raw = base.saturating_mul(1u32 << exp).min(max);
+    raw.mul_f64(0.5 + unit.clamp(0.0, 1.0) / 2.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubles_up_to_the_cap_with_jitter() {
+        let base = Duration::from_secs(5);
+        let max = Duration::from_secs(300);
+        assert_eq!(delay(base, max, 1, 1.0), Duration::from_secs(5));
+        assert_eq!(delay(base, max, 2, 1.0), Duration::from_secs(10));
+        assert_eq!(delay(base, max, 4, 1.0), Duration::from_secs(40));
+        assert_eq!(delay(base, max, 30, 1.0), max);
+        assert_eq!(delay(base, max, 2, 0.0), Duration::from_secs(5));
+        let backoff = Backoff::new(base, max);
+        let first = backoff.failed("a");
+        let second = backoff.failed("a");
+        assert!(first <= Duration::from_secs(5) && second >= Duration::from_secs(5));
+        backoff.succeeded("a");
+        assert!(backoff.failed("a") <= Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,195 @@
+//! Cordoning and draining a Node before its server goes: pods are evicted through the eviction
+//! API (PodDisruptionBudgets honoured), DaemonSet and mirror pods stay. A cordon made here is
+//! marked on the Node, so that it can be undone when the Node recovers and never confused with
+//! a cordon made by a person.
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{EvictParams, ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+/// Marks a cordon made by ingot (value `ingot`).
+pub const CORDONED_BY_ANNOTATION: &str = "equinix.harvesterhci.io/cordoned-by";
+/// When ingot started draining the Node (RFC 3339): the drain deadline counts from it.
+pub const DRAIN_STARTED_ANNOTATION: &str = "equinix.harvesterhci.io/drain-started-at";
+const CORDONED_BY: &str = "ingot";
+
+/// Where a drain stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DrainState {
+    /// No pod left that must go first.
+    Done,
+    /// Evictions accepted; `remaining` pods are still terminating.
+    Terminating { remaining: usize },
+    /// A PodDisruptionBudget refuses to let this pod go now.
+    Refused { pod: String },
+}
+
+/// Whether ingot cordoned this Node.
+pub fn cordoned_by_us(node: &Node) -> bool {
+    node.annotations()
+        .get(CORDONED_BY_ANNOTATION)
+        .is_some_and(|v| v == CORDONED_BY)
+}
+
+/// When ingot started draining this Node.
+pub fn drain_started(node: &Node) -> Option<Timestamp> {
+    node.annotations()
+        .get(DRAIN_STARTED_ANNOTATION)
+        .and_then(|t| t.parse().ok())
+}
+
+/// Cordons the Node and marks the cordon and the drain's start as ingot's (kept if already
+/// there, so that the deadline does not move).
+pub async fn cordon(client: &Client, node: &Node, now: Timestamp) -> Result<(), kube::Error> {
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) && cordoned_by_us(node) {
+        return Ok(());
+    }
+    let started = drain_started(node).unwrap_or(now);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let patch = json!({
+        "metadata": {"annotations": {
+            CORDONED_BY_ANNOTATION: CORDONED_BY,
+            DRAIN_STARTED_ANNOTATION: started.to_string(),
+        }},
+        "spec": {"unschedulable": true},
+    });
+    nodes
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Undoes ingot's cordon (never a person's).
+pub async fn uncordon(client: &Client, node: &Node) -> Result<(), kube::Error> {
+    if !cordoned_by_us(node) {
+        return Ok(());
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let patch = json!({
+        "metadata": {"annotations": {CORDONED_BY_ANNOTATION: null, DRAIN_STARTED_ANNOTATION: null}},
+        "spec": {"unschedulable": null},
+    });
+    nodes
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Whether a pod must leave before the Node goes: not a DaemonSet's, not a mirror pod, not
+/// finished.
+pub fn must_leave(pod: &Pod) -> bool {
+    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
+    let mirror = pod
+        .annotations()
+        .contains_key("kubernetes.io/config.mirror");
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    !(daemon || mirror || finished)
+}
+
+/// One round of draining: evicts the pods that must leave and are not yet terminating.
+/// On an unreachable Node no kubelet confirms a deletion, so a terminating pod counts as gone.
+pub async fn drain(
+    client: &Client,
+    node: &str,
+    unreachable: bool,
+) -> Result<DrainState, kube::Error> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let on_node = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await?;
+    let mut terminating = 0;
+    for pod in on_node.items.iter().filter(|p| must_leave(p)) {
+        if pod.metadata.deletion_timestamp.is_some() {
+            if !unreachable {
+                terminating += 1;
+            }
+            continue;
+        }
+        let namespace = pod.namespace().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        match api.evict(&pod.name_any(), &EvictParams::default()).await {
+            Ok(_) => {
+                if !unreachable {
+                    terminating += 1;
+                }
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(kube::Error::Api(status)) if status.code == 429 => {
+                return Ok(DrainState::Refused {
+                    pod: format!("{namespace}/{}", pod.name_any()),
+                });
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(if terminating == 0 {
+        DrainState::Done
+    } else {
+        DrainState::Terminating {
+            remaining: terminating,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn pod(owner: Option<&str>, mirror: bool, phase: Option<&str>) -> Pod {
+        let mut pod = Pod::default();
+        if let Some(kind) = owner {
+            pod.metadata.owner_references = Some(vec![OwnerReference {
+                kind: kind.to_owned(),
+                ..OwnerReference::default()
+            }]);
+        }
+        if mirror {
+            pod.metadata.annotations = Some(
+                [("kubernetes.io/config.mirror".to_owned(), "x".to_owned())]
+                    .into_iter()
+                    .collect(),
+            );
+        }
+        pod.status = phase.map(|p| k8s_openapi::api::core::v1::PodStatus {
+            phase: Some(p.to_owned()),
+            ..Default::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn daemonset_mirror_and_finished_pods_stay() {
+        assert!(must_leave(&pod(None, false, None)));
+        assert!(must_leave(&pod(Some("ReplicaSet"), false, Some("Running"))));
+        assert!(!must_leave(&pod(Some("DaemonSet"), false, None)));
+        assert!(!must_leave(&pod(None, true, None)));
+        assert!(!must_leave(&pod(None, false, Some("Succeeded"))));
+    }
+
+    #[test]
+    fn a_person_s_cordon_is_not_ours() {
+        let mut node = Node::default();
+        assert!(!cordoned_by_us(&node));
+        node.metadata.annotations = Some(
+            [(CORDONED_BY_ANNOTATION.to_owned(), "ingot".to_owned())]
+                .into_iter()
+                .collect(),
+        );
+        assert!(cordoned_by_us(&node));
+    }
+}

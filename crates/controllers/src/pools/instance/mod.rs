@@ -1,0 +1,595 @@
+//! The Instance reconciler: one Equinix Metal server through the seed's flow, as the state
+//! machine of [`phase`]:
+//!
+//! `""` → create the server (iPXE shell boot) → `queued` → once active: network mode and
+//! VLANs, final Harvester config as userdata, reinstall into the installer → `reinstalling` →
+//! active again → `ready` (IPs filled) → a Node of the same name → `managed` (the userdata is
+//! scrubbed of the join token and OS password).
+//!
+//! With `singleBoot` (Harvester v1.1 and later) the first boot is the install: `queued` →
+//! active → `ready`.
+//!
+//! This module reads the cluster, runs the phase function, and is the one place that writes
+//! status, the `Ready` condition and Events. Replacement of unhealthy Nodes is decided by the
+//! pool (see [`super::health`]), not here.
+//!
+//! Safety: the finalizer is on the Instance before the server is created; the server carries
+//! the tag `ingot-instance:<uid>`, and every server with it is adopted or deleted, never
+//! duplicated; the intent to reinstall is in status before the call.
+
+mod finalize;
+pub mod phase;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use ingot_api::equinix::{
+    INSTANCE_FINALIZER, Instance, InstancePool, InstanceStatus, POOL_LABEL, instance_status,
+};
+use ingot_harvester::{Artifacts, HarvesterVersion, JoinConfig};
+use ingot_metal::BareMetalCloud;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+pub use super::ipxe::{ScriptError, install_script};
+use super::{READY_CONDITION, Settings, credentials, join, publish, update_condition};
+use crate::Context;
+use phase::{Blocked, Inputs, Outcome, Phase, Ready, Transition};
+
+const CONTROLLER: &str = "instance";
+/// Tag prefix marking a server as this Instance's, with its UID.
+pub const OWNER_TAG_PREFIX: &str = "ingot-instance:";
+/// Key of the OS password in an Instance's password Secret.
+const PASSWORD_KEY: &str = "password";
+/// Annotations in which the Go addon kept credentials in the clear.
+const PLAINTEXT_ANNOTATIONS: [&str; 2] = ["token", "password"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("Equinix Metal API: {0}")]
+    Metal(#[from] ingot_metal::Error),
+}
+
+impl Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Metal(error) => error.kind(),
+        }
+    }
+}
+
+pub async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let instances: Api<Instance> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    Controller::new(instances, watcher::Config::default().any_semantic())
+        // A Node is its Instance's by name (the server's hostname).
+        .watches(nodes, watcher::Config::default(), |node| {
+            Some(ObjectRef::<Instance>::new(&node.name_any()))
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                warn!(%error, "instance reconciliation failed");
+            }
+        })
+        .await;
+}
+
+async fn reconcile(instance: Arc<Instance>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = Reconciler {
+        instance: &instance,
+        ctx: &ctx,
+        settings: &ctx.pools.settings,
+    }
+    .run()
+    .await;
+    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
+    if result.is_ok() {
+        ctx.pools.backoff.succeeded(&instance.name_any());
+    }
+    result
+}
+
+fn error_policy(instance: Arc<Instance>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failed(CONTROLLER, error.metric_label());
+    Action::requeue(ctx.pools.backoff.failed(&instance.name_any()))
+}
+
+struct Reconciler<'a> {
+    instance: &'a Instance,
+    ctx: &'a Context,
+    settings: &'a Settings,
+}
+
+impl Reconciler<'_> {
+    fn name(&self) -> String {
+        self.instance.name_any()
+    }
+
+    fn status(&self) -> InstanceStatus {
+        self.instance.status.clone().unwrap_or_default()
+    }
+
+    async fn run(&self) -> Result<Action, Error> {
+        if self.instance.metadata.deletion_timestamp.is_some() {
+            return self.finalize().await;
+        }
+        if !self.has_finalizer(INSTANCE_FINALIZER) {
+            // Before anything exists outside the cluster: a crash after this line cannot
+            // leave an untracked server.
+            self.add_finalizer().await?;
+            return Ok(Action::requeue(Duration::ZERO));
+        }
+        // The Go addon kept the Metal token and the OS password in annotations; ingot reads
+        // neither and removes both.
+        if PLAINTEXT_ANNOTATIONS
+            .iter()
+            .any(|key| self.instance.annotations().contains_key(*key))
+        {
+            let instances: Api<Instance> = Api::all(self.ctx.client.clone());
+            let patch = json!({"metadata": {"annotations": {"token": null, "password": null}}});
+            instances
+                .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            return Ok(Action::requeue(Duration::ZERO));
+        }
+        let credentials = match credentials::load(&self.ctx.client, &self.settings.secret).await {
+            Ok(credentials) => credentials,
+            Err(problem) => {
+                return self
+                    .blocked(Blocked {
+                        reason: problem.reason(),
+                        message: problem.to_string(),
+                        retry: Duration::from_secs(30),
+                    })
+                    .await;
+            }
+        };
+        let cloud = self.ctx.pools.cloud(&credentials)?;
+        let Some(phase) = Phase::parse(&self.status().status) else {
+            warn!(instance = %self.name(), status = %self.status().status, "unknown instance status; starting over");
+            let mut status = self.status();
+            status.status = instance_status::NEW.to_owned();
+            return self
+                .write(Transition {
+                    status,
+                    ready: None,
+                    note: None,
+                    requeue: Duration::ZERO,
+                })
+                .await;
+        };
+        let single_boot = self.instance.spec.single_boot == Some(true);
+        let needs_join = match phase {
+            Phase::New => single_boot,
+            Phase::Queued | Phase::Ready => !single_boot,
+            Phase::Reinstalling | Phase::Managed => false,
+        };
+        let join = if needs_join {
+            Some(self.join_config().await?)
+        } else {
+            None
+        };
+        let node_exists = phase == Phase::Ready && self.node_exists().await?;
+        let inputs = Inputs {
+            instance: self.instance,
+            settings: self.settings,
+            now: Timestamp::now(),
+            join,
+            node_exists,
+            jitter: jitter(),
+        };
+        match phase::step(phase, &inputs, cloud.as_ref()).await {
+            Ok(outcome) => self.apply(outcome, cloud.as_ref()).await,
+            Err(error) => self.metal_error(error).await,
+        }
+    }
+
+    /// A refusal from Metal (401, 403, 422, no capacity, ...) is a condition and an Event and
+    /// waits with backoff; a transient failure is retried by the error policy.
+    async fn metal_error(&self, error: ingot_metal::Error) -> Result<Action, Error> {
+        if error.is_transient() {
+            return Err(error.into());
+        }
+        let retry = self.ctx.pools.backoff.failed(&self.name());
+        self.blocked(Blocked {
+            reason: metal_reason(&error),
+            message: error.to_string(),
+            retry: retry.max(Duration::from_secs(30)),
+        })
+        .await
+    }
+
+    /// Carries out what the phase function decided.
+    async fn apply(&self, outcome: Outcome, cloud: &dyn BareMetalCloud) -> Result<Action, Error> {
+        match outcome {
+            Outcome::Transition(transition) => self.write(transition).await,
+            Outcome::Wait(after) => Ok(Action::requeue(after)),
+            Outcome::Blocked(blocked) => self.blocked(blocked).await,
+            Outcome::Create { request } => {
+                if let Some(blocked) = self.owner_pool_gone().await? {
+                    return self.blocked(blocked).await;
+                }
+                let server = match cloud.create_missing_server(&request).await {
+                    Ok(server) => server,
+                    Err(error) => return self.metal_error(error).await,
+                };
+                // A crash here leaves a server whose id is not in the status: the next pass
+                // finds it by its tag and adopts it.
+                self.ctx.pools.crash_point("after-create");
+                info!(instance = %self.name(), server = %server.id, "server created");
+                let mut status = self.status();
+                status.status = instance_status::QUEUED.to_owned();
+                status.instance_id = server.id.clone();
+                status.install_started_at = None;
+                self.write(Transition {
+                    status,
+                    ready: Some(Ready {
+                        ok: false,
+                        reason: "Provisioning",
+                        message: format!("server {} is being provisioned", server.id),
+                    }),
+                    note: Some(phase::Note {
+                        warning: false,
+                        reason: "ServerCreated",
+                        message: format!("created server {} ({})", server.id, server.provider_id),
+                    }),
+                    requeue: self.settings.poll_interval.mul_f64(jitter()),
+                })
+                .await
+            }
+            Outcome::Reinstall {
+                server_id,
+                request,
+                then,
+            } => {
+                // The intent first: after a crash from here on, the reinstall is taken as
+                // requested and never requested twice.
+                let mut intent = self.status();
+                intent.reinstall_requested_at = Some(Time(Timestamp::now()));
+                self.write_status(&intent).await?;
+                self.ctx.pools.crash_point("before-reinstall");
+                if let Err(error) = cloud.reinstall(&server_id, &request).await {
+                    // Refused or failed for sure: the intent is withdrawn before anything else.
+                    if !error.is_transient() {
+                        self.write_status_over(&intent, &self.status()).await?;
+                    }
+                    return self.metal_error(error).await;
+                }
+                self.ctx.pools.crash_point("after-reinstall");
+                info!(instance = %self.name(), server = %server_id, "reinstall requested");
+                self.write_with_base(intent, then).await
+            }
+        }
+    }
+
+    async fn write(&self, transition: Transition) -> Result<Action, Error> {
+        self.write_with_base(self.status(), transition).await
+    }
+
+    /// The one place that writes status, the `Ready` condition and Events together.
+    async fn write_with_base(
+        &self,
+        before: InstanceStatus,
+        transition: Transition,
+    ) -> Result<Action, Error> {
+        let mut status = transition.status;
+        status.conditions = before.conditions.clone();
+        if status.status != before.status || status.phase_started_at.is_none() {
+            status.phase_started_at = Some(Time(Timestamp::now()));
+        }
+        let mut news = false;
+        if let Some(ready) = &transition.ready {
+            let (_, flipped) = update_condition(
+                &mut status.conditions,
+                READY_CONDITION,
+                ready.ok,
+                ready.reason,
+                &ready.message,
+                self.instance.metadata.generation,
+            );
+            news = flipped;
+        }
+        status.observed_generation = self.instance.metadata.generation;
+        if status != before {
+            self.write_status_over(&before, &status).await?;
+        }
+        if let Some(note) = transition.note {
+            let type_ = if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            };
+            self.event(type_, note.reason, note.message.clone()).await;
+            if note.warning {
+                self.pool_event(
+                    type_,
+                    note.reason,
+                    format!("Instance {}: {}", self.name(), note.message),
+                )
+                .await;
+            }
+        } else if news && let Some(ready) = &transition.ready {
+            self.event(EventType::Normal, ready.reason, ready.message.clone())
+                .await;
+        }
+        Ok(Action::requeue(transition.requeue))
+    }
+
+    async fn write_status(&self, status: &InstanceStatus) -> Result<(), Error> {
+        self.write_status_over(&self.status(), status).await
+    }
+
+    /// A merge patch of the status; fields set before and unset now are removed (`null`).
+    async fn write_status_over(
+        &self,
+        before: &InstanceStatus,
+        status: &InstanceStatus,
+    ) -> Result<(), Error> {
+        let mut body =
+            serde_json::to_value(status).map_err(|e| Error::Kube(kube::Error::SerdeError(e)))?;
+        if let (Ok(serde_json::Value::Object(old)), serde_json::Value::Object(new)) =
+            (serde_json::to_value(before), &mut body)
+        {
+            for key in old.keys() {
+                if !new.contains_key(key) {
+                    new.insert(key.clone(), serde_json::Value::Null);
+                }
+            }
+        }
+        let instances: Api<Instance> = Api::all(self.ctx.client.clone());
+        instances
+            .patch_status(
+                &self.name(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "status": body })),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn node_exists(&self) -> Result<bool, Error> {
+        let nodes: Api<Node> = Api::all(self.ctx.client.clone());
+        Ok(nodes.get_metadata_opt(&self.name()).await?.is_some())
+    }
+
+    /// The join config of this Instance: release, cluster address and token, OS password.
+    async fn join_config(&self) -> Result<Result<JoinConfig, Blocked>, Error> {
+        let version = match HarvesterVersion::parse_or_default(
+            self.instance.spec.harvester_version.as_deref(),
+        ) {
+            Ok(version) => version,
+            Err(error) => {
+                return Ok(Err(Blocked {
+                    reason: "InvalidVersion",
+                    message: error.to_string(),
+                    retry: Duration::from_secs(300),
+                }));
+            }
+        };
+        let artifacts = match Artifacts::new(&version, self.settings.harvester_mirror.as_deref()) {
+            Ok(artifacts) => artifacts,
+            Err(error) => {
+                return Ok(Err(Blocked {
+                    reason: "InvalidMirror",
+                    message: error.to_string(),
+                    retry: Duration::from_secs(300),
+                }));
+            }
+        };
+        let join = match join::discover(&self.ctx.client, &self.settings.join).await {
+            Ok(join) => join,
+            Err(problem) => {
+                return Ok(Err(Blocked {
+                    reason: problem.reason(),
+                    message: problem.to_string(),
+                    retry: Duration::from_secs(30),
+                }));
+            }
+        };
+        let password = self.os_password().await?;
+        Ok(Ok(JoinConfig::new(
+            version,
+            join.address,
+            join.token,
+            self.name(),
+            password,
+            artifacts.iso.to_string(),
+        )))
+    }
+
+    /// The OS password lives in a Secret owned by the Instance (never in annotations or status).
+    async fn os_password(&self) -> Result<ingot_harvester::Secret, Error> {
+        let secrets: Api<Secret> =
+            Api::namespaced(self.ctx.client.clone(), &self.settings.secret.namespace);
+        let name = format!("{}-os", self.name());
+        if let Some(secret) = secrets.get_opt(&name).await?
+            && let Some(value) = secret.data.as_ref().and_then(|d| d.get(PASSWORD_KEY))
+            && let Ok(password) = String::from_utf8(value.0.clone())
+        {
+            return Ok(ingot_harvester::Secret::new(password));
+        }
+        let password = random_password();
+        let owner = OwnerReference {
+            api_version: <Instance as kube::Resource>::api_version(&()).into_owned(),
+            kind: <Instance as kube::Resource>::kind(&()).into_owned(),
+            name: self.name(),
+            uid: self.instance.metadata.uid.clone().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        };
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name),
+                owner_references: Some(vec![owner]),
+                ..ObjectMeta::default()
+            },
+            string_data: Some(BTreeMap::from([(
+                PASSWORD_KEY.to_owned(),
+                password.clone(),
+            )])),
+            ..Secret::default()
+        };
+        match secrets.create(&PostParams::default(), &secret).await {
+            Ok(_) => Ok(ingot_harvester::Secret::new(password)),
+            // Another reconcile made it first: use that one.
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                Box::pin(self.os_password()).await
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    fn has_finalizer(&self, finalizer: &str) -> bool {
+        self.instance.finalizers().iter().any(|f| f == finalizer)
+    }
+
+    async fn add_finalizer(&self) -> Result<(), Error> {
+        let mut finalizers = self.instance.finalizers().to_vec();
+        finalizers.push(INSTANCE_FINALIZER.to_owned());
+        self.patch_finalizers(finalizers).await
+    }
+
+    /// Replaces the finalizer list, guarded by the resourceVersion read, so another writer's
+    /// finalizer is never dropped.
+    async fn patch_finalizers(&self, finalizers: Vec<String>) -> Result<(), Error> {
+        let instances: Api<Instance> = Api::all(self.ctx.client.clone());
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.instance.resource_version()}});
+        instances
+            .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    /// `Ready=False` with the reason; an Event on the Instance and its pool when it is news.
+    /// Before a server is created: the owning pool, read now (a cache may still hold a pool
+    /// just deleted, whose reconcile can create an Instance in the moment before garbage
+    /// collection), must still be there and not being deleted; otherwise no server is made and
+    /// garbage collection deletes this Instance.
+    async fn owner_pool_gone(&self) -> Result<Option<Blocked>, Error> {
+        let pools: Api<InstancePool> = Api::all(self.ctx.client.clone());
+        for owner in self
+            .instance
+            .owner_references()
+            .iter()
+            .filter(|o| o.kind == "InstancePool")
+        {
+            let live = pools.get_opt(&owner.name).await?;
+            let gone = match &live {
+                None => true,
+                Some(pool) => {
+                    pool.metadata.uid.as_deref() != Some(owner.uid.as_str())
+                        || pool.metadata.deletion_timestamp.is_some()
+                }
+            };
+            if gone {
+                return Ok(Some(Blocked {
+                    reason: "PoolDeleted",
+                    message: format!(
+                        "pool {} is deleted or being deleted: no server is created for this Instance",
+                        owner.name
+                    ),
+                    retry: Duration::from_secs(30),
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn blocked(&self, blocked: Blocked) -> Result<Action, Error> {
+        let mut status = self.status();
+        let (changed, flipped) = update_condition(
+            &mut status.conditions,
+            READY_CONDITION,
+            false,
+            blocked.reason,
+            &blocked.message,
+            self.instance.metadata.generation,
+        );
+        if changed {
+            let instances: Api<Instance> = Api::all(self.ctx.client.clone());
+            let patch = json!({"status": {"conditions": status.conditions}});
+            instances
+                .patch_status(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        if flipped {
+            self.event(EventType::Warning, blocked.reason, blocked.message.clone())
+                .await;
+            self.pool_event(
+                EventType::Warning,
+                blocked.reason,
+                format!("Instance {}: {}", self.name(), blocked.message),
+            )
+            .await;
+        }
+        Ok(Action::requeue(blocked.retry))
+    }
+
+    async fn event(&self, type_: EventType, reason: &str, note: String) {
+        publish(self.ctx, self.instance, type_, reason, "Provision", note).await;
+    }
+
+    async fn pool_event(&self, type_: EventType, reason: &str, note: String) {
+        let Some(pool) = self.instance.labels().get(POOL_LABEL) else {
+            return;
+        };
+        let pools: Api<InstancePool> = Api::all(self.ctx.client.clone());
+        if let Ok(Some(pool)) = pools.get_opt(pool).await {
+            publish(self.ctx, &pool, type_, reason, "Provision", note).await;
+        }
+    }
+}
+
+/// A random factor in [0.8, 1.2], so that servers created together do not poll in step.
+fn jitter() -> f64 {
+    use rand::Rng;
+    rand::rng().random_range(0.8..1.2)
+}
+
+fn metal_reason(error: &ingot_metal::Error) -> &'static str {
+    match error {
+        ingot_metal::Error::Unauthorized { .. } => "Unauthorized",
+        ingot_metal::Error::Forbidden { .. } => "Forbidden",
+        ingot_metal::Error::NoCapacity { .. } => "NoCapacity",
+        ingot_metal::Error::Validation { .. } | ingot_metal::Error::InvalidRequest(_) => {
+            "RequestRefused"
+        }
+        ingot_metal::Error::NotFound { .. } => "NotFound",
+        ingot_metal::Error::Conflict { .. } => "Conflict",
+        _ => "MetalError",
+    }
+}
+
+fn random_password() -> String {
+    use rand::Rng;
+    const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let mut rng = rand::rng();
+    (0..20)
+        .map(|_| char::from(LETTERS[rng.random_range(0..LETTERS.len())]))
+        .collect()
+}
+
+/// A Go duration; kept here for callers of the former path.
+pub use super::duration::parse_go_duration;
