@@ -38,7 +38,8 @@ pub struct GardenerArgs {
     #[arg(long, default_value = "2h", value_parser = go_duration)]
     machine_drain_timeout: Duration,
 
-    /// Eviction attempts per pod before the drain gives up.
+    /// Accepted for upstream's flag set and not used: ingot retries a refused eviction until
+    /// --machine-drain-timeout, then forces the drain.
     #[arg(long, default_value_t = 360)]
     machine_max_evict_retries: u32,
 
