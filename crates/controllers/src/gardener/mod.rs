@@ -210,44 +210,7 @@ pub fn has_finalizer(machine: &Machine) -> bool {
     machine.finalizers().iter().any(|f| f == MCM_FINALIZER)
 }
 
-/// A Go duration as MCM's `metav1.Duration` writes it (`20m0s`, `1h30m`, `90s`).
-pub fn parse_go_duration(text: &str) -> Option<Duration> {
-    let mut total = 0f64;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-        let number: f64 = rest[..number_len].parse().ok()?;
-        rest = &rest[number_len..];
-        let (unit, seconds) = [
-            ("ns", 1e-9),
-            ("us", 1e-6),
-            ("ms", 1e-3),
-            ("s", 1.0),
-            ("m", 60.0),
-            ("h", 3600.0),
-        ]
-        .into_iter()
-        .filter(|(unit, _)| rest.starts_with(unit))
-        .max_by_key(|(unit, _)| unit.len())?;
-        rest = &rest[unit.len()..];
-        total += number * seconds;
-    }
-    Some(Duration::from_secs_f64(total))
-}
-
-/// A Go-style duration for messages (`20m0s`).
-pub fn go_duration(d: Duration) -> String {
-    let secs = d.as_secs();
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    match (h, m) {
-        (0, 0) => format!("{s}s"),
-        (0, _) => format!("{m}m{s}s"),
-        _ => format!("{h}h{m}m{s}s"),
-    }
-}
+pub use crate::duration::{go_duration, parse_go_duration};
 
 /// Runs the machine controller, the class controller and the orphan collector until
 /// `shutdown` completes.
@@ -260,20 +223,4 @@ pub async fn run(
         safety::run_classes(ctx.clone(), shutdown.clone()),
         safety::run_orphan_collector(ctx, shutdown),
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn go_durations_round_trip() {
-        assert_eq!(parse_go_duration("20m0s"), Some(Duration::from_secs(1200)));
-        assert_eq!(parse_go_duration("1h30m"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_go_duration("x"), None);
-        assert_eq!(go_duration(Duration::from_secs(1200)), "20m0s");
-        assert_eq!(go_duration(Duration::from_secs(7322)), "2h2m2s");
-        assert_eq!(go_duration(Duration::from_secs(9)), "9s");
-    }
 }

@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use super::budget::MaxUnhealthy;
 use super::drain::cordoned_by_us;
-use super::duration::MaxUnhealthy;
 
 /// Harvester's maintenance mode annotation on a Node.
 pub const MAINTENANCE_ANNOTATION: &str = "harvesterhci.io/maintain-status";

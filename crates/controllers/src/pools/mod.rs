@@ -11,9 +11,9 @@
 //! through the `BareMetalCloud` trait, made by the [`CloudConnector`] that `ingot run` injects.
 
 mod backoff;
+pub mod budget;
 mod credentials;
 pub mod drain;
-pub mod duration;
 pub mod health;
 pub mod instance;
 pub mod ipxe;

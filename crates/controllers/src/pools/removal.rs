@@ -14,11 +14,12 @@ use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use tracing::info;
 
+use super::budget::MaxUnhealthy;
 use super::drain::{self, DrainState};
-use super::duration::{MaxUnhealthy, parse_go_duration};
 use super::health::{self, Member, NodeFacts, Replacement, ScaleDown};
 use super::pool::{Error, Plan};
 use crate::Context;
+use crate::duration::parse_go_duration;
 
 /// Pool condition: whether unhealthy Nodes may be replaced (Cluster API's name).
 pub const REMEDIATION_CONDITION: &str = "RemediationAllowed";

@@ -592,4 +592,4 @@ fn random_password() -> String {
 }
 
 /// A Go duration; kept here for callers of the former path.
-pub use super::duration::parse_go_duration;
+pub use crate::duration::parse_go_duration;
