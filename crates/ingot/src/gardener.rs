@@ -75,6 +75,7 @@ impl GardenerArgs {
         kubeconfig: Option<PathBuf>,
         metal_api_url: &str,
         limiter: Arc<RateLimiter>,
+        crash_points: Option<String>,
         shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
     ) -> tokio::task::JoinHandle<()> {
         let settings = Settings {
@@ -110,7 +111,8 @@ impl GardenerArgs {
                 }
             };
             let ctx = GardenerContext::new(client, driver, settings)
-                .with_eviction_client(eviction_client);
+                .with_eviction_client(eviction_client)
+                .with_crash_points(crash_points);
             ingot_controllers::gardener::run(Arc::new(ctx), shutdown).await;
         })
     }

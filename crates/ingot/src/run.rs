@@ -183,7 +183,8 @@ struct PoolsArgs {
     error_backoff_max_seconds: f64,
 
     /// Test hook: abort the process at these points (comma-separated: after-create,
-    /// before-reinstall, after-reinstall, during-finalize).
+    /// before-reinstall, after-reinstall, during-finalize; gardener-after-create,
+    /// gardener-during-drain, gardener-during-delete).
     #[arg(long, env = "INGOT_CRASH_POINT", hide = true)]
     crash_point: Option<String>,
 
@@ -335,6 +336,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 args.kubeconfig.clone(),
                 &args.pools.metal_api_url,
                 metal_limiter.clone(),
+                args.pools.crash_point.clone(),
                 shutdown,
             ),
             ControllerKind::Rufio => tokio::spawn(rufio::run(

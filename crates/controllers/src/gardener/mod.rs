@@ -50,7 +50,8 @@ pub const CRITICAL_COMPONENTS_NOT_READY: &str = "node.gardener.cloud/critical-co
 /// Preservation annotation (v0.62+).
 pub const PRESERVE_ANNOTATION: &str = "node.machine.sapcloud.io/preserve";
 
-/// Test-only: `INGOT_CRASH_POINT=<name>` aborts the process when the named point is reached,
+/// Test-only: `INGOT_CRASH_POINT=<name>` (read by `ingot run`, see
+/// [`GardenerContext::with_crash_points`]) aborts the process when the named point is reached,
 /// so that tests can kill the operator at an exact line. Names: `gardener-after-create`,
 /// `gardener-during-drain`, `gardener-during-delete`.
 pub const CRASH_POINT_ENV: &str = "INGOT_CRASH_POINT";
@@ -120,11 +121,15 @@ impl GardenerContext {
             client,
             driver,
             settings,
-            crash_point: std::env::var(CRASH_POINT_ENV)
-                .ok()
-                .filter(|p| !p.is_empty()),
+            crash_point: None,
             failure_locks: std::sync::Mutex::default(),
         }
+    }
+
+    /// Test hook: the comma-separated crash points to abort at (see [`CRASH_POINT_ENV`]).
+    pub fn with_crash_points(mut self, points: Option<String>) -> Self {
+        self.crash_point = points.filter(|p| !p.is_empty());
+        self
     }
 
     pub fn with_eviction_client(mut self, client: Client) -> Self {
@@ -148,7 +153,11 @@ impl GardenerContext {
 
     /// Aborts the process here if the tests asked for it (see [`CRASH_POINT_ENV`]).
     pub fn crash_point(&self, name: &str) {
-        if self.crash_point.as_deref() == Some(name) {
+        let armed = self
+            .crash_point
+            .as_deref()
+            .is_some_and(|points| points.split(',').any(|p| p.trim() == name));
+        if armed {
             tracing::error!(point = name, "crash point reached: aborting");
             std::process::abort();
         }
