@@ -1,7 +1,6 @@
 //! `ingot run --controllers gardener`: the flags of the Gardener machine controller, named as
 //! upstream machine-controller-manager's machine controller names them, and its context.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,9 +9,7 @@ use ingot_controllers::gardener::driver::EquinixDriver;
 use ingot_controllers::gardener::driver::equinix::EquinixClouds;
 use ingot_controllers::gardener::{EquinixDriverArc, GardenerContext, Settings, parse_go_duration};
 use ingot_metal::equinix::RateLimiter;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
-use tracing::warn;
+use kube::Client;
 
 fn go_duration(text: &str) -> Result<Duration, String> {
     parse_go_duration(text)
@@ -72,7 +69,7 @@ impl GardenerArgs {
     pub fn spawn(
         &self,
         client: Client,
-        kubeconfig: Option<PathBuf>,
+        eviction_client: Client,
         metal_api_url: &str,
         limiter: Arc<RateLimiter>,
         crash_points: Option<String>,
@@ -101,31 +98,10 @@ impl GardenerArgs {
         });
         let driver: EquinixDriverArc = Arc::new(EquinixDriver::new(clouds));
         tokio::spawn(async move {
-            // Evictions refused by a PodDisruptionBudget (429) are the drain's to retry, on
-            // its schedule: the client's own 429 retries would hold a reconcile for minutes.
-            let eviction_client = match no_retry_client(kubeconfig.as_deref()).await {
-                Ok(c) => c,
-                Err(error) => {
-                    warn!(%error, "no separate client for evictions; using the shared one");
-                    client.clone()
-                }
-            };
             let ctx = GardenerContext::new(client, driver, settings)
                 .with_eviction_client(eviction_client)
                 .with_crash_points(crash_points);
             ingot_controllers::gardener::run(Arc::new(ctx), shutdown).await;
         })
     }
-}
-
-async fn no_retry_client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
-    let mut config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
-        }
-        None => Config::infer().await?,
-    };
-    config.default_retry = false;
-    Ok(Client::try_from(config)?)
 }

@@ -333,7 +333,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             ControllerKind::Pools => tokio::spawn(pools::run(ctx.clone(), shutdown)),
             ControllerKind::Gardener => args.gardener.spawn(
                 client.clone(),
-                args.kubeconfig.clone(),
+                // Evictions refused by a PodDisruptionBudget (429) are the drain's to retry,
+                // on its schedule: the client without retries, as for the pools.
+                ctx.pools
+                    .eviction_client
+                    .clone()
+                    .unwrap_or_else(|| client.clone()),
                 &args.pools.metal_api_url,
                 metal_limiter.clone(),
                 args.pools.crash_point.clone(),

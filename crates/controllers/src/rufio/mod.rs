@@ -77,6 +77,8 @@ pub struct RufioContext {
     pub client: Client,
     pub metrics: Arc<Metrics>,
     pub reporter: Reporter,
+    /// One Event recorder for the Rufio controllers (it aggregates repeated Events).
+    recorder: Recorder,
     pub settings: Settings,
     pub bmcs: Bmcs,
     /// Machines (`namespace/name`) to read again at their next reconcile: a Job of theirs ended.
@@ -111,13 +113,15 @@ impl RufioContext {
             |connectors| SessionManager::with_connectors(manager_options, connectors),
             ipmi,
         );
+        let reporter = Reporter {
+            controller: "ingot-rufio".into(),
+            instance: Some(instance),
+        };
         RufioContext {
+            recorder: Recorder::new(client.clone(), reporter.clone()),
             client,
             metrics,
-            reporter: Reporter {
-                controller: "ingot-rufio".into(),
-                instance: Some(instance),
-            },
+            reporter,
             settings,
             bmcs,
             refresh: Mutex::default(),
@@ -222,7 +226,7 @@ pub(crate) async fn publish<K>(
 ) where
     K: Resource<DynamicType = ()>,
 {
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let recorder = &ctx.recorder;
     let event = Event {
         type_,
         reason: reason.to_owned(),
