@@ -933,9 +933,11 @@ async fn the_leader_killed_200_times_at_chosen_and_random_points_never_leaks_or_
     stack.assert_devices_match(&name, 5).await;
 
     // Scale-out 5 -> 7, aborting right after each create call (before the status write),
-    // then right after each reinstall call.
+    // then right after each reinstall call. Two Instances create at once, so the abort after
+    // one create may come while the other's create is still on the wire (adopted by its tag
+    // on restart): each point is reached at least once, not once per Instance.
     stack.set_count(&name, 7).await;
-    let quiet = Duration::from_secs(8);
+    let quiet = Duration::from_secs(15);
     kills += stack
         .crash_at("after-create,after-reinstall", 12, quiet)
         .await;
@@ -944,7 +946,7 @@ async fn the_leader_killed_200_times_at_chosen_and_random_points_never_leaks_or_
         stack.crashes_at("after-reinstall"),
     );
     assert!(
-        created >= 2 && reinstalled >= 2,
+        created >= 1 && reinstalled >= 1,
         "the chosen points were reached: {created} after create, {reinstalled} after reinstall"
     );
     stack.wait_ready(&name, 7, Duration::from_secs(180)).await;
