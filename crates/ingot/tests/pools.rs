@@ -1166,10 +1166,12 @@ async fn a_partition_replaces_nothing_then_exactly_one_node_at_a_time_never_one_
         names.iter().cloned().collect::<BTreeSet<_>>(),
         "the Node in maintenance is kept"
     );
+    // Ready first, then out of maintenance: the other order leaves a moment in which a
+    // long-NotReady Node is out of maintenance, and the pool would rightly replace it.
+    stack.booter.set_ready(&names[2]).await.unwrap();
     stack
         .annotate_node(&names[2], "harvesterhci.io/maintain-status", None)
         .await;
-    stack.booter.set_ready(&names[2]).await.unwrap();
 
     // 3. One NotReady Node: exactly it is replaced. A second one that fails while the
     // replacement is joining waits until the replacement is managed.
