@@ -149,7 +149,17 @@ struct PoolsArgs {
     #[arg(long, env = "INGOT_CLUSTER_ADDRESS")]
     cluster_address: Option<String>,
 
-    /// rancherd config with the join `token:`, read when TOKEN is not set.
+    /// Name of the Secret holding METAL_AUTH_TOKEN and PROJECT_ID (the original addon's
+    /// EQUINIX_SECRET).
+    #[arg(long, env = "EQUINIX_SECRET", default_value = pools::DEFAULT_SECRET_NAME)]
+    equinix_secret: String,
+
+    /// Namespace of that Secret and of the Instances' OS-password Secrets (the original addon's
+    /// NAMESPACE).
+    #[arg(long, env = "NAMESPACE", default_value = pools::DEFAULT_SECRET_NAMESPACE)]
+    equinix_secret_namespace: String,
+
+    /// rancherd config with the join `token:`, read when the environment has no TOKEN.
     #[arg(long, default_value = "/etc/rancher/rancherd/config.yaml")]
     rancherd_config: PathBuf,
 
@@ -196,8 +206,17 @@ struct PoolsArgs {
 impl PoolsArgs {
     fn settings(&self) -> pools::Settings {
         pools::Settings {
-            secret: pools::SecretLocation::from_env(),
+            secret: pools::SecretLocation {
+                namespace: self.equinix_secret_namespace.clone(),
+                name: self.equinix_secret.clone(),
+            },
             join: pools::JoinSettings {
+                // The original addon's TOKEN: environment only, never a flag (a flag shows in
+                // the process list).
+                token: std::env::var("TOKEN")
+                    .ok()
+                    .filter(|t| !t.is_empty())
+                    .map(ingot_harvester::Secret::new),
                 cluster_address: self.cluster_address.clone(),
                 rancherd_config: self.rancherd_config.clone(),
             },
@@ -243,14 +262,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     info!(version = env!("CARGO_PKG_VERSION"), %identity, controllers = ?controllers, "starting ingot");
 
-    let client = connect(args.kubeconfig.as_deref()).await?;
+    let metrics = Arc::new(Metrics::default());
+    let client = connect(args.kubeconfig.as_deref(), &metrics).await?;
     let version = client
         .apiserver_version()
         .await
         .context("reaching the Kubernetes API server")?;
     info!(server = %version.git_version, "connected to the Kubernetes API server");
 
-    let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(true));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = {
@@ -268,7 +287,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         args.pools.metal_api_url.clone(),
         metal_limiter.clone(),
     ));
-    let eviction_client = connect_without_retry(args.kubeconfig.as_deref()).await?;
+    let eviction_client = connect_without_retry(args.kubeconfig.as_deref(), &metrics).await?;
     let pools_shared = Arc::new(
         pools::PoolsShared::new(args.pools.settings(), connector)
             .with_eviction_client(eviction_client),
@@ -390,17 +409,38 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     outcome
 }
 
-async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+async fn connect(
+    kubeconfig: Option<&std::path::Path>,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Client> {
     let config = load_config(kubeconfig).await?;
-    Client::try_from(config).context("creating the Kubernetes client")
+    counting_client(config, metrics)
 }
 
 /// A client that does not retry 429s itself: an eviction refused by a PodDisruptionBudget
 /// answers 429, and that answer is the drain's to act on, not the client's to retry.
-async fn connect_without_retry(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+async fn connect_without_retry(
+    kubeconfig: Option<&std::path::Path>,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Client> {
     let mut config = load_config(kubeconfig).await?;
     config.default_retry = false;
-    Client::try_from(config).context("creating the Kubernetes client")
+    counting_client(config, metrics)
+}
+
+/// A client whose every request is counted by verb and resource (`ingot_kube_requests_total`).
+fn counting_client(config: Config, metrics: &Arc<Metrics>) -> anyhow::Result<Client> {
+    let metrics = metrics.clone();
+    let count =
+        tower::util::MapRequestLayer::new(move |request: ::http::Request<kube::client::Body>| {
+            let uri = request.uri();
+            metrics.kube_request(request.method().as_str(), uri.path(), uri.query());
+            request
+        });
+    Ok(kube::client::ClientBuilder::try_from(config)
+        .context("creating the Kubernetes client")?
+        .with_layer(&count)
+        .build())
 }
 
 async fn load_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Config> {

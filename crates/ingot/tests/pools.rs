@@ -174,6 +174,23 @@ impl Stack {
             .unwrap();
     }
 
+    /// The operator's /metrics: series (name with labels) -> value.
+    async fn metrics(&self) -> BTreeMap<String, f64> {
+        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.http_port))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                Some((series.to_owned(), value.parse().ok()?))
+            })
+            .collect()
+    }
+
     fn pools(&self) -> Api<InstancePool> {
         Api::all(self.client.clone())
     }
@@ -505,6 +522,61 @@ async fn seed_pools_reach_ready_in_every_networking_variant() {
             assert_eq!(have, wanted, "{name}: VLANs on {port_name}: {port}");
         }
     }
+    // Steady state: passes over managed pools and Instances read the watched caches, never the
+    // API server. Touching every object makes both controllers reconcile it.
+    let before = stack.metrics().await;
+    for (name, _) in &pools {
+        let touch = json!({"metadata": {"annotations": {"e2e/touched": "1"}}});
+        stack
+            .pools()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&touch))
+            .await
+            .unwrap();
+        for instance in stack.pool_instances(name).await {
+            stack
+                .instances()
+                .patch(
+                    &instance.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&touch),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let passes = |metrics: &BTreeMap<String, f64>, controller: &str| {
+        metrics
+            .get(&format!(
+                "ingot_reconciliations_total{{controller=\"{controller}\"}}"
+            ))
+            .copied()
+            .unwrap_or_default()
+    };
+    let touched = pools.len() as f64;
+    let after = wait_for(
+        "both controllers to reconcile every touched object",
+        Duration::from_secs(30),
+        async || {
+            let now = stack.metrics().await;
+            (passes(&now, "instancepool") >= passes(&before, "instancepool") + touched
+                && passes(&now, "instance") >= passes(&before, "instance") + touched)
+                .then_some(now)
+        },
+    )
+    .await;
+    for verb in ["get", "list"] {
+        for resource in ["secrets", "nodes", "instances", "instancepools", "services"] {
+            let series =
+                format!("ingot_kube_requests_total{{verb=\"{verb}\",resource=\"{resource}\"}}");
+            let read = after.get(&series).copied().unwrap_or_default()
+                - before.get(&series).copied().unwrap_or_default();
+            assert_eq!(
+                read, 0.0,
+                "{series}: steady-state passes read the API server"
+            );
+        }
+    }
+
     let names: Vec<String> = pools.into_iter().map(|(name, _)| name).collect();
     stack.delete_pools_and_expect_no_devices(&names).await;
 }

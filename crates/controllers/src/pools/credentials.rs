@@ -1,11 +1,12 @@
 //! The Equinix Metal credentials: Secret `equinix-addon` in `harvester-system` with keys
-//! `METAL_AUTH_TOKEN` and `PROJECT_ID`, as the original addon reads it. The environment
-//! variables `EQUINIX_SECRET` and `NAMESPACE` move it, as they did upstream. It is read at
-//! every reconcile, so a rotated token reaches every pool and Instance at once.
+//! `METAL_AUTH_TOKEN` and `PROJECT_ID`, as the original addon reads it (`ingot run` moves it
+//! by the original's environment variables `EQUINIX_SECRET` and `NAMESPACE`). It is read from
+//! its watched cache at every reconcile, so a rotated token reaches every pool and Instance at
+//! once.
 
 use ingot_metal::ApiToken;
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client};
+use kube::runtime::reflector::{ObjectRef, Store};
 
 pub const DEFAULT_SECRET_NAME: &str = "equinix-addon";
 pub const DEFAULT_SECRET_NAMESPACE: &str = "harvester-system";
@@ -25,24 +26,6 @@ impl Default for SecretLocation {
             namespace: DEFAULT_SECRET_NAMESPACE.to_owned(),
             name: DEFAULT_SECRET_NAME.to_owned(),
         }
-    }
-}
-
-impl SecretLocation {
-    /// The defaults, moved by `EQUINIX_SECRET` and `NAMESPACE` when set.
-    pub fn from_env() -> Self {
-        let mut location = Self::default();
-        if let Ok(name) = std::env::var("EQUINIX_SECRET")
-            && !name.is_empty()
-        {
-            location.name = name;
-        }
-        if let Ok(namespace) = std::env::var("NAMESPACE")
-            && !namespace.is_empty()
-        {
-            location.namespace = namespace;
-        }
-        location
     }
 }
 
@@ -69,12 +52,6 @@ pub enum CredentialsError {
         "Secret {secret} has no non-empty key {key}: add it (keys {TOKEN_KEY} and {PROJECT_KEY} are needed)"
     )]
     MissingKey { secret: String, key: &'static str },
-    #[error("reading Secret {secret}: {source}")]
-    Api {
-        secret: String,
-        #[source]
-        source: kube::Error,
-    },
 }
 
 impl CredentialsError {
@@ -83,30 +60,20 @@ impl CredentialsError {
         match self {
             CredentialsError::SecretNotFound { .. } => "SecretNotFound",
             CredentialsError::MissingKey { .. } => "SecretIncomplete",
-            CredentialsError::Api { .. } => "SecretUnreadable",
         }
     }
 }
 
-/// Reads the Secret: both keys present and non-empty.
-pub async fn load(
-    client: &Client,
+/// Reads the Secret from its cache: both keys present and non-empty.
+pub fn load(
+    secrets: &Store<Secret>,
     location: &SecretLocation,
 ) -> Result<Credentials, CredentialsError> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &location.namespace);
-    let secret = match secrets.get_opt(&location.name).await {
-        Ok(Some(secret)) => secret,
-        Ok(None) => {
-            return Err(CredentialsError::SecretNotFound {
-                secret: location.to_string(),
-            });
-        }
-        Err(source) => {
-            return Err(CredentialsError::Api {
-                secret: location.to_string(),
-                source,
-            });
-        }
+    let Some(secret) = secrets.get(&ObjectRef::new(&location.name).within(&location.namespace))
+    else {
+        return Err(CredentialsError::SecretNotFound {
+            secret: location.to_string(),
+        });
     };
     let value = |key: &'static str| -> Result<String, CredentialsError> {
         secret

@@ -1,16 +1,18 @@
 //! Where new nodes join: the cluster's join token and its address, found the way the original
-//! addon finds them (env `TOKEN`, else the rancherd config file; the VIP of
-//! `kube-system/ingress-expose`), with explicit overrides.
+//! addon finds them (the token `ingot run` was given in `TOKEN`, else the rancherd config file;
+//! the VIP of `kube-system/ingress-expose`, from its watched cache), with explicit overrides.
 
 use std::path::PathBuf;
 
 use ingot_harvester::Secret as HarvesterSecret;
 use k8s_openapi::api::core::v1::Service;
-use kube::{Api, Client};
+use kube::runtime::reflector::{ObjectRef, Store};
 
 /// How to find the join parameters.
 #[derive(Clone, Debug)]
 pub struct JoinSettings {
+    /// The join token given to `ingot run` (the original's `TOKEN`); wins over the file.
+    pub token: Option<HarvesterSecret>,
     /// A fixed cluster address (VIP); otherwise the ingress-expose Service's load balancer.
     pub cluster_address: Option<String>,
     /// The rancherd config holding `token:`, read when `TOKEN` is not set.
@@ -20,6 +22,7 @@ pub struct JoinSettings {
 impl Default for JoinSettings {
     fn default() -> Self {
         Self {
+            token: None,
             cluster_address: None,
             rancherd_config: PathBuf::from("/etc/rancher/rancherd/config.yaml"),
         }
@@ -43,8 +46,6 @@ pub enum JoinError {
         "no cluster address: Service kube-system/ingress-expose has no load-balancer address yet; set --cluster-address to the cluster VIP"
     )]
     NoAddress,
-    #[error("reading Service kube-system/ingress-expose: {0}")]
-    Api(#[source] kube::Error),
 }
 
 impl JoinError {
@@ -52,37 +53,28 @@ impl JoinError {
         match self {
             JoinError::NoToken { .. } => "NoJoinToken",
             JoinError::NoAddress => "NoClusterAddress",
-            JoinError::Api(_) => "ClusterAddressUnreadable",
         }
     }
 }
 
-pub async fn discover(client: &Client, settings: &JoinSettings) -> Result<Join, JoinError> {
+pub fn discover(services: &Store<Service>, settings: &JoinSettings) -> Result<Join, JoinError> {
     let token = token(settings)?;
     let address = match &settings.cluster_address {
         Some(address) => address.clone(),
-        None => {
-            let services: Api<Service> = Api::namespaced(client.clone(), "kube-system");
-            let service = services
-                .get_opt("ingress-expose")
-                .await
-                .map_err(JoinError::Api)?;
-            service
-                .and_then(|s| s.status)
-                .and_then(|s| s.load_balancer)
-                .and_then(|lb| lb.ingress)
-                .and_then(|ingress| ingress.into_iter().find_map(|i| i.ip.or(i.hostname)))
-                .ok_or(JoinError::NoAddress)?
-        }
+        None => services
+            .get(&ObjectRef::new("ingress-expose").within("kube-system"))
+            .and_then(|s| s.status.clone())
+            .and_then(|s| s.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .and_then(|ingress| ingress.into_iter().find_map(|i| i.ip.or(i.hostname)))
+            .ok_or(JoinError::NoAddress)?,
     };
     Ok(Join { token, address })
 }
 
 fn token(settings: &JoinSettings) -> Result<HarvesterSecret, JoinError> {
-    if let Ok(token) = std::env::var("TOKEN")
-        && !token.is_empty()
-    {
-        return Ok(HarvesterSecret::new(token));
+    if let Some(token) = &settings.token {
+        return Ok(token.clone());
     }
     let path = settings.rancherd_config.display().to_string();
     let text =

@@ -7,11 +7,14 @@
 //! - [`health`] decides which unhealthy Node to replace and which member goes first on
 //!   scale-down; `removal` carries that out with [`drain`].
 //!
-//! Credentials are read from their Secret at every reconcile; the Metal API is reached only
-//! through the `BareMetalCloud` trait, made by the [`CloudConnector`] that `ingot run` injects.
+//! Both controllers read the cluster from one set of watched caches ([`cache`]); credentials
+//! are read from their cached Secret at every reconcile, so a rotated token applies at once.
+//! The Metal API is reached only through the `BareMetalCloud` trait, made by the
+//! [`CloudConnector`] that `ingot run` injects.
 
 mod backoff;
 pub mod budget;
+pub mod cache;
 mod credentials;
 pub mod drain;
 pub mod health;
@@ -31,7 +34,9 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 use tracing::warn;
 
-pub use credentials::{Credentials, CredentialsError, SecretLocation};
+pub use credentials::{
+    Credentials, CredentialsError, DEFAULT_SECRET_NAME, DEFAULT_SECRET_NAMESPACE, SecretLocation,
+};
 pub use join::{Join, JoinError, JoinSettings};
 pub use removal::{DEFAULT_DRAIN_TIMEOUT, DRAIN_CONDITION, REMEDIATION_CONDITION};
 
@@ -151,6 +156,8 @@ pub struct PoolsShared {
     /// A client that does not retry 429s, for evictions (a refusal is an answer).
     pub eviction_client: Option<kube::Client>,
     pub(crate) backoff: backoff::Backoff,
+    /// What both controllers read instead of the API server; filled by [`run`].
+    pub caches: cache::Caches,
     /// One Event recorder for the pools controllers (it aggregates repeated Events).
     recorder: std::sync::OnceLock<Recorder>,
 }
@@ -163,6 +170,7 @@ impl PoolsShared {
             connector,
             eviction_client: None,
             backoff,
+            caches: cache::Caches::new(),
             recorder: std::sync::OnceLock::new(),
         }
     }
@@ -194,14 +202,40 @@ impl PoolsShared {
     }
 }
 
-/// Runs both controllers until `shutdown` completes.
+/// Runs both controllers until `shutdown` completes. They start once every cache holds its
+/// first list.
 pub async fn run(
     ctx: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
+    let caches = &ctx.pools.caches;
+    let Some(feeds) = caches.start(&ctx.client, &ctx.pools.settings.secret, shutdown.clone())
+    else {
+        warn!("the pools controllers were started twice; the second start is ignored");
+        return;
+    };
+    tokio::select! {
+        ready = caches.ready() => {
+            if ready.is_err() {
+                return;
+            }
+        }
+        () = shutdown.clone() => return,
+    }
     tokio::join!(
-        pool::run(ctx.clone(), shutdown.clone()),
-        instance::run(ctx, shutdown)
+        pool::run(
+            ctx.clone(),
+            feeds.pools,
+            feeds.instances_for_pools,
+            feeds.nodes_for_pools,
+            shutdown.clone()
+        ),
+        instance::run(
+            ctx.clone(),
+            feeds.instances,
+            feeds.nodes_for_instances,
+            shutdown
+        )
     );
 }
 

@@ -18,11 +18,10 @@ use ingot_api::equinix::{
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{ObjectRef, ReflectHandle};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
@@ -34,11 +33,11 @@ use crate::Context;
 
 const CONTROLLER: &str = "instancepool";
 const RESYNC: Duration = Duration::from_secs(60);
+/// How soon a pool waiting for the cache to show its own writes looks again.
+const EXPECTATION_POLL: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("listing the pool's Instances: {0}")]
-    ListInstances(#[source] kube::Error),
     #[error("creating Instance {name}: {source}")]
     CreateInstance {
         name: String,
@@ -53,8 +52,6 @@ pub enum Error {
     },
     #[error("writing the pool status: {0}")]
     WriteStatus(#[source] kube::Error),
-    #[error("reading the pool's Nodes: {0}")]
-    Nodes(#[source] kube::Error),
     #[error("draining Node {node}: {source}")]
     Drain {
         node: String,
@@ -66,33 +63,31 @@ pub enum Error {
 impl Error {
     fn metric_label(&self) -> &'static str {
         match self {
-            Error::ListInstances(_) => "list_instances",
             Error::CreateInstance { .. } => "create_instance",
             Error::DeleteInstance { .. } => "delete_instance",
             Error::WriteStatus(_) => "write_status",
-            Error::Nodes(_) => "nodes",
             Error::Drain { .. } => "drain",
         }
     }
 }
 
-pub async fn run(
+pub(crate) async fn run(
     ctx: Arc<Context>,
+    pools: ReflectHandle<InstancePool>,
+    instances: ReflectHandle<Instance>,
+    nodes: ReflectHandle<Node>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let pools: Api<InstancePool> = Api::all(ctx.client.clone());
-    let instances: Api<Instance> = Api::all(ctx.client.clone());
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    Controller::new(pools, watcher::Config::default().any_semantic())
+    Controller::for_shared_stream(pools, ctx.pools.caches.pools.clone())
         // Instances map to their pool by label, which also covers those the Go addon created.
-        .watches(instances, watcher::Config::default(), |instance| {
+        .watches_shared_stream(instances, |instance| {
             instance
                 .labels()
                 .get(POOL_LABEL)
                 .map(|pool| ObjectRef::<InstancePool>::new(pool))
         })
         // A Node has its Instance's name, `<pool>-<8 letters>`.
-        .watches(nodes, watcher::Config::default(), |node| {
+        .watches_shared_stream(nodes, |node| {
             pool_of_node(&node.name_any()).map(|pool| ObjectRef::<InstancePool>::new(&pool))
         })
         .graceful_shutdown_on(shutdown)
@@ -131,6 +126,13 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
         return Ok(Action::await_change());
     }
     let name = pool.name_any();
+    let caches = &ctx.pools.caches;
+    let listed = caches.pool_instances(&name);
+    if !caches.expectations.met(&name, &listed) {
+        // An Instance created or deleted here is not in the cache yet: counting now could
+        // create or remove one too many.
+        return Ok(Action::requeue(EXPECTATION_POLL));
+    }
     let generation = pool.metadata.generation;
     let mut status = pool.status.clone().unwrap_or_default();
     let before = status.clone();
@@ -138,18 +140,18 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
 
     // Credentials and join parameters are reported here; Instances wait for them.
     let shared = &*ctx.pools;
-    let (ok, reason, message) = match credentials::load(&ctx.client, &shared.settings.secret).await
-    {
-        Ok(_) => (
-            true,
-            "Found",
-            format!(
-                "Secret {} holds the Equinix Metal credentials",
-                shared.settings.secret
+    let (ok, reason, message) =
+        match credentials::load(&shared.caches.credentials, &shared.settings.secret) {
+            Ok(_) => (
+                true,
+                "Found",
+                format!(
+                    "Secret {} holds the Equinix Metal credentials",
+                    shared.settings.secret
+                ),
             ),
-        ),
-        Err(problem) => (false, problem.reason(), problem.to_string()),
-    };
+            Err(problem) => (false, problem.reason(), problem.to_string()),
+        };
     let (_, flipped) = update_condition(
         &mut status.conditions,
         CREDENTIALS_CONDITION,
@@ -161,7 +163,8 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
     if flipped {
         events.push((ok, reason.to_owned(), message));
     }
-    let (ok, reason, message) = match join::discover(&ctx.client, &shared.settings.join).await {
+    let (ok, reason, message) = match join::discover(&shared.caches.ingress, &shared.settings.join)
+    {
         Ok(join) => (
             true,
             "Found",
@@ -183,28 +186,22 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
     // The original kept the join token in the clear here; ingot never does.
     status.token = None;
 
-    let instances: Api<Instance> = Api::all(ctx.client.clone());
-    let listed = instances
-        .list(&ListParams::default().labels(&format!("{POOL_LABEL}={name}")))
-        .await
-        .map_err(Error::ListInstances)?;
     let mut present: Vec<Instance> = listed
-        .items
         .iter()
         .filter(|i| i.metadata.deletion_timestamp.is_none())
         .cloned()
         .collect();
     let count = pool.spec.count.unwrap_or(0).max(0);
     let have = i64::try_from(present.len()).unwrap_or(i64::MAX);
-    let nodes = member_nodes(ctx, &listed.items).await?;
+    let nodes = member_nodes(ctx, &listed);
     let members: Vec<Member> = listed
-        .items
         .iter()
         .map(|i| member(i, nodes.get(&i.name_any())))
         .collect();
 
     let mut plan = Plan::default();
     if have < count {
+        let instances: Api<Instance> = Api::all(ctx.client.clone());
         for _ in have..count {
             let instance = new_instance(pool);
             let instance_name = instance.name_any();
@@ -215,6 +212,7 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
                     name: instance_name.clone(),
                     source,
                 })?;
+            caches.expectations.created(&name, &instance_name);
             info!(pool = %name, instance = %instance_name, "created instance");
             events.push((
                 true,
@@ -382,20 +380,16 @@ fn error_policy(pool: Arc<InstancePool>, error: &Error, ctx: Arc<Context>) -> Ac
     )
 }
 
-/// The Nodes of these Instances (by name), read once per pass.
-async fn member_nodes(
-    ctx: &Context,
-    instances: &[Instance],
-) -> Result<BTreeMap<String, Node>, Error> {
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    let mut nodes = BTreeMap::new();
-    for instance in instances {
-        let name = instance.name_any();
-        if let Some(node) = api.get_opt(&name).await.map_err(Error::Nodes)? {
-            nodes.insert(name, node);
-        }
-    }
-    Ok(nodes)
+/// The Nodes of these Instances (by name), from the cache.
+fn member_nodes(ctx: &Context, instances: &[Instance]) -> BTreeMap<String, Node> {
+    instances
+        .iter()
+        .filter_map(|instance| {
+            let name = instance.name_any();
+            let node = ctx.pools.caches.node(&name)?;
+            Some((name, Node::clone(&node)))
+        })
+        .collect()
 }
 
 fn member(instance: &Instance, node: Option<&Node>) -> Member {

@@ -321,7 +321,11 @@ async fn remove(
     }
     let instances: Api<Instance> = Api::all(ctx.client.clone());
     match instances.delete(member, &DeleteParams::default()).await {
-        Ok(_) => {}
+        Ok(_) => ctx
+            .pools
+            .caches
+            .expectations
+            .deleted(&pool.name_any(), member),
         Err(kube::Error::Api(status)) if status.code == 404 => {}
         Err(source) => {
             return Err(Error::DeleteInstance {

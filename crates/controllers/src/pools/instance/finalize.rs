@@ -22,19 +22,20 @@ impl Reconciler<'_> {
         {
             return Ok(Action::await_change());
         }
-        let credentials = match credentials::load(&self.ctx.client, &self.settings.secret).await {
-            Ok(credentials) => credentials,
-            Err(problem) => {
-                let message = format!("cannot delete the server: {problem}");
-                return self
-                    .blocked(Blocked {
-                        reason: problem.reason(),
-                        message,
-                        retry: Duration::from_secs(30),
-                    })
-                    .await;
-            }
-        };
+        let credentials =
+            match credentials::load(&self.ctx.pools.caches.credentials, &self.settings.secret) {
+                Ok(credentials) => credentials,
+                Err(problem) => {
+                    let message = format!("cannot delete the server: {problem}");
+                    return self
+                        .blocked(Blocked {
+                            reason: problem.reason(),
+                            message,
+                            retry: Duration::from_secs(30),
+                        })
+                        .await;
+                }
+            };
         let cloud = self.ctx.pools.cloud(&credentials)?;
         if let Err(error) = self.delete_servers(cloud.as_ref()).await {
             return self.metal_error(error).await;

@@ -38,12 +38,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{ObjectRef, ReflectHandle};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
+use super::cache::PASSWORD_SECRET_LABEL;
 pub use super::ipxe::{ScriptError, install_script};
 use super::{READY_CONDITION, Settings, credentials, join, publish, update_condition};
 use crate::Context;
@@ -74,15 +74,15 @@ impl Error {
     }
 }
 
-pub async fn run(
+pub(crate) async fn run(
     ctx: Arc<Context>,
+    instances: ReflectHandle<Instance>,
+    nodes: ReflectHandle<Node>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let instances: Api<Instance> = Api::all(ctx.client.clone());
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    Controller::new(instances, watcher::Config::default().any_semantic())
+    Controller::for_shared_stream(instances, ctx.pools.caches.instances.clone())
         // A Node is its Instance's by name (the server's hostname).
-        .watches(nodes, watcher::Config::default(), |node| {
+        .watches_shared_stream(nodes, |node| {
             Some(ObjectRef::<Instance>::new(&node.name_any()))
         })
         .graceful_shutdown_on(shutdown)
@@ -154,18 +154,19 @@ impl Reconciler<'_> {
                 .await?;
             return Ok(Action::requeue(Duration::ZERO));
         }
-        let credentials = match credentials::load(&self.ctx.client, &self.settings.secret).await {
-            Ok(credentials) => credentials,
-            Err(problem) => {
-                return self
-                    .blocked(Blocked {
-                        reason: problem.reason(),
-                        message: problem.to_string(),
-                        retry: Duration::from_secs(30),
-                    })
-                    .await;
-            }
-        };
+        let credentials =
+            match credentials::load(&self.ctx.pools.caches.credentials, &self.settings.secret) {
+                Ok(credentials) => credentials,
+                Err(problem) => {
+                    return self
+                        .blocked(Blocked {
+                            reason: problem.reason(),
+                            message: problem.to_string(),
+                            retry: Duration::from_secs(30),
+                        })
+                        .await;
+                }
+            };
         let cloud = self.ctx.pools.cloud(&credentials)?;
         let Some(phase) = Phase::parse(&self.status().status) else {
             warn!(instance = %self.name(), status = %self.status().status, "unknown instance status; starting over");
@@ -191,7 +192,8 @@ impl Reconciler<'_> {
         } else {
             None
         };
-        let node_exists = phase == Phase::Ready && self.node_exists().await?;
+        let node_exists =
+            phase == Phase::Ready && self.ctx.pools.caches.node(&self.name()).is_some();
         let inputs = Inputs {
             instance: self.instance,
             settings: self.settings,
@@ -369,11 +371,6 @@ impl Reconciler<'_> {
         Ok(())
     }
 
-    async fn node_exists(&self) -> Result<bool, Error> {
-        let nodes: Api<Node> = Api::all(self.ctx.client.clone());
-        Ok(nodes.get_metadata_opt(&self.name()).await?.is_some())
-    }
-
     /// The join config of this Instance: release, cluster address and token, OS password.
     async fn join_config(&self) -> Result<Result<JoinConfig, Blocked>, Error> {
         let version = match HarvesterVersion::parse_or_default(
@@ -398,7 +395,7 @@ impl Reconciler<'_> {
                 }));
             }
         };
-        let join = match join::discover(&self.ctx.client, &self.settings.join).await {
+        let join = match join::discover(&self.ctx.pools.caches.ingress, &self.settings.join) {
             Ok(join) => join,
             Err(problem) => {
                 return Ok(Err(Blocked {
@@ -419,16 +416,32 @@ impl Reconciler<'_> {
         )))
     }
 
-    /// The OS password lives in a Secret owned by the Instance (never in annotations or status).
+    /// The OS password lives in a Secret owned by the Instance (never in annotations or status),
+    /// read from the cache; one the cache does not hold yet (just made, or made before it was
+    /// labelled for the cache) is read live, so a password is never made twice.
     async fn os_password(&self) -> Result<ingot_harvester::Secret, Error> {
-        let secrets: Api<Secret> =
-            Api::namespaced(self.ctx.client.clone(), &self.settings.secret.namespace);
+        let namespace = &self.settings.secret.namespace;
         let name = format!("{}-os", self.name());
-        if let Some(secret) = secrets.get_opt(&name).await?
-            && let Some(value) = secret.data.as_ref().and_then(|d| d.get(PASSWORD_KEY))
-            && let Ok(password) = String::from_utf8(value.0.clone())
-        {
-            return Ok(ingot_harvester::Secret::new(password));
+        let cached = self
+            .ctx
+            .pools
+            .caches
+            .passwords
+            .get(&ObjectRef::new(&name).within(namespace));
+        if let Some(password) = cached.as_deref().and_then(password_of) {
+            return Ok(password);
+        }
+        let secrets: Api<Secret> = Api::namespaced(self.ctx.client.clone(), namespace);
+        if let Some(secret) = secrets.get_opt(&name).await? {
+            if !secret.labels().contains_key(PASSWORD_SECRET_LABEL) {
+                let patch = json!({"metadata": {"labels": {PASSWORD_SECRET_LABEL: "true"}}});
+                secrets
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+            }
+            if let Some(password) = password_of(&secret) {
+                return Ok(password);
+            }
         }
         let password = random_password();
         let owner = OwnerReference {
@@ -441,7 +454,11 @@ impl Reconciler<'_> {
         };
         let secret = Secret {
             metadata: ObjectMeta {
-                name: Some(name),
+                name: Some(name.clone()),
+                labels: Some(BTreeMap::from([(
+                    PASSWORD_SECRET_LABEL.to_owned(),
+                    "true".to_owned(),
+                )])),
                 owner_references: Some(vec![owner]),
                 ..ObjectMeta::default()
             },
@@ -454,9 +471,13 @@ impl Reconciler<'_> {
         match secrets.create(&PostParams::default(), &secret).await {
             Ok(_) => Ok(ingot_harvester::Secret::new(password)),
             // Another reconcile made it first: use that one.
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                Box::pin(self.os_password()).await
-            }
+            Err(kube::Error::Api(status)) if status.code == 409 => secrets
+                .get(&name)
+                .await
+                .ok()
+                .as_ref()
+                .and_then(password_of)
+                .ok_or(Error::Kube(kube::Error::Api(status))),
             Err(error) => Err(error.into()),
         }
     }
@@ -555,9 +576,8 @@ impl Reconciler<'_> {
         let Some(pool) = self.instance.labels().get(POOL_LABEL) else {
             return;
         };
-        let pools: Api<InstancePool> = Api::all(self.ctx.client.clone());
-        if let Ok(Some(pool)) = pools.get_opt(pool).await {
-            publish(self.ctx, &pool, type_, reason, "Provision", note).await;
+        if let Some(pool) = self.ctx.pools.caches.pool(pool) {
+            publish(self.ctx, pool.as_ref(), type_, reason, "Provision", note).await;
         }
     }
 }
@@ -580,6 +600,12 @@ fn metal_reason(error: &ingot_metal::Error) -> &'static str {
         ingot_metal::Error::Conflict { .. } => "Conflict",
         _ => "MetalError",
     }
+}
+
+fn password_of(secret: &Secret) -> Option<ingot_harvester::Secret> {
+    let value = secret.data.as_ref()?.get(PASSWORD_KEY)?;
+    let password = String::from_utf8(value.0.clone()).ok()?;
+    Some(ingot_harvester::Secret::new(password))
 }
 
 fn random_password() -> String {
