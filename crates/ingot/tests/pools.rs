@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 use ingot_api::equinix::{Instance, InstancePool};
 use ingot_boot_sim::{Booter, BooterConfig, Expected, NotReady, Running};
 use ingot_metal_sim::{PlanMetro, SimConfig, SimServer, Timings};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Secret};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -1061,6 +1063,85 @@ async fn the_leader_killed_200_times_at_chosen_and_random_points_never_leaks_or_
     let _ = Api::<Namespace>::all(stack.client.clone())
         .delete(&stack.namespace, &DeleteParams::default())
         .await;
+}
+
+/// Fencing: a leader whose Lease is taken while a Metal create is on the wire cancels that
+/// call and exits at once, rather than finishing it; the next leader ends with exactly one server.
+#[tokio::test]
+async fn a_deposed_leader_cuts_off_its_call_in_flight_and_the_next_leader_does_not_duplicate() {
+    let _serial = SERIAL.lock().await;
+    let mut stack = Stack::start(true).await;
+    const CREATE_LATENCY: Duration = Duration::from_secs(10);
+    stack.sim.sim().update_faults(|f| {
+        f.endpoints.insert(
+            "createDevice".into(),
+            ingot_metal_sim::EndpointFault {
+                latency_ms: u64::try_from(CREATE_LATENCY.as_millis()).unwrap(),
+                ..Default::default()
+            },
+        );
+    });
+    let name = format!("fence-{}", ingot_testenv::random_suffix(4));
+    stack.create_pool(readme_pool(), &name).await;
+    wait_for(
+        "the create call to be on the wire",
+        Duration::from_secs(60),
+        async || (stack.sim.sim().metrics().requests("createDevice") >= 1).then_some(()),
+    )
+    .await;
+    let on_the_wire = Instant::now();
+
+    // Another replica takes the Lease (as after a partition that outlived it).
+    let leases: Api<Lease> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    let mut taken = false;
+    for _ in 0..10 {
+        let mut lease = leases.get("ingot").await.unwrap();
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some("usurper".to_owned());
+        spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+        spec.lease_duration_seconds = Some(600);
+        if leases
+            .replace("ingot", &PostParams::default(), &lease)
+            .await
+            .is_ok()
+        {
+            taken = true;
+            break;
+        }
+    }
+    assert!(taken, "the test took the Lease");
+    let taken_at = Instant::now();
+    let mut operator = stack.operator.take().unwrap();
+    let status = wait_for(
+        "the deposed leader to exit",
+        Duration::from_secs(30),
+        async || operator.try_wait().unwrap(),
+    )
+    .await;
+    let exited_after = taken_at.elapsed();
+    assert!(!status.success(), "it exits with an error: {status:?}");
+    // The create would have answered CREATE_LATENCY after it was sent: exiting well before
+    // that means the call was cut off, not awaited (a graceful stop would have finished it).
+    assert!(
+        on_the_wire.elapsed() < CREATE_LATENCY - Duration::from_secs(2),
+        "the deposed leader exited {exited_after:?} after losing the Lease, {:?} after its create was sent: the call in flight was finished, not cut off",
+        on_the_wire.elapsed()
+    );
+    let log = std::fs::read_to_string(stack.log_path()).unwrap_or_default();
+    assert!(log.contains("lost leadership"), "{log}");
+
+    // Whatever the emulator did with the abandoned request has happened by now; the next
+    // leader adopts its server by tag or creates one, never both.
+    tokio::time::sleep(
+        CREATE_LATENCY.saturating_sub(on_the_wire.elapsed()) + Duration::from_secs(1),
+    )
+    .await;
+    stack.sim.sim().update_faults(|f| f.endpoints.clear());
+    leases.delete("ingot", &Default::default()).await.unwrap();
+    stack.start_operator();
+    stack.wait_ready(&name, 1, Duration::from_secs(90)).await;
+    stack.assert_devices_match(&name, 1).await;
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
 }
 
 #[tokio::test]
