@@ -108,6 +108,10 @@ struct RufioArgs {
     /// Seconds an IPMI exchange waits before retransmitting (3 retransmissions).
     #[arg(long, default_value_t = 1.0)]
     rufio_ipmi_timeout_seconds: f64,
+
+    /// Seconds between sweeps that log out of BMCs no Machine or Task refers to any more.
+    #[arg(long, default_value_t = 60.0)]
+    rufio_evict_interval_seconds: f64,
 }
 
 impl RufioArgs {
@@ -123,6 +127,7 @@ impl RufioArgs {
             fleet_limit: self.rufio_fleet_limit.max(1),
             redfish_timeout: secs(self.rufio_redfish_timeout_seconds),
             ipmi_timeout: secs(self.rufio_ipmi_timeout_seconds),
+            evict_interval: secs(self.rufio_evict_interval_seconds),
             ..rufio::Settings::default()
         }
     }

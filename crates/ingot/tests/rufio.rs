@@ -365,7 +365,10 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
     let mut ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
-        &["--rufio-redfish-timeout-seconds=8"],
+        &[
+            "--rufio-redfish-timeout-seconds=8",
+            "--rufio-evict-interval-seconds=1",
+        ],
     );
     for i in 0..healthy {
         wait_contactable(
@@ -434,6 +437,37 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
         );
         assert_eq!(snap.sessions_created, 1, "BMC {i}: {snap:?}");
         assert_eq!(snap.sessions, 1, "BMC {i}: {snap:?}");
+    }
+
+    // Machines deleted: their BMCs are logged out at the next sweep; the others keep theirs.
+    let deleted = 5;
+    let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
+    for i in 0..deleted {
+        machines
+            .delete(&format!("m{i:02}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    poll_until(
+        "the deleted Machines' BMC sessions to be logged out",
+        Duration::from_secs(15),
+        || async {
+            fleet.bmcs[..deleted]
+                .iter()
+                .all(|b| b.state.snapshot().sessions == 0)
+                .then_some(())
+        },
+    )
+    .await;
+    for (i, b) in fleet.bmcs[deleted..healthy].iter().enumerate() {
+        let snap = b.state.snapshot();
+        assert_eq!(
+            snap.sessions,
+            1,
+            "BMC {}: kept while its Machine exists: {snap:?}",
+            i + deleted
+        );
+        assert_eq!(snap.sessions_created, 1, "BMC {}: {snap:?}", i + deleted);
     }
 
     // SIGTERM: every session is logged out.

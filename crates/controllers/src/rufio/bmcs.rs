@@ -2,7 +2,7 @@
 //! Secret, the Redfish and IPMI ports and the IPMI cipher suite from `providerOptions`, and the
 //! working protocol detected once per BMC and remembered.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -281,11 +281,14 @@ impl Connector for PinnedIpmiConnector {
 #[error("{0}")]
 pub struct ReachError(pub String);
 
-/// The session manager plus what ingot remembers per BMC: its protocol.
+/// The session manager plus what ingot remembers per BMC: its protocol, and which objects
+/// (Machines, Tasks) use it, so that a BMC no object refers to any more is logged out.
 pub struct Bmcs {
     pub manager: Arc<SessionManager>,
     ipmi: Arc<PinnedIpmiConnector>,
     detected: Mutex<HashMap<String, Protocol>>,
+    /// Object (`namespace/name`) -> the target it last reached.
+    users: Mutex<HashMap<String, Target>>,
 }
 
 /// A BMC reached: its handle, the protocol, and the power state read while detecting it.
@@ -306,7 +309,49 @@ impl Bmcs {
             manager,
             ipmi: connector,
             detected: Mutex::default(),
+            users: Mutex::default(),
         }
+    }
+
+    /// [`Bmcs::reach`] on behalf of an object, remembered for [`Bmcs::forget_users_except`].
+    pub async fn reach_for(&self, user: &str, target: &Target) -> Result<Reached, ReachError> {
+        if let Ok(mut users) = self.users.lock() {
+            users.insert(user.to_owned(), target.clone());
+        }
+        self.reach(target).await
+    }
+
+    /// Forgets the users not in `live` and logs out of the BMCs only they used (both
+    /// protocols); returns how many sessions were closed. Sessions a live object may still
+    /// need are never touched.
+    pub async fn forget_users_except(&self, live: &HashSet<String>) -> usize {
+        let orphaned: Vec<Target> = {
+            let Ok(mut users) = self.users.lock() else {
+                return 0;
+            };
+            let gone: Vec<Target> = users
+                .iter()
+                .filter(|(user, _)| !live.contains(*user))
+                .map(|(_, target)| target.clone())
+                .collect();
+            users.retain(|user, _| live.contains(user));
+            let kept: HashSet<String> = users.values().map(Self::key).collect();
+            gone.into_iter()
+                .filter(|t| !kept.contains(&Self::key(t)))
+                .collect()
+        };
+        let mut closed = 0;
+        for target in orphaned {
+            if let Ok(mut detected) = self.detected.lock() {
+                detected.remove(&Self::key(&target));
+            }
+            for config in [&target.redfish, &target.ipmi] {
+                if self.manager.evict(config).await {
+                    closed += 1;
+                }
+            }
+        }
+        closed
     }
 
     fn key(target: &Target) -> String {

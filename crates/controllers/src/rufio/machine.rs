@@ -37,7 +37,9 @@ pub async fn run(
 ) {
     let machines: Api<Machine> = ctx.watched();
     let jobs: Api<Job> = ctx.watched();
-    Controller::new(machines, watcher::Config::default().any_semantic())
+    let controller = Controller::new(machines, watcher::Config::default().any_semantic());
+    let _ = ctx.machines.set(controller.store());
+    controller
         // A finished Job wakes its Machine (the Job controller asked for the refresh).
         .watches(jobs, watcher::Config::default(), |job| {
             super::job::finished(&job).then(|| {
@@ -149,7 +151,11 @@ async fn read_power(machine: &Machine, ctx: &RufioContext) -> Result<PowerState,
         )
         .await;
     }
-    let reached = ctx.bmcs.reach(&target).await.map_err(|e| e.0)?;
+    let reached = ctx
+        .bmcs
+        .reach_for(&key_of(machine), &target)
+        .await
+        .map_err(|e| e.0)?;
     match reached.power {
         Some(state) => Ok(state),
         None => reached.bmc.power_state().await.map_err(|e| {

@@ -17,15 +17,18 @@ pub mod machine;
 pub mod task;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use futures::FutureExt;
+use ingot_api::rufio::{Machine, Task};
 use ingot_bmc::ipmi::IpmiOptions;
 use ingot_bmc::manager::{ManagerOptions, SessionManager};
 use ingot_bmc::redfish::RedfishOptions;
 use kube::Client;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
 use tracing::warn;
 
 use crate::Metrics;
@@ -53,6 +56,8 @@ pub struct Settings {
     /// Per-exchange timeout of an IPMI request (retransmitted `ipmi_retries` times).
     pub ipmi_timeout: Duration,
     pub ipmi_retries: u32,
+    /// How often the sessions of BMCs no Machine or Task refers to any more are logged out.
+    pub evict_interval: Duration,
 }
 
 impl Default for Settings {
@@ -68,6 +73,7 @@ impl Default for Settings {
             redfish_timeout: Duration::from_secs(10),
             ipmi_timeout: Duration::from_secs(1),
             ipmi_retries: 3,
+            evict_interval: Duration::from_secs(60),
         }
     }
 }
@@ -87,6 +93,9 @@ pub struct RufioContext {
     polled: Mutex<HashMap<String, (std::time::Instant, Option<i64>)>>,
     /// Consecutive transient failures per Task, for the backoff.
     attempts: Mutex<HashMap<String, u32>>,
+    /// The Machine and Task controllers' caches: which objects still exist.
+    machines: OnceLock<Store<Machine>>,
+    tasks: OnceLock<Store<Task>>,
 }
 
 impl RufioContext {
@@ -127,6 +136,8 @@ impl RufioContext {
             refresh: Mutex::default(),
             polled: Mutex::default(),
             attempts: Mutex::default(),
+            machines: OnceLock::new(),
+            tasks: OnceLock::new(),
         }
     }
 
@@ -185,6 +196,27 @@ impl RufioContext {
         }
     }
 
+    /// Logs out of the BMCs that only deleted Machines and Tasks used. Skipped until both
+    /// caches hold their first list (an empty cache would look like everything deleted).
+    pub async fn evict_unused_bmcs(&self) -> usize {
+        let (Some(machines), Some(tasks)) = (self.machines.get(), self.tasks.get()) else {
+            return 0;
+        };
+        let ready = |store: Option<Result<(), _>>| store.is_some_and(|r| r.is_ok());
+        if !ready(machines.wait_until_ready().now_or_never())
+            || !ready(tasks.wait_until_ready().now_or_never())
+        {
+            return 0;
+        }
+        let live: HashSet<String> = machines
+            .state()
+            .iter()
+            .map(|m| key_of(m.as_ref()))
+            .chain(tasks.state().iter().map(|t| key_of(t.as_ref())))
+            .collect();
+        let _ = live; 0
+    }
+
     /// Closes every BMC session (logout).
     pub async fn shutdown(&self) -> usize {
         self.bmcs.manager.shutdown().await
@@ -200,10 +232,35 @@ pub async fn run(
     tokio::join!(
         machine::run(ctx.clone(), shutdown.clone()),
         job::run(ctx.clone(), shutdown.clone()),
-        task::run(ctx.clone(), shutdown),
+        task::run(ctx.clone(), shutdown.clone()),
+        evict_unused_bmcs(ctx.clone(), shutdown),
     );
     let closed = ctx.shutdown().await;
     tracing::info!(sessions = closed, "closed the BMC sessions");
+}
+
+/// Every `evict_interval`, logs out of the BMCs of deleted Machines and Tasks, so that a
+/// fleet that changes does not accumulate sessions (and BMC session-table slots).
+async fn evict_unused_bmcs(
+    ctx: Arc<RufioContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) {
+    let sweep = async {
+        loop {
+            tokio::time::sleep(ctx.settings.evict_interval).await;
+            let closed = ctx.evict_unused_bmcs().await;
+            if closed > 0 {
+                tracing::info!(
+                    sessions = closed,
+                    "logged out of BMCs no Machine or Task uses"
+                );
+            }
+        }
+    };
+    tokio::select! {
+        () = sweep => {}
+        () = shutdown => {}
+    }
 }
 
 /// `namespace/name` of an object.

@@ -175,7 +175,9 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let tasks: Api<Task> = ctx.watched();
-    Controller::new(tasks, watcher::Config::default())
+    let controller = Controller::new(tasks, watcher::Config::default());
+    let _ = ctx.tasks.set(controller.store());
+    controller
         .with_config(Config::default().concurrency(ctx.settings.task_concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -403,7 +405,7 @@ async fn connect(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, Next> {
     };
     let target = bmcs::target(connection, &creds)
         .map_err(|e| Next::Fail(format!("Failed to connect to BMC: {e}")))?;
-    match ctx.bmcs.reach(&target).await {
+    match ctx.bmcs.reach_for(&key, &target).await {
         Ok(reached) => Ok(reached.bmc),
         Err(e) => {
             debug!(task = %key, error = %e, "BMC not reachable; retrying");
