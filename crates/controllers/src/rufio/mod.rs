@@ -214,7 +214,8 @@ impl RufioContext {
             .map(|m| key_of(m.as_ref()))
             .chain(tasks.state().iter().map(|t| key_of(t.as_ref())))
             .collect();
-        let _ = live; 0
+        let _ = live;
+        0
     }
 
     /// Closes every BMC session (logout).

@@ -268,8 +268,8 @@ impl Reconciler<'_> {
             } => {
                 // The intent first: after a crash from here on, the reinstall is taken as
                 // requested and never requested twice.
-                let mut intent = self.status();
-                intent.reinstall_requested_at = Some(Time(Timestamp::now()));
+                let intent =
+                    phase::reinstall_intent(&self.status(), &then.status, Timestamp::now());
                 self.write_status(&intent).await?;
                 self.ctx.pools.crash_point("before-reinstall");
                 if let Err(error) = cloud.reinstall(&server_id, &request).await {

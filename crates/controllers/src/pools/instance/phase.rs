@@ -465,6 +465,20 @@ async fn reinstall(
     })
 }
 
+/// What is written before a reinstall is requested: the intent (`reinstallRequestedAt`) and the
+/// retry count the reinstall will use up. A crash after the call then finds both: the reinstall
+/// is not requested again, and the retry is counted, so retries stay capped across crashes.
+pub fn reinstall_intent(
+    current: &InstanceStatus,
+    then: &InstanceStatus,
+    now: Timestamp,
+) -> InstanceStatus {
+    let mut intent = current.clone();
+    intent.reinstall_requested_at = Some(Time(now));
+    intent.install_retries = then.install_retries;
+    intent
+}
+
 /// A reinstall whose intent was recorded but whose confirmation was not (a crash between
 /// them): it may have been requested, so it is taken as requested, never repeated.
 fn confirm_requested_reinstall(inputs: &Inputs<'_>) -> Option<Outcome> {

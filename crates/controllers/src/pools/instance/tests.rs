@@ -455,6 +455,11 @@ async fn install_retries_back_off_then_the_server_is_replaced() {
         panic!("{outcome:?}")
     };
     assert_eq!(then.status.install_retries, Some(1));
+    // The retry is counted in the intent written before the call: a crash right after the
+    // call cannot lose it (retries stay capped).
+    let intent = phase::reinstall_intent(&status("ready", "a"), &then.status, now());
+    assert_eq!(intent.install_retries, Some(1));
+    assert!(intent.reinstall_requested_at.is_some());
     assert_eq!(then.note.unwrap().reason, "InstallRetried");
     assert_eq!(cloud.boot_updates.lock().unwrap().len(), 1, "re-rendered");
 
