@@ -53,6 +53,13 @@ build_mcm() {
   export INGOT_MCM_BIN
 }
 
+# The helm command built from the Helm release pinned in tools/helm (cached by version).
+build_helm() {
+  log "helm (built from its Go module on first use; cached afterwards)"
+  INGOT_HELM=$("$INGOT_ROOT/tools/helm/build.sh")
+  export INGOT_HELM
+}
+
 # kubectl: a client within one minor version of the 1.34 server. The Google Cloud SDK build
 # keeps versioned binaries (kubectl.1.33 ...) beside its dispatcher.
 find_kubectl() {

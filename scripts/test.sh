@@ -11,6 +11,7 @@ install_python_packages
 build_control_plane
 build_mcm
 build_rufio
+build_helm
 find_kubectl
 
 log "cargo fmt --check"

@@ -22,7 +22,7 @@ pub fn generated() -> Vec<CustomResourceDefinition> {
     ]
 }
 
-/// The file a CRD is kept in under `deploy/crds/`: `<group>_<plural>.yaml`, as controller-gen
+/// The file a CRD is kept in under `deploy/helm/ingot/crds/`: `<group>_<plural>.yaml`, as controller-gen
 /// names them.
 pub fn file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural)

@@ -4,6 +4,8 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod chart_support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -88,6 +90,10 @@ impl Stack {
             .local_addr()
             .unwrap()
             .port();
+        // `ingot run` runs as the chart's ServiceAccount with the chart's RBAC for pools: a
+        // permission the chart lacks fails these tests.
+        let kubeconfig =
+            chart_support::service_account_kubeconfig(env.kubeconfig_path(), &namespace, "pools");
         let mut stack = Stack {
             client,
             namespace,
@@ -96,7 +102,7 @@ impl Stack {
             _running: running,
             operator: None,
             http_port,
-            kubeconfig: env.kubeconfig_path().to_owned(),
+            kubeconfig,
             crash_point: None,
             install_retry_seconds: 10,
             join_token: JOIN_TOKEN.to_owned(),

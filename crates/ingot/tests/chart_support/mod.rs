@@ -1,0 +1,135 @@
+//! The Helm chart in tests: rendered with the helm the test command builds (`INGOT_HELM`),
+//! applied with kubectl (`INGOT_KUBECTL`), and the chart's ServiceAccount as the identity
+//! `ingot run` uses, so that a permission the chart lacks fails the test that needs it.
+
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/ingot")
+}
+
+pub fn helm() -> PathBuf {
+    let dir = std::env::var("INGOT_HELM")
+        .expect("INGOT_HELM: the directory of the helm built by tools/helm/build.sh (scripts/test.sh sets it)");
+    Path::new(&dir).join("helm")
+}
+
+pub fn kubectl() -> String {
+    std::env::var("INGOT_KUBECTL").unwrap_or_else(|_| "kubectl".to_owned())
+}
+
+/// Runs a command and returns its standard output; panics with its standard error.
+pub fn run(command: &mut Command, stdin: Option<&str>) -> String {
+    let shown = format!("{command:?}");
+    let mut child = command
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{shown}: {e}"));
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{shown} failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// `helm template <release> <chart> --namespace <namespace>` with `--set` values.
+pub fn render(release: &str, namespace: &str, sets: &[String], extra: &[&str]) -> String {
+    let mut command = Command::new(helm());
+    command
+        .arg("template")
+        .arg(release)
+        .arg(chart_dir())
+        .arg("--namespace")
+        .arg(namespace);
+    for set in sets {
+        command.arg("--set").arg(set);
+    }
+    command.args(extra);
+    run(&mut command, None)
+}
+
+pub fn kubectl_apply(kubeconfig: &Path, yaml: &str, extra: &[&str]) -> String {
+    let mut command = Command::new(kubectl());
+    command
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["apply", "-f", "-"])
+        .args(extra);
+    run(&mut command, Some(yaml))
+}
+
+/// Applies the chart's ServiceAccount and RBAC for these controllers (release namespace and
+/// credentials namespace `namespace`) and returns a kubeconfig holding a token of that
+/// ServiceAccount, issued by the API server (TokenRequest).
+pub fn service_account_kubeconfig(admin: &Path, namespace: &str, controllers: &str) -> PathBuf {
+    let release = format!("ingot-{namespace}");
+    let sets = vec![
+        format!("controllers={{{controllers}}}"),
+        format!("pools.credentialsSecret.namespace={namespace}"),
+        format!("gardener.namespace={namespace}"),
+    ];
+    let identity = render(
+        &release,
+        namespace,
+        &sets,
+        &[
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/rbac.yaml",
+        ],
+    );
+    kubectl_apply(admin, &identity, &[]);
+    let token = run(
+        Command::new(kubectl())
+            .arg(format!("--kubeconfig={}", admin.display()))
+            .args([
+                "create",
+                "token",
+                &release,
+                "-n",
+                namespace,
+                "--duration=4h",
+            ]),
+        None,
+    );
+    let admin_config = std::fs::read_to_string(admin).unwrap();
+    let config: String = admin_config
+        .lines()
+        .map(|line| {
+            if line.trim_start().starts_with("token:") {
+                format!("    token: {}", token.trim())
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_ne!(
+        config, admin_config,
+        "the admin kubeconfig holds a token to replace"
+    );
+    let path = std::env::temp_dir().join(format!("{release}.kubeconfig"));
+    std::fs::write(&path, config + "\n").unwrap();
+    path
+}

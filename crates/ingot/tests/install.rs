@@ -1,0 +1,259 @@
+//! Installing ingot: the Helm chart lints clean, the plain manifests are what the chart
+//! renders, every rendering applies to the real API server (`--dry-run=server`), and the
+//! Harvester Addon applies with Harvester's own Addon CRD. (The chart's RBAC is proven by the
+//! pools end-to-end tests, which run `ingot run` as the chart's ServiceAccount.)
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod chart_support;
+
+use std::path::Path;
+use std::process::Command;
+
+use chart_support::{chart_dir, helm, kubectl_apply, render, run};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::PostParams;
+
+const GROUPS: [&str; 3] = ["pools", "rufio", "gardener"];
+
+fn repo_file(path: &str) -> String {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path);
+    std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+}
+
+/// What scripts/render-manifests.sh writes for one controller group.
+fn rendered_manifest(group: &str) -> String {
+    format!(
+        "# ingot with --controllers {group}, rendered from deploy/helm/ingot by scripts/render-manifests.sh.\n\
+         # Apply after creating the namespace: kubectl create namespace ingot-system\n{}",
+        render(
+            "ingot",
+            "ingot-system",
+            &[format!("controllers={{{group}}}")],
+            &["--include-crds"],
+        )
+    )
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    match namespaces.create(&PostParams::default(), &namespace).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}
+
+#[test]
+fn the_chart_lints_clean() {
+    let out = run(
+        Command::new(helm())
+            .args(["lint", "--strict"])
+            .arg(chart_dir()),
+        None,
+    );
+    assert!(out.contains("0 chart(s) failed"), "{out}");
+}
+
+#[test]
+fn the_plain_manifests_are_what_the_chart_renders() {
+    for group in GROUPS {
+        assert!(
+            repo_file(&format!("deploy/manifests/{group}.yaml")) == rendered_manifest(group),
+            "deploy/manifests/{group}.yaml differs from the chart: run scripts/render-manifests.sh"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_controller_is_refused_by_name() {
+    let output = Command::new(helm())
+        .arg("template")
+        .arg("ingot")
+        .arg(chart_dir())
+        .args(["--set", "controllers={pools,seeders}"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("controllers: unknown [seeders]; choose among pools, rufio, gardener"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_pods_run_restricted() {
+    let deployment = render(
+        "ingot",
+        "ingot-system",
+        &[],
+        &["--show-only", "templates/deployment.yaml"],
+    );
+    let deployment: serde_yaml::Value = serde_yaml::from_str(&deployment).unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert!(container["resources"]["requests"]["memory"].is_string());
+}
+
+#[tokio::test]
+async fn every_rendering_applies_to_the_api_server() {
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    for namespace in ["ingot-system", "harvester-system"] {
+        ensure_namespace(&client, namespace).await;
+    }
+    for group in GROUPS {
+        let out = kubectl_apply(
+            env.kubeconfig_path(),
+            &rendered_manifest(group),
+            &["--dry-run=server"],
+        );
+        assert!(out.contains("deployment.apps/ingot"), "{group}: {out}");
+    }
+}
+
+#[tokio::test]
+async fn the_harvester_addon_applies_with_harvesters_addon_crd() {
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    ensure_namespace(&client, "harvester-system").await;
+    let crd =
+        ingot_testenv::shared_dir().join("fixtures/upstream-crds/harvesterhci.io_addons.yaml");
+    kubectl_apply(
+        env.kubeconfig_path(),
+        &std::fs::read_to_string(crd).unwrap(),
+        &[],
+    );
+    run(
+        Command::new(chart_support::kubectl())
+            .arg(format!("--kubeconfig={}", env.kubeconfig_path().display()))
+            .args([
+                "wait",
+                "--for=condition=Established",
+                "crd/addons.harvesterhci.io",
+                "--timeout=30s",
+            ]),
+        None,
+    );
+    let addon = repo_file("deploy/harvester/addon.yaml");
+    kubectl_apply(env.kubeconfig_path(), &addon, &["--dry-run=server"]);
+
+    // It installs this chart, at its version, with values the chart accepts.
+    let addon: serde_yaml::Value = serde_yaml::from_str(&addon).unwrap();
+    let chart: serde_yaml::Value =
+        serde_yaml::from_str(&repo_file("deploy/helm/ingot/Chart.yaml")).unwrap();
+    assert_eq!(addon["spec"]["chart"], chart["name"]);
+    assert_eq!(addon["spec"]["version"], chart["version"]);
+    let values = addon["spec"]["valuesContent"].as_str().unwrap();
+    let values_file = std::env::temp_dir().join("ingot-addon-values.yaml");
+    std::fs::write(&values_file, values).unwrap();
+    render(
+        "ingot",
+        "harvester-system",
+        &[],
+        &["--values", values_file.to_str().unwrap()],
+    );
+}
+
+/// Builds the image from this test's ingot binary with scripts/build-image.sh; returns the
+/// layout directory.
+fn build_image(out: &Path) -> std::path::PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/build-image.sh");
+    let printed = run(
+        Command::new("bash")
+            .arg(script)
+            .arg(out)
+            .env("INGOT_IMAGE_BINARY", env!("CARGO_BIN_EXE_ingot")),
+        None,
+    );
+    std::path::PathBuf::from(printed.trim())
+}
+
+fn json_file(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn blob(layout: &Path, digest: &str) -> std::path::PathBuf {
+    layout
+        .join("blobs/sha256")
+        .join(digest.strip_prefix("sha256:").unwrap())
+}
+
+#[test]
+fn the_oci_image_is_reproducible_non_root_and_runs_from_its_own_root_filesystem() {
+    let work = std::env::temp_dir().join(format!("ingot-image-{}", std::process::id()));
+    let first = build_image(&work.join("a"));
+    let second = build_image(&work.join("b"));
+    let index = json_file(&first.join("index.json"));
+    assert_eq!(
+        index,
+        json_file(&second.join("index.json")),
+        "same inputs, same digests"
+    );
+    let manifest_digest = index["manifests"][0]["digest"].as_str().unwrap();
+    assert_eq!(
+        index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"],
+        env!("CARGO_PKG_VERSION")
+    );
+    let manifest = json_file(&blob(&first, manifest_digest));
+    let config = json_file(&blob(
+        &first,
+        manifest["config"]["digest"].as_str().unwrap(),
+    ));
+    assert_eq!(config["config"]["User"], "65532:65532");
+    assert_eq!(
+        config["config"]["Labels"]["org.opencontainers.image.version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(
+        config["config"]["Labels"]["org.opencontainers.image.source"]
+            .as_str()
+            .unwrap()
+            .starts_with("ingot")
+    );
+
+    // Unpack the one layer and run the binary inside that root filesystem only.
+    let rootfs = work.join("rootfs");
+    std::fs::create_dir_all(&rootfs).unwrap();
+    let layer = blob(&first, manifest["layers"][0]["digest"].as_str().unwrap());
+    run(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(&layer)
+            .arg("-C")
+            .arg(&rootfs),
+        None,
+    );
+    let version = run(
+        Command::new("chroot")
+            .arg(&rootfs)
+            .args(["/ingot", "--version"]),
+        None,
+    );
+    assert!(
+        version.contains(env!("CARGO_PKG_VERSION")),
+        "ingot --version in the image: {version}"
+    );
+    let passwd = std::fs::read_to_string(rootfs.join("etc/passwd")).unwrap();
+    assert!(passwd.contains(":65532:65532:"), "{passwd}");
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -1,0 +1,25 @@
+{{/* The release's resource names: the release name, or "ingot" inside it once. */}}
+{{- define "ingot.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ingot.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ingot.labels" -}}
+{{ include "ingot.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Whether a controller group is enabled: include "ingot.enabled" (list . "pools") */}}
+{{- define "ingot.enabled" -}}
+{{- if has (index . 1) (index . 0).Values.controllers -}}true{{- end -}}
+{{- end -}}
