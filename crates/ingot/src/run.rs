@@ -269,6 +269,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         metal_limiter.clone(),
     ));
     let eviction_client = connect_without_retry(args.kubeconfig.as_deref()).await?;
+    // The Gardener controllers' control and target clusters, resolved before leading so that a
+    // bad kubeconfig stops the process at once.
+    let gardener_clusters = if controllers.contains(&ControllerKind::Gardener) {
+        Some(args.gardener.clusters(&client, &eviction_client).await?)
+    } else {
+        None
+    };
     let pools_shared = Arc::new(
         pools::PoolsShared::new(args.pools.settings(), connector)
             .with_eviction_client(eviction_client),
@@ -332,13 +339,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         tasks.push(match kind {
             ControllerKind::Pools => tokio::spawn(pools::run(ctx.clone(), shutdown)),
             ControllerKind::Gardener => args.gardener.spawn(
-                client.clone(),
-                // Evictions refused by a PodDisruptionBudget (429) are the drain's to retry,
-                // on its schedule: the client without retries, as for the pools.
-                ctx.pools
-                    .eviction_client
+                gardener_clusters
                     .clone()
-                    .unwrap_or_else(|| client.clone()),
+                    .context("the Gardener clusters were resolved at start")?,
                 &args.pools.metal_api_url,
                 metal_limiter.clone(),
                 args.pools.crash_point.clone(),
@@ -390,20 +393,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     outcome
 }
 
-async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+pub(crate) async fn connect(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
     let config = load_config(kubeconfig).await?;
     Client::try_from(config).context("creating the Kubernetes client")
 }
 
 /// A client that does not retry 429s itself: an eviction refused by a PodDisruptionBudget
 /// answers 429, and that answer is the drain's to act on, not the client's to retry.
-async fn connect_without_retry(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+pub(crate) async fn connect_without_retry(
+    kubeconfig: Option<&std::path::Path>,
+) -> anyhow::Result<Client> {
     let mut config = load_config(kubeconfig).await?;
     config.default_retry = false;
     Client::try_from(config).context("creating the Kubernetes client")
 }
 
-async fn load_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Config> {
+pub(crate) async fn load_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Config> {
     let config = match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)

@@ -32,7 +32,11 @@ const CLASS: &str = "eqx-mc";
 const USER_DATA: &str = "#!/bin/bash\nmkdir -p /var/lib/gardener-node-agent/credentials\ncat <<EOF >/var/lib/gardener-node-agent/credentials/bootstrap-token\n<<BOOTSTRAP_TOKEN>>\nEOF\ncat <<EOF >/var/lib/gardener-node-agent/machine-name\n<<MACHINE_NAME>>\nEOF\nsystemctl enable --now gardener-node-agent\n";
 
 struct Stack {
+    /// The control cluster: Machines, MachineClasses, Secrets (and ingot's Lease).
     client: Client,
+    /// The target cluster: Nodes, pods, bootstrap tokens. The control cluster itself unless the
+    /// stack was started with [`Stack::start_with_target_cluster`].
+    target: Client,
     namespace: String,
     sim: SimServer,
     _booter: Booter,
@@ -40,13 +44,44 @@ struct Stack {
     _mcm: Mcm,
     operator: Option<Child>,
     kubeconfig: PathBuf,
+    /// The second API server's kubeconfig, when the Nodes join one.
+    target_kubeconfig: Option<PathBuf>,
     extra_args: Vec<String>,
+    // Dropped last: the processes above talk to it.
+    _target_plane: Option<ingot_testenv::ControlPlane>,
 }
 
 impl Stack {
     async fn start(extra_args: &[&str]) -> Stack {
+        Self::start_on(extra_args, None).await
+    }
+
+    /// A stack whose Nodes join a second API server (a shoot), while the Machines stay in the
+    /// shared one (the seed): no CRDs, no controller manager there, as in a fresh shoot.
+    async fn start_with_target_cluster(extra_args: &[&str]) -> Stack {
+        let options = ingot_testenv::Options {
+            controller_manager: false,
+            install_crds: false,
+            watchdog_parent: Some(std::process::id()),
+            ..ingot_testenv::Options::from_env().unwrap()
+        };
+        let plane = ingot_testenv::ControlPlane::start(options).await.unwrap();
+        Self::start_on(extra_args, Some(plane)).await
+    }
+
+    async fn start_on(
+        extra_args: &[&str],
+        target_plane: Option<ingot_testenv::ControlPlane>,
+    ) -> Stack {
         let env = ingot_testenv::shared().await;
         let client = env.client().unwrap();
+        let (target, target_kubeconfig) = match &target_plane {
+            Some(plane) => (
+                plane.client().await.unwrap(),
+                Some(plane.kubeconfig_path().to_owned()),
+            ),
+            None => (client.clone(), None),
+        };
         let namespace = env.namespace("gardener").await.unwrap();
         let mut config = SimConfig::single(TOKEN, PROJECT);
         // Scaled: seconds where the real service takes minutes.
@@ -72,12 +107,22 @@ impl Stack {
         booter_config.project = Some(PROJECT.to_owned());
         booter_config.poll_interval = Duration::from_millis(200);
         booter_config.heartbeat_interval = Duration::from_secs(2);
-        let booter = Booter::new(booter_config, client.clone()).unwrap();
+        // The servers join the target cluster, with bootstrap tokens found there.
+        let booter = Booter::new(booter_config, target.clone()).unwrap();
         let running = booter.start();
         let log = std::env::temp_dir().join(format!("mcm-{namespace}.log"));
-        let mcm = Mcm::start(env.kubeconfig_path(), &namespace, &log).unwrap();
+        let mcm = Mcm::start_with_target(
+            env.kubeconfig_path(),
+            target_kubeconfig
+                .as_deref()
+                .unwrap_or(env.kubeconfig_path()),
+            &namespace,
+            &log,
+        )
+        .unwrap();
         let mut stack = Stack {
             client,
+            target,
             namespace,
             sim,
             _booter: booter,
@@ -85,7 +130,9 @@ impl Stack {
             _mcm: mcm,
             operator: None,
             kubeconfig: env.kubeconfig_path().to_owned(),
+            target_kubeconfig,
             extra_args: extra_args.iter().map(|s| (*s).to_owned()).collect(),
+            _target_plane: target_plane,
         };
         stack.start_operator(None);
         stack.apply_samples().await;
@@ -119,6 +166,16 @@ impl Stack {
             .env_remove(ingot_controllers::gardener::CRASH_POINT_ENV)
             .stdout(Stdio::null())
             .stderr(log);
+        if let Some(target) = &self.target_kubeconfig {
+            // ingot's own client (and Lease) on the control cluster; both upstream flags, so
+            // that ignoring either one would send that half of the work to the wrong cluster.
+            command
+                .arg(format!(
+                    "--control-kubeconfig={}",
+                    self.kubeconfig.display()
+                ))
+                .arg(format!("--target-kubeconfig={}", target.display()));
+        }
         if let Some(point) = crash_point {
             command.env(ingot_controllers::gardener::CRASH_POINT_ENV, point);
         }
@@ -210,6 +267,11 @@ impl Stack {
 
     /// The provider's sample MachineDeployment, renamed and sized.
     async fn create_deployment(&self, name: &str, replicas: i64) {
+        self.create_deployment_with(name, replicas, json!({})).await;
+    }
+
+    /// The sample MachineDeployment with these fields merged into its machines' spec.
+    async fn create_deployment_with(&self, name: &str, replicas: i64, machine_spec: Value) {
         let mut md = ingot_compat::yaml_documents(&ingot_compat::shared_file(
             "fixtures/mcm-provider-samples/machine-deployment.yaml",
         ))
@@ -220,6 +282,9 @@ impl Stack {
         md["spec"]["selector"]["matchLabels"] = json!({"test-label": name});
         // `name` is the MachineDeployment label Gardener puts on its machines.
         md["spec"]["template"]["metadata"]["labels"] = json!({"test-label": name, "name": name});
+        for (key, value) in machine_spec.as_object().into_iter().flatten() {
+            md["spec"]["template"]["spec"][key] = value.clone();
+        }
         self.apply(&md).await;
     }
 
@@ -293,7 +358,7 @@ impl Stack {
     }
 
     async fn node(&self, name: &str) -> Option<Node> {
-        Api::<Node>::all(self.client.clone())
+        Api::<Node>::all(self.target.clone())
             .get_opt(name)
             .await
             .unwrap()
@@ -1031,4 +1096,77 @@ async fn killed_at_chosen_and_random_moments_leaves_no_orphan_or_duplicate() {
     );
     assert_eq!(devices.len(), done.len());
     stack.delete_deployment_and_expect_nothing_left(md).await;
+}
+
+/// As upstream's machine controller runs in a Gardener seed: the Machines, MachineClasses and
+/// Secrets in the control cluster, the Nodes (with their bootstrap tokens and the pods drained
+/// from them) in a second API server, ingot given both with `--control-kubeconfig` and
+/// `--target-kubeconfig`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_in_the_control_cluster_nodes_in_the_target_cluster() {
+    const NODE_FINALIZER: &str = "node.machine.sapcloud.io/machine-controller";
+    let stack = Stack::start_with_target_cluster(&[]).await;
+    let md = "eqx-md-split";
+    stack.create_deployment(md, 2).await;
+    let machines = stack.wait_running(2, Duration::from_secs(120)).await;
+    let control_nodes: Api<Node> = Api::all(stack.client.clone());
+    for m in &machines {
+        let name = m.name_any();
+        let node = stack.node(&name).await.expect("the Node joined the target");
+        assert_eq!(
+            node.labels().get("node.gardener.cloud/machine-name"),
+            Some(&name)
+        );
+        assert!(node.finalizers().contains(&NODE_FINALIZER.to_owned()));
+        assert!(
+            control_nodes.get_opt(&name).await.unwrap().is_none(),
+            "no Node in the control cluster"
+        );
+        let conditions = m.status.as_ref().unwrap().conditions.clone().unwrap();
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True"),
+            "the target Node's conditions are copied"
+        );
+    }
+    // ingot's Lease stays on its own cluster; the Events are the Machines' cluster's.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(stack.client.clone(), &stack.namespace);
+    assert!(leases.get_opt("ingot").await.unwrap().is_some());
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(stack.client.clone(), &stack.namespace);
+    assert!(
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.involved_object.kind.as_deref() == Some("Machine")
+                    && e.reason.as_deref() == Some("Running")
+            }),
+        "Running events on the Machines"
+    );
+
+    // Scaled to zero: a pod in the target is evicted by the drain, the Nodes are deleted there,
+    // every device goes.
+    let pods: Api<Pod> = Api::namespaced(stack.target.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "workload"},
+            "spec": {"nodeName": machines[0].name_any(), "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    stack.delete_deployment_and_expect_nothing_left(md).await;
+    assert!(pods.get_opt("workload").await.unwrap().is_none(), "drained");
+    for m in &machines {
+        assert!(stack.node(&m.name_any()).await.is_none(), "node deleted");
+    }
 }

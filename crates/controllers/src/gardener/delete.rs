@@ -138,7 +138,7 @@ async fn get_vm_status(
         .await;
     }
     let name = machine.name_any();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
     let by_label = nodes
         .list(&ListParams::default().labels(&format!("{MACHINE_NAME_LABEL}={name}")))
         .await?;
@@ -215,7 +215,7 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
         );
         return write(ctx, machine, step_update(d, OpState::Processing)).await;
     }
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
     let Some(node) = nodes.get_opt(&node_name).await? else {
         let d = format!("Skipping drain as node object does not exist. {INITIATE_VM_DELETION}");
         return write(ctx, machine, step_update(d, OpState::Processing)).await;
@@ -283,7 +283,7 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
     }
     ctx.crash_point("gardener-during-drain");
 
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let pods: Api<Pod> = Api::all(ctx.target().clone());
     let on_node = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
         .await?;
@@ -297,7 +297,7 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
             continue;
         }
         let namespace = pod.namespace().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+        let api: Api<Pod> = Api::namespaced(ctx.target().clone(), &namespace);
         let pod_name = pod.name_any();
         if force {
             // Forced: delete at once (grace 0), as upstream's force drain does.
@@ -320,7 +320,8 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
         if pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let evictions: Api<Pod> = Api::namespaced(ctx.eviction_client.clone(), &namespace);
+        let evictions: Api<Pod> =
+            Api::namespaced(ctx.clusters.target_evictions.clone(), &namespace);
         match evictions.evict(&pod_name, &EvictParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -357,7 +358,7 @@ async fn delete_volume_attachments(
         .get(NODE_LABEL)
         .cloned()
         .unwrap_or_default();
-    let attachments: Api<VolumeAttachment> = Api::all(ctx.client.clone());
+    let attachments: Api<VolumeAttachment> = Api::all(ctx.target().clone());
     let mut live = 0;
     for va in attachments.list(&ListParams::default()).await?.items {
         if va.spec.node_name != node_name || va.metadata.deletion_timestamp.is_some() {
@@ -446,7 +447,7 @@ async fn delete_node(ctx: &GardenerContext, machine: &Machine) -> Result<Action,
         );
         return write(ctx, machine, step_update(d, OpState::Processing)).await;
     };
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
     if let Some(node) = nodes.get_opt(&node_name).await? {
         if node.finalizers().iter().any(|f| f == NODE_FINALIZER) {
             let finalizers: Vec<String> = node

@@ -43,7 +43,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = ctx.settings.namespace.clone();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
     Controller::new(ctx.machines(), watcher::Config::default())
         .watches(nodes, watcher::Config::default(), move |node: Node| {
             let name = node
@@ -169,7 +169,7 @@ async fn create(
         return Ok(Action::requeue(SHORT_RETRY));
     };
     let token = bootstrap::ensure_token(
-        &ctx.client,
+        ctx.target(),
         &name,
         creation_timeout(ctx, machine),
         &ctx.settings.bootstrap_token_auth_extra_groups,
@@ -297,7 +297,7 @@ async fn health(
 ) -> Result<Option<Action>, Error> {
     let name = machine.name_any();
     let phase = status::phase(machine).to_owned();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
     let node = nodes.get_opt(node_name).await?;
     let conditions: Vec<Value> = machine
         .status
@@ -382,7 +382,7 @@ async fn health(
             Update::new(Some(Phase::Running), kind, OpState::Successful, description),
         )
         .await?;
-        if first_join && let Err(error) = bootstrap::delete_token(&ctx.client, &name).await {
+        if first_join && let Err(error) = bootstrap::delete_token(ctx.target(), &name).await {
             warn!(machine = %name, %error, "deleting the bootstrap token");
         }
         return Ok(Some(Action::requeue(LONG_RETRY)));
@@ -524,7 +524,7 @@ async fn preserve(
     }
     let mut value = machine.annotations().get(PRESERVE_ANNOTATION).cloned();
     if value.is_none() && !node_name.is_empty() {
-        let nodes: Api<Node> = Api::all(ctx.client.clone());
+        let nodes: Api<Node> = Api::all(ctx.target().clone());
         value = nodes
             .get_opt(node_name)
             .await?
@@ -647,7 +647,7 @@ async fn sync_node_link(
     if !finalized {
         finalizers.push(super::NODE_FINALIZER.to_owned());
     }
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
     let body = json!({"metadata": {
         "resourceVersion": node.resource_version(),
         "labels": {MACHINE_NAME_LABEL: machine_name},

@@ -101,24 +101,45 @@ impl Default for Settings {
     }
 }
 
+/// The two clusters of upstream's machine controller. The control cluster (a Gardener seed)
+/// holds the Machines, MachineClasses, their Secrets and the Machines' Events, in
+/// `--namespace`; the target cluster (the shoot) holds the Nodes, the pods drained from them,
+/// PodDisruptionBudgets, VolumeAttachments and the bootstrap token Secrets in `kube-system`.
+/// One cluster can be both: [`Clusters::single`].
+#[derive(Clone)]
+pub struct Clusters {
+    pub control: Client,
+    pub target: Client,
+    /// The target without the client's own 429 retries: a refused eviction must come back at
+    /// once, it is the drain's to retry (see [`delete`]).
+    pub target_evictions: Client,
+}
+
+impl Clusters {
+    /// One cluster for everything.
+    pub fn single(client: Client) -> Self {
+        Clusters {
+            control: client.clone(),
+            target: client.clone(),
+            target_evictions: client,
+        }
+    }
+}
+
 /// What the Gardener controllers share.
 pub struct GardenerContext {
-    pub client: Client,
+    pub clusters: Clusters,
     pub driver: Arc<dyn Driver>,
     pub settings: Settings,
-    /// A client without the 429 retries of the shared one: a refused eviction must come back
-    /// at once (see [`delete`]).
-    pub eviction_client: Client,
     crash_point: Option<String>,
     /// One lock per MachineDeployment around marking a machine Failed.
     failure_locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl GardenerContext {
-    pub fn new(client: Client, driver: Arc<dyn Driver>, settings: Settings) -> Self {
+    pub fn new(clusters: Clusters, driver: Arc<dyn Driver>, settings: Settings) -> Self {
         GardenerContext {
-            eviction_client: client.clone(),
-            client,
+            clusters,
             driver,
             settings,
             crash_point: None,
@@ -132,9 +153,14 @@ impl GardenerContext {
         self
     }
 
-    pub fn with_eviction_client(mut self, client: Client) -> Self {
-        self.eviction_client = client;
-        self
+    /// The control cluster: Machines, MachineClasses, Secrets, Events.
+    pub fn control(&self) -> &Client {
+        &self.clusters.control
+    }
+
+    /// The target cluster: Nodes, pods, PodDisruptionBudgets, VolumeAttachments, bootstrap tokens.
+    pub fn target(&self) -> &Client {
+        &self.clusters.target
     }
 
     /// The lock taken while deciding to mark a machine of this deployment Failed.
@@ -144,11 +170,11 @@ impl GardenerContext {
     }
 
     pub fn machines(&self) -> Api<Machine> {
-        Api::namespaced(self.client.clone(), &self.settings.namespace)
+        Api::namespaced(self.control().clone(), &self.settings.namespace)
     }
 
     pub fn classes(&self) -> Api<MachineClass> {
-        Api::namespaced(self.client.clone(), &self.settings.namespace)
+        Api::namespaced(self.control().clone(), &self.settings.namespace)
     }
 
     /// Aborts the process here if the tests asked for it (see [`CRASH_POINT_ENV`]).
@@ -194,7 +220,7 @@ impl GardenerContext {
                 .namespace
                 .clone()
                 .unwrap_or_else(|| self.settings.namespace.clone());
-            let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
+            let secrets: Api<Secret> = Api::namespaced(self.control().clone(), &namespace);
             if let Some(secret) = secrets.get_opt(name).await? {
                 for (k, v) in secret.data.unwrap_or_default() {
                     data.0.insert(k, v.0);

@@ -119,7 +119,7 @@ async fn reconcile_secrets(ctx: &GardenerContext) -> Result<(), Error> {
             }
         }
     }
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.settings.namespace);
+    let secrets: Api<Secret> = Api::namespaced(ctx.control().clone(), &ctx.settings.namespace);
     for secret in secrets.list(&ListParams::default()).await?.items {
         let has = secret.finalizers().iter().any(|f| f == MC_SECRET_FINALIZER);
         let want = referenced.contains(&secret.name_any());
