@@ -59,8 +59,10 @@ pub struct GardenerArgs {
     #[arg(long, default_value = "2h", value_parser = go_duration)]
     machine_drain_timeout: Duration,
 
-    /// Accepted for upstream's flag set and not used: ingot retries a refused eviction until
-    /// --machine-drain-timeout, then forces the drain.
+    /// Evictions tried per pod, 20 s apart, before the pod is deleted instead; capped at
+    /// --machine-drain-timeout / 20 s (so 0, deleting at once, below 20 s). A pod whose budget
+    /// allows no disruption at all with every pod healthy is not deleted this way: the drain
+    /// waits for the drain timeout.
     #[arg(long, default_value_t = 360)]
     machine_max_evict_retries: u32,
 

@@ -937,9 +937,18 @@ async fn vanished_devices_orphans_and_capacity_errors() {
     stack.delete_deployment_and_expect_nothing_left(md).await;
 }
 
+/// The drain evicts through the eviction API. An eviction refused by a budget is tried
+/// `--machine-max-evict-retries` times, 20 s apart, then the pod is deleted; a budget that
+/// allows no disruption with all its pods healthy ("misconfigured") is not worked around: that
+/// pod stays until the drain timeout forces the drain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
-    let stack = Stack::start(&["--machine-drain-timeout=8s"]).await;
+    // One eviction per refused pod (30 s / 20 s would allow one as well).
+    let stack = Stack::start(&[
+        "--machine-drain-timeout=30s",
+        "--machine-max-evict-retries=1",
+    ])
+    .await;
     let md = "eqx-md-drain";
     stack.create_deployment(md, 1).await;
     let machine = stack
@@ -947,36 +956,49 @@ async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
         .await
         .remove(0);
     let node = machine.name_any();
-    // A pod on the node guarded by a budget that allows no disruption.
-    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "guarded", "labels": {"app": "guarded"}},
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "busybox"}]},
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    pods.patch_status("guarded", &PatchParams::default(), &Patch::Merge(&json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})))
+    let pods: Api<Pod> = Api::namespaced(stack.target.clone(), &stack.namespace);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.target.clone(), &stack.namespace);
+    // Two Ready pods on the node, each guarded by a budget that allows no disruption, with
+    // the status the disruption controller would compute (this control plane runs none).
+    // "guarded": its only pod is healthy and still nothing may go: misconfigured.
+    // "retried": one of its two pods is down, so none may go for now: a refusal worth retrying.
+    for (name, min_available, status) in [
+        (
+            "guarded",
+            1,
+            json!({"observedGeneration": 1, "disruptionsAllowed": 0,
+            "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}),
+        ),
+        (
+            "retried",
+            2,
+            json!({"observedGeneration": 1, "disruptionsAllowed": 0,
+            "currentHealthy": 1, "desiredHealthy": 2, "expectedPods": 2}),
+        ),
+    ] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})))
+            .await
+            .unwrap();
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": name}}},
+        }))
+        .unwrap();
+        pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+        pdbs.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "status": status })),
+        )
         .await
         .unwrap();
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "guarded"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    // The budget's status as the disruption controller computes it (this control plane runs
-    // none): one healthy pod, one required, no disruption allowed.
-    pdbs.patch_status(
-        "guarded",
-        &PatchParams::default(),
-        &Patch::Merge(
-            &json!({"status": {"observedGeneration": 1, "disruptionsAllowed": 0,
-            "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}),
-        ),
-    )
-    .await
-    .unwrap();
+    }
     // A pod no budget guards: evicted.
     let free: Pod = serde_json::from_value(json!({
         "metadata": {"name": "free"},
@@ -986,26 +1008,34 @@ async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
     pods.create(&PostParams::default(), &free).await.unwrap();
 
     stack.scale(md, 0).await;
-    wait_for(
-        "the drain to be refused by the budget",
+    let description = wait_for(
+        "the drain to be refused by both budgets",
         Duration::from_secs(60),
         async || {
             let m = stack.machines_api().get_opt(&node).await.unwrap()?;
             let op = last_operation(&m);
+            let d = op["description"].as_str().unwrap_or("").to_owned();
             (op["state"] == "Failed"
-                && op["description"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("Will retry in next sync. Initiate node drain"))
-            .then_some(())
+                && d.contains("Will retry in next sync. Initiate node drain")
+                && d.contains("retried: eviction refused by a PodDisruptionBudget (1 of 1 tries)")
+                && d.contains(&format!(
+                    "pod disruption budget {}/guarded is misconfigured",
+                    stack.namespace
+                )))
+            .then_some(d)
         },
     )
     .await;
+    let refused_at = Instant::now();
     let cordoned = stack.node(&node).await.unwrap();
     assert_eq!(cordoned.spec.unwrap().unschedulable, Some(true), "cordoned");
     assert!(
         stack.devices().contains_key(&device_of(&machine)),
         "the device stays while the drain is refused"
+    );
+    assert!(
+        pods.get_opt("retried").await.unwrap().is_some(),
+        "not deleted before its retry: {description}"
     );
     wait_for(
         "the free pod to be evicted",
@@ -1013,9 +1043,28 @@ async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
         async || pods.get_opt("free").await.unwrap().is_none().then_some(()),
     )
     .await;
+    // Its one eviction used up, 20 s later the refused pod is deleted; the misconfigured
+    // budget's pod stays.
+    wait_for(
+        "the refused pod to be deleted after its retries",
+        Duration::from_secs(40),
+        async || {
+            pods.get_opt("retried")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        refused_at.elapsed() >= Duration::from_secs(15),
+        "deleted {:?} after the refusal, not after the retry interval",
+        refused_at.elapsed()
+    );
     assert!(
         pods.get_opt("guarded").await.unwrap().is_some(),
-        "the guarded pod is not evicted"
+        "the pod of the misconfigured budget is not deleted by the retries"
     );
     // After the drain timeout the drain is forced: the pod is deleted and the machine goes.
     stack.delete_deployment_and_expect_nothing_left(md).await;

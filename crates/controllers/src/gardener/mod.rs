@@ -8,12 +8,14 @@
 //! * [`delete`]: the deletion flow, step by step, each step recorded in
 //!   `status.lastOperation.description` with upstream's markers so that either controller can
 //!   finish what the other started.
+//! * [`drain`]: evicting a drained Node's pods, PodDisruptionBudgets and eviction retries.
 //! * [`bootstrap`]: the bootstrap token Secret and the user-data placeholders.
 //! * [`safety`]: MachineClass and Secret finalizers, and the orphan-device collector.
 //! * [`driver`]: MCM's driver interface and the Equinix Metal driver.
 
 pub mod bootstrap;
 pub mod delete;
+pub mod drain;
 pub mod driver;
 pub mod machine;
 pub mod safety;
@@ -134,6 +136,8 @@ pub struct GardenerContext {
     crash_point: Option<String>,
     /// One lock per MachineDeployment around marking a machine Failed.
     failure_locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Refused evictions of the Nodes being drained.
+    pub(crate) evictions: drain::EvictionTracker,
 }
 
 impl GardenerContext {
@@ -144,6 +148,7 @@ impl GardenerContext {
             settings,
             crash_point: None,
             failure_locks: std::sync::Mutex::default(),
+            evictions: drain::EvictionTracker::default(),
         }
     }
 
