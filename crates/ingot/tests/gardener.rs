@@ -1150,13 +1150,35 @@ async fn killed_at_chosen_and_random_moments_leaves_no_orphan_or_duplicate() {
 /// As upstream's machine controller runs in a Gardener seed: the Machines, MachineClasses and
 /// Secrets in the control cluster, the Nodes (with their bootstrap tokens and the pods drained
 /// from them) in a second API server, ingot given both with `--control-kubeconfig` and
-/// `--target-kubeconfig`.
+/// `--target-kubeconfig`. A stray Node of the target cluster, which no Machine backs, is marked
+/// `not-managed-by-mcm` once older than the creation timeout (the flag; the machines have their
+/// own), and unmarked when a Machine names it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn machines_in_the_control_cluster_nodes_in_the_target_cluster() {
+    const NOT_MANAGED: &str = "node.machine.sapcloud.io/not-managed-by-mcm";
     const NODE_FINALIZER: &str = "node.machine.sapcloud.io/machine-controller";
-    let stack = Stack::start_with_target_cluster(&[]).await;
+    let stack = Stack::start_with_target_cluster(&[
+        "--machine-creation-timeout=3s",
+        "--machine-safety-orphan-vms-period=1s",
+    ])
+    .await;
+    let target_nodes: Api<Node> = Api::all(stack.target.clone());
+    let stray = format!("stray-{}", ingot_testenv::random_suffix(5));
+    target_nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": stray, "finalizers": [NODE_FINALIZER]}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
     let md = "eqx-md-split";
-    stack.create_deployment(md, 2).await;
+    stack
+        .create_deployment_with(md, 2, json!({"creationTimeout": "2m"}))
+        .await;
     let machines = stack.wait_running(2, Duration::from_secs(120)).await;
     let control_nodes: Api<Node> = Api::all(stack.client.clone());
     for m in &machines {
@@ -1167,6 +1189,10 @@ async fn machines_in_the_control_cluster_nodes_in_the_target_cluster() {
             Some(&name)
         );
         assert!(node.finalizers().contains(&NODE_FINALIZER.to_owned()));
+        assert!(
+            !node.annotations().contains_key(NOT_MANAGED),
+            "a backed node is managed"
+        );
         assert!(
             control_nodes.get_opt(&name).await.unwrap().is_none(),
             "no Node in the control cluster"
@@ -1199,6 +1225,45 @@ async fn machines_in_the_control_cluster_nodes_in_the_target_cluster() {
         "Running events on the Machines"
     );
 
+    // The stray Node is marked and loses the node finalizer, which nothing would remove.
+    wait_for(
+        "the stray node to be marked not-managed-by-mcm",
+        Duration::from_secs(30),
+        async || {
+            let node = target_nodes.get(&stray).await.unwrap();
+            (node.annotations().get(NOT_MANAGED).map(String::as_str) == Some("1")
+                && node.finalizers().is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+    // A Machine (of another provider's class) naming it: the mark goes.
+    let claim: Machine = serde_json::from_value(json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+        "metadata": {"name": format!("claims-{stray}"), "labels": {"node": stray}},
+        "spec": {"class": {"kind": "MachineClass", "name": "another-provider"}},
+    }))
+    .unwrap();
+    stack
+        .machines_api()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    wait_for(
+        "the mark to go once a machine names the node",
+        Duration::from_secs(30),
+        async || {
+            let node = target_nodes.get(&stray).await.unwrap();
+            (!node.annotations().contains_key(NOT_MANAGED)).then_some(())
+        },
+    )
+    .await;
+    stack
+        .machines_api()
+        .delete(&claim.name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+
     // Scaled to zero: a pod in the target is evicted by the drain, the Nodes are deleted there,
     // every device goes.
     let pods: Api<Pod> = Api::namespaced(stack.target.clone(), "default");
@@ -1218,4 +1283,8 @@ async fn machines_in_the_control_cluster_nodes_in_the_target_cluster() {
     for m in &machines {
         assert!(stack.node(&m.name_any()).await.is_none(), "node deleted");
     }
+    target_nodes
+        .delete(&stray, &DeleteParams::default())
+        .await
+        .unwrap();
 }

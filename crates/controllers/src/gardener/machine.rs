@@ -37,7 +37,8 @@ pub const DEPLOYMENT_LABEL: &str = "name";
 
 /// Runs the Machine controller until `shutdown` completes. Nodes map to the Machine of their
 /// `node.gardener.cloud/machine-name` label, or of their name (a Node is named after its
-/// Machine on Equinix Metal).
+/// Machine on Equinix Metal); Nodes marked `not-managed-by-mcm` are ignored, as upstream's node
+/// handlers ignore them.
 pub async fn run(
     ctx: Arc<GardenerContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -46,6 +47,9 @@ pub async fn run(
     let nodes: Api<Node> = Api::all(ctx.target().clone());
     Controller::new(ctx.machines(), watcher::Config::default())
         .watches(nodes, watcher::Config::default(), move |node: Node| {
+            if not_managed(&node) {
+                return None;
+            }
             let name = node
                 .labels()
                 .get(MACHINE_NAME_LABEL)
@@ -319,7 +323,11 @@ async fn health(
         }
         return timeouts(ctx, machine, &conditions).await;
     };
-    if node.metadata.deletion_timestamp.is_some() {
+    if not_managed(&node) {
+        // Left alone: neither linked, nor finalized, nor followed when deleted (the orphan
+        // pass takes the mark away once this Machine names it).
+        tracing::debug!(machine = %name, node = %node_name, "node marked not-managed-by-mcm: left alone");
+    } else if node.metadata.deletion_timestamp.is_some() {
         // A Node being deleted takes its Machine with it (upstream v0.61+); MCM replaces it.
         info!(machine = %name, node = %node_name, "node is being deleted: deleting its machine");
         match ctx
@@ -332,8 +340,9 @@ async fn health(
             Err(e) => return Err(e.into()),
         }
         return Ok(Some(Action::await_change()));
+    } else {
+        sync_node_link(ctx, &node, &name).await?;
     }
-    sync_node_link(ctx, &node, &name).await?;
     let node_conditions: Vec<Value> = node
         .status
         .as_ref()
@@ -630,6 +639,11 @@ fn conditions_changed(machine: &[Value], node: &[Value]) -> bool {
         v
     };
     key(machine) != key(node)
+}
+
+/// The Node carries upstream's `not-managed-by-mcm` mark.
+fn not_managed(node: &Node) -> bool {
+    node.annotations().contains_key(super::NOT_MANAGED_BY_MCM)
 }
 
 /// Puts `node.gardener.cloud/machine-name` on the Node and the node finalizer.

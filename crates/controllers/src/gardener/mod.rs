@@ -49,6 +49,9 @@ pub const NODE_FINALIZER: &str = "node.machine.sapcloud.io/machine-controller";
 pub const FORCE_DELETION_LABEL: &str = "force-deletion";
 /// Taint that keeps a Pending machine from Running.
 pub const CRITICAL_COMPONENTS_NOT_READY: &str = "node.gardener.cloud/critical-components-not-ready";
+/// On a Node no Machine backs (upstream `NotManagedByMCM`): the machine controller leaves it
+/// alone.
+pub const NOT_MANAGED_BY_MCM: &str = "node.machine.sapcloud.io/not-managed-by-mcm";
 /// Preservation annotation (v0.62+).
 pub const PRESERVE_ANNOTATION: &str = "node.machine.sapcloud.io/preserve";
 
