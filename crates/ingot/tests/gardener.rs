@@ -1225,6 +1225,16 @@ async fn machines_in_the_control_cluster_nodes_in_the_target_cluster() {
         "Running events on the Machines"
     );
 
+    // Running machines read their Nodes from the Node watch's cache: the heartbeats (every
+    // 2 s) trigger their health checks, and none of them GETs a Node.
+    let gets = node_gets(&stack.target).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        node_gets(&stack.target).await,
+        gets,
+        "no GET of a Node while the machines run"
+    );
+
     // The stray Node is marked and loses the node finalizer, which nothing would remove.
     wait_for(
         "the stray node to be marked not-managed-by-mcm",
@@ -1287,4 +1297,22 @@ async fn machines_in_the_control_cluster_nodes_in_the_target_cluster() {
         .delete(&stray, &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// The GETs of single Nodes an API server has answered with 200 so far, from its own metrics.
+async fn node_gets(client: &Client) -> u64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let metrics = client.request_text(request).await.unwrap();
+    let labels = [
+        "code=\"200\"",
+        "resource=\"nodes\"",
+        "subresource=\"\"",
+        "verb=\"GET\"",
+    ];
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }

@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
@@ -45,8 +45,15 @@ pub async fn run(
 ) {
     let namespace = ctx.settings.namespace.clone();
     let nodes: Api<Node> = Api::all(ctx.target().clone());
+    // One watch of the Nodes: it fills the Node cache, then triggers the reconcile, so that a
+    // reconcile never sees an older Node than the event that caused it.
+    let watch = watcher::watcher(nodes, watcher::Config::default()).default_backoff();
+    let node_events = match ctx.nodes.take_writer() {
+        Some(writer) => watch.reflect(writer).touched_objects().boxed(),
+        None => watch.touched_objects().boxed(),
+    };
     Controller::new(ctx.machines(), watcher::Config::default())
-        .watches(nodes, watcher::Config::default(), move |node: Node| {
+        .watches_stream(node_events, move |node: Node| {
             if not_managed(&node) {
                 return None;
             }
@@ -301,8 +308,7 @@ async fn health(
 ) -> Result<Option<Action>, Error> {
     let name = machine.name_any();
     let phase = status::phase(machine).to_owned();
-    let nodes: Api<Node> = Api::all(ctx.target().clone());
-    let node = nodes.get_opt(node_name).await?;
+    let node = ctx.nodes.get(ctx.target(), node_name).await?;
     let conditions: Vec<Value> = machine
         .status
         .as_ref()
@@ -533,9 +539,9 @@ async fn preserve(
     }
     let mut value = machine.annotations().get(PRESERVE_ANNOTATION).cloned();
     if value.is_none() && !node_name.is_empty() {
-        let nodes: Api<Node> = Api::all(ctx.target().clone());
-        value = nodes
-            .get_opt(node_name)
+        value = ctx
+            .nodes
+            .get(ctx.target(), node_name)
             .await?
             .and_then(|n| n.annotations().get(PRESERVE_ANNOTATION).cloned());
     }

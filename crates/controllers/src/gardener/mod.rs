@@ -24,8 +24,10 @@ pub mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use ingot_api::gardener::{MCM_FINALIZER, Machine, MachineClass, PROVIDER_EQUINIX_METAL};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::{Api, Client, ResourceExt};
 
 pub use driver::{Code, Driver, SecretData, Status};
@@ -141,6 +143,47 @@ pub struct GardenerContext {
     failure_locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Refused evictions of the Nodes being drained.
     pub(crate) evictions: drain::EvictionTracker,
+    /// The target cluster's Nodes, as the machine controller's watch sees them.
+    pub(crate) nodes: NodeCache,
+}
+
+/// The target cluster's Nodes from the machine controller's watch ([`machine::run`] fills it),
+/// so that a Machine's health check reads its Node without a GET per pass.
+pub(crate) struct NodeCache {
+    store: Store<Node>,
+    writer: std::sync::Mutex<Option<Writer<Node>>>,
+}
+
+impl NodeCache {
+    fn new() -> Self {
+        let (store, writer) = reflector::store();
+        NodeCache {
+            store,
+            writer: std::sync::Mutex::new(Some(writer)),
+        }
+    }
+
+    /// The writer, for the one watch that fills the cache.
+    pub(crate) fn take_writer(&self) -> Option<Writer<Node>> {
+        self.writer.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// The Node from the cache once the watch has listed every Node; until then (or without a
+    /// watch) from the API.
+    pub(crate) async fn get(
+        &self,
+        target: &Client,
+        name: &str,
+    ) -> Result<Option<Node>, kube::Error> {
+        let ready = matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())));
+        if ready {
+            return Ok(self
+                .store
+                .get(&ObjectRef::new(name))
+                .map(|node| Node::clone(&node)));
+        }
+        Api::<Node>::all(target.clone()).get_opt(name).await
+    }
 }
 
 impl GardenerContext {
@@ -152,6 +195,7 @@ impl GardenerContext {
             crash_point: None,
             failure_locks: std::sync::Mutex::default(),
             evictions: drain::EvictionTracker::default(),
+            nodes: NodeCache::new(),
         }
     }
 
