@@ -1,15 +1,28 @@
 //! `ingot run --controllers gardener`: the flags of the Gardener machine controller, named as
 //! upstream machine-controller-manager's machine controller names them, and its context.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::Args;
+use ingot_controllers::Metrics;
 use ingot_controllers::gardener::driver::EquinixDriver;
 use ingot_controllers::gardener::driver::equinix::EquinixClouds;
-use ingot_controllers::gardener::{EquinixDriverArc, GardenerContext, Settings, parse_go_duration};
+use ingot_controllers::gardener::{
+    Clusters, EquinixDriverArc, GardenerContext, Settings, parse_go_duration,
+};
 use ingot_metal::equinix::RateLimiter;
-use kube::Client;
+use kube::{Client, Config};
+use tracing::info;
+
+use crate::run::{connect, connect_without_retry};
+
+/// Upstream's `--control-kubeconfig` value for the pod's own service account.
+const IN_CLUSTER_CONFIG: &str = "inClusterConfig";
+/// Upstream's `--target-kubeconfig` value for "no target cluster" (not supported here).
+const NO_TARGET: &str = "none";
 
 fn go_duration(text: &str) -> Result<Duration, String> {
     parse_go_duration(text)
@@ -19,6 +32,18 @@ fn go_duration(text: &str) -> Result<Duration, String> {
 /// Settings of the Gardener machine controller (Machines of `provider: EquinixMetal` classes).
 #[derive(Args, Debug)]
 pub struct GardenerArgs {
+    /// Kubeconfig of the control cluster, where the Machines, MachineClasses and their Secrets
+    /// live (upstream `--control-kubeconfig`); `inClusterConfig` for the pod's service account.
+    /// Default: the same cluster as --target-kubeconfig.
+    #[arg(long, value_name = "FILE")]
+    control_kubeconfig: Option<String>,
+
+    /// Kubeconfig of the target cluster, where the Nodes join and are drained (upstream
+    /// `--target-kubeconfig`). Default: ingot's own cluster (--kubeconfig). The leader Lease
+    /// always stays on ingot's own cluster.
+    #[arg(long, value_name = "FILE")]
+    target_kubeconfig: Option<PathBuf>,
+
     /// Namespace of the Machines, MachineClasses and their Secrets (upstream `--namespace`).
     #[arg(long = "namespace", default_value = "default")]
     namespace: String,
@@ -35,8 +60,10 @@ pub struct GardenerArgs {
     #[arg(long, default_value = "2h", value_parser = go_duration)]
     machine_drain_timeout: Duration,
 
-    /// Accepted for upstream's flag set and not used: ingot retries a refused eviction until
-    /// --machine-drain-timeout, then forces the drain.
+    /// Evictions tried per pod, 20 s apart, before the pod is deleted instead; capped at
+    /// --machine-drain-timeout / 20 s (so 0, deleting at once, below 20 s). A pod whose budget
+    /// allows no disruption at all with every pod healthy is not deleted this way: the drain
+    /// waits for the drain timeout.
     #[arg(long, default_value_t = 360)]
     machine_max_evict_retries: u32,
 
@@ -65,11 +92,60 @@ pub struct GardenerArgs {
 }
 
 impl GardenerArgs {
+    /// The control and target clusters, as upstream resolves its two flags: the target is
+    /// `--target-kubeconfig` (else ingot's own cluster); the control cluster is
+    /// `--control-kubeconfig` (`inClusterConfig`: the pod's service account), else the target.
+    pub async fn clusters(
+        &self,
+        own: &Client,
+        own_evictions: &Client,
+        metrics: &Arc<Metrics>,
+    ) -> anyhow::Result<Clusters> {
+        let (target, target_evictions) = match self.target_kubeconfig.as_deref() {
+            None => (own.clone(), own_evictions.clone()),
+            Some(path) if path.as_os_str().is_empty() => (own.clone(), own_evictions.clone()),
+            Some(path) if path == Path::new(NO_TARGET) => anyhow::bail!(
+                "--target-kubeconfig={NO_TARGET} (machines without a target cluster) is not supported"
+            ),
+            Some(path) => (
+                connect(Some(path), metrics)
+                    .await
+                    .context("the target cluster (--target-kubeconfig)")?,
+                connect_without_retry(Some(path), metrics)
+                    .await
+                    .context("the target cluster (--target-kubeconfig)")?,
+            ),
+        };
+        let control = match self.control_kubeconfig.as_deref() {
+            None | Some("") => target.clone(),
+            Some(IN_CLUSTER_CONFIG) => {
+                let config = Config::incluster()
+                    .context("the control cluster (--control-kubeconfig=inClusterConfig)")?;
+                Client::try_from(config).context("creating the control cluster's client")?
+            }
+            Some(path) => connect(Some(Path::new(path)), metrics)
+                .await
+                .context("the control cluster (--control-kubeconfig)")?,
+        };
+        info!(
+            control = self.control_kubeconfig.as_deref().unwrap_or("the target"),
+            target = %self
+                .target_kubeconfig
+                .as_deref()
+                .map_or("ingot's own".into(), Path::to_string_lossy),
+            "gardener clusters"
+        );
+        Ok(Clusters {
+            control,
+            target,
+            target_evictions,
+        })
+    }
+
     /// Starts the Gardener controllers; they stop when `shutdown` completes.
     pub fn spawn(
         &self,
-        client: Client,
-        eviction_client: Client,
+        clusters: Clusters,
         metal_api_url: &str,
         limiter: Arc<RateLimiter>,
         crash_points: Option<String>,
@@ -98,9 +174,8 @@ impl GardenerArgs {
         });
         let driver: EquinixDriverArc = Arc::new(EquinixDriver::new(clouds));
         tokio::spawn(async move {
-            let ctx = GardenerContext::new(client, driver, settings)
-                .with_eviction_client(eviction_client)
-                .with_crash_points(crash_points);
+            let ctx =
+                GardenerContext::new(clusters, driver, settings).with_crash_points(crash_points);
             ingot_controllers::gardener::run(Arc::new(ctx), shutdown).await;
         })
     }

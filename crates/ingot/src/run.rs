@@ -293,6 +293,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         metal_limiter.clone(),
     ));
     let eviction_client = connect_without_retry(args.kubeconfig.as_deref(), &metrics).await?;
+    // The Gardener controllers' control and target clusters, resolved before leading so that a
+    // bad kubeconfig stops the process at once.
+    let gardener_clusters = if controllers.contains(&ControllerKind::Gardener) {
+        Some(
+            args.gardener
+                .clusters(&client, &eviction_client, &metrics)
+                .await?,
+        )
+    } else {
+        None
+    };
     let pools_shared = Arc::new(
         pools::PoolsShared::new(args.pools.settings(), connector)
             .with_eviction_client(eviction_client),
@@ -356,13 +367,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         tasks.push(match kind {
             ControllerKind::Pools => tokio::spawn(pools::run(ctx.clone(), shutdown)),
             ControllerKind::Gardener => args.gardener.spawn(
-                client.clone(),
-                // Evictions refused by a PodDisruptionBudget (429) are the drain's to retry,
-                // on its schedule: the client without retries, as for the pools.
-                ctx.pools
-                    .eviction_client
+                gardener_clusters
                     .clone()
-                    .unwrap_or_else(|| client.clone()),
+                    .context("the Gardener clusters were resolved at start")?,
                 &args.pools.metal_api_url,
                 metal_limiter.clone(),
                 args.pools.crash_point.clone(),
@@ -414,7 +421,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     outcome
 }
 
-async fn connect(
+pub(crate) async fn connect(
     kubeconfig: Option<&std::path::Path>,
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Client> {
@@ -424,7 +431,7 @@ async fn connect(
 
 /// A client that does not retry 429s itself: an eviction refused by a PodDisruptionBudget
 /// answers 429, and that answer is the drain's to act on, not the client's to retry.
-async fn connect_without_retry(
+pub(crate) async fn connect_without_retry(
     kubeconfig: Option<&std::path::Path>,
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Client> {
@@ -448,7 +455,7 @@ fn counting_client(config: Config, metrics: &Arc<Metrics>) -> anyhow::Result<Cli
         .build())
 }
 
-async fn load_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Config> {
+pub(crate) async fn load_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Config> {
     let config = match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)

@@ -32,7 +32,11 @@ const CLASS: &str = "eqx-mc";
 const USER_DATA: &str = "#!/bin/bash\nmkdir -p /var/lib/gardener-node-agent/credentials\ncat <<EOF >/var/lib/gardener-node-agent/credentials/bootstrap-token\n<<BOOTSTRAP_TOKEN>>\nEOF\ncat <<EOF >/var/lib/gardener-node-agent/machine-name\n<<MACHINE_NAME>>\nEOF\nsystemctl enable --now gardener-node-agent\n";
 
 struct Stack {
+    /// The control cluster: Machines, MachineClasses, Secrets (and ingot's Lease).
     client: Client,
+    /// The target cluster: Nodes, pods, bootstrap tokens. The control cluster itself unless the
+    /// stack was started with [`Stack::start_with_target_cluster`].
+    target: Client,
     namespace: String,
     sim: SimServer,
     _booter: Booter,
@@ -40,13 +44,44 @@ struct Stack {
     _mcm: Mcm,
     operator: Option<Child>,
     kubeconfig: PathBuf,
+    /// The second API server's kubeconfig, when the Nodes join one.
+    target_kubeconfig: Option<PathBuf>,
     extra_args: Vec<String>,
+    // Dropped last: the processes above talk to it.
+    _target_plane: Option<ingot_testenv::ControlPlane>,
 }
 
 impl Stack {
     async fn start(extra_args: &[&str]) -> Stack {
+        Self::start_on(extra_args, None).await
+    }
+
+    /// A stack whose Nodes join a second API server (a shoot), while the Machines stay in the
+    /// shared one (the seed): no CRDs, no controller manager there, as in a fresh shoot.
+    async fn start_with_target_cluster(extra_args: &[&str]) -> Stack {
+        let options = ingot_testenv::Options {
+            controller_manager: false,
+            install_crds: false,
+            watchdog_parent: Some(std::process::id()),
+            ..ingot_testenv::Options::from_env().unwrap()
+        };
+        let plane = ingot_testenv::ControlPlane::start(options).await.unwrap();
+        Self::start_on(extra_args, Some(plane)).await
+    }
+
+    async fn start_on(
+        extra_args: &[&str],
+        target_plane: Option<ingot_testenv::ControlPlane>,
+    ) -> Stack {
         let env = ingot_testenv::shared().await;
         let client = env.client().unwrap();
+        let (target, target_kubeconfig) = match &target_plane {
+            Some(plane) => (
+                plane.client().await.unwrap(),
+                Some(plane.kubeconfig_path().to_owned()),
+            ),
+            None => (client.clone(), None),
+        };
         let namespace = env.namespace("gardener").await.unwrap();
         let mut config = SimConfig::single(TOKEN, PROJECT);
         // Scaled: seconds where the real service takes minutes.
@@ -72,12 +107,22 @@ impl Stack {
         booter_config.project = Some(PROJECT.to_owned());
         booter_config.poll_interval = Duration::from_millis(200);
         booter_config.heartbeat_interval = Duration::from_secs(2);
-        let booter = Booter::new(booter_config, client.clone()).unwrap();
+        // The servers join the target cluster, with bootstrap tokens found there.
+        let booter = Booter::new(booter_config, target.clone()).unwrap();
         let running = booter.start();
         let log = std::env::temp_dir().join(format!("mcm-{namespace}.log"));
-        let mcm = Mcm::start(env.kubeconfig_path(), &namespace, &log).unwrap();
+        let mcm = Mcm::start_with_target(
+            env.kubeconfig_path(),
+            target_kubeconfig
+                .as_deref()
+                .unwrap_or(env.kubeconfig_path()),
+            &namespace,
+            &log,
+        )
+        .unwrap();
         let mut stack = Stack {
             client,
+            target,
             namespace,
             sim,
             _booter: booter,
@@ -85,7 +130,9 @@ impl Stack {
             _mcm: mcm,
             operator: None,
             kubeconfig: env.kubeconfig_path().to_owned(),
+            target_kubeconfig,
             extra_args: extra_args.iter().map(|s| (*s).to_owned()).collect(),
+            _target_plane: target_plane,
         };
         stack.start_operator(None);
         stack.apply_samples().await;
@@ -119,6 +166,16 @@ impl Stack {
             .env_remove(ingot_controllers::gardener::CRASH_POINT_ENV)
             .stdout(Stdio::null())
             .stderr(log);
+        if let Some(target) = &self.target_kubeconfig {
+            // ingot's own client (and Lease) on the control cluster; both upstream flags, so
+            // that ignoring either one would send that half of the work to the wrong cluster.
+            command
+                .arg(format!(
+                    "--control-kubeconfig={}",
+                    self.kubeconfig.display()
+                ))
+                .arg(format!("--target-kubeconfig={}", target.display()));
+        }
         if let Some(point) = crash_point {
             command.env(ingot_controllers::gardener::CRASH_POINT_ENV, point);
         }
@@ -210,6 +267,11 @@ impl Stack {
 
     /// The provider's sample MachineDeployment, renamed and sized.
     async fn create_deployment(&self, name: &str, replicas: i64) {
+        self.create_deployment_with(name, replicas, json!({})).await;
+    }
+
+    /// The sample MachineDeployment with these fields merged into its machines' spec.
+    async fn create_deployment_with(&self, name: &str, replicas: i64, machine_spec: Value) {
         let mut md = ingot_compat::yaml_documents(&ingot_compat::shared_file(
             "fixtures/mcm-provider-samples/machine-deployment.yaml",
         ))
@@ -220,6 +282,9 @@ impl Stack {
         md["spec"]["selector"]["matchLabels"] = json!({"test-label": name});
         // `name` is the MachineDeployment label Gardener puts on its machines.
         md["spec"]["template"]["metadata"]["labels"] = json!({"test-label": name, "name": name});
+        for (key, value) in machine_spec.as_object().into_iter().flatten() {
+            md["spec"]["template"]["spec"][key] = value.clone();
+        }
         self.apply(&md).await;
     }
 
@@ -293,7 +358,7 @@ impl Stack {
     }
 
     async fn node(&self, name: &str) -> Option<Node> {
-        Api::<Node>::all(self.client.clone())
+        Api::<Node>::all(self.target.clone())
             .get_opt(name)
             .await
             .unwrap()
@@ -872,9 +937,18 @@ async fn vanished_devices_orphans_and_capacity_errors() {
     stack.delete_deployment_and_expect_nothing_left(md).await;
 }
 
+/// The drain evicts through the eviction API. An eviction refused by a budget is tried
+/// `--machine-max-evict-retries` times, 20 s apart, then the pod is deleted; a budget that
+/// allows no disruption with all its pods healthy ("misconfigured") is not worked around: that
+/// pod stays until the drain timeout forces the drain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
-    let stack = Stack::start(&["--machine-drain-timeout=8s"]).await;
+    // One eviction per refused pod (30 s / 20 s would allow one as well).
+    let stack = Stack::start(&[
+        "--machine-drain-timeout=30s",
+        "--machine-max-evict-retries=1",
+    ])
+    .await;
     let md = "eqx-md-drain";
     stack.create_deployment(md, 1).await;
     let machine = stack
@@ -882,36 +956,49 @@ async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
         .await
         .remove(0);
     let node = machine.name_any();
-    // A pod on the node guarded by a budget that allows no disruption.
-    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "guarded", "labels": {"app": "guarded"}},
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "busybox"}]},
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    pods.patch_status("guarded", &PatchParams::default(), &Patch::Merge(&json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})))
+    let pods: Api<Pod> = Api::namespaced(stack.target.clone(), &stack.namespace);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.target.clone(), &stack.namespace);
+    // Two Ready pods on the node, each guarded by a budget that allows no disruption, with
+    // the status the disruption controller would compute (this control plane runs none).
+    // "guarded": its only pod is healthy and still nothing may go: misconfigured.
+    // "retried": one of its two pods is down, so none may go for now: a refusal worth retrying.
+    for (name, min_available, status) in [
+        (
+            "guarded",
+            1,
+            json!({"observedGeneration": 1, "disruptionsAllowed": 0,
+            "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}),
+        ),
+        (
+            "retried",
+            2,
+            json!({"observedGeneration": 1, "disruptionsAllowed": 0,
+            "currentHealthy": 1, "desiredHealthy": 2, "expectedPods": 2}),
+        ),
+    ] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})))
+            .await
+            .unwrap();
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": name}}},
+        }))
+        .unwrap();
+        pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+        pdbs.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "status": status })),
+        )
         .await
         .unwrap();
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "guarded"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    // The budget's status as the disruption controller computes it (this control plane runs
-    // none): one healthy pod, one required, no disruption allowed.
-    pdbs.patch_status(
-        "guarded",
-        &PatchParams::default(),
-        &Patch::Merge(
-            &json!({"status": {"observedGeneration": 1, "disruptionsAllowed": 0,
-            "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}),
-        ),
-    )
-    .await
-    .unwrap();
+    }
     // A pod no budget guards: evicted.
     let free: Pod = serde_json::from_value(json!({
         "metadata": {"name": "free"},
@@ -921,26 +1008,34 @@ async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
     pods.create(&PostParams::default(), &free).await.unwrap();
 
     stack.scale(md, 0).await;
-    wait_for(
-        "the drain to be refused by the budget",
+    let description = wait_for(
+        "the drain to be refused by both budgets",
         Duration::from_secs(60),
         async || {
             let m = stack.machines_api().get_opt(&node).await.unwrap()?;
             let op = last_operation(&m);
+            let d = op["description"].as_str().unwrap_or("").to_owned();
             (op["state"] == "Failed"
-                && op["description"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("Will retry in next sync. Initiate node drain"))
-            .then_some(())
+                && d.contains("Will retry in next sync. Initiate node drain")
+                && d.contains("retried: eviction refused by a PodDisruptionBudget (1 of 1 tries)")
+                && d.contains(&format!(
+                    "pod disruption budget {}/guarded is misconfigured",
+                    stack.namespace
+                )))
+            .then_some(d)
         },
     )
     .await;
+    let refused_at = Instant::now();
     let cordoned = stack.node(&node).await.unwrap();
     assert_eq!(cordoned.spec.unwrap().unschedulable, Some(true), "cordoned");
     assert!(
         stack.devices().contains_key(&device_of(&machine)),
         "the device stays while the drain is refused"
+    );
+    assert!(
+        pods.get_opt("retried").await.unwrap().is_some(),
+        "not deleted before its retry: {description}"
     );
     wait_for(
         "the free pod to be evicted",
@@ -948,9 +1043,28 @@ async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
         async || pods.get_opt("free").await.unwrap().is_none().then_some(()),
     )
     .await;
+    // Its one eviction used up, 20 s later the refused pod is deleted; the misconfigured
+    // budget's pod stays.
+    wait_for(
+        "the refused pod to be deleted after its retries",
+        Duration::from_secs(40),
+        async || {
+            pods.get_opt("retried")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        refused_at.elapsed() >= Duration::from_secs(15),
+        "deleted {:?} after the refusal, not after the retry interval",
+        refused_at.elapsed()
+    );
     assert!(
         pods.get_opt("guarded").await.unwrap().is_some(),
-        "the guarded pod is not evicted"
+        "the pod of the misconfigured budget is not deleted by the retries"
     );
     // After the drain timeout the drain is forced: the pod is deleted and the machine goes.
     stack.delete_deployment_and_expect_nothing_left(md).await;
@@ -1031,4 +1145,174 @@ async fn killed_at_chosen_and_random_moments_leaves_no_orphan_or_duplicate() {
     );
     assert_eq!(devices.len(), done.len());
     stack.delete_deployment_and_expect_nothing_left(md).await;
+}
+
+/// As upstream's machine controller runs in a Gardener seed: the Machines, MachineClasses and
+/// Secrets in the control cluster, the Nodes (with their bootstrap tokens and the pods drained
+/// from them) in a second API server, ingot given both with `--control-kubeconfig` and
+/// `--target-kubeconfig`. A stray Node of the target cluster, which no Machine backs, is marked
+/// `not-managed-by-mcm` once older than the creation timeout (the flag; the machines have their
+/// own), and unmarked when a Machine names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_in_the_control_cluster_nodes_in_the_target_cluster() {
+    const NOT_MANAGED: &str = "node.machine.sapcloud.io/not-managed-by-mcm";
+    const NODE_FINALIZER: &str = "node.machine.sapcloud.io/machine-controller";
+    let stack = Stack::start_with_target_cluster(&[
+        "--machine-creation-timeout=3s",
+        "--machine-safety-orphan-vms-period=1s",
+    ])
+    .await;
+    let target_nodes: Api<Node> = Api::all(stack.target.clone());
+    let stray = format!("stray-{}", ingot_testenv::random_suffix(5));
+    target_nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": stray, "finalizers": [NODE_FINALIZER]}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let md = "eqx-md-split";
+    stack
+        .create_deployment_with(md, 2, json!({"creationTimeout": "2m"}))
+        .await;
+    let machines = stack.wait_running(2, Duration::from_secs(120)).await;
+    let control_nodes: Api<Node> = Api::all(stack.client.clone());
+    for m in &machines {
+        let name = m.name_any();
+        let node = stack.node(&name).await.expect("the Node joined the target");
+        assert_eq!(
+            node.labels().get("node.gardener.cloud/machine-name"),
+            Some(&name)
+        );
+        assert!(node.finalizers().contains(&NODE_FINALIZER.to_owned()));
+        assert!(
+            !node.annotations().contains_key(NOT_MANAGED),
+            "a backed node is managed"
+        );
+        assert!(
+            control_nodes.get_opt(&name).await.unwrap().is_none(),
+            "no Node in the control cluster"
+        );
+        let conditions = m.status.as_ref().unwrap().conditions.clone().unwrap();
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True"),
+            "the target Node's conditions are copied"
+        );
+    }
+    // ingot's Lease stays on its own cluster; the Events are the Machines' cluster's.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(stack.client.clone(), &stack.namespace);
+    assert!(leases.get_opt("ingot").await.unwrap().is_some());
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(stack.client.clone(), &stack.namespace);
+    assert!(
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.involved_object.kind.as_deref() == Some("Machine")
+                    && e.reason.as_deref() == Some("Running")
+            }),
+        "Running events on the Machines"
+    );
+
+    // Running machines read their Nodes from the Node watch's cache: the heartbeats (every
+    // 2 s) trigger their health checks, and none of them GETs a Node.
+    let gets = node_gets(&stack.target).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        node_gets(&stack.target).await,
+        gets,
+        "no GET of a Node while the machines run"
+    );
+
+    // The stray Node is marked and loses the node finalizer, which nothing would remove.
+    wait_for(
+        "the stray node to be marked not-managed-by-mcm",
+        Duration::from_secs(30),
+        async || {
+            let node = target_nodes.get(&stray).await.unwrap();
+            (node.annotations().get(NOT_MANAGED).map(String::as_str) == Some("1")
+                && node.finalizers().is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+    // A Machine (of another provider's class) naming it: the mark goes.
+    let claim: Machine = serde_json::from_value(json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+        "metadata": {"name": format!("claims-{stray}"), "labels": {"node": stray}},
+        "spec": {"class": {"kind": "MachineClass", "name": "another-provider"}},
+    }))
+    .unwrap();
+    stack
+        .machines_api()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    wait_for(
+        "the mark to go once a machine names the node",
+        Duration::from_secs(30),
+        async || {
+            let node = target_nodes.get(&stray).await.unwrap();
+            (!node.annotations().contains_key(NOT_MANAGED)).then_some(())
+        },
+    )
+    .await;
+    stack
+        .machines_api()
+        .delete(&claim.name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // Scaled to zero: a pod in the target is evicted by the drain, the Nodes are deleted there,
+    // every device goes.
+    let pods: Api<Pod> = Api::namespaced(stack.target.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "workload"},
+            "spec": {"nodeName": machines[0].name_any(), "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    stack.delete_deployment_and_expect_nothing_left(md).await;
+    assert!(pods.get_opt("workload").await.unwrap().is_none(), "drained");
+    for m in &machines {
+        assert!(stack.node(&m.name_any()).await.is_none(), "node deleted");
+    }
+    target_nodes
+        .delete(&stray, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// The GETs of single Nodes an API server has answered with 200 so far, from its own metrics.
+async fn node_gets(client: &Client) -> u64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let metrics = client.request_text(request).await.unwrap();
+    let labels = [
+        "code=\"200\"",
+        "resource=\"nodes\"",
+        "subresource=\"\"",
+        "verb=\"GET\"",
+    ];
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }

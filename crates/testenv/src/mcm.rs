@@ -23,8 +23,20 @@ pub struct Mcm {
 }
 
 impl Mcm {
-    /// Starts MCM for one namespace. Its log goes to `log`.
+    /// Starts MCM for one namespace of one cluster (control and target alike). Its log goes
+    /// to `log`.
     pub fn start(kubeconfig: &Path, namespace: &str, log: &Path) -> Result<Self> {
+        Self::start_with_target(kubeconfig, kubeconfig, namespace, log)
+    }
+
+    /// Starts MCM with its MachineDeployments in `namespace` of the control cluster and the
+    /// Nodes in the target cluster, as it runs in a Gardener seed.
+    pub fn start_with_target(
+        control_kubeconfig: &Path,
+        target_kubeconfig: &Path,
+        namespace: &str,
+        log: &Path,
+    ) -> Result<Self> {
         let dir = std::env::var_os(MCM_BIN_ENV)
             .map(PathBuf::from)
             .ok_or(Error::NoMcmBin)?;
@@ -44,8 +56,14 @@ impl Mcm {
             source,
         })?;
         let child = Command::new(&binary)
-            .arg(format!("--control-kubeconfig={}", kubeconfig.display()))
-            .arg(format!("--target-kubeconfig={}", kubeconfig.display()))
+            .arg(format!(
+                "--control-kubeconfig={}",
+                control_kubeconfig.display()
+            ))
+            .arg(format!(
+                "--target-kubeconfig={}",
+                target_kubeconfig.display()
+            ))
             .arg(format!("--namespace={namespace}"))
             .arg(format!("--port={port}"))
             .arg("--address=127.0.0.1")

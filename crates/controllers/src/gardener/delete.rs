@@ -6,15 +6,16 @@
 use std::time::Duration;
 
 use ingot_api::gardener::{MCM_FINALIZER, Machine, MachineClass, NODE_LABEL};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tracing::info;
 
+use super::drain;
 use super::driver::MachineRequest;
 use super::machine::{patch_metadata, spec_duration};
 use super::status::{self, OpState, OpType, Phase, Update};
@@ -32,8 +33,6 @@ pub const INITIATE_FINALIZER_REMOVAL: &str = "Initiate machine object finalizer 
 
 /// How long a NotReady (or read-only) node is waited for before the drain is forced.
 const UNHEALTHY_FORCE_AFTER: Duration = Duration::from_secs(5 * 60);
-/// Between eviction attempts refused by a PodDisruptionBudget (upstream's 20 s).
-const EVICTION_RETRY: Duration = Duration::from_secs(20);
 
 /// The step a description asks for, in upstream's order of checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +137,7 @@ async fn get_vm_status(
         .await;
     }
     let name = machine.name_any();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
     let by_label = nodes
         .list(&ListParams::default().labels(&format!("{MACHINE_NAME_LABEL}={name}")))
         .await?;
@@ -201,8 +200,9 @@ fn condition_bad_for(machine: &Machine, kind: &str, good: &str, at_least: Durati
 }
 
 /// Cordons the Node, marks it `Terminating`, and evicts its pods through the eviction API
-/// (PodDisruptionBudgets are honoured: a refused eviction is retried); after the drain timeout,
-/// with the `force-deletion` label, or on a node NotReady for 5 minutes, pods are deleted.
+/// (PodDisruptionBudgets are honoured: a refused eviction is retried `maxEvictRetries` times,
+/// see [`drain`]); after the drain timeout, with the `force-deletion` label, or on a node
+/// NotReady for 5 minutes, pods are deleted.
 async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error> {
     let node_name = machine
         .labels()
@@ -215,7 +215,7 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
         );
         return write(ctx, machine, step_update(d, OpState::Processing)).await;
     }
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
     let Some(node) = nodes.get_opt(&node_name).await? else {
         let d = format!("Skipping drain as node object does not exist. {INITIATE_VM_DELETION}");
         return write(ctx, machine, step_update(d, OpState::Processing)).await;
@@ -283,67 +283,29 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
     }
     ctx.crash_point("gardener-during-drain");
 
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let on_node = pods
-        .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
-        .await?;
-    let mut refused = Vec::new();
-    for pod in on_node.items {
-        let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
-        let mirror = pod
-            .annotations()
-            .contains_key("kubernetes.io/config.mirror");
-        if daemon || mirror {
-            continue;
-        }
-        let namespace = pod.namespace().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-        let pod_name = pod.name_any();
-        if force {
-            // Forced: delete at once (grace 0), as upstream's force drain does.
-            match api
-                .delete(
-                    &pod_name,
-                    &DeleteParams {
-                        grace_period_seconds: Some(0),
-                        ..DeleteParams::default()
-                    },
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
-            continue;
-        }
-        if pod.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let evictions: Api<Pod> = Api::namespaced(ctx.eviction_client.clone(), &namespace);
-        match evictions.evict(&pod_name, &EvictParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(kube::Error::Api(e)) if e.code == 429 => {
-                refused.push(format!("{namespace}/{pod_name}: {}", e.message))
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let max_retries =
+        drain::max_evict_retries(machine, ctx.settings.max_evict_retries, drain_timeout);
+    let pass = drain::pods(ctx, &node_name, force, max_retries).await?;
     if force {
+        ctx.evictions.forget(&node_name);
         let d = format!("Force Drain successful. {DEL_VOLUMES_ATTACHMENTS}");
         return write(ctx, machine, step_update(d, OpState::Processing)).await;
     }
-    if !refused.is_empty() {
+    if !pass.blocked.is_empty() {
         let d = format!(
-            "Drain failed due to - evicting pods refused by a PodDisruptionBudget: {}. Will retry in next sync. {INITIATE_DRAIN}",
-            refused.join("; ")
+            "Drain failed due to - {}. Will retry in next sync. {INITIATE_DRAIN}",
+            pass.blocked.join("; ")
         );
         status::write(ctx, machine, step_update(d, OpState::Failed)).await?;
-        // Come back for the retry, or when the drain timeout turns it into a forced drain.
+        // Come back for the next eviction, or when the drain timeout forces the drain.
         let until_force = drain_timeout.saturating_sub(deleting_for) + Duration::from_secs(1);
-        return Ok(Action::requeue(EVICTION_RETRY.min(until_force)));
+        let next = pass
+            .next_retry
+            .unwrap_or(SHORT_RETRY)
+            .max(Duration::from_secs(1));
+        return Ok(Action::requeue(next.min(until_force)));
     }
+    ctx.evictions.forget(&node_name);
     let d = format!("Drain successful. {INITIATE_VM_DELETION}");
     write(ctx, machine, step_update(d, OpState::Processing)).await
 }
@@ -357,7 +319,7 @@ async fn delete_volume_attachments(
         .get(NODE_LABEL)
         .cloned()
         .unwrap_or_default();
-    let attachments: Api<VolumeAttachment> = Api::all(ctx.client.clone());
+    let attachments: Api<VolumeAttachment> = Api::all(ctx.target().clone());
     let mut live = 0;
     for va in attachments.list(&ListParams::default()).await?.items {
         if va.spec.node_name != node_name || va.metadata.deletion_timestamp.is_some() {
@@ -446,7 +408,7 @@ async fn delete_node(ctx: &GardenerContext, machine: &Machine) -> Result<Action,
         );
         return write(ctx, machine, step_update(d, OpState::Processing)).await;
     };
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
     if let Some(node) = nodes.get_opt(&node_name).await? {
         if node.finalizers().iter().any(|f| f == NODE_FINALIZER) {
             let finalizers: Vec<String> = node

@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
@@ -37,15 +37,26 @@ pub const DEPLOYMENT_LABEL: &str = "name";
 
 /// Runs the Machine controller until `shutdown` completes. Nodes map to the Machine of their
 /// `node.gardener.cloud/machine-name` label, or of their name (a Node is named after its
-/// Machine on Equinix Metal).
+/// Machine on Equinix Metal); Nodes marked `not-managed-by-mcm` are ignored, as upstream's node
+/// handlers ignore them.
 pub async fn run(
     ctx: Arc<GardenerContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = ctx.settings.namespace.clone();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
+    // One watch of the Nodes: it fills the Node cache, then triggers the reconcile, so that a
+    // reconcile never sees an older Node than the event that caused it.
+    let watch = watcher::watcher(nodes, watcher::Config::default()).default_backoff();
+    let node_events = match ctx.nodes.take_writer() {
+        Some(writer) => watch.reflect(writer).touched_objects().boxed(),
+        None => watch.touched_objects().boxed(),
+    };
     Controller::new(ctx.machines(), watcher::Config::default())
-        .watches(nodes, watcher::Config::default(), move |node: Node| {
+        .watches_stream(node_events, move |node: Node| {
+            if not_managed(&node) {
+                return None;
+            }
             let name = node
                 .labels()
                 .get(MACHINE_NAME_LABEL)
@@ -169,7 +180,7 @@ async fn create(
         return Ok(Action::requeue(SHORT_RETRY));
     };
     let token = bootstrap::ensure_token(
-        &ctx.client,
+        ctx.target(),
         &name,
         creation_timeout(ctx, machine),
         &ctx.settings.bootstrap_token_auth_extra_groups,
@@ -297,8 +308,7 @@ async fn health(
 ) -> Result<Option<Action>, Error> {
     let name = machine.name_any();
     let phase = status::phase(machine).to_owned();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let node = nodes.get_opt(node_name).await?;
+    let node = ctx.nodes.get(ctx.target(), node_name).await?;
     let conditions: Vec<Value> = machine
         .status
         .as_ref()
@@ -319,7 +329,11 @@ async fn health(
         }
         return timeouts(ctx, machine, &conditions).await;
     };
-    if node.metadata.deletion_timestamp.is_some() {
+    if not_managed(&node) {
+        // Left alone: neither linked, nor finalized, nor followed when deleted (the orphan
+        // pass takes the mark away once this Machine names it).
+        tracing::debug!(machine = %name, node = %node_name, "node marked not-managed-by-mcm: left alone");
+    } else if node.metadata.deletion_timestamp.is_some() {
         // A Node being deleted takes its Machine with it (upstream v0.61+); MCM replaces it.
         info!(machine = %name, node = %node_name, "node is being deleted: deleting its machine");
         match ctx
@@ -332,8 +346,9 @@ async fn health(
             Err(e) => return Err(e.into()),
         }
         return Ok(Some(Action::await_change()));
+    } else {
+        sync_node_link(ctx, &node, &name).await?;
     }
-    sync_node_link(ctx, &node, &name).await?;
     let node_conditions: Vec<Value> = node
         .status
         .as_ref()
@@ -382,7 +397,7 @@ async fn health(
             Update::new(Some(Phase::Running), kind, OpState::Successful, description),
         )
         .await?;
-        if first_join && let Err(error) = bootstrap::delete_token(&ctx.client, &name).await {
+        if first_join && let Err(error) = bootstrap::delete_token(ctx.target(), &name).await {
             warn!(machine = %name, %error, "deleting the bootstrap token");
         }
         return Ok(Some(Action::requeue(LONG_RETRY)));
@@ -524,9 +539,9 @@ async fn preserve(
     }
     let mut value = machine.annotations().get(PRESERVE_ANNOTATION).cloned();
     if value.is_none() && !node_name.is_empty() {
-        let nodes: Api<Node> = Api::all(ctx.client.clone());
-        value = nodes
-            .get_opt(node_name)
+        value = ctx
+            .nodes
+            .get(ctx.target(), node_name)
             .await?
             .and_then(|n| n.annotations().get(PRESERVE_ANNOTATION).cloned());
     }
@@ -632,6 +647,11 @@ fn conditions_changed(machine: &[Value], node: &[Value]) -> bool {
     key(machine) != key(node)
 }
 
+/// The Node carries upstream's `not-managed-by-mcm` mark.
+fn not_managed(node: &Node) -> bool {
+    node.annotations().contains_key(super::NOT_MANAGED_BY_MCM)
+}
+
 /// Puts `node.gardener.cloud/machine-name` on the Node and the node finalizer.
 async fn sync_node_link(
     ctx: &GardenerContext,
@@ -647,7 +667,7 @@ async fn sync_node_link(
     if !finalized {
         finalizers.push(super::NODE_FINALIZER.to_owned());
     }
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
     let body = json!({"metadata": {
         "resourceVersion": node.resource_version(),
         "labels": {MACHINE_NAME_LABEL: machine_name},

@@ -8,12 +8,14 @@
 //! * [`delete`]: the deletion flow, step by step, each step recorded in
 //!   `status.lastOperation.description` with upstream's markers so that either controller can
 //!   finish what the other started.
+//! * [`drain`]: evicting a drained Node's pods, PodDisruptionBudgets and eviction retries.
 //! * [`bootstrap`]: the bootstrap token Secret and the user-data placeholders.
 //! * [`safety`]: MachineClass and Secret finalizers, and the orphan-device collector.
 //! * [`driver`]: MCM's driver interface and the Equinix Metal driver.
 
 pub mod bootstrap;
 pub mod delete;
+pub mod drain;
 pub mod driver;
 pub mod machine;
 pub mod safety;
@@ -22,8 +24,10 @@ pub mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use ingot_api::gardener::{MCM_FINALIZER, Machine, MachineClass, PROVIDER_EQUINIX_METAL};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::{Api, Client, ResourceExt};
 
 pub use driver::{Code, Driver, SecretData, Status};
@@ -47,6 +51,9 @@ pub const NODE_FINALIZER: &str = "node.machine.sapcloud.io/machine-controller";
 pub const FORCE_DELETION_LABEL: &str = "force-deletion";
 /// Taint that keeps a Pending machine from Running.
 pub const CRITICAL_COMPONENTS_NOT_READY: &str = "node.gardener.cloud/critical-components-not-ready";
+/// On a Node no Machine backs (upstream `NotManagedByMCM`): the machine controller leaves it
+/// alone.
+pub const NOT_MANAGED_BY_MCM: &str = "node.machine.sapcloud.io/not-managed-by-mcm";
 /// Preservation annotation (v0.62+).
 pub const PRESERVE_ANNOTATION: &str = "node.machine.sapcloud.io/preserve";
 
@@ -101,28 +108,94 @@ impl Default for Settings {
     }
 }
 
+/// The two clusters of upstream's machine controller. The control cluster (a Gardener seed)
+/// holds the Machines, MachineClasses, their Secrets and the Machines' Events, in
+/// `--namespace`; the target cluster (the shoot) holds the Nodes, the pods drained from them,
+/// PodDisruptionBudgets, VolumeAttachments and the bootstrap token Secrets in `kube-system`.
+/// One cluster can be both: [`Clusters::single`].
+#[derive(Clone)]
+pub struct Clusters {
+    pub control: Client,
+    pub target: Client,
+    /// The target without the client's own 429 retries: a refused eviction must come back at
+    /// once, it is the drain's to retry (see [`delete`]).
+    pub target_evictions: Client,
+}
+
+impl Clusters {
+    /// One cluster for everything.
+    pub fn single(client: Client) -> Self {
+        Clusters {
+            control: client.clone(),
+            target: client.clone(),
+            target_evictions: client,
+        }
+    }
+}
+
 /// What the Gardener controllers share.
 pub struct GardenerContext {
-    pub client: Client,
+    pub clusters: Clusters,
     pub driver: Arc<dyn Driver>,
     pub settings: Settings,
-    /// A client without the 429 retries of the shared one: a refused eviction must come back
-    /// at once (see [`delete`]).
-    pub eviction_client: Client,
     crash_point: Option<String>,
     /// One lock per MachineDeployment around marking a machine Failed.
     failure_locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Refused evictions of the Nodes being drained.
+    pub(crate) evictions: drain::EvictionTracker,
+    /// The target cluster's Nodes, as the machine controller's watch sees them.
+    pub(crate) nodes: NodeCache,
+}
+
+/// The target cluster's Nodes from the machine controller's watch ([`machine::run`] fills it),
+/// so that a Machine's health check reads its Node without a GET per pass.
+pub(crate) struct NodeCache {
+    store: Store<Node>,
+    writer: std::sync::Mutex<Option<Writer<Node>>>,
+}
+
+impl NodeCache {
+    fn new() -> Self {
+        let (store, writer) = reflector::store();
+        NodeCache {
+            store,
+            writer: std::sync::Mutex::new(Some(writer)),
+        }
+    }
+
+    /// The writer, for the one watch that fills the cache.
+    pub(crate) fn take_writer(&self) -> Option<Writer<Node>> {
+        self.writer.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// The Node from the cache once the watch has listed every Node; until then (or without a
+    /// watch) from the API.
+    pub(crate) async fn get(
+        &self,
+        target: &Client,
+        name: &str,
+    ) -> Result<Option<Node>, kube::Error> {
+        let ready = matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())));
+        if ready {
+            return Ok(self
+                .store
+                .get(&ObjectRef::new(name))
+                .map(|node| Node::clone(&node)));
+        }
+        Api::<Node>::all(target.clone()).get_opt(name).await
+    }
 }
 
 impl GardenerContext {
-    pub fn new(client: Client, driver: Arc<dyn Driver>, settings: Settings) -> Self {
+    pub fn new(clusters: Clusters, driver: Arc<dyn Driver>, settings: Settings) -> Self {
         GardenerContext {
-            eviction_client: client.clone(),
-            client,
+            clusters,
             driver,
             settings,
             crash_point: None,
             failure_locks: std::sync::Mutex::default(),
+            evictions: drain::EvictionTracker::default(),
+            nodes: NodeCache::new(),
         }
     }
 
@@ -132,9 +205,14 @@ impl GardenerContext {
         self
     }
 
-    pub fn with_eviction_client(mut self, client: Client) -> Self {
-        self.eviction_client = client;
-        self
+    /// The control cluster: Machines, MachineClasses, Secrets, Events.
+    pub fn control(&self) -> &Client {
+        &self.clusters.control
+    }
+
+    /// The target cluster: Nodes, pods, PodDisruptionBudgets, VolumeAttachments, bootstrap tokens.
+    pub fn target(&self) -> &Client {
+        &self.clusters.target
     }
 
     /// The lock taken while deciding to mark a machine of this deployment Failed.
@@ -144,11 +222,11 @@ impl GardenerContext {
     }
 
     pub fn machines(&self) -> Api<Machine> {
-        Api::namespaced(self.client.clone(), &self.settings.namespace)
+        Api::namespaced(self.control().clone(), &self.settings.namespace)
     }
 
     pub fn classes(&self) -> Api<MachineClass> {
-        Api::namespaced(self.client.clone(), &self.settings.namespace)
+        Api::namespaced(self.control().clone(), &self.settings.namespace)
     }
 
     /// Aborts the process here if the tests asked for it (see [`CRASH_POINT_ENV`]).
@@ -194,7 +272,7 @@ impl GardenerContext {
                 .namespace
                 .clone()
                 .unwrap_or_else(|| self.settings.namespace.clone());
-            let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
+            let secrets: Api<Secret> = Api::namespaced(self.control().clone(), &namespace);
             if let Some(secret) = secrets.get_opt(name).await? {
                 for (k, v) in secret.data.unwrap_or_default() {
                     data.0.insert(k, v.0);

@@ -2,15 +2,20 @@
 //! orphan-device collector (`machine_safety.go`): a device of a class's cluster and role tags
 //! that no Machine owns is deleted. Provider ids are compared by device UUID, so devices whose
 //! Machines carry an older id form (`equinixmetal://<facility>/<uuid>`) are not orphans.
+//! The same pass marks the Nodes no Machine backs `node.machine.sapcloud.io/not-managed-by-mcm`
+//! (upstream `AnnotateNodesUnmanagedByMCM`), and the machine controller leaves such Nodes alone.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use ingot_api::gardener::{
-    MC_SECRET_FINALIZER, MCM_FINALIZER, Machine, MachineClass, MachineSpec, PROVIDER_EQUINIX_METAL,
+    MC_SECRET_FINALIZER, MCM_FINALIZER, Machine, MachineClass, MachineSpec, NODE_LABEL,
+    PROVIDER_EQUINIX_METAL,
 };
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -21,7 +26,7 @@ use tracing::{info, warn};
 
 use super::driver::{MachineRequest, same_device};
 use super::status;
-use super::{Error, GardenerContext, SHORT_RETRY};
+use super::{Error, GardenerContext, NODE_FINALIZER, NOT_MANAGED_BY_MCM, SHORT_RETRY};
 
 /// Runs the MachineClass controller: classes in use (and their Secrets) carry the finalizer.
 pub async fn run_classes(
@@ -119,7 +124,7 @@ async fn reconcile_secrets(ctx: &GardenerContext) -> Result<(), Error> {
             }
         }
     }
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.settings.namespace);
+    let secrets: Api<Secret> = Api::namespaced(ctx.control().clone(), &ctx.settings.namespace);
     for secret in secrets.list(&ListParams::default()).await?.items {
         let has = secret.finalizers().iter().any(|f| f == MC_SECRET_FINALIZER);
         let want = referenced.contains(&secret.name_any());
@@ -166,6 +171,10 @@ pub async fn run_orphan_collector(
                 Ok(0) => {}
                 Ok(n) => info!(deleted = n, "orphan devices collected"),
                 Err(error) => warn!(%error, "orphan collection"),
+            }
+            // Upstream runs it in the same pass, whatever the device check found.
+            if let Err(error) = mark_unmanaged_nodes(&ctx).await {
+                warn!(%error, "marking the nodes no machine backs");
             }
         }
     };
@@ -243,4 +252,100 @@ pub async fn collect_orphans(ctx: &GardenerContext) -> Result<usize, Error> {
         }
     }
     Ok(deleted)
+}
+
+/// What the orphan pass does to one Node's `not-managed-by-mcm` annotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeMark {
+    /// No Machine backs it and it is older than the creation timeout: annotate it (and drop
+    /// the node finalizer, which no Machine deletion would ever remove).
+    Unmanaged,
+    /// A Machine backs it again: the annotation goes.
+    Managed,
+}
+
+/// Upstream's rule: a Node counts as backed when exactly one Machine names it in its `node`
+/// label; two or more are an error upstream, and the Node is left as it is.
+pub fn node_mark(
+    annotated: bool,
+    machines_naming_it: usize,
+    age: Duration,
+    creation_timeout: Duration,
+) -> Option<NodeMark> {
+    match machines_naming_it {
+        0 if !annotated && age > creation_timeout => Some(NodeMark::Unmanaged),
+        1 if annotated => Some(NodeMark::Managed),
+        _ => None,
+    }
+}
+
+/// Annotates the Nodes of the target cluster that no Machine backs, and un-annotates those a
+/// Machine backs again. Returns how many Nodes changed.
+pub async fn mark_unmanaged_nodes(ctx: &GardenerContext) -> Result<usize, Error> {
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
+    let listed = nodes.list(&ListParams::default()).await?;
+    let mut naming: BTreeMap<String, usize> = BTreeMap::new();
+    for machine in ctx.machines().list(&ListParams::default()).await?.items {
+        if let Some(node) = machine.labels().get(NODE_LABEL).filter(|n| !n.is_empty()) {
+            *naming.entry(node.clone()).or_default() += 1;
+        }
+    }
+    let mut changed = 0;
+    for node in listed.items {
+        let name = node.name_any();
+        let annotated = node.annotations().contains_key(NOT_MANAGED_BY_MCM);
+        let age = node
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(|t| Duration::try_from(Timestamp::now().duration_since(t.0)).ok())
+            .unwrap_or_default();
+        let machines = naming.get(&name).copied().unwrap_or(0);
+        let Some(mark) = node_mark(annotated, machines, age, ctx.settings.creation_timeout) else {
+            continue;
+        };
+        let mut metadata = json!({"resourceVersion": node.resource_version()});
+        match mark {
+            NodeMark::Unmanaged => {
+                metadata["annotations"] = json!({NOT_MANAGED_BY_MCM: "1"});
+                if node.finalizers().iter().any(|f| f == NODE_FINALIZER) {
+                    let kept: Vec<&String> = node
+                        .finalizers()
+                        .iter()
+                        .filter(|f| *f != NODE_FINALIZER)
+                        .collect();
+                    metadata["finalizers"] = json!(kept);
+                }
+            }
+            NodeMark::Managed => metadata["annotations"] = json!({NOT_MANAGED_BY_MCM: null}),
+        }
+        nodes
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": metadata})),
+            )
+            .await?;
+        info!(node = %name, ?mark, "not-managed-by-mcm");
+        changed += 1;
+    }
+    Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_without_a_machine_are_marked_after_the_creation_timeout() {
+        let timeout = Duration::from_secs(1200);
+        let old = Duration::from_secs(1201);
+        let young = Duration::from_secs(10);
+        assert_eq!(node_mark(false, 0, old, timeout), Some(NodeMark::Unmanaged));
+        assert_eq!(node_mark(false, 0, young, timeout), None, "still joining");
+        assert_eq!(node_mark(true, 0, old, timeout), None, "already marked");
+        assert_eq!(node_mark(false, 1, old, timeout), None);
+        assert_eq!(node_mark(true, 1, young, timeout), Some(NodeMark::Managed));
+        assert_eq!(node_mark(true, 2, old, timeout), None, "ambiguous: left");
+    }
 }

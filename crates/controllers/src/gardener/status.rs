@@ -198,7 +198,7 @@ async fn event(ctx: &GardenerContext, machine: &Machine, phase: Phase, descripti
         _ => EventType::Normal,
     };
     let recorder = Recorder::new(
-        ctx.client.clone(),
+        ctx.control().clone(),
         Reporter {
             controller: "ingot".into(),
             instance: None,
