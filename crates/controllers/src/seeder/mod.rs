@@ -1,0 +1,159 @@
+//! Harvester Seeder's embedded mode (`metal.harvesterhci.io/v1alpha1`) on top of the Rufio
+//! controllers: the `local` Cluster, one rufio Machine per local Inventory, readiness from the
+//! Machine's `Contactable` condition, the Node's address, and power actions as rufio Jobs.
+//!
+//! - [`cluster`]: the `harvester-system/local` Cluster and its `spec.nodes`.
+//! - [`inventory`]: the Inventory reconciler (watching Inventories, their Machines and Jobs, the
+//!   Nodes they name and the local Cluster).
+//! - [`power`]: `spec.powerActionRequested` → Job → `status.powerAction` (pure decisions).
+//! - [`conditions`]: Seeder's wrangler-style conditions.
+//!
+//! The BMCs are only ever reached by the Rufio controllers (which `ingot run` starts with this
+//! one): a slow or dead BMC holds its own Machine and Job, never an Inventory reconcile.
+
+pub mod cluster;
+pub mod conditions;
+pub mod inventory;
+pub mod power;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use kube::Client;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tracing::warn;
+
+use crate::Metrics;
+
+/// Finalizer for the Inventory's entry in the local Cluster's `spec.nodes` (ingot's own, so that
+/// the entry is removed before the Inventory can go, whatever else holds it).
+pub const MEMBERSHIP_FINALIZER: &str = "seeder.ingot.dev/local-cluster-membership";
+
+/// Settings of the Seeder controller.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// Only Inventories of this namespace; `None`: every namespace (as Seeder).
+    pub namespace: Option<String>,
+}
+
+/// What the Seeder controller needs, built by `ingot run`.
+pub struct SeederContext {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub settings: Settings,
+    /// One Event recorder for the controller (it aggregates repeated Events).
+    recorder: Recorder,
+    /// The local Cluster's `clusterAddress`, read once at start.
+    cluster_address: OnceLock<String>,
+}
+
+impl SeederContext {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        instance: String,
+        settings: Settings,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "ingot-seeder".into(),
+            instance: Some(instance),
+        };
+        SeederContext {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            settings,
+            cluster_address: OnceLock::new(),
+        }
+    }
+
+    /// The API of `K` in the watched namespace (or all namespaces).
+    pub(crate) fn watched<K>(&self) -> kube::Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        match &self.settings.namespace {
+            Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
+            None => kube::Api::all(self.client.clone()),
+        }
+    }
+
+    fn cluster_address(&self) -> Option<&str> {
+        self.cluster_address.get().map(String::as_str)
+    }
+
+    /// Records an Event on an object, logging (not failing) when that is impossible.
+    pub(crate) async fn publish<K>(&self, object: &K, type_: EventType, reason: &str, note: String)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            warn!(%error, reason, "could not record an event");
+        }
+    }
+}
+
+/// Makes sure the local Cluster exists with its status (retrying until it works or `shutdown`),
+/// then runs the Inventory controller until `shutdown`.
+pub async fn run(
+    ctx: Arc<SeederContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
+) {
+    let started = tokio::select! {
+        () = start(&ctx) => true,
+        () = shutdown.clone() => false,
+    };
+    if started {
+        inventory::run(ctx, shutdown).await;
+    }
+}
+
+async fn start(ctx: &SeederContext) {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match startup(ctx).await {
+            Ok(()) => return,
+            Err(error) => {
+                warn!(%error, "preparing the local Cluster failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+async fn startup(ctx: &SeederContext) -> Result<(), Error> {
+    let address = cluster::cluster_address(&ctx.client).await?;
+    cluster::ensure_local_cluster(&ctx.client, &address).await?;
+    let _ = ctx.cluster_address.set(address);
+    Ok(())
+}
+
+/// Errors of the Seeder reconciler (retried with backoff by the controller).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Other(_) => "other",
+        }
+    }
+}
