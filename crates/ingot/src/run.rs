@@ -81,12 +81,20 @@ struct SeederArgs {
     /// The local Cluster is always harvester-system/local.
     #[arg(long, env = "INGOT_SEEDER_NAMESPACE")]
     seeder_namespace: Option<String>,
+
+    /// Seconds between two hardware reads (Node labels manufacturer, model, serialNumber) of a
+    /// ready Inventory with events.enabled (Seeder: 900).
+    #[arg(long, default_value_t = 900.0)]
+    seeder_hardware_interval_seconds: f64,
 }
 
 impl SeederArgs {
     fn settings(&self) -> seeder::Settings {
         seeder::Settings {
             namespace: self.seeder_namespace.clone().filter(|n| !n.is_empty()),
+            hardware_interval: Duration::from_secs_f64(
+                self.seeder_hardware_interval_seconds.max(1.0),
+            ),
         }
     }
 }
@@ -362,6 +370,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         identity.clone(),
         pools_shared,
     ));
+    // One Rufio context (one BMC session per BMC) for the Rufio controllers and the Seeder
+    // controller's hardware reads.
+    let rufio_ctx = Arc::new(rufio::RufioContext::new(
+        client.clone(),
+        metrics.clone(),
+        identity.clone(),
+        args.rufio.settings(),
+    ));
     let mut tasks = Vec::new();
     for kind in &controllers {
         let shutdown = {
@@ -387,21 +403,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 args.pools.crash_point.clone(),
                 shutdown,
             ),
-            ControllerKind::Rufio => tokio::spawn(rufio::run(
-                Arc::new(rufio::RufioContext::new(
-                    client.clone(),
-                    metrics.clone(),
-                    identity.clone(),
-                    args.rufio.settings(),
-                )),
-                shutdown,
-            )),
+            ControllerKind::Rufio => tokio::spawn(rufio::run(rufio_ctx.clone(), shutdown)),
             ControllerKind::Seeder => tokio::spawn(seeder::run(
                 Arc::new(seeder::SeederContext::new(
                     client.clone(),
                     metrics.clone(),
                     identity.clone(),
                     args.seeder.settings(),
+                    rufio_ctx.clone(),
                 )),
                 shutdown,
             )),

@@ -292,12 +292,49 @@ fn check_job_shape(job: &Job, inventory: &str, operation: &str, owner: &Inventor
     assert_eq!(tasks, expected);
 }
 
+/// How many Node patches ingot has sent (its `ingot_kube_requests_total`).
+async fn node_patches(http_port: u16) -> f64 {
+    let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"ingot_kube_requests_total{verb="patch",resource="nodes"} "#)
+        })
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_default()
+}
+
+/// The hardware labels of a Node.
+async fn hardware_labels(client: &Client, node: &str) -> BTreeMap<String, String> {
+    Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .unwrap()
+        .labels()
+        .iter()
+        .filter(|(k, _)| ["manufacturer", "model", "serialNumber"].contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn labels(manufacturer: &str, model: &str, serial: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("manufacturer".to_owned(), manufacturer.to_owned()),
+        ("model".to_owned(), model.to_owned()),
+        ("serialNumber".to_owned(), serial.to_owned()),
+    ])
+}
+
 /// `ingot run --controllers seeder` on harvester-system (rufio comes with it), scaled intervals.
-fn start_ingot(kubeconfig: &std::path::Path) -> Proc {
+fn start_ingot(kubeconfig: &std::path::Path, http_port: u16) -> Proc {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
     cmd.arg("run")
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--http-addr=127.0.0.1:{}", free_port()))
+        .arg(format!("--http-addr=127.0.0.1:{http_port}"))
         .arg(format!("--lease-namespace={NS}"))
         .arg("--lease-name=ingot-seeder-test")
         .arg("--lease-duration-seconds=3")
@@ -308,6 +345,7 @@ fn start_ingot(kubeconfig: &std::path::Path) -> Proc {
         .arg("--rufio-task-poll-seconds=0.3")
         .arg("--rufio-redfish-timeout-seconds=10")
         .arg("--rufio-ipmi-timeout-seconds=0.5")
+        .arg("--seeder-hardware-interval-seconds=1")
         .env("RUST_LOG", "info,ingot_controllers=debug");
     spawn_logged(&mut cmd, "ingot-seeder")
 }
@@ -466,7 +504,8 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
 
     eprintln!("{:?}: peers and objects ready", test_started.elapsed());
     let started = Instant::now();
-    let mut ingot = start_ingot(env.kubeconfig_path());
+    let http_port = free_port();
+    let mut ingot = start_ingot(env.kubeconfig_path(), http_port);
     let hep_status = wait_ready(&client, HEP_NAME, Duration::from_secs(30), &ingot).await;
     wait_ready(&client, IPMI_NAME, Duration::from_secs(30), &ingot).await;
     let healthy_ready = started.elapsed();
@@ -548,6 +587,42 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         "{:?}: ready and local Cluster checked",
         test_started.elapsed()
     );
+    // Hardware facts on the Nodes: sushy's System names the manufacturer only, its Chassis the
+    // model and serial; ipmi_sim's FRU all three. Seeder's trimming (spaces, dots) applied.
+    let sushy_labels = labels("SushyEmulator", "3500RX", "437XR1138R2");
+    let ipmi_labels = labels("IngotLabs", "IL-1U", "PSN00003");
+    poll_until("hardware labels", Duration::from_secs(20), || async {
+        (hardware_labels(&client, HEP_NAME).await == sushy_labels
+            && hardware_labels(&client, IPMI_NAME).await == ipmi_labels)
+            .then_some(())
+    })
+    .await;
+    assert!(hardware_labels(&client, DEAD_NAME).await.is_empty());
+    // Read every second, written only when changed: a label changed by hand is put back, and
+    // otherwise nothing is patched.
+    Api::<Node>::all(client.clone())
+        .patch(
+            HEP_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"model": "edited"}}})),
+        )
+        .await
+        .unwrap();
+    poll_until(
+        "the model label put back",
+        Duration::from_secs(10),
+        || async { (hardware_labels(&client, HEP_NAME).await == sushy_labels).then_some(()) },
+    )
+    .await;
+    let patches = node_patches(http_port).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        node_patches(http_port).await,
+        patches,
+        "unchanged labels were written again"
+    );
+    eprintln!("{:?}: hardware labels checked", test_started.elapsed());
+
     // The Go Seeder's running shutdown Job is followed to its end; the Inventory is adopted.
     let go_status = poll_until(
         "the Go Seeder's Job answered",

@@ -7,17 +7,22 @@
 //!   Nodes they name and the local Cluster).
 //! - [`power`]: `spec.powerActionRequested` → Job → `status.powerAction` (pure decisions).
 //! - [`conditions`]: Seeder's wrangler-style conditions.
+//! - [`hardware`]: hardware facts → Node labels `manufacturer`, `model`, `serialNumber`.
 //!
-//! The BMCs are only ever reached by the Rufio controllers (which `ingot run` starts with this
-//! one): a slow or dead BMC holds its own Machine and Job, never an Inventory reconcile.
+//! Power and readiness go through the Rufio controllers (which `ingot run` starts with this
+//! one): a slow or dead BMC holds its own Machine and Job. The only BMC call made here is the
+//! hardware read of a ready Inventory, through Rufio's session manager (the same session), at
+//! most once per `hardware_interval`.
 
 pub mod cluster;
 pub mod conditions;
+pub mod hardware;
 pub mod inventory;
 pub mod power;
 
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::Resource;
@@ -25,16 +30,29 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tracing::warn;
 
 use crate::Metrics;
+use crate::rufio::RufioContext;
 
 /// Finalizer for the Inventory's entry in the local Cluster's `spec.nodes` (ingot's own, so that
 /// the entry is removed before the Inventory can go, whatever else holds it).
 pub const MEMBERSHIP_FINALIZER: &str = "seeder.ingot.dev/local-cluster-membership";
 
 /// Settings of the Seeder controller.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Settings {
     /// Only Inventories of this namespace; `None`: every namespace (as Seeder).
     pub namespace: Option<String>,
+    /// How often the hardware facts of a ready Inventory with `events.enabled` are read (Seeder:
+    /// 15 min).
+    pub hardware_interval: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespace: None,
+            hardware_interval: Duration::from_secs(900),
+        }
+    }
 }
 
 /// What the Seeder controller needs, built by `ingot run`.
@@ -46,6 +64,10 @@ pub struct SeederContext {
     recorder: Recorder,
     /// The local Cluster's `clusterAddress`, read once at start.
     cluster_address: OnceLock<String>,
+    /// The Rufio controllers' BMC sessions, for the hardware read.
+    pub rufio: Arc<RufioContext>,
+    /// When each Inventory's hardware was last read.
+    hardware_read: Mutex<HashMap<String, Instant>>,
 }
 
 impl SeederContext {
@@ -54,6 +76,7 @@ impl SeederContext {
         metrics: Arc<Metrics>,
         instance: String,
         settings: Settings,
+        rufio: Arc<RufioContext>,
     ) -> Self {
         let reporter = Reporter {
             controller: "ingot-seeder".into(),
@@ -65,7 +88,25 @@ impl SeederContext {
             metrics,
             settings,
             cluster_address: OnceLock::new(),
+            rufio,
+            hardware_read: Mutex::default(),
         }
+    }
+
+    /// Whether the Inventory's hardware is due for a read; if so, records the read as done now
+    /// (a failed read waits its interval too, so a BMC is not asked on every pass).
+    pub(crate) fn take_hardware_turn(&self, key: &str) -> bool {
+        let mut read = match self.hardware_read.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let due = read
+            .get(key)
+            .is_none_or(|at| at.elapsed() >= self.settings.hardware_interval);
+        if due {
+            read.insert(key.to_owned(), Instant::now());
+        }
+        due
     }
 
     /// The API of `K` in the watched namespace (or all namespaces).
