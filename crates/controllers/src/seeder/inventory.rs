@@ -234,6 +234,15 @@ async fn apply(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, Err
     Ok(Action::requeue(RESYNC))
 }
 
+/// `namespace/name`.
+fn inventory_key(inventory: &Inventory) -> String {
+    format!(
+        "{}/{}",
+        inventory.namespace().unwrap_or_default(),
+        inventory.name_any()
+    )
+}
+
 fn contactable(machine: &Machine) -> bool {
     machine.status.as_ref().is_some_and(|s| {
         s.conditions
@@ -250,12 +259,7 @@ async fn sync_hardware(
     node: &Node,
     ctx: &SeederContext,
 ) -> Result<(), Error> {
-    let key = format!(
-        "{}/{}",
-        inventory.namespace().unwrap_or_default(),
-        inventory.name_any()
-    );
-    if !ctx.take_hardware_turn(&key) {
+    if !ctx.take_hardware_turn(&inventory_key(inventory)) {
         return Ok(());
     }
     let facts = match read_facts(machine, ctx).await {
@@ -708,6 +712,7 @@ async fn finalize(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, 
         release_machine(&inventory, ctx).await?;
         set_finalizers(&api, &inventory, finalizers).await?;
     }
+    ctx.forget_hardware(&inventory_key(&inventory));
     Ok(Action::await_change())
 }
 

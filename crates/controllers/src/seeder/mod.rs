@@ -93,6 +93,13 @@ impl SeederContext {
         }
     }
 
+    /// Forgets a deleted Inventory's last hardware read.
+    pub(crate) fn forget_hardware(&self, key: &str) {
+        if let Ok(mut read) = self.hardware_read.lock() {
+            read.remove(key);
+        }
+    }
+
     /// Whether the Inventory's hardware is due for a read; if so, records the read as done now
     /// (a failed read waits its interval too, so a BMC is not asked on every pass).
     pub(crate) fn take_hardware_turn(&self, key: &str) -> bool {
