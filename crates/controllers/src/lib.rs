@@ -10,6 +10,7 @@ pub mod gardener;
 pub mod metrics;
 pub mod pools;
 pub mod rufio;
+pub mod seeder;
 
 use std::sync::Arc;
 
@@ -27,6 +28,8 @@ pub enum ControllerKind {
     Gardener,
     /// Machine, Job and Task of `bmc.tinkerbell.org` (Tinkerbell Rufio).
     Rufio,
+    /// Harvester Seeder's embedded mode: the local Cluster and its Inventories (needs Rufio).
+    Seeder,
 }
 
 impl ControllerKind {
@@ -35,6 +38,7 @@ impl ControllerKind {
             ControllerKind::Pools => "pools",
             ControllerKind::Gardener => "gardener",
             ControllerKind::Rufio => "rufio",
+            ControllerKind::Seeder => "seeder",
         }
     }
 }

@@ -12,7 +12,8 @@ use clap::{Parser, Subcommand};
 
 /// ingot runs the lifecycle of bare-metal Kubernetes and Harvester nodes: it provisions
 /// Equinix Metal servers into Harvester clusters (InstancePool / Instance), talks to BMCs over
-/// Redfish and IPMI (Inventory, bmc.tinkerbell.org Machine / Job / Task), and acts as the
+/// Redfish and IPMI (bmc.tinkerbell.org Machine / Job / Task), runs Harvester Seeder's embedded
+/// mode on top of them (Inventory, the local Cluster, power actions), and acts as the
 /// machine controller for Gardener's machine.sapcloud.io Machines. Its resources are
 /// wire-compatible with harvester-equinix-addon, Harvester Seeder, Tinkerbell Rufio and the
 /// Gardener Equinix Metal provider.
@@ -25,7 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the operator: watch the resources and reconcile them (one replica leads at a time).
+    /// Run the operator (--controllers: pools, rufio, seeder, gardener): watch the resources and
+    /// reconcile them (one replica leads at a time).
     Run(Box<run::RunArgs>),
     /// Print the CustomResourceDefinitions ingot generates, as YAML (apply them with kubectl).
     Crds,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use futures::FutureExt;
-use ingot_controllers::{Context, ControllerKind, Metrics, pools, rufio};
+use ingot_controllers::{Context, ControllerKind, Metrics, pools, rufio, seeder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::watch;
@@ -28,7 +28,8 @@ pub struct RunArgs {
     #[arg(long, env = "INGOT_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
 
-    /// Controllers to run, comma-separated.
+    /// Controllers to run, comma-separated. `seeder` also starts `rufio`, whose Machines and
+    /// Jobs it drives.
     #[arg(long, value_delimiter = ',', default_value = "pools")]
     controllers: Vec<ControllerArg>,
 
@@ -68,6 +69,34 @@ pub struct RunArgs {
     // Boxed: the argument structs live on the heap, keeping `Command` small.
     #[command(flatten)]
     rufio: Box<RufioArgs>,
+
+    #[command(flatten)]
+    seeder: SeederArgs,
+}
+
+/// Settings of the Seeder controller (embedded mode: Inventory and the local Cluster).
+#[derive(Args, Debug)]
+struct SeederArgs {
+    /// Reconcile Inventories of this namespace only (default: every namespace, as Seeder).
+    /// The local Cluster is always harvester-system/local.
+    #[arg(long, env = "INGOT_SEEDER_NAMESPACE")]
+    seeder_namespace: Option<String>,
+
+    /// Seconds between two hardware reads (Node labels manufacturer, model, serialNumber) of a
+    /// ready Inventory with events.enabled (Seeder: 900).
+    #[arg(long, default_value_t = 900.0)]
+    seeder_hardware_interval_seconds: f64,
+}
+
+impl SeederArgs {
+    fn settings(&self) -> seeder::Settings {
+        seeder::Settings {
+            namespace: self.seeder_namespace.clone().filter(|n| !n.is_empty()),
+            hardware_interval: Duration::from_secs_f64(
+                self.seeder_hardware_interval_seconds.max(1.0),
+            ),
+        }
+    }
 }
 
 /// Settings of the Rufio controllers (Machine, Job, Task of bmc.tinkerbell.org).
@@ -248,6 +277,9 @@ enum ControllerArg {
     Gardener,
     /// Machine, Job and Task of bmc.tinkerbell.org (Tinkerbell Rufio).
     Rufio,
+    /// Harvester Seeder's embedded mode: the local Cluster, Inventories, power actions (starts
+    /// rufio too).
+    Seeder,
 }
 
 impl From<ControllerArg> for ControllerKind {
@@ -256,14 +288,14 @@ impl From<ControllerArg> for ControllerKind {
             ControllerArg::Pools => ControllerKind::Pools,
             ControllerArg::Gardener => ControllerKind::Gardener,
             ControllerArg::Rufio => ControllerKind::Rufio,
+            ControllerArg::Seeder => ControllerKind::Seeder,
         }
     }
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     telemetry::init(args.log_format, &args.log_level);
-    let controllers: HashSet<ControllerKind> =
-        args.controllers.iter().map(|c| (*c).into()).collect();
+    let controllers = chosen_controllers(&args.controllers);
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     info!(version = env!("CARGO_PKG_VERSION"), %identity, controllers = ?controllers, "starting ingot");
 
@@ -354,6 +386,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         identity.clone(),
         pools_shared,
     ));
+    // One Rufio context (one BMC session per BMC) for the Rufio controllers and the Seeder
+    // controller's hardware reads.
+    let rufio_ctx = Arc::new(rufio::RufioContext::new(
+        client.clone(),
+        metrics.clone(),
+        identity.clone(),
+        args.rufio.settings(),
+    ));
     let mut tasks = Vec::new();
     for kind in &controllers {
         let shutdown = {
@@ -375,12 +415,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 args.pools.crash_point.clone(),
                 shutdown,
             ),
-            ControllerKind::Rufio => tokio::spawn(rufio::run(
-                Arc::new(rufio::RufioContext::new(
+            ControllerKind::Rufio => tokio::spawn(rufio::run(rufio_ctx.clone(), shutdown)),
+            ControllerKind::Seeder => tokio::spawn(seeder::run(
+                Arc::new(seeder::SeederContext::new(
                     client.clone(),
                     metrics.clone(),
                     identity.clone(),
-                    args.rufio.settings(),
+                    args.seeder.settings(),
+                    rufio_ctx.clone(),
                 )),
                 shutdown,
             )),
@@ -419,6 +461,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let _ = server.await;
     outcome
+}
+
+/// The controllers to start: those asked for, plus `rufio` when `seeder` is asked for (Seeder's
+/// embedded mode runs the Rufio controllers itself).
+fn chosen_controllers(args: &[ControllerArg]) -> HashSet<ControllerKind> {
+    let mut kinds: HashSet<ControllerKind> = args.iter().map(|c| (*c).into()).collect();
+    if kinds.contains(&ControllerKind::Seeder) {
+        kinds.insert(ControllerKind::Rufio);
+    }
+    kinds
 }
 
 pub(crate) async fn connect(

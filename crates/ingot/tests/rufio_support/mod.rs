@@ -44,7 +44,7 @@ impl Drop for Proc {
     }
 }
 
-fn spawn_logged(cmd: &mut Command, tag: &str) -> Proc {
+pub fn spawn_logged(cmd: &mut Command, tag: &str) -> Proc {
     let log = temp_dir(tag).join("out.log");
     let file = std::fs::File::create(&log).unwrap();
     let child = cmd

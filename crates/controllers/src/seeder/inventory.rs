@@ -1,0 +1,905 @@
+//! The Inventory reconciler of embedded mode (Seeder's `LocalClusterReconciler` and the
+//! embedded half of its `InventoryReconciler`, in one place so that nothing races).
+//!
+//! For an Inventory annotated as local (`metal.harvesterhci.io/local-inventory: "true"`, or the
+//! HEP's `metal.harvesterhci.io/localInventory`), in order:
+//!
+//! 1. finalizers: [`MEMBERSHIP_FINALIZER`] for its entry in the local Cluster, Seeder's
+//!    `finalizer.inventory.metal.harvesterhci.io` for its Machine;
+//! 2. its entry in the local Cluster's `spec.nodes`;
+//! 3. its rufio Machine (same name, `spec = baseboardSpec`, Seeder's finalizer, an owner
+//!    reference to the Inventory);
+//! 4. one status write: `bmcObjectCreated`, readiness from the Machine's `Contactable` (read on
+//!    every pass, so a BMC that stops answering shows as `machineNotContactable`), the Machine's
+//!    power state, the Node's InternalIP, and the power-action handshake ([`super::power`]).
+//!
+//! On deletion the entry leaves the Cluster before the membership finalizer goes, and the
+//! Machine's finalizer goes before Seeder's finalizer leaves the Inventory. Every write carries
+//! the resourceVersion it was decided on.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use ingot_api::rufio::{Job, Machine, MachineStatus};
+use ingot_api::seeder::{
+    Cluster, INVENTORY_FINALIZER, INVENTORY_NODE_READY, Inventory, InventoryStatus,
+    JOB_INVENTORY_LABEL, LOCAL_CLUSTER_NAME, LOCAL_CLUSTER_NAMESPACE, LOCAL_INVENTORY_ANNOTATION,
+    LOCAL_NODE_NAME_ANNOTATION,
+};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Config};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info};
+
+use super::conditions::{
+    self, BMC_OBJECT_CREATED, INVENTORY_ALLOCATED_TO_CLUSTER, MACHINE_NOT_CONTACTABLE,
+};
+use super::power::{self, JobOutcome, PowerStep};
+use super::{Error, MEMBERSHIP_FINALIZER, SeederContext, cluster, hardware};
+use crate::rufio::machine::CONTACTABLE;
+
+const CONTROLLER: &str = "seeder-inventory";
+/// The HEP's spellings of the two annotations (Seeder renamed them before release; the HEP and
+/// manifests written from it still use these).
+pub const LOCAL_INVENTORY_ANNOTATION_HEP: &str = "metal.harvesterhci.io/localInventory";
+pub const LOCAL_NODE_NAME_ANNOTATION_HEP: &str = "metal.harvesterhci.io/localNodeName";
+/// A pass with nothing to wait for still comes back this often (everything read is watched).
+const RESYNC: Duration = Duration::from_secs(600);
+
+pub async fn run(
+    ctx: Arc<SeederContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (inventories, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher(ctx.watched::<Inventory>(), watcher::Config::default()).default_backoff(),
+    )
+    .touched_objects();
+    let by_node = inventories.clone();
+    let all = inventories.clone();
+    let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), LOCAL_CLUSTER_NAMESPACE);
+    Controller::for_stream(stream, inventories)
+        // A Machine and its Inventory share namespace and name.
+        .watches(ctx.watched::<Machine>(), watcher::Config::default(), |m| {
+            Some(same_name(&m))
+        })
+        .watches(
+            ctx.watched::<Job>(),
+            watcher::Config::default().labels(JOB_INVENTORY_LABEL),
+            |job| {
+                let inventory = job.labels().get(JOB_INVENTORY_LABEL)?.clone();
+                Some(ObjectRef::new(&inventory).within(&job.namespace()?))
+            },
+        )
+        .watches(
+            Api::<Node>::all(ctx.client.clone()),
+            watcher::Config::default(),
+            move |node| naming_node(&by_node, &node.name_any()),
+        )
+        .watches(
+            clusters,
+            watcher::Config::default().fields(&format!("metadata.name={LOCAL_CLUSTER_NAME}")),
+            move |_| local_inventories(&all),
+        )
+        .with_config(Config::default().concurrency(64))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                debug!(%error, "inventory reconciliation failed");
+            }
+        })
+        .await;
+}
+
+fn same_name<K: Resource<DynamicType = ()>>(object: &K) -> ObjectRef<Inventory> {
+    let r = ObjectRef::new(&object.meta().name.clone().unwrap_or_default());
+    match &object.meta().namespace {
+        Some(ns) => r.within(ns),
+        None => r,
+    }
+}
+
+fn naming_node(store: &Store<Inventory>, node: &str) -> Vec<ObjectRef<Inventory>> {
+    store
+        .state()
+        .iter()
+        .filter(|i| node_name(i) == Some(node))
+        .map(|i| ObjectRef::from(i.as_ref()))
+        .collect()
+}
+
+fn local_inventories(store: &Store<Inventory>) -> Vec<ObjectRef<Inventory>> {
+    store
+        .state()
+        .iter()
+        .filter(|i| is_local(i))
+        .map(|i| ObjectRef::from(i.as_ref()))
+        .collect()
+}
+
+/// Whether the Inventory is a local one (either spelling of the annotation, `"true"`).
+pub fn is_local(inventory: &Inventory) -> bool {
+    let a = inventory.annotations();
+    [LOCAL_INVENTORY_ANNOTATION, LOCAL_INVENTORY_ANNOTATION_HEP]
+        .iter()
+        .any(|k| a.get(*k).is_some_and(|v| v == "true"))
+}
+
+/// The Node the Inventory maps to (either spelling; Seeder's wins when both are set).
+pub fn node_name(inventory: &Inventory) -> Option<&str> {
+    let a = inventory.annotations();
+    [LOCAL_NODE_NAME_ANNOTATION, LOCAL_NODE_NAME_ANNOTATION_HEP]
+        .iter()
+        .find_map(|k| a.get(*k).filter(|v| !v.is_empty()))
+        .map(String::as_str)
+}
+
+fn error_policy(_inventory: Arc<Inventory>, error: &Error, ctx: Arc<SeederContext>) -> Action {
+    ctx.metrics.failed(CONTROLLER, error.kind());
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result<Action, Error> {
+    if !is_local(&inventory) {
+        // Provisioning-mode Inventories are not embedded mode's to touch.
+        return Ok(Action::await_change());
+    }
+    let started = Instant::now();
+    let result = if inventory.metadata.deletion_timestamp.is_some() {
+        finalize(&inventory, &ctx).await
+    } else {
+        apply(&inventory, &ctx).await
+    };
+    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
+    result
+}
+
+fn now() -> String {
+    Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn inventories(ctx: &SeederContext, inventory: &Inventory) -> Api<Inventory> {
+    Api::namespaced(
+        ctx.client.clone(),
+        &inventory.namespace().unwrap_or_default(),
+    )
+}
+
+/// Writes the finalizer list, failing with a conflict if the object changed since it was read.
+async fn set_finalizers<K>(api: &Api<K>, object: &K, finalizers: Vec<String>) -> Result<K, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": object.resource_version(),
+    }});
+    Ok(api
+        .patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?)
+}
+
+/// The finalizers with `wanted` present (in order) or `None` if nothing is missing.
+pub fn with_finalizers(current: &[String], wanted: &[&str]) -> Option<Vec<String>> {
+    let missing: Vec<String> = wanted
+        .iter()
+        .filter(|w| !current.iter().any(|c| c == *w))
+        .map(|w| (*w).to_owned())
+        .collect();
+    (!missing.is_empty()).then(|| current.iter().cloned().chain(missing).collect())
+}
+
+/// The finalizers without `gone`, or `None` if it is not there.
+pub fn without_finalizer(current: &[String], gone: &str) -> Option<Vec<String>> {
+    current
+        .iter()
+        .any(|c| c == gone)
+        .then(|| current.iter().filter(|c| *c != gone).cloned().collect())
+}
+
+async fn apply(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, Error> {
+    let api = inventories(ctx, inventory);
+    let inventory = match with_finalizers(
+        inventory.finalizers(),
+        &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER],
+    ) {
+        Some(finalizers) => set_finalizers(&api, inventory, finalizers).await?,
+        None => inventory.clone(),
+    };
+    join_local_cluster(&inventory, ctx).await?;
+    let machine = ensure_machine(&inventory, ctx).await?;
+    let node = read_node(&inventory, ctx).await?;
+    update_status(&inventory, machine.as_ref(), node.as_ref(), ctx).await?;
+    if let (Some(machine), Some(node)) = (&machine, &node)
+        && inventory.spec.events.enabled
+        && contactable(machine)
+    {
+        sync_hardware(&inventory, machine, node, ctx).await?;
+        return Ok(Action::requeue(RESYNC.min(ctx.settings.hardware_interval)));
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+/// `namespace/name`.
+fn inventory_key(inventory: &Inventory) -> String {
+    format!(
+        "{}/{}",
+        inventory.namespace().unwrap_or_default(),
+        inventory.name_any()
+    )
+}
+
+fn contactable(machine: &Machine) -> bool {
+    machine.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == CONTACTABLE && c.status == "True")
+    })
+}
+
+/// Hardware facts → the Node's labels (merge patch of the changed ones only), at most once per
+/// interval; a failed read is a Warning Event `HardwareReadFailed` on the Inventory.
+async fn sync_hardware(
+    inventory: &Inventory,
+    machine: &Machine,
+    node: &Node,
+    ctx: &SeederContext,
+) -> Result<(), Error> {
+    if !ctx.take_hardware_turn(&inventory_key(inventory)) {
+        return Ok(());
+    }
+    let facts = match read_facts(machine, ctx).await {
+        Ok(facts) => facts,
+        Err(message) => {
+            ctx.publish(
+                inventory,
+                EventType::Warning,
+                "HardwareReadFailed",
+                format!("reading the hardware facts: {message}"),
+            )
+            .await;
+            return Ok(());
+        }
+    };
+    let wanted = hardware::wanted_labels(&facts);
+    if let Some(patch) = hardware::label_patch(node.labels(), &wanted) {
+        Api::<Node>::all(ctx.client.clone())
+            .patch(
+                &node.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await?;
+        info!(node = %node.name_any(), labels = ?wanted, "hardware labels written");
+    }
+    Ok(())
+}
+
+/// The BMC's hardware facts, through the Rufio controllers' session for it.
+async fn read_facts(
+    machine: &Machine,
+    ctx: &SeederContext,
+) -> Result<ingot_bmc::Inventory, String> {
+    use crate::rufio::bmcs;
+    use ingot_bmc::Bmc;
+    let namespace = machine.namespace().unwrap_or_default();
+    let connection = &machine.spec.connection;
+    let creds = bmcs::credentials(&ctx.client, connection, &namespace)
+        .await
+        .map_err(|e| e.to_string())?;
+    let target = bmcs::target(connection, &creds).map_err(|e| e.to_string())?;
+    let reached = ctx.rufio.bmcs.reach(&target).await.map_err(|e| e.0)?;
+    reached
+        .bmc
+        .inventory()
+        .await
+        .map_err(|e| bmcs::error_chain(&e))
+}
+
+/// Step 2: the Inventory's entry in the local Cluster (re-created with its status if missing).
+async fn join_local_cluster(inventory: &Inventory, ctx: &SeederContext) -> Result<(), Error> {
+    let address = ctx
+        .cluster_address()
+        .ok_or_else(|| Error::Other("the local Cluster is not prepared yet".to_owned()))?;
+    let mut local = cluster::ensure_local_cluster(&ctx.client, address).await?;
+    let (name, namespace) = (
+        inventory.name_any(),
+        inventory.namespace().unwrap_or_default(),
+    );
+    if !cluster::add_member(&mut local.spec, &namespace, &name) {
+        return Ok(());
+    }
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), LOCAL_CLUSTER_NAMESPACE);
+    // A full replace: it carries the resourceVersion read, so a concurrent change conflicts.
+    let local = api
+        .replace(LOCAL_CLUSTER_NAME, &PostParams::default(), &local)
+        .await?;
+    ctx.publish(
+        &local,
+        EventType::Normal,
+        "ClusterUpdated",
+        format!("inventory {name} in namespace {namespace} added to local cluster"),
+    )
+    .await;
+    Ok(())
+}
+
+/// Removes the Inventory from the local Cluster; true once it is not listed (or no Cluster).
+async fn leave_local_cluster(inventory: &Inventory, ctx: &SeederContext) -> Result<(), Error> {
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), LOCAL_CLUSTER_NAMESPACE);
+    let Some(mut local) = api.get_opt(LOCAL_CLUSTER_NAME).await? else {
+        return Ok(());
+    };
+    let (name, namespace) = (
+        inventory.name_any(),
+        inventory.namespace().unwrap_or_default(),
+    );
+    if !cluster::remove_member(&mut local.spec, &namespace, &name) {
+        return Ok(());
+    }
+    let local = api
+        .replace(LOCAL_CLUSTER_NAME, &PostParams::default(), &local)
+        .await?;
+    ctx.publish(
+        &local,
+        EventType::Normal,
+        "ClusterUpdated",
+        format!("inventory {name} in namespace {namespace} removed from local cluster"),
+    )
+    .await;
+    Ok(())
+}
+
+/// The Machine Seeder makes for an Inventory: same name, `spec = baseboardSpec`, Seeder's
+/// finalizer, and the Inventory as controlling owner (as Seeder's local-cluster controller).
+pub fn desired_machine(inventory: &Inventory) -> Machine {
+    let mut machine = Machine::new(&inventory.name_any(), inventory.spec.baseboard_spec.clone());
+    machine.metadata = ObjectMeta {
+        name: Some(inventory.name_any()),
+        namespace: inventory.namespace(),
+        finalizers: Some(vec![INVENTORY_FINALIZER.to_owned()]),
+        owner_references: Some(vec![controller_reference(inventory)]),
+        ..ObjectMeta::default()
+    };
+    machine
+}
+
+fn controller_reference(inventory: &Inventory) -> OwnerReference {
+    OwnerReference {
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+        ..power::owner_reference(inventory)
+    }
+}
+
+/// What an existing Machine lacks: the spec, Seeder's finalizer, an owner reference to this
+/// Inventory. `None` when nothing is missing. Machines the Go Seeder made are adopted as they
+/// are (its owner reference may or may not be a controller reference).
+pub fn machine_patch(inventory: &Inventory, machine: &Machine) -> Option<serde_json::Value> {
+    let mut patch = serde_json::Map::new();
+    if machine.spec != inventory.spec.baseboard_spec {
+        patch.insert("spec".into(), json!(inventory.spec.baseboard_spec));
+    }
+    let mut metadata = serde_json::Map::new();
+    if let Some(finalizers) = with_finalizers(machine.finalizers(), &[INVENTORY_FINALIZER]) {
+        metadata.insert("finalizers".into(), json!(finalizers));
+    }
+    let uid = inventory.uid().unwrap_or_default();
+    if !machine.owner_references().iter().any(|o| o.uid == uid) {
+        let mut owners = machine.owner_references().to_vec();
+        let has_controller = owners.iter().any(|o| o.controller == Some(true));
+        owners.push(if has_controller {
+            power::owner_reference(inventory)
+        } else {
+            controller_reference(inventory)
+        });
+        metadata.insert("ownerReferences".into(), json!(owners));
+    }
+    if patch.is_empty() && metadata.is_empty() {
+        return None;
+    }
+    metadata.insert("resourceVersion".into(), json!(machine.resource_version()));
+    patch.insert("metadata".into(), serde_json::Value::Object(metadata));
+    Some(serde_json::Value::Object(patch))
+}
+
+/// Step 3: the Machine, created or brought in line. A Machine someone is deleting loses
+/// Seeder's finalizer (so it can go) and is made again on the next pass. Returns the Machine
+/// as it stands, `None` while one is being replaced.
+async fn ensure_machine(
+    inventory: &Inventory,
+    ctx: &SeederContext,
+) -> Result<Option<Machine>, Error> {
+    let namespace = inventory.namespace().unwrap_or_default();
+    let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(machine) = api.get_opt(&inventory.name_any()).await? else {
+        let created = api
+            .create(&PostParams::default(), &desired_machine(inventory))
+            .await?;
+        info!(inventory = %inventory.name_any(), %namespace, "created the rufio Machine");
+        return Ok(Some(created));
+    };
+    if machine.metadata.deletion_timestamp.is_some() {
+        if let Some(finalizers) = without_finalizer(machine.finalizers(), INVENTORY_FINALIZER) {
+            set_finalizers(&api, &machine, finalizers).await?;
+        }
+        return Ok(None);
+    }
+    match machine_patch(inventory, &machine) {
+        Some(patch) => Ok(Some(
+            api.patch(
+                &machine.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await?,
+        )),
+        None => Ok(Some(machine)),
+    }
+}
+
+/// The Node the Inventory names, `None` (with a Warning Event) when it names none or a missing
+/// one: the rest of the Inventory is still kept.
+async fn read_node(inventory: &Inventory, ctx: &SeederContext) -> Result<Option<Node>, Error> {
+    let Some(name) = node_name(inventory) else {
+        ctx.publish(
+            inventory,
+            EventType::Warning,
+            "MissingNodeName",
+            format!(
+                "annotation {LOCAL_NODE_NAME_ANNOTATION} (or {LOCAL_NODE_NAME_ANNOTATION_HEP}) must name the Node of this Inventory"
+            ),
+        )
+        .await;
+        return Ok(None);
+    };
+    let node = Api::<Node>::all(ctx.client.clone()).get_opt(name).await?;
+    if node.is_none() {
+        ctx.publish(
+            inventory,
+            EventType::Warning,
+            "NodeNotFound",
+            format!("node {name} named by annotation {LOCAL_NODE_NAME_ANNOTATION} does not exist"),
+        )
+        .await;
+    }
+    Ok(node)
+}
+
+/// The Node's InternalIP (the last one, as Seeder takes it).
+pub fn internal_ip(node: &Node) -> Option<String> {
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .map(|a| a.address.clone())
+        .next_back()
+}
+
+/// Readiness and power state from the Machine: `Contactable=True` is `inventoryNodeReady`;
+/// `Contactable=False` clears it and sets `machineNotContactable` as an error with the
+/// Machine's message. A Machine not read yet changes nothing.
+pub fn apply_machine(status: &mut InventoryStatus, machine: Option<&MachineStatus>, now: &str) {
+    let Some(machine) = machine else {
+        return;
+    };
+    if let Some(power) = &machine.power_state {
+        status.machine_power_state = Some(power.clone());
+    }
+    let Some(contactable) = machine.conditions.iter().find(|c| c.type_ == CONTACTABLE) else {
+        return;
+    };
+    if contactable.status == "True" {
+        status.status = Some(INVENTORY_NODE_READY.to_owned());
+        conditions::set_false(&mut status.conditions, MACHINE_NOT_CONTACTABLE, now);
+        conditions::set_true(
+            &mut status.conditions,
+            INVENTORY_ALLOCATED_TO_CLUSTER,
+            None,
+            now,
+        );
+    } else {
+        status.status = None;
+        let message = contactable
+            .message
+            .clone()
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| "the BMC does not answer".to_owned());
+        conditions::set_error(
+            &mut status.conditions,
+            MACHINE_NOT_CONTACTABLE,
+            &message,
+            now,
+        );
+    }
+}
+
+/// Step 4: everything the status says, written once (with the resourceVersion read), then the
+/// power-action handshake, which may create a Job between two writes.
+async fn update_status(
+    inventory: &Inventory,
+    machine: Option<&Machine>,
+    node: Option<&Node>,
+    ctx: &SeederContext,
+) -> Result<(), Error> {
+    let now = now();
+    let mut status = inventory.status.clone().unwrap_or_default();
+    match machine {
+        Some(machine) => {
+            conditions::set_true(&mut status.conditions, BMC_OBJECT_CREATED, None, &now);
+            if status.hardware_id.is_none() {
+                status.hardware_id = Some(uuid::Uuid::new_v4().to_string());
+            }
+            apply_machine(&mut status, machine.status.as_ref(), &now);
+        }
+        None => {
+            // The Machine is being replaced: not ready until the new one answers.
+            status.status = None;
+            conditions::set_false(&mut status.conditions, BMC_OBJECT_CREATED, &now);
+        }
+    }
+    if let Some(address) = node.and_then(internal_ip) {
+        status.pxe_boot_config.address = Some(address);
+    }
+    let ready = status.status.as_deref() == Some(INVENTORY_NODE_READY);
+    let step = power::next_step(
+        inventory.spec.power_action_requested.as_deref(),
+        &status,
+        ready,
+    );
+    let mut events = Vec::new();
+    match &step {
+        PowerStep::Idle | PowerStep::WaitReady | PowerStep::Recover(_) => {}
+        PowerStep::Unknown(unknown) => {
+            let before = status.clone();
+            power::mark_unknown(&mut status, unknown, &now);
+            if status != before {
+                events.push((
+                    EventType::Warning,
+                    "UnknownPowerAction",
+                    unknown.to_string(),
+                ));
+            }
+        }
+        PowerStep::Submit(_) => power::mark_submitted(&mut status, &now),
+        PowerStep::Track(job) => {
+            let outcome = power::job_outcome(read_job(inventory, job, ctx).await?.as_ref());
+            if power::apply_outcome(&mut status, job, &outcome, &now) {
+                events.push(outcome_event(job, &outcome));
+            }
+        }
+    }
+    let inventory = write_status(inventory, status, ctx).await?;
+    for (type_, reason, note) in events {
+        ctx.publish(&inventory, type_, reason, note).await;
+    }
+    match step {
+        PowerStep::Submit(action) | PowerStep::Recover(action) => {
+            submit_job(&inventory, action, ctx).await
+        }
+        _ => Ok(()),
+    }
+}
+
+fn outcome_event(job: &str, outcome: &JobOutcome) -> (EventType, &'static str, String) {
+    match outcome {
+        JobOutcome::Completed => (
+            EventType::Normal,
+            "PowerActionCompleted",
+            format!("bmc job {job} completed"),
+        ),
+        JobOutcome::Failed(message) => (
+            EventType::Warning,
+            "PowerActionFailed",
+            format!("bmc job {job} failed: {message}"),
+        ),
+        JobOutcome::Missing | JobOutcome::Running => (
+            EventType::Warning,
+            "PowerActionFailed",
+            format!("bmc job {job} was deleted before it ended"),
+        ),
+    }
+}
+
+async fn read_job(
+    inventory: &Inventory,
+    job: &str,
+    ctx: &SeederContext,
+) -> Result<Option<Job>, Error> {
+    let api: Api<Job> = Api::namespaced(
+        ctx.client.clone(),
+        &inventory.namespace().unwrap_or_default(),
+    );
+    Ok(api.get_opt(job).await?)
+}
+
+/// Replaces the status if it changed, carrying the resourceVersion read; returns the Inventory
+/// as written (or as it was).
+async fn write_status(
+    inventory: &Inventory,
+    status: InventoryStatus,
+    ctx: &SeederContext,
+) -> Result<Inventory, Error> {
+    if inventory.status.as_ref() == Some(&status)
+        || (inventory.status.is_none() && status == InventoryStatus::default())
+    {
+        return Ok(inventory.clone());
+    }
+    let mut updated = inventory.clone();
+    updated.status = Some(status);
+    let written = inventories(ctx, inventory)
+        .replace_status(&inventory.name_any(), &PostParams::default(), &updated)
+        .await?;
+    Ok(written)
+}
+
+/// Finds the Job of a taken request or creates it, then records its name.
+async fn submit_job(
+    inventory: &Inventory,
+    action: power::PowerAction,
+    ctx: &SeederContext,
+) -> Result<(), Error> {
+    let namespace = inventory.namespace().unwrap_or_default();
+    let api: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
+    let status = inventory.status.clone().unwrap_or_default();
+    let since = conditions::find(&status.conditions, conditions::BMC_JOB_SUBMITTED)
+        .and_then(|c| c.last_update_time.clone())
+        .unwrap_or_default();
+    let listed = api
+        .list(
+            &ListParams::default()
+                .labels(&format!("{JOB_INVENTORY_LABEL}={}", inventory.name_any())),
+        )
+        .await?;
+    let name = match power::find_submitted_job(&listed.items, inventory, action, &since) {
+        Some(name) => name,
+        None => {
+            let job = api
+                .create(
+                    &PostParams::default(),
+                    &power::generate_job(inventory, action),
+                )
+                .await?;
+            info!(inventory = %inventory.name_any(), %namespace, job = %job.name_any(), %action, "created the power action job");
+            job.name_any()
+        }
+    };
+    let mut status = status;
+    status.power_action.last_job_name = Some(name.clone());
+    let inventory = write_status(inventory, status, ctx).await?;
+    ctx.publish(
+        &inventory,
+        EventType::Normal,
+        "PowerActionSubmitted",
+        format!("bmc job {name} submitted for power action {action}"),
+    )
+    .await;
+    Ok(())
+}
+
+/// Deletion: the Cluster entry, then the membership finalizer; the Machine's finalizer, then
+/// Seeder's finalizer. Each step is written before the next is taken.
+async fn finalize(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, Error> {
+    let api = inventories(ctx, inventory);
+    let holds = |f: &str| inventory.finalizers().iter().any(|x| x == f);
+    if !holds(MEMBERSHIP_FINALIZER) && !holds(INVENTORY_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    // Seeder's finalizer also stood for the membership before ingot: the entry goes first
+    // whichever finalizer is left.
+    leave_local_cluster(inventory, ctx).await?;
+    let mut inventory = inventory.clone();
+    if let Some(finalizers) = without_finalizer(inventory.finalizers(), MEMBERSHIP_FINALIZER) {
+        inventory = set_finalizers(&api, &inventory, finalizers).await?;
+    }
+    if let Some(finalizers) = without_finalizer(inventory.finalizers(), INVENTORY_FINALIZER) {
+        release_machine(&inventory, ctx).await?;
+        set_finalizers(&api, &inventory, finalizers).await?;
+    }
+    ctx.forget_hardware(&inventory_key(&inventory));
+    Ok(Action::await_change())
+}
+
+/// Removes Seeder's finalizer from the Inventory's Machine (garbage collection deletes it).
+async fn release_machine(inventory: &Inventory, ctx: &SeederContext) -> Result<(), Error> {
+    let api: Api<Machine> = Api::namespaced(
+        ctx.client.clone(),
+        &inventory.namespace().unwrap_or_default(),
+    );
+    if let Some(machine) = api.get_opt(&inventory.name_any()).await?
+        && let Some(finalizers) = without_finalizer(machine.finalizers(), INVENTORY_FINALIZER)
+    {
+        set_finalizers(&api, &machine, finalizers).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use ingot_api::seeder::InventorySpec;
+
+    fn inventory(annotations: serde_json::Value) -> Inventory {
+        serde_json::from_value(json!({
+            "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+            "metadata": {"name": "harvester-659jw", "namespace": "harvester-system", "uid": "u1",
+                "annotations": annotations},
+            "spec": {"baseboardSpec": {"connection": {"host": "127.0.0.1", "port": 623, "insecureTLS": true,
+                "authSecretRef": {"name": "harvester-659jw", "namespace": "harvester-system"}}},
+                "events": {"enabled": true, "pollingInterval": "1h"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn both_spellings_of_the_annotations_are_read() {
+        let seeder = inventory(json!({
+            "metal.harvesterhci.io/local-inventory": "true",
+            "metal.harvesterhci.io/local-node-name": "n1"
+        }));
+        let hep = inventory(json!({
+            "metal.harvesterhci.io/localInventory": "true",
+            "metal.harvesterhci.io/localNodeName": "n2"
+        }));
+        assert!(is_local(&seeder) && is_local(&hep));
+        assert_eq!(node_name(&seeder), Some("n1"));
+        assert_eq!(node_name(&hep), Some("n2"));
+        assert!(!is_local(&inventory(
+            json!({"metal.harvesterhci.io/local-inventory": "false"})
+        )));
+        assert!(!is_local(&Inventory::new("x", InventorySpec::default())));
+    }
+
+    #[test]
+    fn finalizers_are_added_in_order_and_removed_one_at_a_time() {
+        let none: Vec<String> = vec![];
+        assert_eq!(
+            with_finalizers(&none, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]).unwrap(),
+            vec![MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]
+        );
+        let go = vec![INVENTORY_FINALIZER.to_owned()];
+        assert_eq!(
+            with_finalizers(&go, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]).unwrap(),
+            vec![INVENTORY_FINALIZER, MEMBERSHIP_FINALIZER]
+        );
+        let both = vec![
+            INVENTORY_FINALIZER.to_owned(),
+            MEMBERSHIP_FINALIZER.to_owned(),
+        ];
+        assert_eq!(
+            with_finalizers(&both, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]),
+            None
+        );
+        assert_eq!(
+            without_finalizer(&both, MEMBERSHIP_FINALIZER).unwrap(),
+            vec![INVENTORY_FINALIZER]
+        );
+        assert_eq!(without_finalizer(&go, MEMBERSHIP_FINALIZER), None);
+    }
+
+    #[test]
+    fn the_machine_is_seeders() {
+        let i = inventory(json!({}));
+        let m = serde_json::to_value(desired_machine(&i)).unwrap();
+        assert_eq!(m["metadata"]["name"], "harvester-659jw");
+        assert_eq!(
+            m["metadata"]["finalizers"],
+            json!(["finalizer.inventory.metal.harvesterhci.io"])
+        );
+        assert_eq!(
+            m["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+                "name": "harvester-659jw", "uid": "u1", "controller": true, "blockOwnerDeletion": true}])
+        );
+        assert_eq!(
+            m["spec"],
+            serde_json::to_value(&i.spec.baseboard_spec).unwrap()
+        );
+        assert_eq!(machine_patch(&i, &desired_machine(&i)), None);
+    }
+
+    #[test]
+    fn a_go_seeder_machine_is_adopted_with_what_it_lacks() {
+        let i = inventory(json!({}));
+        let mut m = desired_machine(&i);
+        // Seeder's local-cluster controller: controller reference, no finalizer.
+        m.metadata.finalizers = None;
+        m.metadata.resource_version = Some("7".into());
+        let patch = machine_patch(&i, &m).unwrap();
+        assert_eq!(
+            patch,
+            json!({"metadata": {"finalizers": [INVENTORY_FINALIZER], "resourceVersion": "7"}})
+        );
+        // A changed baseboardSpec is carried over.
+        let mut changed = i.clone();
+        changed.spec.baseboard_spec.connection.host = "10.0.0.9".into();
+        let patch = machine_patch(&changed, &desired_machine(&i)).unwrap();
+        assert_eq!(patch["spec"]["connection"]["host"], "10.0.0.9");
+    }
+
+    fn machine_status(v: serde_json::Value) -> MachineStatus {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn readiness_follows_contactable_both_ways() {
+        let mut s = InventoryStatus::default();
+        apply_machine(&mut s, Some(&machine_status(json!({}))), "t0");
+        assert_eq!(
+            s,
+            InventoryStatus::default(),
+            "a Machine not read yet changes nothing"
+        );
+        apply_machine(
+            &mut s,
+            Some(&machine_status(json!({"powerState": "on",
+                "conditions": [{"type": "Contactable", "status": "True"}]}))),
+            "t1",
+        );
+        assert_eq!(s.status.as_deref(), Some("inventoryNodeReady"));
+        assert_eq!(s.machine_power_state.as_deref(), Some("on"));
+        assert!(conditions::find(&s.conditions, MACHINE_NOT_CONTACTABLE).is_none());
+
+        apply_machine(
+            &mut s,
+            Some(&machine_status(json!({"powerState": "unknown",
+                "conditions": [{"type": "Contactable", "status": "False", "message": "failed to open connection to BMC"}]}))),
+            "t2",
+        );
+        assert_eq!(s.status, None);
+        let c = conditions::find(&s.conditions, MACHINE_NOT_CONTACTABLE).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("True", Some("Error"))
+        );
+        assert_eq!(
+            c.message.as_deref(),
+            Some("failed to open connection to BMC")
+        );
+        assert_eq!(s.machine_power_state.as_deref(), Some("unknown"));
+
+        apply_machine(
+            &mut s,
+            Some(&machine_status(json!({"powerState": "off",
+                "conditions": [{"type": "Contactable", "status": "True"}]}))),
+            "t3",
+        );
+        assert_eq!(s.status.as_deref(), Some("inventoryNodeReady"));
+        let c = conditions::find(&s.conditions, MACHINE_NOT_CONTACTABLE).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref(), c.message.as_deref()),
+            ("False", None, None)
+        );
+    }
+
+    #[test]
+    fn the_last_internal_ip_is_the_address() {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "status": {"addresses": [
+                {"type": "Hostname", "address": "n"},
+                {"type": "InternalIP", "address": "10.0.0.1"},
+                {"type": "InternalIP", "address": "10.0.0.2"}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(internal_ip(&node).as_deref(), Some("10.0.0.2"));
+    }
+}

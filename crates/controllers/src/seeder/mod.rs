@@ -1,0 +1,207 @@
+//! Harvester Seeder's embedded mode (`metal.harvesterhci.io/v1alpha1`) on top of the Rufio
+//! controllers: the `local` Cluster, one rufio Machine per local Inventory, readiness from the
+//! Machine's `Contactable` condition, the Node's address, and power actions as rufio Jobs.
+//!
+//! - [`cluster`]: the `harvester-system/local` Cluster and its `spec.nodes`.
+//! - [`inventory`]: the Inventory reconciler (watching Inventories, their Machines and Jobs, the
+//!   Nodes they name and the local Cluster).
+//! - [`power`]: `spec.powerActionRequested` → Job → `status.powerAction` (pure decisions).
+//! - [`conditions`]: Seeder's wrangler-style conditions.
+//! - [`hardware`]: hardware facts → Node labels `manufacturer`, `model`, `serialNumber`.
+//!
+//! Power and readiness go through the Rufio controllers (which `ingot run` starts with this
+//! one): a slow or dead BMC holds its own Machine and Job. The only BMC call made here is the
+//! hardware read of a ready Inventory, through Rufio's session manager (the same session), at
+//! most once per `hardware_interval`.
+
+pub mod cluster;
+pub mod conditions;
+pub mod hardware;
+pub mod inventory;
+pub mod power;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tracing::warn;
+
+use crate::Metrics;
+use crate::rufio::RufioContext;
+
+/// Finalizer for the Inventory's entry in the local Cluster's `spec.nodes` (ingot's own, so that
+/// the entry is removed before the Inventory can go, whatever else holds it).
+pub const MEMBERSHIP_FINALIZER: &str = "seeder.ingot.dev/local-cluster-membership";
+
+/// Settings of the Seeder controller.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Only Inventories of this namespace; `None`: every namespace (as Seeder).
+    pub namespace: Option<String>,
+    /// How often the hardware facts of a ready Inventory with `events.enabled` are read (Seeder:
+    /// 15 min).
+    pub hardware_interval: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespace: None,
+            hardware_interval: Duration::from_secs(900),
+        }
+    }
+}
+
+/// What the Seeder controller needs, built by `ingot run`.
+pub struct SeederContext {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub settings: Settings,
+    /// One Event recorder for the controller (it aggregates repeated Events).
+    recorder: Recorder,
+    /// The local Cluster's `clusterAddress`, read once at start.
+    cluster_address: OnceLock<String>,
+    /// The Rufio controllers' BMC sessions, for the hardware read.
+    pub rufio: Arc<RufioContext>,
+    /// When each Inventory's hardware was last read.
+    hardware_read: Mutex<HashMap<String, Instant>>,
+}
+
+impl SeederContext {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        instance: String,
+        settings: Settings,
+        rufio: Arc<RufioContext>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "ingot-seeder".into(),
+            instance: Some(instance),
+        };
+        SeederContext {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            settings,
+            cluster_address: OnceLock::new(),
+            rufio,
+            hardware_read: Mutex::default(),
+        }
+    }
+
+    /// Forgets a deleted Inventory's last hardware read.
+    pub(crate) fn forget_hardware(&self, key: &str) {
+        if let Ok(mut read) = self.hardware_read.lock() {
+            read.remove(key);
+        }
+    }
+
+    /// Whether the Inventory's hardware is due for a read; if so, records the read as done now
+    /// (a failed read waits its interval too, so a BMC is not asked on every pass).
+    pub(crate) fn take_hardware_turn(&self, key: &str) -> bool {
+        let mut read = match self.hardware_read.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let due = read
+            .get(key)
+            .is_none_or(|at| at.elapsed() >= self.settings.hardware_interval);
+        if due {
+            read.insert(key.to_owned(), Instant::now());
+        }
+        due
+    }
+
+    /// The API of `K` in the watched namespace (or all namespaces).
+    pub(crate) fn watched<K>(&self) -> kube::Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        match &self.settings.namespace {
+            Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
+            None => kube::Api::all(self.client.clone()),
+        }
+    }
+
+    fn cluster_address(&self) -> Option<&str> {
+        self.cluster_address.get().map(String::as_str)
+    }
+
+    /// Records an Event on an object, logging (not failing) when that is impossible.
+    pub(crate) async fn publish<K>(&self, object: &K, type_: EventType, reason: &str, note: String)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            warn!(%error, reason, "could not record an event");
+        }
+    }
+}
+
+/// Makes sure the local Cluster exists with its status (retrying until it works or `shutdown`),
+/// then runs the Inventory controller until `shutdown`.
+pub async fn run(
+    ctx: Arc<SeederContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
+) {
+    let started = tokio::select! {
+        () = start(&ctx) => true,
+        () = shutdown.clone() => false,
+    };
+    if started {
+        inventory::run(ctx, shutdown).await;
+    }
+}
+
+async fn start(ctx: &SeederContext) {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match startup(ctx).await {
+            Ok(()) => return,
+            Err(error) => {
+                warn!(%error, "preparing the local Cluster failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+async fn startup(ctx: &SeederContext) -> Result<(), Error> {
+    let address = cluster::cluster_address(&ctx.client).await?;
+    cluster::ensure_local_cluster(&ctx.client, &address).await?;
+    let _ = ctx.cluster_address.set(address);
+    Ok(())
+}
+
+/// Errors of the Seeder reconciler (retried with backoff by the controller).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Other(_) => "other",
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! Power actions: Harvester's `spec.powerActionRequested` → a rufio Job shaped as Seeder's
+//! `GenerateJob` → `status.powerAction` and the `bmcJob*` conditions. Pure decisions only; the
+//! reconciler does the I/O.
+//!
+//! The handshake is Seeder's: Harvester sets `spec.powerActionRequested` and clears
+//! `status.powerAction.lastJobName`; a request is taken when `bmcJobSubmitted` is not True, the
+//! request is set and `lastJobName` is empty. `actionStatus` is absent while the Job runs (the
+//! UI reads its absence as "in progress"), then `complete` or `failed`.
+//!
+//! One step more than Seeder, so that a Job is never created twice: `bmcJobSubmitted` is written
+//! (with the resourceVersion read) *before* the Job is created, and `lastJobName` after. A
+//! reconcile that finds `bmcJobSubmitted` True without `lastJobName` (the process stopped in
+//! between) looks for the Job it created instead of creating another.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use ingot_api::rufio::{Action, Job, JobSpec, MachineRef, OneTimeBootDeviceAction};
+use ingot_api::seeder::{Inventory, InventoryStatus, JOB_INVENTORY_LABEL, power_action};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
+
+use super::conditions::{self, BMC_JOB_COMPLETED, BMC_JOB_ERROR, BMC_JOB_SUBMITTED};
+
+/// `status.powerAction.actionStatus` values.
+pub const ACTION_COMPLETE: &str = "complete";
+pub const ACTION_FAILED: &str = "failed";
+
+/// Annotation on an Inventory asking reboots to network-boot once (Seeder's reboot Job: off,
+/// one-time PXE, on). Without it a reboot is off, then on.
+pub const REBOOT_PXE_ANNOTATION: &str = "seeder.ingot.dev/reboot-pxe";
+
+/// A power action Harvester can request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerAction {
+    Shutdown,
+    PowerOn,
+    Reboot,
+}
+
+/// A `spec.powerActionRequested` that is not a power action.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "spec.powerActionRequested {0:?} is not a power action; valid values are shutdown, poweron, reboot"
+)]
+pub struct UnknownAction(pub String);
+
+impl PowerAction {
+    pub fn parse(value: &str) -> Result<Self, UnknownAction> {
+        match value {
+            power_action::SHUTDOWN => Ok(Self::Shutdown),
+            power_action::POWER_ON => Ok(Self::PowerOn),
+            power_action::REBOOT => Ok(Self::Reboot),
+            other => Err(UnknownAction(other.to_owned())),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Shutdown => power_action::SHUTDOWN,
+            Self::PowerOn => power_action::POWER_ON,
+            Self::Reboot => power_action::REBOOT,
+        }
+    }
+
+    /// The Job's tasks. `off` is Rufio's hard off (Redfish ForceOff, IPMI chassis power off).
+    fn tasks(self, pxe_on_reboot: bool) -> Vec<Action> {
+        let power = |p: &str| Action {
+            power_action: Some(p.to_owned()),
+            ..Action::default()
+        };
+        match self {
+            Self::PowerOn => vec![power("on")],
+            Self::Shutdown => vec![power("off")],
+            Self::Reboot if pxe_on_reboot => vec![
+                power("off"),
+                Action {
+                    one_time_boot_device_action: Some(OneTimeBootDeviceAction {
+                        device: vec!["pxe".to_owned()],
+                        efi_boot: None,
+                    }),
+                    ..Action::default()
+                },
+                power("on"),
+            ],
+            Self::Reboot => vec![power("off"), power("on")],
+        }
+    }
+}
+
+impl fmt::Display for PowerAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether the Inventory asks reboots to PXE-boot once.
+pub fn pxe_on_reboot(inventory: &Inventory) -> bool {
+    inventory
+        .annotations()
+        .get(REBOOT_PXE_ANNOTATION)
+        .is_some_and(|v| v == "true")
+}
+
+/// Seeder's `GenerateJob`: generateName `<inventory>-<action>-`, the label
+/// `inventory.metal.harvesterhci.io: <inventory>`, an owner reference to the Inventory (not a
+/// controller reference, as `controllerutil.SetOwnerReference` writes), and the Machine of the
+/// same name.
+pub fn generate_job(inventory: &Inventory, action: PowerAction) -> Job {
+    let name = inventory.name_any();
+    let namespace = inventory.namespace().unwrap_or_default();
+    Job {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{name}-{action}-")),
+            namespace: Some(namespace.clone()),
+            labels: Some(BTreeMap::from([(
+                JOB_INVENTORY_LABEL.to_owned(),
+                name.clone(),
+            )])),
+            owner_references: Some(vec![owner_reference(inventory)]),
+            ..ObjectMeta::default()
+        },
+        spec: JobSpec {
+            machine_ref: MachineRef {
+                name: Some(name),
+                namespace: Some(namespace),
+                ..MachineRef::default()
+            },
+            tasks: action.tasks(pxe_on_reboot(inventory)),
+        },
+        status: None,
+    }
+}
+
+/// An owner reference to the Inventory, as `controllerutil.SetOwnerReference` writes it.
+pub fn owner_reference(inventory: &Inventory) -> OwnerReference {
+    OwnerReference {
+        api_version: Inventory::api_version(&()).into_owned(),
+        kind: Inventory::kind(&()).into_owned(),
+        name: inventory.name_any(),
+        uid: inventory.uid().unwrap_or_default(),
+        ..OwnerReference::default()
+    }
+}
+
+/// What to do about power actions on this pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PowerStep {
+    /// Nothing requested, or the last request has its answer.
+    Idle,
+    /// A request waits for the Inventory to be ready (its BMC to answer).
+    WaitReady,
+    /// The request names no power action.
+    Unknown(UnknownAction),
+    /// Mark the request taken, then create its Job.
+    Submit(PowerAction),
+    /// The request was taken but its Job's name not recorded: find that Job, or create it.
+    Recover(PowerAction),
+    /// The Job of the request runs; follow it.
+    Track(String),
+}
+
+/// Seeder's `triggerPowerAction` / `reconcileBMCJob` gate, plus the recovery step.
+pub fn next_step(requested: Option<&str>, status: &InventoryStatus, ready: bool) -> PowerStep {
+    let requested = requested.unwrap_or_default();
+    let job = status
+        .power_action
+        .last_job_name
+        .as_deref()
+        .unwrap_or_default();
+    if conditions::is_true(&status.conditions, BMC_JOB_SUBMITTED) {
+        if !job.is_empty() {
+            return PowerStep::Track(job.to_owned());
+        }
+        return match PowerAction::parse(requested) {
+            Ok(action) => PowerStep::Recover(action),
+            Err(unknown) => PowerStep::Unknown(unknown),
+        };
+    }
+    if requested.is_empty() || !job.is_empty() {
+        return PowerStep::Idle;
+    }
+    match PowerAction::parse(requested) {
+        Err(unknown) => PowerStep::Unknown(unknown),
+        Ok(_) if !ready => PowerStep::WaitReady,
+        Ok(action) => PowerStep::Submit(action),
+    }
+}
+
+/// The request is taken: Seeder's status for a submitted Job, before the Job exists.
+pub fn mark_submitted(status: &mut InventoryStatus, now: &str) {
+    status.power_action.action_status = None;
+    status.power_action.last_job_name = None;
+    conditions::set_true(&mut status.conditions, BMC_JOB_SUBMITTED, None, now);
+    conditions::set_false(&mut status.conditions, BMC_JOB_ERROR, now);
+    conditions::set_false(&mut status.conditions, BMC_JOB_COMPLETED, now);
+}
+
+/// A request naming no power action fails at once, so that Harvester accepts the next one.
+pub fn mark_unknown(status: &mut InventoryStatus, unknown: &UnknownAction, now: &str) {
+    status.power_action.action_status = Some(ACTION_FAILED.to_owned());
+    conditions::set_false(&mut status.conditions, BMC_JOB_SUBMITTED, now);
+    conditions::set_true(
+        &mut status.conditions,
+        BMC_JOB_ERROR,
+        Some(&unknown.to_string()),
+        now,
+    );
+}
+
+/// Where a Job stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobOutcome {
+    Running,
+    Completed,
+    Failed(String),
+    /// Deleted before it ended.
+    Missing,
+}
+
+pub fn job_outcome(job: Option<&Job>) -> JobOutcome {
+    use crate::rufio::job::{COMPLETED, FAILED};
+    let Some(job) = job else {
+        return JobOutcome::Missing;
+    };
+    let conditions = job
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let true_ = |t: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == t && c.status == "True")
+    };
+    if true_(COMPLETED).is_some() {
+        JobOutcome::Completed
+    } else if let Some(failed) = true_(FAILED) {
+        JobOutcome::Failed(failed.message.clone().unwrap_or_default())
+    } else {
+        JobOutcome::Running
+    }
+}
+
+/// Seeder's `reconcileBMCJob`: an ended Job gives `actionStatus` and its condition, and the
+/// request is no longer submitted. Returns whether the Job ended.
+pub fn apply_outcome(
+    status: &mut InventoryStatus,
+    job: &str,
+    outcome: &JobOutcome,
+    now: &str,
+) -> bool {
+    let failure = match outcome {
+        JobOutcome::Running => return false,
+        JobOutcome::Completed => None,
+        JobOutcome::Failed(message) => Some(message.clone()),
+        JobOutcome::Missing => Some(format!("bmc job {job} was deleted before it ended")),
+    };
+    match failure {
+        None => {
+            status.power_action.action_status = Some(ACTION_COMPLETE.to_owned());
+            conditions::set_true(&mut status.conditions, BMC_JOB_COMPLETED, None, now);
+        }
+        Some(message) => {
+            status.power_action.action_status = Some(ACTION_FAILED.to_owned());
+            conditions::set_true(&mut status.conditions, BMC_JOB_ERROR, Some(&message), now);
+        }
+    }
+    conditions::set_false(&mut status.conditions, BMC_JOB_SUBMITTED, now);
+    true
+}
+
+/// The Job a recovering request created: labelled for the Inventory, owned by it, named for the
+/// action, created no earlier than the request was marked (`since`, RFC 3339). The newest wins.
+pub fn find_submitted_job<'a>(
+    jobs: impl IntoIterator<Item = &'a Job>,
+    inventory: &Inventory,
+    action: PowerAction,
+    since: &str,
+) -> Option<String> {
+    let prefix = format!("{}-{action}-", inventory.name_any());
+    let uid = inventory.uid().unwrap_or_default();
+    jobs.into_iter()
+        .filter(|j| j.name_any().starts_with(&prefix))
+        .filter(|j| j.owner_references().iter().any(|o| o.uid == uid))
+        .filter_map(|j| {
+            let created = j.creation_timestamp()?.0.strftime("%Y-%m-%dT%H:%M:%SZ");
+            (created.to_string().as_str() >= since).then(|| (created.to_string(), j.name_any()))
+        })
+        .max()
+        .map(|(_, name)| name)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use ingot_api::rufio::{ActionCondition, JobStatus};
+    use ingot_api::seeder::{InventorySpec, LOCAL_INVENTORY_ANNOTATION};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use serde_json::json;
+
+    fn inventory(annotations: &[(&str, &str)]) -> Inventory {
+        let mut i = Inventory::new("harvester-659jw", InventorySpec::default());
+        i.metadata.namespace = Some("harvester-system".into());
+        i.metadata.uid = Some("uid-1".into());
+        i.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        i
+    }
+
+    #[test]
+    fn the_job_is_shaped_as_seeders_generate_job() {
+        let i = inventory(&[(LOCAL_INVENTORY_ANNOTATION, "true")]);
+        let job = generate_job(&i, PowerAction::Shutdown);
+        let v = serde_json::to_value(&job).unwrap();
+        assert_eq!(
+            v,
+            json!({
+                "apiVersion": "bmc.tinkerbell.org/v1alpha1",
+                "kind": "Job",
+                "metadata": {
+                    "generateName": "harvester-659jw-shutdown-",
+                    "namespace": "harvester-system",
+                    "labels": {"inventory.metal.harvesterhci.io": "harvester-659jw"},
+                    "ownerReferences": [{
+                        "apiVersion": "metal.harvesterhci.io/v1alpha1",
+                        "kind": "Inventory",
+                        "name": "harvester-659jw",
+                        "uid": "uid-1"
+                    }]
+                },
+                "spec": {
+                    "machineRef": {"name": "harvester-659jw", "namespace": "harvester-system"},
+                    "tasks": [{"powerAction": "off"}]
+                }
+            })
+        );
+        let on = generate_job(&i, PowerAction::PowerOn);
+        assert_eq!(on.spec.tasks[0].power_action.as_deref(), Some("on"));
+        assert_eq!(
+            on.metadata.generate_name.as_deref(),
+            Some("harvester-659jw-poweron-")
+        );
+    }
+
+    #[test]
+    fn reboot_is_off_then_on_and_pxe_only_when_asked() {
+        let plain = generate_job(&inventory(&[]), PowerAction::Reboot);
+        let tasks = serde_json::to_value(&plain.spec.tasks).unwrap();
+        assert_eq!(
+            tasks,
+            json!([{"powerAction": "off"}, {"powerAction": "on"}])
+        );
+        let pxe = generate_job(
+            &inventory(&[(REBOOT_PXE_ANNOTATION, "true")]),
+            PowerAction::Reboot,
+        );
+        let tasks = serde_json::to_value(&pxe.spec.tasks).unwrap();
+        assert_eq!(
+            tasks,
+            json!([{"powerAction": "off"}, {"oneTimeBootDeviceAction": {"device": ["pxe"]}}, {"powerAction": "on"}])
+        );
+    }
+
+    #[test]
+    fn unknown_actions_name_the_field_and_the_valid_values() {
+        let e = PowerAction::parse("Reboot").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "spec.powerActionRequested \"Reboot\" is not a power action; valid values are shutdown, poweron, reboot"
+        );
+    }
+
+    fn status(v: serde_json::Value) -> InventoryStatus {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_request_is_taken_only_when_ready_and_not_answered() {
+        let empty = InventoryStatus::default();
+        assert_eq!(next_step(None, &empty, true), PowerStep::Idle);
+        assert_eq!(next_step(Some(""), &empty, true), PowerStep::Idle);
+        assert_eq!(
+            next_step(Some("reboot"), &empty, true),
+            PowerStep::Submit(PowerAction::Reboot)
+        );
+        assert_eq!(
+            next_step(Some("reboot"), &empty, false),
+            PowerStep::WaitReady
+        );
+        // Answered: lastJobName is set until Harvester clears it with its next request.
+        let answered =
+            status(json!({"powerAction": {"actionStatus": "complete", "lastJobName": "j"}}));
+        assert_eq!(next_step(Some("reboot"), &answered, true), PowerStep::Idle);
+        assert!(matches!(
+            next_step(Some("halt"), &empty, true),
+            PowerStep::Unknown(_)
+        ));
+    }
+
+    #[test]
+    fn a_submitted_request_is_tracked_or_recovered() {
+        let running = status(json!({
+            "conditions": [{"type": "bmcJobSubmitted", "status": "True"}],
+            "powerAction": {"lastJobName": "n-reboot-abcde"}
+        }));
+        assert_eq!(
+            next_step(Some("reboot"), &running, false),
+            PowerStep::Track("n-reboot-abcde".into())
+        );
+        let marked = status(json!({"conditions": [{"type": "bmcJobSubmitted", "status": "True"}]}));
+        assert_eq!(
+            next_step(Some("shutdown"), &marked, true),
+            PowerStep::Recover(PowerAction::Shutdown)
+        );
+    }
+
+    #[test]
+    fn the_answer_follows_the_job() {
+        let mut s = InventoryStatus::default();
+        mark_submitted(&mut s, "t1");
+        assert!(conditions::is_true(&s.conditions, BMC_JOB_SUBMITTED));
+        s.power_action.last_job_name = Some("j".into());
+        assert!(!apply_outcome(&mut s, "j", &JobOutcome::Running, "t2"));
+        let v = serde_json::to_value(&s).unwrap();
+        assert!(v["powerAction"].get("actionStatus").is_none(), "{v}");
+
+        let mut done = s.clone();
+        assert!(apply_outcome(&mut done, "j", &JobOutcome::Completed, "t3"));
+        assert_eq!(done.power_action.action_status.as_deref(), Some("complete"));
+        assert!(conditions::is_true(&done.conditions, BMC_JOB_COMPLETED));
+        assert!(!conditions::is_true(&done.conditions, BMC_JOB_SUBMITTED));
+
+        let mut failed = s.clone();
+        apply_outcome(
+            &mut failed,
+            "j",
+            &JobOutcome::Failed("task x failed: y".into()),
+            "t3",
+        );
+        assert_eq!(failed.power_action.action_status.as_deref(), Some("failed"));
+        let error = conditions::find(&failed.conditions, BMC_JOB_ERROR).unwrap();
+        assert_eq!(error.status, "True");
+        assert_eq!(error.message.as_deref(), Some("task x failed: y"));
+
+        let mut gone = s;
+        apply_outcome(&mut gone, "j", &JobOutcome::Missing, "t3");
+        assert_eq!(gone.power_action.action_status.as_deref(), Some("failed"));
+
+        // The next request clears the answer and the old error.
+        mark_submitted(&mut failed, "t4");
+        assert_eq!(failed.power_action.action_status, None);
+        assert!(!conditions::is_true(&failed.conditions, BMC_JOB_ERROR));
+    }
+
+    #[test]
+    fn job_outcomes_read_rufio_conditions() {
+        let job = |conds: Vec<(&str, &str, Option<&str>)>| {
+            let mut j = generate_job(&inventory(&[]), PowerAction::PowerOn);
+            j.status = Some(JobStatus {
+                conditions: conds
+                    .into_iter()
+                    .map(|(t, s, m)| ActionCondition {
+                        type_: t.into(),
+                        status: s.into(),
+                        message: m.map(Into::into),
+                    })
+                    .collect(),
+                ..JobStatus::default()
+            });
+            j
+        };
+        assert_eq!(job_outcome(None), JobOutcome::Missing);
+        assert_eq!(
+            job_outcome(Some(&job(vec![("Running", "True", None)]))),
+            JobOutcome::Running
+        );
+        assert_eq!(
+            job_outcome(Some(&job(vec![
+                ("Running", "True", None),
+                ("Completed", "True", None)
+            ]))),
+            JobOutcome::Completed
+        );
+        assert_eq!(
+            job_outcome(Some(&job(vec![("Failed", "True", Some("boom"))]))),
+            JobOutcome::Failed("boom".into())
+        );
+    }
+
+    #[test]
+    fn unknown_requests_fail_once_and_stay_quiet() {
+        let mut s = InventoryStatus::default();
+        let unknown = UnknownAction("halt".into());
+        mark_unknown(&mut s, &unknown, "t1");
+        let before = s.clone();
+        mark_unknown(&mut s, &unknown, "t2");
+        assert_eq!(s, before);
+        assert_eq!(s.power_action.action_status.as_deref(), Some("failed"));
+    }
+
+    #[test]
+    fn the_recovered_job_is_the_newest_one_made_since_the_mark() {
+        let i = inventory(&[]);
+        let job = |name: &str, at: &str, uid: &str| {
+            let mut j = generate_job(&i, PowerAction::Reboot);
+            j.metadata.name = Some(name.into());
+            j.metadata.creation_timestamp = Some(Time(at.parse().unwrap()));
+            j.metadata.owner_references.as_mut().unwrap()[0].uid = uid.into();
+            j
+        };
+        let jobs = [
+            job(
+                "harvester-659jw-reboot-old",
+                "2026-01-01T00:00:00Z",
+                "uid-1",
+            ),
+            job(
+                "harvester-659jw-reboot-new",
+                "2026-01-01T00:05:00Z",
+                "uid-1",
+            ),
+            job(
+                "harvester-659jw-reboot-other",
+                "2026-01-01T00:06:00Z",
+                "uid-2",
+            ),
+            job(
+                "harvester-659jw-shutdown-x",
+                "2026-01-01T00:07:00Z",
+                "uid-1",
+            ),
+        ];
+        assert_eq!(
+            find_submitted_job(&jobs, &i, PowerAction::Reboot, "2026-01-01T00:04:59Z"),
+            Some("harvester-659jw-reboot-new".into())
+        );
+        assert_eq!(
+            find_submitted_job(&jobs, &i, PowerAction::Reboot, "2026-01-01T00:05:01Z"),
+            None
+        );
+    }
+}

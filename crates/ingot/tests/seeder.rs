@@ -1,0 +1,813 @@
+//! Seeder's embedded mode end to end on the real control plane: the HEP's Secret and Inventory
+//! (from the shared seeds; only host, port and credentials changed) against real BMC peers
+//! (sushy-tools over TLS, OpenIPMI's ipmi_sim), driven by `ingot run --controllers seeder`, with
+//! each power action checked on the peer itself. Objects in the Go Seeder's shapes are adopted,
+//! and a dead BMC is judged without holding the others up.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod rufio_support;
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ingot_api::rufio::{Job, Machine};
+use ingot_api::seeder::{Cluster, Inventory};
+use ingot_ipmi_sim::FruInfo;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret, Service};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use rufio_support::common::openipmi;
+use rufio_support::*;
+use serde_json::{Value, json};
+
+const NS: &str = "harvester-system";
+const HEP_NAME: &str = "harvester-659jw";
+const IPMI_NAME: &str = "harvester-ipmi";
+const DEAD_NAME: &str = "harvester-dead";
+const GO_NAME: &str = "harvester-go";
+const MEMBERSHIP_FINALIZER: &str = "seeder.ingot.dev/local-cluster-membership";
+const SEEDER_FINALIZER: &str = "finalizer.inventory.metal.harvesterhci.io";
+
+/// The HEP's three JSON blocks: the Secret, the Inventory and its status.
+fn hep() -> (Value, Value) {
+    let text = ingot_compat::shared_file("seeds/harvester-seeder-embedded-mode-HEP.md");
+    let blocks = ingot_compat::fenced_blocks(&text, "json");
+    let mut secret: Value = serde_json::from_str(&blocks[0]).unwrap();
+    secret["apiVersion"] = json!("v1");
+    secret["kind"] = json!("Secret");
+    let mut inventory: Value = serde_json::from_str(&blocks[1]).unwrap();
+    inventory["apiVersion"] = json!("metal.harvesterhci.io/v1alpha1");
+    (secret, inventory)
+}
+
+/// The HEP Secret's credentials (kept for sushy: only host and port change for it).
+fn hep_credentials() -> (String, String) {
+    let secret: Secret = serde_json::from_value(hep().0).unwrap();
+    let data = secret.data.unwrap();
+    let text = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+    (text("username"), text("password"))
+}
+
+/// The HEP Inventory renamed (name, Secret and Node), with this host and port.
+fn hep_inventory(name: &str, host: &str, port: u16) -> Inventory {
+    let mut v = hep().1;
+    v["metadata"]["name"] = json!(name);
+    v["metadata"]["annotations"]["metal.harvesterhci.io/localNodeName"] = json!(name);
+    v["spec"]["baseboardSpec"]["connection"]["host"] = json!(host);
+    v["spec"]["baseboardSpec"]["connection"]["port"] = json!(port);
+    v["spec"]["baseboardSpec"]["connection"]["authSecretRef"]["name"] = json!(name);
+    serde_json::from_value(v).unwrap()
+}
+
+fn hep_secret(name: &str, user: &str, password: &str) -> Secret {
+    let mut secret: Secret = serde_json::from_value(hep().0).unwrap();
+    secret.metadata.name = Some(name.into());
+    secret.data = Some(BTreeMap::from([
+        ("username".into(), ByteString(user.as_bytes().to_vec())),
+        ("password".into(), ByteString(password.as_bytes().to_vec())),
+    ]));
+    secret
+}
+
+fn node(name: &str, address: &str) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"addresses": [
+            {"type": "InternalIP", "address": address},
+            {"type": "Hostname", "address": name}
+        ]}
+    }))
+    .unwrap()
+}
+
+fn ipmitool(sim: &openipmi::IpmiSim, args: &[&str]) -> String {
+    let out = Command::new(common::require_apt_tool("ipmitool", "ipmitool"))
+        .args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1"])
+        .arg("-p")
+        .arg(sim.addr.port().to_string())
+        .args(["-U", openipmi::USER, "-P", openipmi::PASSWORD])
+        .args(args)
+        .output()
+        .expect("run ipmitool");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Removes everything a previous run could have left in harvester-system.
+async fn clean(client: &Client) {
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+        )
+        .await;
+    let unfinalize = json!({"metadata": {"finalizers": null}});
+    let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
+    let machines: Api<Machine> = Api::namespaced(client.clone(), NS);
+    for i in inventories.list(&Default::default()).await.unwrap() {
+        let _ = inventories
+            .patch(
+                &i.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&unfinalize),
+            )
+            .await;
+    }
+    for m in machines.list(&Default::default()).await.unwrap() {
+        let _ = machines
+            .patch(
+                &m.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&unfinalize),
+            )
+            .await;
+    }
+    let dp = DeleteParams::default();
+    let _ = inventories
+        .delete_collection(&dp, &Default::default())
+        .await;
+    let _ = machines.delete_collection(&dp, &Default::default()).await;
+    let _ = Api::<Job>::namespaced(client.clone(), NS)
+        .delete_collection(&dp, &Default::default())
+        .await;
+    let _ = Api::<Cluster>::namespaced(client.clone(), NS)
+        .delete("local", &dp)
+        .await;
+    for n in [HEP_NAME, IPMI_NAME, DEAD_NAME, GO_NAME] {
+        let _ = Api::<Node>::all(client.clone()).delete(n, &dp).await;
+        let _ = Api::<Secret>::namespaced(client.clone(), NS)
+            .delete(n, &dp)
+            .await;
+    }
+    poll_until(
+        "harvester-system emptied",
+        Duration::from_secs(20),
+        || async {
+            let left = inventories
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .len()
+                + machines
+                    .list(&Default::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .len();
+            (left == 0).then_some(())
+        },
+    )
+    .await;
+}
+
+async fn inventory(client: &Client, name: &str) -> Inventory {
+    Api::<Inventory>::namespaced(client.clone(), NS)
+        .get(name)
+        .await
+        .unwrap()
+}
+
+async fn status(client: &Client, name: &str) -> Value {
+    serde_json::to_value(inventory(client, name).await.status).unwrap()
+}
+
+/// A wrangler condition of the Inventory: (status, reason, message).
+fn wrangler(status: &Value, type_: &str) -> Option<(String, String, String)> {
+    let c = status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?;
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+    Some((s("status"), s("reason"), s("message")))
+}
+
+async fn wait_ready(client: &Client, name: &str, within: Duration, ingot: &Proc) -> Value {
+    poll_until(&format!("Inventory {name} ready"), within, || async {
+        let s = status(client, name).await;
+        (s["status"] == "inventoryNodeReady").then_some(s)
+    })
+    .await;
+    let s = status(client, name).await;
+    assert_eq!(
+        s["status"],
+        "inventoryNodeReady",
+        "{s}\n{}",
+        ingot.log_tail()
+    );
+    s
+}
+
+/// Harvester's `powerAction` handler: refuses while the last action has no answer, then sets
+/// `spec.powerActionRequested` and clears `status.powerAction.lastJobName` (two writes).
+async fn request_power(client: &Client, name: &str, operation: &str) {
+    let api: Api<Inventory> = Api::namespaced(client.clone(), NS);
+    let current = inventory(client, name).await;
+    let pa = current.status.clone().unwrap_or_default().power_action;
+    if current.spec.power_action_requested.is_some() {
+        assert!(
+            pa.action_status.as_deref().is_some_and(|s| !s.is_empty()),
+            "Harvester would refuse: no answer yet for {name}: {pa:?}"
+        );
+    }
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"powerActionRequested": operation}})),
+    )
+    .await
+    .unwrap();
+    let mut pa = serde_json::to_value(&pa).unwrap();
+    pa["lastJobName"] = json!("");
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"powerAction": pa}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// Waits for the answer to the request: a new Job of this action, then `complete`.
+async fn wait_power(client: &Client, name: &str, operation: &str, ingot: &Proc) -> (Value, Job) {
+    let prefix = format!("{name}-{operation}-");
+    let asked = Instant::now();
+    let s = poll_until(
+        &format!("{operation} on {name} to be answered"),
+        Duration::from_secs(40),
+        || async {
+            let s = status(client, name).await;
+            let job = s["powerAction"]["lastJobName"].as_str().unwrap_or_default();
+            (job.starts_with(&prefix) && s["powerAction"]["actionStatus"].is_string()).then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(
+        s["powerAction"]["actionStatus"],
+        "complete",
+        "{s}\n{}",
+        ingot.log_tail()
+    );
+    assert_eq!(wrangler(&s, "bmcJobCompleted").unwrap().0, "True", "{s}");
+    assert_eq!(wrangler(&s, "bmcJobSubmitted").unwrap().0, "False", "{s}");
+    let job_name = s["powerAction"]["lastJobName"].as_str().unwrap();
+    eprintln!("{operation} on {name} answered after {:?}", asked.elapsed());
+    let job = Api::<Job>::namespaced(client.clone(), NS)
+        .get(job_name)
+        .await
+        .unwrap();
+    check_job_shape(&job, name, operation, &inventory(client, name).await);
+    (s, job)
+}
+
+/// Seeder's GenerateJob shape.
+fn check_job_shape(job: &Job, inventory: &str, operation: &str, owner: &Inventory) {
+    assert_eq!(
+        job.metadata.generate_name.as_deref(),
+        Some(format!("{inventory}-{operation}-").as_str())
+    );
+    assert_eq!(
+        job.labels()
+            .get("inventory.metal.harvesterhci.io")
+            .map(String::as_str),
+        Some(inventory)
+    );
+    let owners = job.owner_references();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(owners[0].kind, "Inventory");
+    assert_eq!(owners[0].uid, owner.uid().unwrap());
+    assert_eq!(job.spec.machine_ref.name.as_deref(), Some(inventory));
+    let tasks = serde_json::to_value(&job.spec.tasks).unwrap();
+    let expected = match operation {
+        "shutdown" => json!([{"powerAction": "off"}]),
+        "poweron" => json!([{"powerAction": "on"}]),
+        _ => json!([{"powerAction": "off"}, {"powerAction": "on"}]),
+    };
+    assert_eq!(tasks, expected);
+}
+
+/// How many Node patches ingot has sent (its `ingot_kube_requests_total`).
+async fn node_patches(http_port: u16) -> f64 {
+    let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"ingot_kube_requests_total{verb="patch",resource="nodes"} "#)
+        })
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_default()
+}
+
+/// The hardware labels of a Node.
+async fn hardware_labels(client: &Client, node: &str) -> BTreeMap<String, String> {
+    Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .unwrap()
+        .labels()
+        .iter()
+        .filter(|(k, _)| ["manufacturer", "model", "serialNumber"].contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn labels(manufacturer: &str, model: &str, serial: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("manufacturer".to_owned(), manufacturer.to_owned()),
+        ("model".to_owned(), model.to_owned()),
+        ("serialNumber".to_owned(), serial.to_owned()),
+    ])
+}
+
+/// `ingot run --controllers seeder` on harvester-system (rufio comes with it), scaled intervals.
+fn start_ingot(kubeconfig: &std::path::Path, http_port: u16) -> Proc {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
+    cmd.arg("run")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--http-addr=127.0.0.1:{http_port}"))
+        .arg(format!("--lease-namespace={NS}"))
+        .arg("--lease-name=ingot-seeder-test")
+        .arg("--lease-duration-seconds=3")
+        .arg("--controllers=seeder")
+        .arg(format!("--seeder-namespace={NS}"))
+        .arg(format!("--rufio-namespace={NS}"))
+        .arg("--rufio-machine-interval-seconds=2")
+        .arg("--rufio-task-poll-seconds=0.3")
+        .arg("--rufio-redfish-timeout-seconds=10")
+        .arg("--rufio-ipmi-timeout-seconds=0.5")
+        .arg("--seeder-hardware-interval-seconds=1")
+        .env("RUST_LOG", "info,ingot_controllers=debug");
+    spawn_logged(&mut cmd, "ingot-seeder")
+}
+
+/// An Inventory, its Machine and a running Job as the Go Seeder leaves them, and its entry in a
+/// local Cluster the Go Seeder made (with its constant address).
+async fn go_seeder_objects(client: &Client, sim_port: u16) {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
+    let local: Cluster = serde_json::from_value(json!({
+        "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "local", "namespace": NS},
+        "spec": {"clusterConfig": {}, "nodes": [{
+            "addressPoolReference": {"name": "", "namespace": ""},
+            "inventoryReference": {"name": GO_NAME, "namespace": NS}}],
+            "version": "local", "vipConfig": {"addressPoolReference": {"name": "", "namespace": ""}}}
+    }))
+    .unwrap();
+    clusters
+        .create(&PostParams::default(), &local)
+        .await
+        .unwrap();
+    clusters
+        .patch_status(
+            "local",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"status": "clusterRunning", "clusterAddress": "10.53.0.1"}}),
+            ),
+        )
+        .await
+        .unwrap();
+
+    let mut go = hep_inventory(GO_NAME, "127.0.0.1", sim_port);
+    go.metadata.annotations = Some(BTreeMap::from([
+        (
+            "metal.harvesterhci.io/local-inventory".into(),
+            "true".into(),
+        ),
+        (
+            "metal.harvesterhci.io/local-node-name".into(),
+            GO_NAME.into(),
+        ),
+    ]));
+    go.metadata.finalizers = Some(vec![SEEDER_FINALIZER.into()]);
+    let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
+    let go = inventories
+        .create(&PostParams::default(), &go)
+        .await
+        .unwrap();
+    let uid = go.uid().unwrap();
+    let job_name = format!("{GO_NAME}-shutdown-x7k2p");
+    inventories
+        .patch_status(
+            GO_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "status": "inventoryNodeReady",
+                "hardwareID": "5f0d2b4e-cb39-11ed-8000-0242ac120002",
+                "conditions": [
+                    {"type": "bmcObjectCreated", "status": "True", "lastUpdateTime": "2023-03-26T22:50:15Z"},
+                    {"type": "inventoryAllocatedToCluster", "status": "True", "lastUpdateTime": "2023-03-26T22:50:16Z"},
+                    {"type": "bmcJobSubmitted", "status": "True", "lastUpdateTime": "2023-03-26T22:51:15Z"},
+                    {"type": "bmcJobErrorr", "status": "False", "lastUpdateTime": "2023-03-26T22:51:15Z"},
+                    {"type": "bmcJobCompleted", "status": "False", "lastUpdateTime": "2023-03-26T22:51:15Z"}
+                ],
+                "pxeBootConfig": {"address": "10.99.0.9"},
+                "ownerCluster": {"name": "", "namespace": ""},
+                "powerAction": {"lastJobName": job_name}
+            }})),
+        )
+        .await
+        .unwrap();
+    let owner = json!([{"apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory", "name": GO_NAME, "uid": uid}]);
+    let machine: Machine = serde_json::from_value(json!({
+        "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Machine",
+        "metadata": {"name": GO_NAME, "namespace": NS, "finalizers": [SEEDER_FINALIZER], "ownerReferences": owner},
+        "spec": go.spec.baseboard_spec
+    }))
+    .unwrap();
+    create(client, NS, &machine).await;
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Job",
+        "metadata": {"name": job_name, "namespace": NS, "generateName": format!("{GO_NAME}-shutdown-"),
+            "labels": {"inventory.metal.harvesterhci.io": GO_NAME}, "ownerReferences": owner},
+        "spec": {"machineRef": {"name": GO_NAME, "namespace": NS}, "tasks": [{"powerAction": "off"}]}
+    }))
+    .unwrap();
+    create(client, NS, &job).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_mode_on_sushy_and_ipmi_sim() {
+    let test_started = Instant::now();
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    clean(&client).await;
+
+    let (user, password) = hep_credentials();
+    let sushy = start_sushy_tls(&user, &password);
+    let sim = openipmi::start(&FruInfo::example(3).encode());
+    // A "BMC" that accepts connections and never answers; its IPMI port is closed.
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_port = dead.local_addr().unwrap().port();
+    poll_until("sushy over TLS", Duration::from_secs(30), || async {
+        sushy.system(&user, &password).await
+    })
+    .await;
+    poll_until("ipmi_sim", Duration::from_secs(30), || async {
+        ipmitool(&sim, &["chassis", "power", "status"])
+            .contains("Chassis Power is")
+            .then_some(())
+    })
+    .await;
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, ip) in [
+        (HEP_NAME, "172.19.109.10"),
+        (IPMI_NAME, "172.19.109.11"),
+        (DEAD_NAME, "172.19.109.12"),
+        (GO_NAME, "172.19.109.13"),
+    ] {
+        nodes
+            .create(&PostParams::default(), &node(name, ip))
+            .await
+            .unwrap();
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    for (name, u, p) in [
+        (HEP_NAME, user.as_str(), password.as_str()),
+        (IPMI_NAME, openipmi::USER, openipmi::PASSWORD),
+        (DEAD_NAME, user.as_str(), password.as_str()),
+        (GO_NAME, openipmi::USER, openipmi::PASSWORD),
+    ] {
+        secrets
+            .create(&PostParams::default(), &hep_secret(name, u, p))
+            .await
+            .unwrap();
+    }
+    go_seeder_objects(&client, sim.addr.port()).await;
+    // The dead BMC first, so that it is reconciled first.
+    let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
+    for inv in [
+        hep_inventory(
+            DEAD_NAME,
+            &format!("https://127.0.0.1:{dead_port}"),
+            free_port(),
+        ),
+        hep_inventory(HEP_NAME, &format!("https://127.0.0.1:{}", sushy.port), 623),
+        hep_inventory(IPMI_NAME, "127.0.0.1", sim.addr.port()),
+    ] {
+        inventories
+            .create(&PostParams::default(), &inv)
+            .await
+            .unwrap();
+    }
+
+    eprintln!("{:?}: peers and objects ready", test_started.elapsed());
+    let started = Instant::now();
+    let http_port = free_port();
+    let mut ingot = start_ingot(env.kubeconfig_path(), http_port);
+    let hep_status = wait_ready(&client, HEP_NAME, Duration::from_secs(30), &ingot).await;
+    wait_ready(&client, IPMI_NAME, Duration::from_secs(30), &ingot).await;
+    let healthy_ready = started.elapsed();
+    // The dead BMC is still being waited for (10 s Redfish timeout): it held nobody up.
+    let dead_status = status(&client, DEAD_NAME).await;
+    assert!(
+        wrangler(&dead_status, "machineNotContactable").is_none(),
+        "the dead BMC was judged before the healthy ones were ready ({healthy_ready:?}): {dead_status}"
+    );
+
+    // The HEP's status shape, with the Node's address.
+    assert_eq!(hep_status["pxeBootConfig"]["address"], "172.19.109.10");
+    assert_eq!(
+        hep_status["ownerCluster"],
+        json!({"name": "", "namespace": ""})
+    );
+    assert_eq!(hep_status["machinePowerState"], "on");
+    assert_eq!(wrangler(&hep_status, "bmcObjectCreated").unwrap().0, "True");
+    assert!(hep_status["hardwareID"].is_string());
+    assert_eq!(
+        status(&client, IPMI_NAME).await["pxeBootConfig"]["address"],
+        "172.19.109.11"
+    );
+    // One Machine per Inventory, Seeder's finalizer, owned by the Inventory; two finalizers on
+    // the Inventory.
+    let hep_inventory_now = inventory(&client, HEP_NAME).await;
+    let machine = Api::<Machine>::namespaced(client.clone(), NS)
+        .get(HEP_NAME)
+        .await
+        .unwrap();
+    assert_eq!(machine.finalizers(), [SEEDER_FINALIZER]);
+    assert_eq!(
+        machine.owner_references()[0].uid,
+        hep_inventory_now.uid().unwrap()
+    );
+    assert_eq!(machine.spec, hep_inventory_now.spec.baseboard_spec);
+    let mut finalizers = hep_inventory_now.finalizers().to_vec();
+    finalizers.sort();
+    assert_eq!(finalizers, [SEEDER_FINALIZER, MEMBERSHIP_FINALIZER]);
+
+    // The local Cluster: the Go Seeder's, its address corrected to the cluster's own.
+    let service_ip = Api::<Service>::namespaced(client.clone(), "default")
+        .get("kubernetes")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap();
+    let members = |c: &Cluster| {
+        let mut m: Vec<String> = c
+            .spec
+            .nodes
+            .iter()
+            .map(|n| n.inventory_reference.name.clone())
+            .collect();
+        m.sort();
+        m
+    };
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
+    let local = poll_until(
+        "all four in the local Cluster",
+        Duration::from_secs(10),
+        || async {
+            let c = clusters.get("local").await.unwrap();
+            (members(&c).len() == 4).then_some(c)
+        },
+    )
+    .await;
+    let local_status = local.status.clone().unwrap();
+    assert_eq!(local_status.status.as_deref(), Some("clusterRunning"));
+    assert_eq!(
+        local_status.cluster_address.as_deref(),
+        Some(service_ip.as_str())
+    );
+    assert_eq!(members(&local), [HEP_NAME, DEAD_NAME, GO_NAME, IPMI_NAME]);
+
+    eprintln!(
+        "{:?}: ready and local Cluster checked",
+        test_started.elapsed()
+    );
+    // Hardware facts on the Nodes: sushy's System names the manufacturer only, its Chassis the
+    // model and serial; ipmi_sim's FRU all three. Seeder's trimming (spaces, dots) applied.
+    let sushy_labels = labels("SushyEmulator", "3500RX", "437XR1138R2");
+    let ipmi_labels = labels("IngotLabs", "IL-1U", "PSN00003");
+    poll_until("hardware labels", Duration::from_secs(20), || async {
+        (hardware_labels(&client, HEP_NAME).await == sushy_labels
+            && hardware_labels(&client, IPMI_NAME).await == ipmi_labels)
+            .then_some(())
+    })
+    .await;
+    assert!(hardware_labels(&client, DEAD_NAME).await.is_empty());
+    // Read every second, written only when changed: a label changed by hand is put back, and
+    // otherwise nothing is patched.
+    Api::<Node>::all(client.clone())
+        .patch(
+            HEP_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"model": "edited"}}})),
+        )
+        .await
+        .unwrap();
+    poll_until(
+        "the model label put back",
+        Duration::from_secs(10),
+        || async { (hardware_labels(&client, HEP_NAME).await == sushy_labels).then_some(()) },
+    )
+    .await;
+    let patches = node_patches(http_port).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        node_patches(http_port).await,
+        patches,
+        "unchanged labels were written again"
+    );
+    eprintln!("{:?}: hardware labels checked", test_started.elapsed());
+
+    // The Go Seeder's running shutdown Job is followed to its end; the Inventory is adopted.
+    let go_status = poll_until(
+        "the Go Seeder's Job answered",
+        Duration::from_secs(30),
+        || async {
+            let s = status(&client, GO_NAME).await;
+            s["powerAction"]["actionStatus"].is_string().then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(
+        go_status["powerAction"]["actionStatus"], "complete",
+        "{go_status}"
+    );
+    assert_eq!(
+        go_status["hardwareID"],
+        "5f0d2b4e-cb39-11ed-8000-0242ac120002"
+    );
+    assert_eq!(go_status["pxeBootConfig"]["address"], "172.19.109.13");
+    assert_eq!(
+        ipmitool(&sim, &["chassis", "power", "status"]),
+        "Chassis Power is off",
+        "the Go Seeder's shutdown Job reached the BMC"
+    );
+    let go_inventory = inventory(&client, GO_NAME).await;
+    assert!(
+        go_inventory
+            .finalizers()
+            .contains(&MEMBERSHIP_FINALIZER.to_owned())
+    );
+
+    eprintln!("{:?}: Go Seeder's objects adopted", test_started.elapsed());
+    // Power actions, on both peers at once, each checked on the peer.
+    let ipmi_power = || ipmitool(&sim, &["chassis", "power", "status"]);
+    request_power(&client, HEP_NAME, "shutdown").await;
+    request_power(&client, IPMI_NAME, "poweron").await;
+    wait_power(&client, HEP_NAME, "shutdown", &ingot).await;
+    wait_power(&client, IPMI_NAME, "poweron", &ingot).await;
+    assert_eq!(
+        sushy.system(&user, &password).await.unwrap()["PowerState"],
+        "Off"
+    );
+    assert_eq!(ipmi_power(), "Chassis Power is on");
+    poll_until("machinePowerState off", Duration::from_secs(10), || async {
+        (status(&client, HEP_NAME).await["machinePowerState"] == "off").then_some(())
+    })
+    .await;
+
+    request_power(&client, HEP_NAME, "poweron").await;
+    request_power(&client, IPMI_NAME, "shutdown").await;
+    wait_power(&client, HEP_NAME, "poweron", &ingot).await;
+    wait_power(&client, IPMI_NAME, "shutdown", &ingot).await;
+    assert_eq!(
+        sushy.system(&user, &password).await.unwrap()["PowerState"],
+        "On"
+    );
+    assert_eq!(ipmi_power(), "Chassis Power is off");
+    request_power(&client, IPMI_NAME, "poweron").await;
+    wait_power(&client, IPMI_NAME, "poweron", &ingot).await;
+    assert_eq!(ipmi_power(), "Chassis Power is on");
+
+    // Reboot: the peer goes off and comes back on, with no network boot set.
+    let saw_off = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (saw_off, stop, power) = (saw_off.clone(), stop.clone(), sim.dir.join("power"));
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if std::fs::read_to_string(&power).is_ok_and(|p| p.trim() == "0") {
+                    saw_off.store(true, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let boot_before =
+        sushy.system(&user, &password).await.unwrap()["Boot"]["BootSourceOverrideTarget"].clone();
+    request_power(&client, HEP_NAME, "reboot").await;
+    request_power(&client, IPMI_NAME, "reboot").await;
+    wait_power(&client, HEP_NAME, "reboot", &ingot).await;
+    wait_power(&client, IPMI_NAME, "reboot", &ingot).await;
+    stop.store(true, Ordering::Relaxed);
+    watcher.await.unwrap();
+    assert!(
+        saw_off.load(Ordering::Relaxed),
+        "ipmi_sim never went off during the reboot"
+    );
+    assert_eq!(ipmi_power(), "Chassis Power is on");
+    let system = sushy.system(&user, &password).await.unwrap();
+    assert_eq!(system["PowerState"], "On");
+    assert_eq!(
+        system["Boot"]["BootSourceOverrideTarget"], boot_before,
+        "{system}"
+    );
+    assert_ne!(
+        std::fs::read_to_string(sim.dir.join("boot"))
+            .unwrap_or_default()
+            .trim(),
+        "pxe"
+    );
+
+    eprintln!("{:?}: power actions done", test_started.elapsed());
+    // The dead BMC (judged meanwhile): a clear condition, with wrangler's error reason, no credentials.
+    let (cond, reason, message) =
+        poll_until("the dead BMC judged", Duration::from_secs(30), || async {
+            wrangler(&status(&client, DEAD_NAME).await, "machineNotContactable")
+        })
+        .await;
+    assert_eq!((cond.as_str(), reason.as_str()), ("True", "Error"));
+    assert!(
+        message.contains("failed to open connection to BMC")
+            && message.contains(&format!("https://127.0.0.1:{dead_port}")),
+        "{message}"
+    );
+    assert!(!message.contains(&password));
+    assert!(status(&client, DEAD_NAME).await["status"].is_null());
+
+    eprintln!("{:?}: dead BMC judged", test_started.elapsed());
+    // A BMC that stops answering: the Inventory says so and is no longer ready.
+    drop(sim);
+    let (cond, reason, _) = poll_until(
+        "machineNotContactable after ipmi_sim stopped",
+        Duration::from_secs(30),
+        || async {
+            let s = status(&client, IPMI_NAME).await;
+            wrangler(&s, "machineNotContactable").filter(|c| c.0 == "True")
+        },
+    )
+    .await;
+    assert_eq!((cond.as_str(), reason.as_str()), ("True", "Error"));
+    assert!(status(&client, IPMI_NAME).await["status"].is_null());
+
+    eprintln!("{:?}: outage seen", test_started.elapsed());
+    // Deleting an Inventory: out of the local Cluster first, then its Machine collected.
+    inventories
+        .delete(GO_NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    poll_until("the Go Inventory gone", Duration::from_secs(20), || async {
+        inventories
+            .get_opt(GO_NAME)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        members(&clusters.get("local").await.unwrap()),
+        [HEP_NAME, DEAD_NAME, IPMI_NAME]
+    );
+    poll_until("its Machine collected", Duration::from_secs(30), || async {
+        Api::<Machine>::namespaced(client.clone(), NS)
+            .get_opt(GO_NAME)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    // The local Cluster deleted by hand comes back with its members.
+    clusters
+        .delete("local", &DeleteParams::default())
+        .await
+        .unwrap();
+    poll_until(
+        "the local Cluster made again",
+        Duration::from_secs(20),
+        || async {
+            let c = clusters.get_opt("local").await.unwrap()?;
+            (members(&c) == [HEP_NAME, DEAD_NAME, IPMI_NAME]
+                && c.status.as_ref()?.cluster_address.as_deref() == Some(service_ip.as_str()))
+            .then_some(())
+        },
+    )
+    .await;
+
+    let log = std::fs::read_to_string(&ingot.log).unwrap_or_default();
+    assert!(!log.contains(&password) && !log.contains(openipmi::PASSWORD));
+    ingot.stop();
+    drop(dead);
+    clean(&client).await;
+    eprintln!(
+        "healthy ready after {healthy_ready:?}; whole test {:?}",
+        test_started.elapsed()
+    );
+}
