@@ -318,6 +318,26 @@ impl SessionManager {
         }
     }
 
+    /// Forgets one BMC like [`SessionManager::evict`], but only if no handle refers to it: a
+    /// handle in use would log in again on its own client, a session nobody logs out. Returns
+    /// `Some(true)` if evicted, `Some(false)` if in use (try again later), `None` if unknown.
+    pub async fn evict_unused(&self, config: &BmcConfig) -> Option<bool> {
+        let removed = {
+            let mut entries = match self.entries.lock() {
+                Ok(e) => e,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let key = config.key();
+            // The map holds one reference; a handle holds another.
+            if Arc::strong_count(entries.get(&key)?) > 1 {
+                return Some(false);
+            }
+            entries.remove(&key)?
+        };
+        close_entry(&removed).await;
+        Some(true)
+    }
+
     /// Keeps the BMCs for which `keep` is true and evicts (logs out of) the others, for a
     /// controller that knows its current set of BMCs. Returns the number evicted.
     pub async fn retain(&self, keep: impl Fn(&BmcConfig) -> bool) -> usize {

@@ -450,7 +450,7 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
     }
     poll_until(
         "the deleted Machines' BMC sessions to be logged out",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || async {
             fleet.bmcs[..deleted]
                 .iter()

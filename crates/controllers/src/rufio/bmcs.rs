@@ -323,32 +323,54 @@ impl Bmcs {
 
     /// Forgets the users not in `live` and logs out of the BMCs only they used (both
     /// protocols); returns how many sessions were closed. Sessions a live object may still
-    /// need are never touched.
+    /// need are never touched, and a session a reconcile is using right now is left for the
+    /// next sweep (its user is kept until then).
     pub async fn forget_users_except(&self, live: &HashSet<String>) -> usize {
-        let orphaned: Vec<Target> = {
+        let gone: Vec<(String, Target)> = {
             let Ok(mut users) = self.users.lock() else {
                 return 0;
             };
-            let gone: Vec<Target> = users
+            let kept: HashSet<String> = users
                 .iter()
-                .filter(|(user, _)| !live.contains(*user))
-                .map(|(_, target)| target.clone())
+                .filter(|(user, _)| live.contains(*user))
+                .map(|(_, target)| Self::key(target))
                 .collect();
-            users.retain(|user, _| live.contains(user));
-            let kept: HashSet<String> = users.values().map(Self::key).collect();
-            gone.into_iter()
-                .filter(|t| !kept.contains(&Self::key(t)))
-                .collect()
+            let stale: Vec<String> = users
+                .keys()
+                .filter(|user| !live.contains(*user))
+                .cloned()
+                .collect();
+            let mut gone = Vec::new();
+            for user in stale {
+                match users.get(&user) {
+                    // Another live object still uses this BMC: only the user is forgotten.
+                    Some(target) if kept.contains(&Self::key(target)) => {
+                        users.remove(&user);
+                    }
+                    Some(target) => gone.push((user, target.clone())),
+                    None => {}
+                }
+            }
+            gone
         };
         let mut closed = 0;
-        for target in orphaned {
+        for (user, target) in gone {
+            let mut in_use = false;
+            for config in [&target.redfish, &target.ipmi] {
+                match self.manager.evict_unused(config).await {
+                    Some(true) => closed += 1,
+                    Some(false) => in_use = true,
+                    None => {}
+                }
+            }
+            if in_use {
+                continue;
+            }
             if let Ok(mut detected) = self.detected.lock() {
                 detected.remove(&Self::key(&target));
             }
-            for config in [&target.redfish, &target.ipmi] {
-                if self.manager.evict(config).await {
-                    closed += 1;
-                }
+            if let Ok(mut users) = self.users.lock() {
+                users.remove(&user);
             }
         }
         closed
