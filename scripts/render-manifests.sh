@@ -5,7 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 cd "$INGOT_ROOT"
 build_helm
-for group in pools rufio gardener; do
+for group in pools rufio seeder gardener; do
   {
     echo "# ingot with --controllers $group, rendered from deploy/helm/ingot by scripts/render-manifests.sh."
     echo "# Apply after creating the namespace: kubectl create namespace ingot-system"

@@ -1,7 +1,7 @@
 //! Installing ingot: the Helm chart lints clean, the plain manifests are what the chart
 //! renders, every rendering applies to the real API server (`--dry-run=server`), and the
 //! Harvester Addon applies with Harvester's own Addon CRD. (The chart's RBAC is proven by the
-//! pools end-to-end tests, which run `ingot run` as the chart's ServiceAccount.)
+//! pools and seeder end-to-end tests, which run `ingot run` as the chart's ServiceAccount.)
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::PostParams;
 
-const GROUPS: [&str; 3] = ["pools", "rufio", "gardener"];
+const GROUPS: [&str; 4] = ["pools", "rufio", "seeder", "gardener"];
 
 fn repo_file(path: &str) -> String {
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -82,7 +82,9 @@ fn an_unknown_controller_is_refused_by_name() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("controllers: unknown [seeders]; choose among pools, rufio, gardener"),
+        stderr.contains(
+            "controllers: unknown [seeders]; choose among pools, rufio, seeder, gardener"
+        ),
         "{stderr}"
     );
 }

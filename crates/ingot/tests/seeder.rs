@@ -6,6 +6,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod chart_support;
 mod rufio_support;
 
 use std::collections::BTreeMap;
@@ -505,7 +506,10 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     eprintln!("{:?}: peers and objects ready", test_started.elapsed());
     let started = Instant::now();
     let http_port = free_port();
-    let mut ingot = start_ingot(env.kubeconfig_path(), http_port);
+    // As the chart's ServiceAccount with the chart's RBAC for seeder (which includes Rufio's):
+    // a permission the chart lacks fails this test.
+    let kubeconfig = chart_support::service_account_kubeconfig(env.kubeconfig_path(), NS, "seeder");
+    let mut ingot = start_ingot(&kubeconfig, http_port);
     let hep_status = wait_ready(&client, HEP_NAME, Duration::from_secs(30), &ingot).await;
     wait_ready(&client, IPMI_NAME, Duration::from_secs(30), &ingot).await;
     let healthy_ready = started.elapsed();
