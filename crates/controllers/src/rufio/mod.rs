@@ -214,8 +214,7 @@ impl RufioContext {
             .map(|m| key_of(m.as_ref()))
             .chain(tasks.state().iter().map(|t| key_of(t.as_ref())))
             .collect();
-        let _ = live;
-        0
+        self.bmcs.forget_users_except(&live).await
     }
 
     /// Closes every BMC session (logout).
