@@ -165,7 +165,14 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over_after_sigkill
     )
     .await;
 
-    let (first_count, first_leader) = first.metrics(&http).await.expect("replica-a metrics");
+    // Pools are cluster-scoped: the other test's replica (leading in its own namespace) may
+    // write the condition first, so replica-a's own count is what shows it leads.
+    let (first_count, first_leader) = wait_for(
+        "replica-a to reconcile",
+        Duration::from_secs(30),
+        async || first.metrics(&http).await.filter(|(count, _)| *count > 0),
+    )
+    .await;
     let (second_count, second_leader) = second.metrics(&http).await.expect("replica-b metrics");
     assert!(first_count > 0, "the leader reconciled");
     assert_eq!(first_leader, 1);
