@@ -19,6 +19,20 @@ use kube::runtime::events::Reporter;
 
 pub use metrics::Metrics;
 
+/// The API of a namespaced kind in one namespace, or in all of them.
+pub(crate) fn api_in<K>(client: &Client, namespace: Option<&str>) -> kube::Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    match namespace {
+        Some(ns) => kube::Api::namespaced(client.clone(), ns),
+        None => kube::Api::all(client.clone()),
+    }
+}
+
 /// The controllers `ingot run` can start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ControllerKind {

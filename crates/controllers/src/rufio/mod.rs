@@ -190,10 +190,7 @@ impl RufioContext {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        match &self.settings.namespace {
-            Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
-            None => kube::Api::all(self.client.clone()),
-        }
+        crate::api_in(&self.client, self.settings.namespace.as_deref())
     }
 
     /// Logs out of the BMCs that only deleted Machines and Tasks used. Skipped until both

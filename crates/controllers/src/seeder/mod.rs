@@ -124,10 +124,7 @@ impl SeederContext {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        match &self.settings.namespace {
-            Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
-            None => kube::Api::all(self.client.clone()),
-        }
+        crate::api_in(&self.client, self.settings.namespace.as_deref())
     }
 
     fn cluster_address(&self) -> Option<&str> {
