@@ -10,7 +10,7 @@ mod chart_support;
 use std::path::Path;
 use std::process::Command;
 
-use chart_support::{chart_dir, helm, kubectl_apply, render, run};
+use chart_support::{chart_dir, helm, kubectl, kubectl_apply, render, run};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::PostParams;
@@ -258,4 +258,61 @@ fn the_oci_image_is_reproducible_non_root_and_runs_from_its_own_root_filesystem(
     let passwd = std::fs::read_to_string(rootfs.join("etc/passwd")).unwrap();
     assert!(passwd.contains(":65532:65532:"), "{passwd}");
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The CRD files as kubectl and Helm read them (YAML 1.1, where an unquoted `on` is a boolean)
+/// are exactly the CRDs ingot's types define: what a user applies is what the controllers expect.
+#[tokio::test]
+async fn the_crd_files_read_by_kubectl_are_the_crds_ingot_defines() {
+    let env = ingot_testenv::shared().await;
+    for crd in ingot_api::crds::generated() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deploy/helm/ingot/crds")
+            .join(ingot_api::crds::file_name(&crd));
+        let read = run(
+            Command::new(kubectl()).args([
+                &format!("--kubeconfig={}", env.kubeconfig_path().display()),
+                "create",
+                "--dry-run=client",
+                "-o",
+                "json",
+                "-f",
+                &file.display().to_string(),
+            ]),
+            None,
+        );
+        let read: serde_json::Value = serde_json::from_str(&read).unwrap();
+        let defined = serde_json::to_value(&crd).unwrap();
+        if let Some(difference) = first_difference(&read["spec"], &defined["spec"], "spec") {
+            panic!(
+                "{} as kubectl reads it differs from the type's CRD at {difference}",
+                file.display()
+            );
+        }
+    }
+}
+
+/// Where two JSON values first differ, and how.
+fn first_difference(a: &serde_json::Value, b: &serde_json::Value, path: &str) -> Option<String> {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                first_difference(
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                    &format!("{path}.{k}"),
+                )
+            })
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (u, v))| first_difference(u, v, &format!("{path}[{i}]"))),
+        // `minimum: 0` is read as an integer, the type holds 0.0: the same bound.
+        (Value::Number(x), Value::Number(y)) if x.as_f64() == y.as_f64() => None,
+        _ => (a != b).then(|| format!("{path}: {a} (file) vs {b} (type)")),
+    }
 }
