@@ -43,3 +43,5 @@ export INGOT_TESTENV_KUBECONFIG="$state/kubeconfig"
 
 log "cargo test --workspace"
 cargo test --workspace --locked --no-fail-fast "$@"
+log "least privilege: every permission of the chart was used by the tests above, none refused"
+cargo test --locked -p ingot --test rbac_coverage -- --ignored

@@ -7,6 +7,8 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod chart_support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -46,6 +48,7 @@ struct Stack {
     kubeconfig: PathBuf,
     /// The second API server's kubeconfig, when the Nodes join one.
     target_kubeconfig: Option<PathBuf>,
+    lease_namespace: String,
     extra_args: Vec<String>,
     // Dropped last: the processes above talk to it.
     _target_plane: Option<ingot_testenv::ControlPlane>,
@@ -53,7 +56,13 @@ struct Stack {
 
 impl Stack {
     async fn start(extra_args: &[&str]) -> Stack {
-        Self::start_on(extra_args, None).await
+        Self::start_on(extra_args, None, false).await
+    }
+
+    /// Installed as docs/migrate-from-mcm-provider.md says: deploy/manifests/gardener.yaml as it
+    /// is (Machines in `default`), ingot run as its ServiceAccount, its Lease in ingot-system.
+    async fn start_from_manifests(extra_args: &[&str]) -> Stack {
+        Self::start_on(extra_args, None, true).await
     }
 
     /// A stack whose Nodes join a second API server (a shoot), while the Machines stay in the
@@ -66,12 +75,13 @@ impl Stack {
             ..ingot_testenv::Options::from_env().unwrap()
         };
         let plane = ingot_testenv::ControlPlane::start(options).await.unwrap();
-        Self::start_on(extra_args, Some(plane)).await
+        Self::start_on(extra_args, Some(plane), false).await
     }
 
     async fn start_on(
         extra_args: &[&str],
         target_plane: Option<ingot_testenv::ControlPlane>,
+        from_manifests: bool,
     ) -> Stack {
         let env = ingot_testenv::shared().await;
         let client = env.client().unwrap();
@@ -82,7 +92,11 @@ impl Stack {
             ),
             None => (client.clone(), None),
         };
-        let namespace = env.namespace("gardener").await.unwrap();
+        let namespace = if from_manifests {
+            "default".to_owned()
+        } else {
+            env.namespace("gardener").await.unwrap()
+        };
         let mut config = SimConfig::single(TOKEN, PROJECT);
         // Scaled: seconds where the real service takes minutes.
         config.timings = Timings {
@@ -120,6 +134,22 @@ impl Stack {
             &log,
         )
         .unwrap();
+        // ingot runs as the chart's ServiceAccount: a permission the chart lacks fails here.
+        let (kubeconfig, lease_namespace) = if from_manifests {
+            (
+                chart_support::install_from_manifests(env.kubeconfig_path(), "gardener"),
+                chart_support::MANIFESTS_NAMESPACE.to_owned(),
+            )
+        } else {
+            (
+                chart_support::service_account_kubeconfig(
+                    env.kubeconfig_path(),
+                    &namespace,
+                    "gardener",
+                ),
+                namespace.clone(),
+            )
+        };
         let mut stack = Stack {
             client,
             target,
@@ -129,8 +159,9 @@ impl Stack {
             _running: running,
             _mcm: mcm,
             operator: None,
-            kubeconfig: env.kubeconfig_path().to_owned(),
+            kubeconfig,
             target_kubeconfig,
+            lease_namespace,
             extra_args: extra_args.iter().map(|s| (*s).to_owned()).collect(),
             _target_plane: target_plane,
         };
@@ -157,7 +188,7 @@ impl Stack {
             // before a restarted operator binds it.
             .arg("--http-addr=127.0.0.1:0")
             .arg(format!("--namespace={}", self.namespace))
-            .arg(format!("--lease-namespace={}", self.namespace))
+            .arg(format!("--lease-namespace={}", self.lease_namespace))
             .arg(format!("--identity=ingot-{}", self.namespace))
             .arg("--lease-duration-seconds=3")
             .arg(format!("--metal-api-url={}", self.sim.base_url()))
@@ -1315,4 +1346,118 @@ async fn node_gets(client: &Client) -> u64 {
         .filter(|l| labels.iter().all(|label| l.contains(label)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
+}
+
+/// docs/migrate-from-mcm-provider.md, step by step: a Running Machine as the Go provider leaves
+/// it (its providerID, MCM's finalizer, a server without any mark of ingot's, a joined Node), the
+/// Go provider stopped, ingot installed from deploy/manifests/gardener.yaml and run as that
+/// ServiceAccount. The Machine is adopted as it is (no server created or touched) and is still
+/// deletable through ingot, with its server and its Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_the_go_provider_made_is_adopted_after_installing_from_the_manifests() {
+    let mut stack = Stack::start_from_manifests(&[]).await;
+    stack.kill_operator();
+    let name = format!("go-made-{}", ingot_testenv::random_suffix(5));
+    let device: Value = reqwest::Client::new()
+        .post(format!("{}/projects/{PROJECT}/devices", stack.sim.base_url()))
+        .header("X-Auth-Token", TOKEN)
+        .json(&json!({"metro": "ny", "plan": "c3.small.x86", "operating_system": "ubuntu_22_04", "hostname": name,
+                      "tags": ["kubernetes.io/cluster/YOUR_CLUSTER_NAME: 1", "kubernetes.io/role/YOUR_ROLE_NAME: 1"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = device["id"].as_str().unwrap().to_owned();
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    nodes
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "joined",
+             "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
+        )
+        .await
+        .unwrap();
+    let machine: Machine = serde_json::from_value(json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+        "metadata": {"name": name, "labels": {"node": name}, "finalizers": ["machine.sapcloud.io/machine-controller-manager"]},
+        "spec": {"class": {"kind": "MachineClass", "name": CLASS}, "providerID": format!("equinixmetal://ny/{id}")},
+    }))
+    .unwrap();
+    stack
+        .machines_api()
+        .create(&PostParams::default(), &machine)
+        .await
+        .unwrap();
+    stack
+        .machines_api()
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": {
+            "node": name,
+            "currentStatus": {"phase": "Running", "timeoutActive": false, "lastUpdateTime": now},
+            "lastOperation": {"description": format!("Machine {name} successfully joined the cluster"),
+                              "state": "Successful", "type": "Create", "lastUpdateTime": now},
+        }})))
+        .await
+        .unwrap();
+    let before = stack.sim.sim().metrics();
+
+    stack.start_operator(None);
+    // Adopted: the machine controller's finalizer on the Node, the Machine Running on the same
+    // server.
+    let adopted = wait_for(
+        "the Node to be adopted",
+        Duration::from_secs(60),
+        async || {
+            let node = stack.node(&name).await?;
+            node.finalizers()
+                .contains(&ingot_controllers::gardener::NODE_FINALIZER.to_owned())
+                .then_some(node)
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let machine = stack.machines_api().get(&name).await.unwrap();
+    assert_eq!(phase(&machine), "Running", "{adopted:?}");
+    assert_eq!(device_of(&machine), id);
+    let after = stack.sim.sim().metrics();
+    for op in [
+        "createDevice",
+        "updateDevice",
+        "deleteDevice",
+        "performAction",
+    ] {
+        assert_eq!(
+            after.requests(op),
+            before.requests(op),
+            "{op} was sent to the adopted server"
+        );
+    }
+
+    stack
+        .machines_api()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the machine, its device and its node to be gone",
+        Duration::from_secs(60),
+        async || {
+            let gone = stack.machines_api().get_opt(&name).await.unwrap().is_none()
+                && !stack.devices().contains_key(&id)
+                && stack.node(&name).await.is_none();
+            gone.then_some(())
+        },
+    )
+    .await;
 }

@@ -46,6 +46,9 @@ struct Stack {
     install_retry_seconds: u64,
     /// The join token the operator renders (`TOKEN`); the booting servers expect JOIN_TOKEN.
     join_token: String,
+    /// Where the credentials Secret is (`NAMESPACE`) and where the Lease is taken.
+    credentials_namespace: String,
+    lease_namespace: String,
 }
 
 /// The emulator's realistic device timings, scaled down ten times: a server is active about
@@ -63,6 +66,19 @@ fn scaled_timings() -> Timings {
 
 impl Stack {
     async fn start(with_secret: bool) -> Stack {
+        let mut stack = Self::prepare(false).await;
+        if with_secret {
+            stack.write_secret(METAL_TOKEN).await;
+        }
+        stack.start_operator();
+        stack
+    }
+
+    /// The emulator and booter, ingot not started yet. `from_manifests`: ingot is installed as
+    /// docs/migrate-from-equinix-addon.md says (deploy/manifests/pools.yaml, its ServiceAccount,
+    /// the credentials in harvester-system); otherwise with the chart's RBAC in a namespace of
+    /// the test's own.
+    async fn prepare(from_manifests: bool) -> Stack {
         let env = ingot_testenv::shared().await;
         let client = env.client().unwrap();
         let namespace = env.namespace("pools").await.unwrap();
@@ -92,9 +108,24 @@ impl Stack {
             .port();
         // `ingot run` runs as the chart's ServiceAccount with the chart's RBAC for pools: a
         // permission the chart lacks fails these tests.
-        let kubeconfig =
-            chart_support::service_account_kubeconfig(env.kubeconfig_path(), &namespace, "pools");
-        let mut stack = Stack {
+        let (kubeconfig, credentials_namespace, lease_namespace) = if from_manifests {
+            (
+                chart_support::install_from_manifests(env.kubeconfig_path(), "pools"),
+                "harvester-system".to_owned(),
+                chart_support::MANIFESTS_NAMESPACE.to_owned(),
+            )
+        } else {
+            (
+                chart_support::service_account_kubeconfig(
+                    env.kubeconfig_path(),
+                    &namespace,
+                    "pools",
+                ),
+                namespace.clone(),
+                namespace.clone(),
+            )
+        };
+        Stack {
             client,
             namespace,
             sim,
@@ -106,12 +137,9 @@ impl Stack {
             crash_point: None,
             install_retry_seconds: 10,
             join_token: JOIN_TOKEN.to_owned(),
-        };
-        if with_secret {
-            stack.write_secret(METAL_TOKEN).await;
+            credentials_namespace,
+            lease_namespace,
         }
-        stack.start_operator();
-        stack
     }
 
     /// Starts (or restarts) `ingot run`.
@@ -132,7 +160,7 @@ impl Stack {
             .arg(format!("--identity=ingot-e2e-{}", self.namespace))
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
             .arg(format!("--http-addr=127.0.0.1:{}", self.http_port))
-            .arg(format!("--lease-namespace={}", self.namespace))
+            .arg(format!("--lease-namespace={}", self.lease_namespace))
             .arg("--lease-duration-seconds=3")
             .arg(format!("--metal-api-url={}", self.sim.base_url()))
             .arg(format!(
@@ -149,7 +177,7 @@ impl Stack {
             ))
             .arg("--error-backoff-seconds=0.5")
             .arg("--error-backoff-max-seconds=5")
-            .env("NAMESPACE", &self.namespace)
+            .env("NAMESPACE", &self.credentials_namespace)
             .env("TOKEN", &self.join_token)
             .stdout(Stdio::null())
             .stderr(log)
@@ -166,7 +194,8 @@ impl Stack {
     }
 
     async fn write_secret(&self, token: &str) {
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let secrets: Api<Secret> =
+            Api::namespaced(self.client.clone(), &self.credentials_namespace);
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {"name": "equinix-addon"},
             "stringData": {"METAL_AUTH_TOKEN": token, "PROJECT_ID": PROJECT}
@@ -1794,4 +1823,184 @@ async fn an_install_that_never_joins_is_retried_re_rendered_and_counted() {
         .unwrap_or(0);
     assert_eq!(i64::from(boots), 2 + retries, "boots of the server");
     stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+/// docs/migrate-from-equinix-addon.md, step by step: a pool the Go addon made (its status
+/// strings, its join token in the pool's status, its plaintext token annotation, its finalizers
+/// and a server it created without ingot's tag), the addon stopped, ingot installed from
+/// deploy/manifests/pools.yaml and run as that ServiceAccount. The pool is adopted as it is: no
+/// server created, reinstalled or deleted, the secrets in the clear removed; and it is still
+/// deletable, with its server, through ingot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_the_go_addon_made_is_adopted_after_installing_from_the_manifests() {
+    let _serial = SERIAL.lock().await;
+    let mut stack = Stack::prepare(true).await;
+    stack.write_secret(METAL_TOKEN).await;
+    let pool = format!("go-made-{}", ingot_testenv::random_suffix(4));
+    let instance = format!("{pool}-{}", ingot_testenv::random_suffix(8));
+
+    // The server the Go addon created (packngo's request), active.
+    let http = reqwest::Client::new();
+    let device: Value = http
+        .post(format!(
+            "{}/projects/{PROJECT}/devices",
+            stack.sim.base_url()
+        ))
+        .header("X-Auth-Token", METAL_TOKEN)
+        .json(
+            &json!({"hostname": instance, "plan": "c3.small.x86", "metro": "SG",
+                      "operating_system": "custom_ipxe", "billing_cycle": "hourly",
+                      "ipxe_script_url": "https://example.invalid/master.ipxe",
+                      // The Go addon's install config, its secrets in the clear.
+                      "userdata": format!("token: {JOIN_TOKEN}\nos:\n  password: go-addon-password\n")}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let device_id = device["id"].as_str().unwrap().to_owned();
+    wait_for(
+        "the Go addon's server to be active",
+        Duration::from_secs(30),
+        async || {
+            let found: Value = http
+                .get(format!("{}/devices/{device_id}", stack.sim.base_url()))
+                .header("X-Auth-Token", METAL_TOKEN)
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            (found["state"] == "active").then_some(())
+        },
+    )
+    .await;
+
+    // The pool and its Instance in the Go addon's shapes, and the Node that joined.
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(1);
+    stack.create_pool(manifest.clone(), &pool).await;
+    stack
+        .pools()
+        .patch_status(
+            &pool,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {
+            "status": "ready", "ready": 1, "requested": 1, "needed": 0, "token": JOIN_TOKEN}})),
+        )
+        .await
+        .unwrap();
+    let owner = stack.pools().get(&pool).await.unwrap();
+    let spec = &manifest["spec"];
+    let go_instance: Instance = serde_json::from_value(json!({
+        "apiVersion": "equinix.harvesterhci.io/v1", "kind": "Instance",
+        "metadata": {
+            "name": instance,
+            "labels": {"instancePool": pool},
+            "annotations": {"token": METAL_TOKEN, "reconfig_ipxe_url": "https://example.invalid/master.ipxe"},
+            "finalizers": ["equinix.instance.harvesterhci.io", "wrangler.cattle.io/instance-remove"],
+            "ownerReferences": [{"apiVersion": "equinix.harvesterhci.io/v1", "kind": "InstancePool",
+                                 "name": pool, "uid": owner.uid().unwrap(), "controller": true}],
+        },
+        "spec": {"plan": spec["plan"], "metro": spec["metro"], "billingCycle": spec["billingCycle"],
+                 "projectID": PROJECT, "operating_system": "custom_ipxe"},
+    }))
+    .unwrap();
+    stack
+        .instances()
+        .create(&PostParams::default(), &go_instance)
+        .await
+        .unwrap();
+    stack
+        .instances()
+        .patch_status(&instance, &PatchParams::default(), &Patch::Merge(&json!({"status": {
+            "status": "managed", "instanceID": device_id, "publicIP": "203.0.113.7", "privateIP": "10.0.0.7"}})))
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": instance}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    nodes
+        .patch_status(
+            &instance,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "joined",
+             "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
+        )
+        .await
+        .unwrap();
+    let before = stack.sim.sim().metrics();
+
+    // ingot, from the manifests.
+    stack.start_operator();
+    wait_for(
+        "the Go addon's token and plaintext annotation to be gone, the finalizer kept",
+        Duration::from_secs(60),
+        async || {
+            let pool_status = stack.pools().get(&pool).await.ok()?.status?;
+            let adopted = stack.instances().get(&instance).await.ok()?;
+            let annotations = adopted.annotations();
+            (pool_status.token.is_none()
+                && !annotations.contains_key("token")
+                && adopted
+                    .finalizers()
+                    .contains(&"equinix.instance.harvesterhci.io".to_owned()))
+            .then_some(())
+        },
+    )
+    .await;
+    stack.wait_ready(&pool, 1, Duration::from_secs(30)).await;
+    let adopted = stack.instances().get(&instance).await.unwrap();
+    let status = adopted.status.unwrap();
+    assert_eq!(
+        (status.status.as_str(), status.instance_id.as_str()),
+        ("managed", device_id.as_str())
+    );
+    // Settled: the server the Go addon made was neither recreated, reinstalled nor rebooted;
+    // its userdata, which held the join token and OS password, was replaced once.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = stack.sim.sim().metrics();
+    for op in ["createDevice", "deleteDevice", "performAction"] {
+        assert_eq!(
+            after.requests(op),
+            before.requests(op),
+            "{op} was sent to the adopted server"
+        );
+    }
+    assert_eq!(
+        after.requests("updateDevice") - before.requests("updateDevice"),
+        1
+    );
+    let userdata = stack.devices(&[pool.as_str()])[&device_id].1["userdata"].to_string();
+    assert!(
+        !userdata.contains(JOIN_TOKEN) && !userdata.contains("go-addon-password"),
+        "{userdata}"
+    );
+
+    // Still deletable through ingot: the pool goes, with its Instance, server and Node.
+    stack.delete_pools_and_expect_no_devices(&[pool]).await;
+    wait_for(
+        "the Node to be deleted",
+        Duration::from_secs(30),
+        async || {
+            nodes
+                .get_opt(&instance)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    stack.kill_operator();
 }

@@ -5,6 +5,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod chart_support;
 mod rufio_support;
 
 use std::process::Command;

@@ -15,6 +15,22 @@ use crate::{Error, Result, install_crds, pki, random_suffix};
 /// two cores; the margin covers a loaded machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// The audit log, in the state directory: one JSON line per request a ServiceAccount made, with
+/// the RBAC rule's role that allowed it (how the chart's least privilege is proven).
+pub const AUDIT_LOG: &str = "audit.log";
+
+/// Only ServiceAccounts' requests are recorded (the tests' admin and the controller manager
+/// use other identities), at Metadata level: who, what, and the authorizer's reason.
+const AUDIT_POLICY: &str = "\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    userGroups: [\"system:serviceaccounts\"]
+  - level: None
+";
+
 /// What to start, and where.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -85,6 +101,7 @@ impl ControlPlane {
         write(&dir.join("apiserver.key"), &pki.serving_key_pem)?;
         write(&dir.join("sa.key"), &pki.service_account_key_pem)?;
         write(&dir.join("sa.pub"), &pki.service_account_public_pem)?;
+        write(&dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
         write(
             &dir.join("tokens.csv"),
             &format!("{token},admin,admin,\"system:masters\"\n"),
@@ -149,6 +166,13 @@ impl ControlPlane {
             "--disable-admission-plugins=ServiceAccount".to_owned(),
             "--endpoint-reconciler-type=none".to_owned(),
             format!("--cert-dir={}", dir.join("certs").display()),
+            format!(
+                "--audit-policy-file={}",
+                dir.join("audit-policy.yaml").display()
+            ),
+            format!("--audit-log-path={}", dir.join(AUDIT_LOG).display()),
+            "--audit-log-format=json".to_owned(),
+            "--audit-log-mode=blocking".to_owned(),
         ];
         // kube-apiserver derives its advertised address from the default route; a network
         // namespace without one must name an address.

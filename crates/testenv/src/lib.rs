@@ -22,7 +22,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use tokio::sync::OnceCell;
 
-pub use control_plane::{ControlPlane, Options};
+pub use control_plane::{AUDIT_LOG, ControlPlane, Options};
 pub use crds::{install_crds, shared_dir};
 
 /// Errors of the test environment. Each says what to do about it.

@@ -100,17 +100,16 @@ pub fn service_account_kubeconfig(admin: &Path, namespace: &str, controllers: &s
         ],
     );
     kubectl_apply(admin, &identity, &[]);
+    token_kubeconfig(admin, &release, namespace, &release)
+}
+
+/// A kubeconfig holding a token of the ServiceAccount `namespace/account`, issued by the API
+/// server (TokenRequest), written as `<file>.kubeconfig` in the temporary directory.
+pub fn token_kubeconfig(admin: &Path, account: &str, namespace: &str, file: &str) -> PathBuf {
     let token = run(
         Command::new(kubectl())
             .arg(format!("--kubeconfig={}", admin.display()))
-            .args([
-                "create",
-                "token",
-                &release,
-                "-n",
-                namespace,
-                "--duration=4h",
-            ]),
+            .args(["create", "token", account, "-n", namespace, "--duration=4h"]),
         None,
     );
     let admin_config = std::fs::read_to_string(admin).unwrap();
@@ -129,7 +128,43 @@ pub fn service_account_kubeconfig(admin: &Path, namespace: &str, controllers: &s
         config, admin_config,
         "the admin kubeconfig holds a token to replace"
     );
-    let path = std::env::temp_dir().join(format!("{release}.kubeconfig"));
+    let path = std::env::temp_dir().join(format!("{file}.kubeconfig"));
     std::fs::write(&path, config + "\n").unwrap();
     path
+}
+
+/// The namespace the plain manifests install into.
+pub const MANIFESTS_NAMESPACE: &str = "ingot-system";
+
+/// Installs ingot as a user without Helm does (docs/install.md, the migration guides): creates
+/// `ingot-system`, applies `deploy/manifests/<group>.yaml` as it is, and returns a kubeconfig
+/// holding a token of its ServiceAccount `ingot-system/ingot`, the identity the manifests'
+/// Deployment runs with.
+pub fn install_from_manifests(admin: &Path, group: &str) -> PathBuf {
+    let manifests =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../deploy/manifests/{group}.yaml"));
+    let manifests = std::fs::read_to_string(&manifests)
+        .unwrap_or_else(|e| panic!("{}: {e}", manifests.display()));
+    // The namespaces the manifests name must exist: ingot's own and the credentials' one.
+    let namespaces: String = [MANIFESTS_NAMESPACE, "harvester-system"]
+        .iter()
+        .map(|ns| format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\n"))
+        .collect();
+    kubectl_apply(admin, &namespaces, &[]);
+    // Server-side: the CRDs are larger than client-side apply's annotation allows.
+    kubectl_apply(
+        admin,
+        &manifests,
+        &[
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=ingot-install",
+        ],
+    );
+    token_kubeconfig(
+        admin,
+        "ingot",
+        MANIFESTS_NAMESPACE,
+        &format!("ingot-manifests-{group}"),
+    )
 }

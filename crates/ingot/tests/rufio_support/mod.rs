@@ -59,13 +59,27 @@ pub fn spawn_logged(cmd: &mut Command, tag: &str) -> Proc {
     }
 }
 
-/// `ingot run --controllers rufio` on the namespace, with short (scaled) intervals.
-pub fn start_ingot(kubeconfig: &Path, namespace: &str, extra: &[&str]) -> Proc {
+/// `ingot run --controllers rufio` on the namespace, with short (scaled) intervals, as the
+/// chart's ServiceAccount (`admin` issues its token).
+pub fn start_ingot(admin: &Path, namespace: &str, extra: &[&str]) -> Proc {
+    let kubeconfig = crate::chart_support::service_account_kubeconfig(admin, namespace, "rufio");
+    start_ingot_as(&kubeconfig, namespace, namespace, extra)
+}
+
+/// `ingot run --controllers rufio` on `namespace` with a kubeconfig of its own, its Lease in
+/// `lease_namespace`.
+pub fn start_ingot_as(
+    kubeconfig: &Path,
+    lease_namespace: &str,
+    namespace: &str,
+    extra: &[&str],
+) -> Proc {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
     cmd.arg("run")
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .arg(format!("--http-addr=127.0.0.1:{}", free_port()))
-        .arg(format!("--lease-namespace={namespace}"))
+        .arg(format!("--lease-namespace={lease_namespace}"))
+        .arg(format!("--lease-name=ingot-{namespace}"))
         .arg("--lease-duration-seconds=3")
         .arg("--controllers=rufio")
         .arg(format!("--rufio-namespace={namespace}"));
