@@ -1,8 +1,10 @@
-//! `ingot`: the operator (`ingot run`) and its tools (`ingot crds`, `ingot bmc`).
+//! `ingot`: the operator (`ingot run`) and its tools (`ingot crds`, `ingot bmc`, `ingot power`).
 
 mod gardener;
 mod http;
 mod leader;
+mod power;
+mod power_api;
 mod run;
 mod telemetry;
 
@@ -37,6 +39,12 @@ enum Command {
     /// BMC_PASSWORD power status`. The protocol is detected (Redfish first, then IPMI) unless
     /// --protocol is given; --json prints one stable JSON document (see docs/bmc.md).
     Bmc(ingot_bmc::cli::BmcArgs),
+    /// Request a power action on a Harvester Node through its Inventory, as Harvester's node
+    /// action does: allowed when you may update the Node and it is in maintenance.
+    ///
+    /// Example: `ingot power node-1 reboot`. The action is carried out by `ingot run
+    /// --controllers seeder` (see docs/seeder.md).
+    Power(power::PowerArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,25 +60,8 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Bmc(args) => {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime,
-                Err(error) => {
-                    eprintln!("error: starting the async runtime: {error}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match runtime.block_on(ingot_bmc::cli::run(args)) {
-                Ok(code) => code,
-                Err(error) => {
-                    eprintln!("error: {error:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Bmc(args) => block_on(ingot_bmc::cli::run(args)),
+        Command::Power(args) => block_on(power::run(args)),
         Command::Run(args) => {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
@@ -87,6 +78,27 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// Runs a one-shot command on a single-threaded runtime.
+fn block_on(command: impl std::future::Future<Output = anyhow::Result<ExitCode>>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: starting the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(command) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -12,6 +12,8 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use futures::FutureExt;
 use ingot_controllers::{Context, ControllerKind, Metrics, pools, rufio, seeder};
+
+use crate::power_api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::watch;
@@ -86,6 +88,21 @@ struct SeederArgs {
     /// ready Inventory with events.enabled (Seeder: 900).
     #[arg(long, default_value_t = 900.0)]
     seeder_hardware_interval_seconds: f64,
+
+    /// Serve Harvester's node power actions over HTTPS on this address (with `seeder`):
+    /// `POST /v1/harvester/nodes/<node>?action=powerActionPossible|powerAction`, for callers
+    /// with a Kubernetes token who may update the Node, on Nodes in maintenance.
+    #[arg(long)]
+    power_api_addr: Option<SocketAddr>,
+
+    /// The power action API's certificate (PEM chain); without it, a self-signed certificate
+    /// is made at start.
+    #[arg(long, requires = "power_api_tls_key")]
+    power_api_tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --power-api-tls-cert.
+    #[arg(long, requires = "power_api_tls_cert")]
+    power_api_tls_key: Option<PathBuf>,
 }
 
 impl SeederArgs {
@@ -346,6 +363,38 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         pools: pools_shared.clone(),
         client: client.clone(),
     };
+    let power_api = match args.seeder.power_api_addr {
+        Some(addr) if controllers.contains(&ControllerKind::Seeder) => {
+            let certificate = match (
+                &args.seeder.power_api_tls_cert,
+                &args.seeder.power_api_tls_key,
+            ) {
+                (Some(cert), Some(key)) => power_api::Certificate::Files {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                },
+                _ => power_api::Certificate::SelfSigned(vec![
+                    "localhost".to_owned(),
+                    addr.ip().to_string(),
+                ]),
+            };
+            let namespace = args
+                .seeder
+                .seeder_namespace
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| ingot_api::seeder::LOCAL_CLUSTER_NAMESPACE.to_owned());
+            let mut rx = stop_rx.clone();
+            let stop = async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            };
+            Some(power_api::serve(addr, certificate, client.clone(), namespace, stop).await?)
+        }
+        Some(_) => anyhow::bail!(
+            "--power-api-addr serves Seeder's power actions: add seeder to --controllers"
+        ),
+        None => None,
+    };
     let server = http::serve(args.http_addr, health, stopped).await?;
 
     let lease = LeaseConfig {
@@ -460,6 +509,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         elector.release().await;
     }
     let _ = server.await;
+    if let Some(power_api) = power_api {
+        let _ = power_api.await;
+    }
     outcome
 }
 

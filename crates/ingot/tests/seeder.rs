@@ -331,12 +331,16 @@ fn labels(manufacturer: &str, model: &str, serial: &str) -> BTreeMap<String, Str
 }
 
 /// `ingot run --controllers seeder` on harvester-system (rufio comes with it), scaled intervals.
-fn start_ingot(kubeconfig: &std::path::Path, http_port: u16) -> Proc {
+fn start_ingot(kubeconfig: &std::path::Path, http_port: u16, power_api_port: u16) -> Proc {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
     cmd.arg("run")
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .arg(format!("--http-addr=127.0.0.1:{http_port}"))
-        .arg(format!("--lease-namespace={NS}"))
+        .arg(format!("--power-api-addr=127.0.0.1:{power_api_port}"))
+        .arg(format!(
+            "--lease-namespace={}",
+            chart_support::MANIFESTS_NAMESPACE
+        ))
         .arg("--lease-name=ingot-seeder-test")
         .arg("--lease-duration-seconds=3")
         .arg("--controllers=seeder")
@@ -506,10 +510,12 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     eprintln!("{:?}: peers and objects ready", test_started.elapsed());
     let started = Instant::now();
     let http_port = free_port();
-    // As the chart's ServiceAccount with the chart's RBAC for seeder (which includes Rufio's):
-    // a permission the chart lacks fails this test.
-    let kubeconfig = chart_support::service_account_kubeconfig(env.kubeconfig_path(), NS, "seeder");
-    let mut ingot = start_ingot(&kubeconfig, http_port);
+    // Installed as docs/migrate-from-seeder.md says, from the plain manifests, and run as their
+    // ServiceAccount (the seeder group includes Rufio's RBAC): a permission the manifests lack
+    // fails this test, and the Go Seeder's objects above must be adopted.
+    let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "seeder");
+    let power_api_port = free_port();
+    let mut ingot = start_ingot(&kubeconfig, http_port, power_api_port);
     let hep_status = wait_ready(&client, HEP_NAME, Duration::from_secs(30), &ingot).await;
     wait_ready(&client, IPMI_NAME, Duration::from_secs(30), &ingot).await;
     let healthy_ready = started.elapsed();
@@ -729,6 +735,13 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     );
 
     eprintln!("{:?}: power actions done", test_started.elapsed());
+    power_api_and_cli(env, &client, power_api_port, &ingot).await;
+    assert_eq!(
+        sushy.system(&user, &password).await.unwrap()["PowerState"],
+        "On",
+        "shut down by the power API, powered on by `ingot power`"
+    );
+    eprintln!("{:?}: power API and CLI done", test_started.elapsed());
     // The dead BMC (judged meanwhile): a clear condition, with wrangler's error reason, no credentials.
     let (cond, reason, message) =
         poll_until("the dead BMC judged", Duration::from_secs(30), || async {
@@ -814,4 +827,150 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         "healthy ready after {healthy_ready:?}; whole test {:?}",
         test_started.elapsed()
     );
+}
+
+/// One caller of Harvester's node actions: a ServiceAccount with `rules`, its token and a
+/// kubeconfig holding it.
+fn power_caller(
+    env: &ingot_testenv::TestEnv,
+    name: &str,
+    rules: Value,
+) -> (String, std::path::PathBuf) {
+    let manifests = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {name}, namespace: {NS}}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {name}}}\nrules: {rules}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {name}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {name}}}\n\
+         subjects: [{{kind: ServiceAccount, name: {name}, namespace: {NS}}}]\n"
+    );
+    chart_support::kubectl_apply(env.kubeconfig_path(), &manifests, &[]);
+    let kubeconfig = chart_support::token_kubeconfig(env.kubeconfig_path(), name, NS, name);
+    let token = std::fs::read_to_string(&kubeconfig)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: ").map(str::to_owned))
+        .unwrap();
+    (token, kubeconfig)
+}
+
+/// Harvester's `powerActionPossible` / `powerAction` over HTTPS, answered as Harvester answers,
+/// refused out of maintenance and to a caller without the right to update the Node; then
+/// `ingot power` under the same rules. Ends with the HEP's server on.
+async fn power_api_and_cli(env: &ingot_testenv::TestEnv, client: &Client, port: u16, ingot: &Proc) {
+    let (operator, operator_config) = power_caller(
+        env,
+        "power-operator",
+        json!([
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "update"]},
+            {"apiGroups": ["metal.harvesterhci.io"], "resources": ["inventories"], "verbs": ["get", "patch"]},
+            {"apiGroups": ["metal.harvesterhci.io"], "resources": ["inventories/status"], "verbs": ["patch"]},
+        ]),
+    );
+    let (viewer, viewer_config) = power_caller(
+        env,
+        "power-viewer",
+        json!([
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            {"apiGroups": ["metal.harvesterhci.io"], "resources": ["inventories"], "verbs": ["get"]},
+        ]),
+    );
+    // ingot's own certificate, self-signed at start.
+    let https = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let call = async |token: Option<&str>, node: &str, action: &str, body: Option<Value>| {
+        let mut request = https.post(format!(
+            "https://127.0.0.1:{port}/v1/harvester/nodes/{node}?action={action}"
+        ));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap())
+    };
+    let possible = "powerActionPossible";
+    let action = "powerAction";
+    assert_eq!(call(Some(&operator), HEP_NAME, possible, None).await.0, 204);
+    let (code, body) = call(Some(&operator), DEAD_NAME, possible, None).await;
+    assert_eq!(code, 409, "{body}");
+    assert!(
+        body.contains(&format!(
+            "no field .status.status present in inventory object: {DEAD_NAME}"
+        )),
+        "{body}"
+    );
+    assert_eq!(
+        call(Some(&operator), "no-such-node", possible, None)
+            .await
+            .0,
+        424
+    );
+    assert_eq!(call(None, HEP_NAME, possible, None).await.0, 401);
+    assert_eq!(
+        call(Some("not-a-token"), HEP_NAME, possible, None).await.0,
+        401
+    );
+
+    // Out of maintenance: refused, and nothing requested.
+    let shutdown = Some(json!({"operation": "shutdown"}));
+    let (code, body) = call(Some(&operator), HEP_NAME, action, shutdown.clone()).await;
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("not in maintenance mode"), "{body}");
+    Api::<Node>::all(client.clone())
+        .patch(
+            HEP_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"harvesterhci.io/maintain-status": "completed"}}})),
+        )
+        .await
+        .unwrap();
+    let (code, body) = call(Some(&viewer), HEP_NAME, action, shutdown.clone()).await;
+    assert_eq!(code, 403, "{body}");
+    let (code, body) = call(
+        Some(&operator),
+        HEP_NAME,
+        action,
+        Some(json!({"operation": "explode"})),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("is not a valid power opreation"), "{body}");
+    assert_eq!(
+        inventory(client, HEP_NAME)
+            .await
+            .spec
+            .power_action_requested
+            .as_deref(),
+        Some("reboot"),
+        "a refused request changed the Inventory"
+    );
+
+    let (code, body) = call(Some(&operator), HEP_NAME, action, shutdown).await;
+    assert_eq!(code, 204, "{body}");
+    wait_power(client, HEP_NAME, "shutdown", ingot).await;
+
+    // The CLI: refused to the viewer, done for the operator.
+    let cli = |config: &std::path::Path, operation: &str| {
+        Command::new(env!("CARGO_BIN_EXE_ingot"))
+            .args(["power", HEP_NAME, operation])
+            .arg(format!("--kubeconfig={}", config.display()))
+            .output()
+            .unwrap()
+    };
+    let refused = cli(&viewer_config, "poweron");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("may not update node"), "{stderr}");
+    let done = cli(&operator_config, "poweron");
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    wait_power(client, HEP_NAME, "poweron", ingot).await;
 }

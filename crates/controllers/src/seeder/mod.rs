@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod hardware;
 pub mod inventory;
+pub mod node_api;
 pub mod power;
 
 use std::collections::HashMap;

@@ -23,3 +23,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "ingot.enabled" -}}
 {{- if has (index . 1) (index . 0).Values.controllers -}}true{{- end -}}
 {{- end -}}
+
+{{/* Whether the power action API is served: the seeder group with seeder.powerApi.enabled. */}}
+{{- define "ingot.powerApi" -}}
+{{- if and (include "ingot.enabled" (list . "seeder")) .Values.seeder.powerApi.enabled -}}true{{- end -}}
+{{- end -}}

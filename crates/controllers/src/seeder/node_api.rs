@@ -1,0 +1,248 @@
+//! Harvester's node power actions, `powerActionPossible` and `powerAction`, answered as Harvester's
+//! node API answers them (`pkg/api/node/formatter.go`), with two gates Harvester leaves to its UI:
+//! the Node must be in maintenance, and the caller must be allowed to update that Node (a
+//! SubjectAccessReview on the API server). Served over HTTPS by `ingot run` and used by
+//! `ingot power`.
+
+use std::collections::BTreeMap;
+
+use ingot_api::seeder::{INVENTORY_NODE_READY, Inventory};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+    SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+/// The Node annotation Harvester sets while a Node is in maintenance (any non-empty value).
+pub const MAINTAIN_STATUS_ANNOTATION: &str = "harvesterhci.io/maintain-status";
+
+/// The operations Harvester accepts, in its order (its error message lists them so).
+pub const OPERATIONS: [&str; 3] = ["shutdown", "poweron", "reboot"];
+
+/// Who asks. A server checks the user its TokenReview named; the CLI checks its own kubeconfig's
+/// identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Caller {
+    User {
+        name: String,
+        uid: Option<String>,
+        groups: Vec<String>,
+        extra: BTreeMap<String, Vec<String>>,
+    },
+    Myself,
+}
+
+/// An answer other than success: the HTTP status Harvester gives, and its message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    pub status: u16,
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(status: u16, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn api(what: &str, error: &kube::Error) -> Self {
+        Self::new(500, format!("{what}: {error}"))
+    }
+}
+
+/// `powerActionPossible`: 204 when the Node's Inventory (same name, in `namespace`) is
+/// `inventoryNodeReady`; 424 without an Inventory; 409 with Harvester's messages otherwise.
+pub async fn power_action_possible(
+    client: &Client,
+    namespace: &str,
+    node: &str,
+) -> Result<(), Refusal> {
+    let inventories: Api<Inventory> = Api::namespaced(client.clone(), namespace);
+    let inventory = match inventories.get_opt(node).await {
+        Ok(Some(inventory)) => inventory,
+        Ok(None) => {
+            return Err(Refusal::new(
+                424,
+                format!("no inventory {namespace}/{node}: the node has no BMC known to ingot"),
+            ));
+        }
+        Err(error) => return Err(Refusal::api("reading the inventory", &error)),
+    };
+    match inventory.status.as_ref().and_then(|s| s.status.as_deref()) {
+        None => Err(Refusal::new(
+            409,
+            format!("no field .status.status present in inventory object: {node}"),
+        )),
+        Some(INVENTORY_NODE_READY) => Ok(()),
+        Some(other) => Err(Refusal::new(
+            409,
+            format!(
+                "expected to find inventory {node} status {INVENTORY_NODE_READY}, but current status is: {other}"
+            ),
+        )),
+    }
+}
+
+/// `powerAction {operation}`: checks the operation, the caller's right to update the Node, the
+/// Node's maintenance and `powerActionPossible`, refuses while the last request has no answer,
+/// then writes the request as Harvester does: `spec.powerActionRequested`, then
+/// `status.powerAction.lastJobName` cleared (what arms the Seeder controller).
+pub async fn request_power_action(
+    client: &Client,
+    namespace: &str,
+    node: &str,
+    operation: &str,
+    caller: &Caller,
+) -> Result<(), Refusal> {
+    if !OPERATIONS.contains(&operation) {
+        // Harvester's message, its spelling included.
+        return Err(Refusal::new(
+            400,
+            format!(
+                "operation {operation} is not a valid power opreation. valid values need to be in [{}]",
+                OPERATIONS.join(" ")
+            ),
+        ));
+    }
+    may_update_node(client, node, caller).await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let found = match nodes.get_opt(node).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return Err(Refusal::new(404, format!("node {node} not found"))),
+        Err(error) => return Err(Refusal::api("reading the node", &error)),
+    };
+    let in_maintenance = found
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MAINTAIN_STATUS_ANNOTATION))
+        .is_some_and(|v| !v.is_empty());
+    if !in_maintenance {
+        return Err(Refusal::new(
+            409,
+            format!(
+                "node {node} is not in maintenance mode: enable maintenance mode first \
+                 (annotation {MAINTAIN_STATUS_ANNOTATION})"
+            ),
+        ));
+    }
+    power_action_possible(client, namespace, node).await?;
+
+    let inventories: Api<Inventory> = Api::namespaced(client.clone(), namespace);
+    let inventory = inventories
+        .get(node)
+        .await
+        .map_err(|e| Refusal::api("reading the inventory", &e))?;
+    let mut power_action = inventory
+        .status
+        .as_ref()
+        .map(|s| s.power_action.clone())
+        .unwrap_or_default();
+    if let Some(old) = inventory.spec.power_action_requested.as_deref()
+        && power_action
+            .action_status
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+    {
+        return Err(Refusal::new(
+            409,
+            format!(
+                "waiting for power action status for action {old} for node {node} to be populated"
+            ),
+        ));
+    }
+    // The request, on the version just read: a concurrent request makes this one fail (409)
+    // rather than both being taken.
+    let resource_version = inventory.metadata.resource_version.clone();
+    inventories
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"resourceVersion": resource_version},
+                "spec": {"powerActionRequested": operation},
+            })),
+        )
+        .await
+        .map_err(|e| match e {
+            kube::Error::Api(status) if status.code == 409 => Refusal::new(
+                409,
+                format!("inventory {node} changed while the request was made: try again"),
+            ),
+            other => Refusal::api("writing the request", &other),
+        })?;
+    power_action.last_job_name = Some(String::new());
+    inventories
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"powerAction": power_action}})),
+        )
+        .await
+        .map_err(|e| Refusal::api("arming the request", &e))?;
+    Ok(())
+}
+
+/// Whether the caller may update the Node, asked of the API server's authorizer.
+async fn may_update_node(client: &Client, node: &str, caller: &Caller) -> Result<(), Refusal> {
+    let attributes = ResourceAttributes {
+        verb: Some("update".to_owned()),
+        resource: Some("nodes".to_owned()),
+        name: Some(node.to_owned()),
+        ..Default::default()
+    };
+    let (allowed, who) = match caller {
+        Caller::User {
+            name,
+            uid,
+            groups,
+            extra,
+        } => {
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some(name.clone()),
+                    uid: uid.clone(),
+                    groups: Some(groups.clone()),
+                    extra: Some(extra.clone()),
+                    resource_attributes: Some(attributes),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let answer = Api::<SubjectAccessReview>::all(client.clone())
+                .create(&PostParams::default(), &review)
+                .await
+                .map_err(|e| Refusal::api("asking the authorizer", &e))?;
+            (answer.status.is_some_and(|s| s.allowed), name.as_str())
+        }
+        Caller::Myself => {
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(attributes),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+                .create(&PostParams::default(), &review)
+                .await
+                .map_err(|e| Refusal::api("asking the authorizer", &e))?;
+            (answer.status.is_some_and(|s| s.allowed), "you")
+        }
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(Refusal::new(
+            403,
+            format!("{who} may not update node {node}: power actions need that right"),
+        ))
+    }
+}
