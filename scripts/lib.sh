@@ -8,19 +8,40 @@ mkdir -p "$INGOT_CACHE_DIR"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-# apt packages from scripts/deps/apt.txt that are not installed yet.
+# Debian packages from scripts/deps/apt.txt (`package=version`, one a line) at exactly the recorded
+# versions: installs the missing ones (apt-get runs only then), then checks every installed version.
 install_apt_packages() {
-  local wanted missing=()
-  wanted=$(grep -vE '^\s*(#|$)' "$INGOT_ROOT/scripts/deps/apt.txt" || true)
-  for pkg in $wanted; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  local record="$INGOT_ROOT/scripts/deps/apt.txt" entries entry pkg version installed missing=() failed=0
+  entries=$(grep -vE '^\s*(#|$)' "$record" || true)
+  for entry in $entries; do
+    pkg=${entry%%=*} version=${entry#*=}
+    if [[ $pkg == "$entry" || -z $pkg || -z $version ]]; then
+      echo "scripts/deps/apt.txt: '$entry' is not package=version" >&2
+      return 1
+    fi
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg=$version")
   done
   if ((${#missing[@]})); then
     log "installing Debian packages: ${missing[*]}"
     local sudo=""; [[ $(id -u) -eq 0 ]] || sudo=sudo
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null; then
+      echo "could not install ${missing[*]} (the versions recorded in scripts/deps/apt.txt); if the" \
+        "archive no longer has them, record versions it has (apt-cache policy PACKAGE)" >&2
+      return 1
+    fi
   fi
+  for entry in $entries; do
+    pkg=${entry%%=*} version=${entry#*=}
+    installed=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null || true)
+    if [[ $installed != "$version" ]]; then
+      echo "Debian package $pkg: scripts/deps/apt.txt records $version but ${installed:-nothing} is installed;" \
+        "install the recorded version (apt-get install $pkg=$version) or, to use the installed one," \
+        "update the record to the line printed by: dpkg-query -W -f='\${Package}=\${Version}\\n' $pkg" >&2
+      failed=1
+    fi
+  done
+  return "$failed"
 }
 
 # A virtualenv keyed by the requirements file, put first on PATH.
