@@ -44,17 +44,28 @@ install_apt_packages() {
   return "$failed"
 }
 
-# A virtualenv keyed by the requirements file, put first on PATH.
+# A virtualenv with every Python package at the version scripts/deps/requirements.lock records
+# (dependencies included; scripts/deps/lock-python.sh regenerates it from requirements.txt), keyed
+# by that lock and the Python version, put first on PATH.
 install_python_packages() {
-  local req="$INGOT_ROOT/scripts/deps/requirements.txt" key venv
-  key=$( (python3 --version; cat "$req") | sha256sum | cut -c1-12)
+  local req="$INGOT_ROOT/scripts/deps/requirements.txt" lock="$INGOT_ROOT/scripts/deps/requirements.lock" stale key venv
+  # A pin in requirements.txt that the lock lacks means the lock was not regenerated.
+  stale=$(awk -F'==' 'function norm(s) { s = tolower(s); gsub(/[ \t]/, "", s); gsub(/[-_.]+/, "-", s); return s }
+    /^[ \t]*(#|$)/ { next }
+    FNR == NR { locked[norm($1) "==" $2]; next }
+    !((norm($1) "==" $2) in locked) { print }' "$lock" "$req")
+  if [[ -n $stale ]]; then
+    echo "scripts/deps/requirements.lock lacks $(echo "$stale" | tr '\n' ' ')from requirements.txt: run scripts/deps/lock-python.sh" >&2
+    return 1
+  fi
+  key=$( (python3 --version; cat "$lock") | sha256sum | cut -c1-12)
   venv="$INGOT_CACHE_DIR/venv-$key"
   if [[ ! -x "$venv/bin/python" ]] || [[ ! -f "$venv/.complete" ]]; then
     log "creating the Python virtualenv for the test peers"
     rm -rf "$venv"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --upgrade pip
-    if grep -qvE '^\s*(#|$)' "$req"; then "$venv/bin/pip" install -q -r "$req"; fi
+    "$venv/bin/pip" install -q --no-deps -r "$lock"
+    "$venv/bin/pip" check >/dev/null || { "$venv/bin/pip" check >&2; echo "scripts/deps/requirements.lock is incomplete: run scripts/deps/lock-python.sh" >&2; return 1; }
     touch "$venv/.complete"
   fi
   export PATH="$venv/bin:$PATH"
