@@ -92,20 +92,12 @@ build_helm() {
   export INGOT_HELM
 }
 
-# kubectl: a client within one minor version of the 1.34 server. The Google Cloud SDK build
-# keeps versioned binaries (kubectl.1.33 ...) beside its dispatcher.
-find_kubectl() {
-  local dirs=() dir candidate
-  if command -v kubectl >/dev/null 2>&1; then dirs+=("$(dirname "$(readlink -f "$(command -v kubectl)")")"); fi
-  for candidate in kubectl.1.35 kubectl.1.34 kubectl.1.33; do
-    if command -v "$candidate" >/dev/null 2>&1; then INGOT_KUBECTL=$(command -v "$candidate"); export INGOT_KUBECTL; return; fi
-    for dir in "${dirs[@]}"; do
-      if [[ -x "$dir/$candidate" ]]; then INGOT_KUBECTL="$dir/$candidate"; export INGOT_KUBECTL; return; fi
-    done
-  done
-  if command -v kubectl >/dev/null 2>&1; then INGOT_KUBECTL=$(command -v kubectl); export INGOT_KUBECTL; return; fi
-  echo "kubectl not found: install kubectl 1.33 or newer" >&2
-  return 1
+# kubectl built from the same k8s.io/kubernetes release as the control plane (tools/k8s-testbin,
+# cached by version). The machine's own kubectl, if any, is not used.
+build_kubectl() {
+  log "kubectl (built from the control plane's Kubernetes release on first use; cached afterwards)"
+  INGOT_KUBECTL=$("$INGOT_ROOT/tools/k8s-testbin/build.sh" kubectl)
+  export INGOT_KUBECTL
 }
 
 # Upstream Tinkerbell Rufio's manager built from its Go module (v0.6.5, and v0.3.2 as Harvester
