@@ -24,7 +24,7 @@ install_apt_packages() {
   if ((${#missing[@]})); then
     log "installing Debian packages: ${missing[*]}"
     local sudo=""; [[ $(id -u) -eq 0 ]] || sudo=sudo
-    $sudo apt-get update -qq
+    $sudo apt-get update -qq || return 1
     if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null; then
       echo "could not install ${missing[*]} (the versions recorded in scripts/deps/apt.txt); if the" \
         "archive no longer has them, record versions it has (apt-cache policy PACKAGE)" >&2
@@ -44,16 +44,17 @@ install_apt_packages() {
   return "$failed"
 }
 
-# A virtualenv with every Python package at the version scripts/deps/requirements.lock records
-# (dependencies included; scripts/deps/lock-python.sh regenerates it from requirements.txt), keyed
-# by that lock and the Python version, put first on PATH.
+# A virtualenv with every Python package at the version and hash scripts/deps/requirements.lock
+# records (dependencies included; scripts/deps/lock-python.sh regenerates it from
+# requirements.txt), keyed by that lock and the Python version, put first on PATH.
 install_python_packages() {
   local req="$INGOT_ROOT/scripts/deps/requirements.txt" lock="$INGOT_ROOT/scripts/deps/requirements.lock" stale key venv
   # A pin in requirements.txt that the lock lacks means the lock was not regenerated.
   stale=$(awk -F'==' 'function norm(s) { s = tolower(s); gsub(/[ \t]/, "", s); gsub(/[-_.]+/, "-", s); return s }
-    /^[ \t]*(#|$)/ { next }
+    /^[ \t]*(#|-|$)/ { next }
+    { sub(/[ \t\\].*/, "", $2) }
     FNR == NR { locked[norm($1) "==" $2]; next }
-    !((norm($1) "==" $2) in locked) { print }' "$lock" "$req")
+    !((norm($1) "==" $2) in locked) { print $1 "==" $2 }' "$lock" "$req")
   if [[ -n $stale ]]; then
     echo "scripts/deps/requirements.lock lacks $(echo "$stale" | tr '\n' ' ')from requirements.txt: run scripts/deps/lock-python.sh" >&2
     return 1
@@ -62,10 +63,14 @@ install_python_packages() {
   venv="$INGOT_CACHE_DIR/venv-$key"
   if [[ ! -x "$venv/bin/python" ]] || [[ ! -f "$venv/.complete" ]]; then
     log "creating the Python virtualenv for the test peers"
+    # Each step returns on failure itself: errexit does not apply when the caller tests the result.
     rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --no-deps -r "$lock"
-    "$venv/bin/pip" check >/dev/null || { "$venv/bin/pip" check >&2; echo "scripts/deps/requirements.lock is incomplete: run scripts/deps/lock-python.sh" >&2; return 1; }
+    python3 -m venv "$venv" || return 1
+    "$venv/bin/pip" install -q --require-hashes --no-deps -r "$lock" || return 1
+    if ! "$venv/bin/pip" check >&2; then
+      echo "scripts/deps/requirements.lock is incomplete: run scripts/deps/lock-python.sh" >&2
+      return 1
+    fi
     touch "$venv/.complete"
   fi
   export PATH="$venv/bin:$PATH"
