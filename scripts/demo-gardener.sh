@@ -43,7 +43,7 @@ esac
 
 build_control_plane
 build_mcm
-find_kubectl
+build_kubectl
 log "building ingot"
 cargo build --locked -p ingot -p ingot-testenv -p ingot-sim
 bin="$CARGO_TARGET_DIR/debug"

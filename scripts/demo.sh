@@ -43,7 +43,7 @@ esac
 
 install_apt_packages
 build_control_plane
-find_kubectl
+build_kubectl
 log "building ingot"
 cargo build --locked -p ingot -p ingot-testenv -p ingot-sim
 bin="$CARGO_TARGET_DIR/debug"

@@ -8,32 +8,69 @@ mkdir -p "$INGOT_CACHE_DIR"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-# apt packages from scripts/deps/apt.txt that are not installed yet.
+# Debian packages from scripts/deps/apt.txt (`package=version`, one a line) at exactly the recorded
+# versions: installs the missing ones (apt-get runs only then), then checks every installed version.
 install_apt_packages() {
-  local wanted missing=()
-  wanted=$(grep -vE '^\s*(#|$)' "$INGOT_ROOT/scripts/deps/apt.txt" || true)
-  for pkg in $wanted; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  local record="$INGOT_ROOT/scripts/deps/apt.txt" entries entry pkg version installed missing=() failed=0
+  entries=$(grep -vE '^\s*(#|$)' "$record" || true)
+  for entry in $entries; do
+    pkg=${entry%%=*} version=${entry#*=}
+    if [[ $pkg == "$entry" || -z $pkg || -z $version ]]; then
+      echo "scripts/deps/apt.txt: '$entry' is not package=version" >&2
+      return 1
+    fi
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg=$version")
   done
   if ((${#missing[@]})); then
     log "installing Debian packages: ${missing[*]}"
     local sudo=""; [[ $(id -u) -eq 0 ]] || sudo=sudo
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    $sudo apt-get update -qq || return 1
+    if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null; then
+      echo "could not install ${missing[*]} (the versions recorded in scripts/deps/apt.txt); if the" \
+        "archive no longer has them, record versions it has (apt-cache policy PACKAGE)" >&2
+      return 1
+    fi
   fi
+  for entry in $entries; do
+    pkg=${entry%%=*} version=${entry#*=}
+    installed=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null || true)
+    if [[ $installed != "$version" ]]; then
+      echo "Debian package $pkg: scripts/deps/apt.txt records $version but ${installed:-nothing} is installed;" \
+        "install the recorded version (apt-get install $pkg=$version) or, to use the installed one," \
+        "update the record to the line printed by: dpkg-query -W -f='\${Package}=\${Version}\\n' $pkg" >&2
+      failed=1
+    fi
+  done
+  return "$failed"
 }
 
-# A virtualenv keyed by the requirements file, put first on PATH.
+# A virtualenv with every Python package at the version and hash scripts/deps/requirements.lock
+# records (dependencies included; scripts/deps/lock-python.sh regenerates it from
+# requirements.txt), keyed by that lock and the Python version, put first on PATH.
 install_python_packages() {
-  local req="$INGOT_ROOT/scripts/deps/requirements.txt" key venv
-  key=$( (python3 --version; cat "$req") | sha256sum | cut -c1-12)
+  local req="$INGOT_ROOT/scripts/deps/requirements.txt" lock="$INGOT_ROOT/scripts/deps/requirements.lock" stale key venv
+  # A pin in requirements.txt that the lock lacks means the lock was not regenerated.
+  stale=$(awk -F'==' 'function norm(s) { s = tolower(s); gsub(/[ \t]/, "", s); gsub(/[-_.]+/, "-", s); return s }
+    /^[ \t]*(#|-|$)/ { next }
+    { sub(/[ \t\\].*/, "", $2) }
+    FNR == NR { locked[norm($1) "==" $2]; next }
+    !((norm($1) "==" $2) in locked) { print $1 "==" $2 }' "$lock" "$req")
+  if [[ -n $stale ]]; then
+    echo "scripts/deps/requirements.lock lacks $(echo "$stale" | tr '\n' ' ')from requirements.txt: run scripts/deps/lock-python.sh" >&2
+    return 1
+  fi
+  key=$( (python3 --version; cat "$lock") | sha256sum | cut -c1-12)
   venv="$INGOT_CACHE_DIR/venv-$key"
   if [[ ! -x "$venv/bin/python" ]] || [[ ! -f "$venv/.complete" ]]; then
     log "creating the Python virtualenv for the test peers"
+    # Each step returns on failure itself: errexit does not apply when the caller tests the result.
     rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --upgrade pip
-    if grep -qvE '^\s*(#|$)' "$req"; then "$venv/bin/pip" install -q -r "$req"; fi
+    python3 -m venv "$venv" || return 1
+    "$venv/bin/pip" install -q --require-hashes --no-deps -r "$lock" || return 1
+    if ! "$venv/bin/pip" check >&2; then
+      echo "scripts/deps/requirements.lock is incomplete: run scripts/deps/lock-python.sh" >&2
+      return 1
+    fi
     touch "$venv/.complete"
   fi
   export PATH="$venv/bin:$PATH"
@@ -60,20 +97,12 @@ build_helm() {
   export INGOT_HELM
 }
 
-# kubectl: a client within one minor version of the 1.34 server. The Google Cloud SDK build
-# keeps versioned binaries (kubectl.1.33 ...) beside its dispatcher.
-find_kubectl() {
-  local dirs=() dir candidate
-  if command -v kubectl >/dev/null 2>&1; then dirs+=("$(dirname "$(readlink -f "$(command -v kubectl)")")"); fi
-  for candidate in kubectl.1.35 kubectl.1.34 kubectl.1.33; do
-    if command -v "$candidate" >/dev/null 2>&1; then INGOT_KUBECTL=$(command -v "$candidate"); export INGOT_KUBECTL; return; fi
-    for dir in "${dirs[@]}"; do
-      if [[ -x "$dir/$candidate" ]]; then INGOT_KUBECTL="$dir/$candidate"; export INGOT_KUBECTL; return; fi
-    done
-  done
-  if command -v kubectl >/dev/null 2>&1; then INGOT_KUBECTL=$(command -v kubectl); export INGOT_KUBECTL; return; fi
-  echo "kubectl not found: install kubectl 1.33 or newer" >&2
-  return 1
+# kubectl built from the same k8s.io/kubernetes release as the control plane (tools/k8s-testbin,
+# cached by version). The machine's own kubectl, if any, is not used.
+build_kubectl() {
+  log "kubectl (built from the control plane's Kubernetes release on first use; cached afterwards)"
+  INGOT_KUBECTL=$("$INGOT_ROOT/tools/k8s-testbin/build.sh" kubectl)
+  export INGOT_KUBECTL
 }
 
 # Upstream Tinkerbell Rufio's manager built from its Go module (v0.6.5, and v0.3.2 as Harvester

@@ -12,7 +12,7 @@ build_control_plane
 build_mcm
 build_rufio
 build_helm
-find_kubectl
+build_kubectl
 
 log "cargo fmt --check"
 cargo fmt --all --check

@@ -8,14 +8,14 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
 fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> String {
-    let kubectl = std::env::var("INGOT_KUBECTL").unwrap_or_else(|_| "kubectl".to_owned());
+    let kubectl = std::env::var("INGOT_KUBECTL").expect(
+        "INGOT_KUBECTL: the kubectl built by tools/k8s-testbin/build.sh kubectl (scripts/test.sh sets it)",
+    );
     let output = std::process::Command::new(&kubectl)
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .args(args)
         .output()
-        .unwrap_or_else(|e| {
-            panic!("running {kubectl}: {e} (set INGOT_KUBECTL to a kubectl 1.33+)")
-        });
+        .unwrap_or_else(|e| panic!("running {kubectl}: {e}"));
     assert!(
         output.status.success(),
         "kubectl {args:?}: {}",

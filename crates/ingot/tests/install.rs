@@ -49,6 +49,35 @@ async fn ensure_namespace(client: &kube::Client, name: &str) {
     }
 }
 
+/// The kubectl the tests run is the one built from the Kubernetes release the control plane is
+/// built from (tools/k8s-testbin), not whatever kubectl the machine has.
+#[test]
+fn kubectl_is_built_from_the_control_planes_release() {
+    let pinned = repo_file("tools/k8s-testbin/go.mod")
+        .lines()
+        .find_map(|line| {
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next(), words.next()) {
+                (Some("k8s.io/kubernetes"), Some(version), _)
+                | (Some("require"), Some("k8s.io/kubernetes"), Some(version)) => {
+                    Some(version.to_owned())
+                }
+                _ => None,
+            }
+        })
+        .expect("tools/k8s-testbin/go.mod requires k8s.io/kubernetes");
+    let out = run(
+        Command::new(chart_support::kubectl()).args(["version", "--client", "-o", "json"]),
+        None,
+    );
+    let version: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        version["clientVersion"]["gitVersion"].as_str(),
+        Some(pinned.as_str()),
+        "{out}"
+    );
+}
+
 #[test]
 fn the_chart_lints_clean() {
     let out = run(

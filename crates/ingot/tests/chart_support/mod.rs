@@ -1,6 +1,6 @@
 //! The Helm chart in tests: rendered with the helm the test command builds (`INGOT_HELM`),
-//! applied with kubectl (`INGOT_KUBECTL`), and the chart's ServiceAccount as the identity
-//! `ingot run` uses, so that a permission the chart lacks fails the test that needs it.
+//! applied with the kubectl it builds (`INGOT_KUBECTL`), and the chart's ServiceAccount as the
+//! identity `ingot run` uses, so that a permission the chart lacks fails the test that needs it.
 
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
@@ -19,7 +19,9 @@ pub fn helm() -> PathBuf {
 }
 
 pub fn kubectl() -> String {
-    std::env::var("INGOT_KUBECTL").unwrap_or_else(|_| "kubectl".to_owned())
+    std::env::var("INGOT_KUBECTL").expect(
+        "INGOT_KUBECTL: the kubectl built by tools/k8s-testbin/build.sh kubectl (scripts/test.sh sets it)",
+    )
 }
 
 /// Runs a command and returns its standard output; panics with its standard error.
