@@ -1605,6 +1605,17 @@ async fn scale_down_drains_one_node_at_a_time_and_a_pdb_holds_it_with_a_conditio
     )
     .await;
     stack.assert_devices_match(&name, 2).await;
+    // /metrics counted the passes the budget held the drain, and the three drains.
+    let metrics = stack.metrics().await;
+    let value = |series: &str| metrics.get(series).copied().unwrap_or_default();
+    assert!(
+        value(r#"ingot_drains_blocked_total{controller="pools"}"#) >= 1.0,
+        "{metrics:#?}"
+    );
+    assert!(
+        value(r#"ingot_drains_total{controller="pools",outcome="drained"}"#) >= 3.0,
+        "{metrics:#?}"
+    );
     stack.delete_pools_and_expect_no_devices(&[name]).await;
 }
 
