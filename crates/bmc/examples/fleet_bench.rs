@@ -282,6 +282,7 @@ async fn main() -> anyhow::Result<()> {
                 idle_connections_per_bmc: usize::from(keep_alive),
                 ..RedfishOptions::default()
             },
+            ..ManagerOptions::default()
         });
         let mut bmcs = Vec::with_capacity(n);
         for b in &fleet.bmcs {

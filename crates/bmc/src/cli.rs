@@ -243,6 +243,7 @@ pub async fn execute_with(
             },
             ..RedfishOptions::default()
         },
+        ..ManagerOptions::default()
     };
     let mut connectors = connectors;
     if !connectors.iter().any(|c| c.protocol() == Protocol::Ipmi) {

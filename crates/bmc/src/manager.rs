@@ -12,7 +12,66 @@ use futures::StreamExt;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
+
+/// Receives what the manager sees, for metrics: every call through a [`ManagedBmc`] and every
+/// client (session) opened and dropped. Labels are low-cardinality: a protocol, an operation
+/// name (`power_state`, `power`, ...), `ok` or a [`BmcError::kind`].
+pub trait BmcObserver: Send + Sync {
+    /// A call ended. `protocol` is `None` when no protocol could be reached (detection failed).
+    fn call(
+        &self,
+        protocol: Option<Protocol>,
+        operation: &'static str,
+        outcome: &'static str,
+        took: Duration,
+    ) {
+        let _ = (protocol, operation, outcome, took);
+    }
+
+    /// A client connected to a BMC: it holds one session, reused by every call to that BMC.
+    fn session_opened(&self, protocol: Protocol) {
+        let _ = protocol;
+    }
+
+    /// That client is gone (logged out, evicted, replaced or shut down).
+    fn session_closed(&self, protocol: Protocol) {
+        let _ = protocol;
+    }
+}
+
+/// A shared observer, or none.
+#[derive(Clone, Default)]
+pub struct Observer(Option<Arc<dyn BmcObserver>>);
+
+impl Observer {
+    pub fn new(observer: Arc<dyn BmcObserver>) -> Self {
+        Observer(Some(observer))
+    }
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Observer(Some)"
+        } else {
+            "Observer(None)"
+        })
+    }
+}
+
+/// Reports a session closed when the last clone of a connected client is dropped.
+struct SessionGuard {
+    observer: Arc<dyn BmcObserver>,
+    protocol: Protocol,
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        self.observer.session_closed(self.protocol);
+    }
+}
 
 /// How to reach one BMC.
 #[derive(Clone, Debug)]
@@ -68,6 +127,8 @@ pub struct ManagerOptions {
     pub fleet_limit: usize,
     /// Redfish client settings (timeout, auth mode); TLS comes from each [`BmcConfig`].
     pub redfish: RedfishOptions,
+    /// Told of every call and session (metrics).
+    pub observer: Observer,
 }
 
 impl Default for ManagerOptions {
@@ -76,6 +137,7 @@ impl Default for ManagerOptions {
             per_bmc_limit: 1,
             fleet_limit: 64,
             redfish: RedfishOptions::default(),
+            observer: Observer::default(),
         }
     }
 }
@@ -175,6 +237,7 @@ impl Connector for RedfishConnector {
 struct Connected {
     bmc: Arc<dyn Bmc>,
     gated: bool,
+    _session: Option<Arc<SessionGuard>>,
 }
 
 struct Entry {
@@ -273,6 +336,12 @@ impl SessionManager {
         let entries = self.entries.lock().ok()?;
         let e = entries.get(&config.key())?;
         *e.protocol.lock().ok()?
+    }
+
+    /// BMC requests in flight across the fleet (fleet permits taken), and the limit.
+    pub fn fleet_in_flight(&self) -> (usize, usize) {
+        let limit = self.options.fleet_limit.max(1);
+        (limit.saturating_sub(self.fleet.available_permits()), limit)
     }
 
     /// Closes every session (Redfish logout), at most `fleet_limit` at a time. Returns the
@@ -418,7 +487,18 @@ impl SessionManager {
             };
             match attempt {
                 Ok(bmc) => {
-                    let client = Connected { bmc, gated };
+                    let session = self.options.observer.0.clone().map(|observer| {
+                        observer.session_opened(c.protocol());
+                        Arc::new(SessionGuard {
+                            observer,
+                            protocol: c.protocol(),
+                        })
+                    });
+                    let client = Connected {
+                        bmc,
+                        gated,
+                        _session: session,
+                    };
                     if let Ok(mut p) = entry.protocol.lock() {
                         if p.is_none() {
                             tracing::info!(bmc = %entry.config.endpoint, protocol = %c.protocol(), "BMC protocol detected");
@@ -488,7 +568,23 @@ pub struct ManagedBmc {
 }
 
 impl ManagedBmc {
-    async fn with<T, F, Fut>(&self, f: F) -> Result<T, BmcError>
+    /// One call, reported to the observer.
+    async fn with<T, F, Fut>(&self, operation: &'static str, f: F) -> Result<T, BmcError>
+    where
+        F: FnOnce(Arc<dyn Bmc>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, BmcError>>,
+    {
+        let started = Instant::now();
+        let result = self.call(f).await;
+        if let Some(observer) = &self.manager.options.observer.0 {
+            let protocol = self.protocol_detected().or(self.entry.config.protocol);
+            let outcome = result.as_ref().map_or_else(BmcError::kind, |_| "ok");
+            observer.call(protocol, operation, outcome, started.elapsed());
+        }
+        result
+    }
+
+    async fn call<T, F, Fut>(&self, f: F) -> Result<T, BmcError>
     where
         F: FnOnce(Arc<dyn Bmc>) -> Fut,
         Fut: std::future::Future<Output = Result<T, BmcError>>,
@@ -527,23 +623,30 @@ impl Bmc for ManagedBmc {
         self.protocol_detected().unwrap_or(Protocol::Redfish)
     }
     async fn power_state(&self) -> Result<PowerState, BmcError> {
-        self.with(|c| async move { c.power_state().await }).await
-    }
-    async fn power(&self, action: PowerAction) -> Result<PowerOutcome, BmcError> {
-        self.with(|c| async move { c.power(action).await }).await
-    }
-    async fn boot_override(&self) -> Result<BootOverride, BmcError> {
-        self.with(|c| async move { c.boot_override().await }).await
-    }
-    async fn set_boot_override(&self, request: BootRequest) -> Result<BootOverride, BmcError> {
-        self.with(|c| async move { c.set_boot_override(request).await })
+        self.with("power_state", |c| async move { c.power_state().await })
             .await
     }
+    async fn power(&self, action: PowerAction) -> Result<PowerOutcome, BmcError> {
+        self.with("power", |c| async move { c.power(action).await })
+            .await
+    }
+    async fn boot_override(&self) -> Result<BootOverride, BmcError> {
+        self.with("boot_override", |c| async move { c.boot_override().await })
+            .await
+    }
+    async fn set_boot_override(&self, request: BootRequest) -> Result<BootOverride, BmcError> {
+        self.with("set_boot_override", |c| async move {
+            c.set_boot_override(request).await
+        })
+        .await
+    }
     async fn inventory(&self) -> Result<Inventory, BmcError> {
-        self.with(|c| async move { c.inventory().await }).await
+        self.with("inventory", |c| async move { c.inventory().await })
+            .await
     }
     async fn event_log(&self) -> Result<Vec<LogEntry>, BmcError> {
-        self.with(|c| async move { c.event_log().await }).await
+        self.with("event_log", |c| async move { c.event_log().await })
+            .await
     }
     async fn close(&self) -> Result<(), BmcError> {
         let client = self.entry.client.lock().await.take();

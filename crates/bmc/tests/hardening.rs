@@ -376,6 +376,7 @@ async fn the_fleet_permit_is_not_held_through_a_cycle_wait() {
         per_bmc_limit: 1,
         fleet_limit: 1,
         redfish: options(),
+        ..ManagerOptions::default()
     });
     let slow = manager.bmc(config(&fleet.bmcs[0].url()));
     let other = manager.bmc(config(&fleet.bmcs[1].url()));

@@ -319,6 +319,7 @@ async fn manager_bounds_concurrency_and_reuses_sessions() {
         per_bmc_limit: 1,
         fleet_limit: 3,
         redfish: options(),
+        ..ManagerOptions::default()
     });
     let configs: Vec<BmcConfig> = fleet
         .bmcs
@@ -458,4 +459,76 @@ async fn event_stream_reports_power_changes() {
         1,
         "the stream reuses the session"
     );
+}
+
+/// What the manager reports to its observer.
+#[derive(Default)]
+struct Recorder {
+    calls: std::sync::Mutex<Vec<String>>,
+    open: std::sync::atomic::AtomicI64,
+}
+
+impl ingot_bmc::manager::BmcObserver for Recorder {
+    fn call(
+        &self,
+        protocol: Option<Protocol>,
+        operation: &'static str,
+        outcome: &'static str,
+        _took: Duration,
+    ) {
+        let protocol = protocol.map_or("unknown".to_owned(), |p| p.to_string());
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("{protocol} {operation} {outcome}"));
+    }
+    fn session_opened(&self, _: Protocol) {
+        self.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn session_closed(&self, _: Protocol) {
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn the_observer_sees_calls_by_outcome_and_the_sessions_open() {
+    let fleet = fleet_of(&[Vendor::Dell], false).await;
+    let recorder = Arc::new(Recorder::default());
+    let manager = SessionManager::new(ManagerOptions {
+        redfish: options(),
+        observer: ingot_bmc::manager::Observer::new(recorder.clone()),
+        ..ManagerOptions::default()
+    });
+    let config = |url: &str| BmcConfig {
+        endpoint: Endpoint::parse(url, None).unwrap(),
+        username: "admin".into(),
+        password: Password::new("password"),
+        protocol: None,
+        insecure_tls: false,
+        ca_bundle_pem: None,
+    };
+    let good = config(&fleet.bmcs[0].url());
+    let bmc = manager.bmc(good.clone());
+    assert_eq!(bmc.power_state().await.unwrap(), PowerState::On);
+    bmc.boot_override().await.unwrap();
+    assert_eq!(recorder.open.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Nothing listens here: the call fails before any protocol is reached.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let refused = manager.bmc(config(&format!("http://127.0.0.1:{port}")));
+    assert!(refused.power_state().await.is_err());
+    assert_eq!(
+        recorder.calls.lock().unwrap().clone(),
+        [
+            "redfish power_state ok",
+            "redfish boot_override ok",
+            "unknown power_state unreachable",
+        ]
+    );
+    drop(bmc);
+    assert!(manager.evict(&good).await);
+    assert_eq!(recorder.open.load(std::sync::atomic::Ordering::SeqCst), 0);
 }

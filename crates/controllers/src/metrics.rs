@@ -1,8 +1,13 @@
 //! Prometheus metrics, with low-cardinality labels only (never an object name).
 
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use ingot_bmc::Protocol;
+use ingot_bmc::manager::BmcObserver;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -26,16 +31,168 @@ pub struct KubeRequestLabels {
     pub resource: String,
 }
 
-/// The operator's metrics, registered once.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MetalCallLabels {
+    pub operation: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RetryLabels {
+    pub operation: &'static str,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BmcCallLabels {
+    pub protocol: &'static str,
+    pub operation: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BmcOperationLabels {
+    pub protocol: &'static str,
+    pub operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProtocolLabels {
+    pub protocol: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DrainLabels {
+    pub controller: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DrainControllerLabels {
+    pub controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransitionLabels {
+    pub transition: &'static str,
+}
+
+/// How a drain ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DrainOutcome {
+    /// Every pod was evicted.
+    Drained,
+    /// Pods were deleted rather than evicted (Gardener: drain timeout, `force-deletion`, an
+    /// unhealthy Node).
+    Forced,
+    /// The drain timeout passed on an unreachable Node and the removal went on without it
+    /// (pools).
+    TimedOut,
+}
+
+impl DrainOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            DrainOutcome::Drained => "drained",
+            DrainOutcome::Forced => "forced",
+            DrainOutcome::TimedOut => "timed_out",
+        }
+    }
+}
+
+/// A change of leadership of this replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaderTransition {
+    /// The replica took the lease.
+    Acquired,
+    /// The lease was taken over or could not be renewed in time. The process exits right
+    /// after, so a scrape seldom sees this: watch acquisitions across replicas instead.
+    Lost,
+}
+
+impl LeaderTransition {
+    fn label(self) -> &'static str {
+        match self {
+            LeaderTransition::Acquired => "acquired",
+            LeaderTransition::Lost => "lost",
+        }
+    }
+}
+
+type Sampler = Box<dyn Fn(&Metrics) + Send + Sync>;
+
+/// A metric whose `# HELP` and `# TYPE` are served before its first sample: the registry
+/// leaves out families without samples, and dashboards and alerts must find every family.
+#[derive(Debug)]
+struct Described<M>(M);
+
+impl<M: EncodeMetric> EncodeMetric for Described<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// The operator's metrics, registered once: every family is in /metrics (HELP and TYPE) from
+/// the start, before its first sample.
 pub struct Metrics {
     pub registry: Registry,
     /// 1 while this replica holds the leader lease.
     pub leader: Gauge,
+    pub leader_transitions: Family<TransitionLabels, Counter>,
     pub reconciliations: Family<ControllerLabels, Counter>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
     /// Requests to the Kubernetes API server: what the watched caches save is seen here.
     pub kube_requests: Family<KubeRequestLabels, Counter>,
+    pub metal_requests: Family<MetalCallLabels, Counter>,
+    pub metal_request_duration: Family<OperationLabels, Histogram>,
+    pub metal_retries: Family<RetryLabels, Counter>,
+    pub metal_rate_limited: Family<OperationLabels, Counter>,
+    pub metal_rate_limit_waits: Counter,
+    pub metal_rate_limit_wait_seconds: Counter<f64, AtomicU64>,
+    pub bmc_requests: Family<BmcCallLabels, Counter>,
+    pub bmc_request_duration: Family<BmcOperationLabels, Histogram>,
+    pub bmc_sessions_open: Family<ProtocolLabels, Gauge>,
+    pub bmc_fleet_in_flight: Gauge,
+    pub bmc_fleet_limit: Gauge,
+    pub instance_phase_duration: Family<PhaseLabels, Histogram>,
+    pub pools: Family<StatusLabels, Gauge>,
+    pub pool_instances_requested: Gauge,
+    pub pool_instances_managed: Gauge,
+    pub pool_replacements: Counter,
+    pub pool_replacements_blocked: Family<ReasonLabels, Counter>,
+    pub drains: Family<DrainLabels, Counter>,
+    pub drains_blocked: Family<DrainControllerLabels, Counter>,
+    /// Run before every scrape: gauges read from a live source (caches, the BMC fleet limit).
+    samplers: Mutex<Vec<Sampler>>,
 }
 
 impl Default for Metrics {
@@ -45,19 +202,25 @@ impl Default for Metrics {
         registry.register(
             "leader",
             "1 while this replica holds the leader lease",
-            leader.clone(),
+            Described(leader.clone()),
+        );
+        let leader_transitions = Family::<TransitionLabels, Counter>::default();
+        registry.register(
+            "leader_transitions",
+            "Changes of leadership of this replica: acquired, lost (taken over or not renewed in time; the process exits right after)",
+            Described(leader_transitions.clone()),
         );
         let reconciliations = Family::<ControllerLabels, Counter>::default();
         registry.register(
             "reconciliations",
             "Reconciliations started",
-            reconciliations.clone(),
+            Described(reconciliations.clone()),
         );
         let reconcile_errors = Family::<ErrorLabels, Counter>::default();
         registry.register(
             "reconcile_errors",
             "Reconciliations that failed, by error kind",
-            reconcile_errors.clone(),
+            Described(reconcile_errors.clone()),
         );
         let reconcile_duration =
             Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
@@ -66,21 +229,168 @@ impl Default for Metrics {
         registry.register(
             "reconcile_duration_seconds",
             "Time spent in one reconciliation",
-            reconcile_duration.clone(),
+            Described(reconcile_duration.clone()),
         );
         let kube_requests = Family::<KubeRequestLabels, Counter>::default();
         registry.register(
             "kube_requests",
             "Requests to the Kubernetes API server, by verb and resource",
-            kube_requests.clone(),
+            Described(kube_requests.clone()),
+        );
+
+        let metal_requests = Family::<MetalCallLabels, Counter>::default();
+        registry.register(
+            "metal_requests",
+            "Equinix Metal API calls, by operation (OpenAPI operation id) and outcome (ok or the error kind) after the client's retries",
+            Described(metal_requests.clone()),
+        );
+        let metal_request_duration =
+            Family::<OperationLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+            });
+        registry.register(
+            "metal_request_duration_seconds",
+            "Time of one Equinix Metal API call, retries and rate-limit waits included",
+            Described(metal_request_duration.clone()),
+        );
+        let metal_retries = Family::<RetryLabels, Counter>::default();
+        registry.register(
+            "metal_retries",
+            "Equinix Metal API attempts sent again, by operation and the failure's kind",
+            Described(metal_retries.clone()),
+        );
+        let metal_rate_limited = Family::<OperationLabels, Counter>::default();
+        registry.register(
+            "metal_rate_limited",
+            "429 Too Many Requests answers from the Equinix Metal API, by operation",
+            Described(metal_rate_limited.clone()),
+        );
+        let metal_rate_limit_waits = Counter::default();
+        registry.register(
+            "metal_rate_limit_waits",
+            "Equinix Metal API requests held by the client-side rate limiter (its own rate, or a pause the API asked for)",
+            Described(metal_rate_limit_waits.clone()),
+        );
+        let metal_rate_limit_wait_seconds = Counter::<f64, AtomicU64>::default();
+        registry.register(
+            "metal_rate_limit_wait_seconds",
+            "Time Equinix Metal API requests were held by the client-side rate limiter",
+            Described(metal_rate_limit_wait_seconds.clone()),
+        );
+
+        let bmc_requests = Family::<BmcCallLabels, Counter>::default();
+        registry.register(
+            "bmc_requests",
+            "BMC calls, by protocol (redfish, ipmi, unknown when none answered), operation and outcome (ok or the error kind)",
+            Described(bmc_requests.clone()),
+        );
+        let bmc_request_duration =
+            Family::<BmcOperationLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+            });
+        registry.register(
+            "bmc_request_duration_seconds",
+            "Time of one BMC call (connecting and protocol detection included)",
+            Described(bmc_request_duration.clone()),
+        );
+        let bmc_sessions_open = Family::<ProtocolLabels, Gauge>::default();
+        registry.register(
+            "bmc_sessions_open",
+            "BMC clients connected, by protocol: one per BMC, holding the session its calls reuse",
+            Described(bmc_sessions_open.clone()),
+        );
+        let bmc_fleet_in_flight = Gauge::default();
+        registry.register(
+            "bmc_fleet_in_flight",
+            "BMC requests in flight across the fleet (fleet permits taken)",
+            Described(bmc_fleet_in_flight.clone()),
+        );
+        let bmc_fleet_limit = Gauge::default();
+        registry.register(
+            "bmc_fleet_limit",
+            "BMC requests allowed in flight across the fleet (--rufio-fleet-limit)",
+            Described(bmc_fleet_limit.clone()),
+        );
+
+        let instance_phase_duration =
+            Family::<PhaseLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(1.0, 2.0, 16))
+            });
+        registry.register(
+            "instance_phase_duration_seconds",
+            "Time an Instance spent in a provisioning phase (new, queued, reinstalling, ready, managed), observed when it leaves the phase",
+            Described(instance_phase_duration.clone()),
+        );
+        let pools = Family::<StatusLabels, Gauge>::default();
+        registry.register(
+            "pools",
+            "InstancePools by status (new, tokenReady, submitted, ready, cleanupNodes), as this replica's cache holds them",
+            Described(pools.clone()),
+        );
+        let pool_instances_requested = Gauge::default();
+        registry.register(
+            "pool_instances_requested",
+            "Instances requested by every InstancePool (spec.count), summed",
+            Described(pool_instances_requested.clone()),
+        );
+        let pool_instances_managed = Gauge::default();
+        registry.register(
+            "pool_instances_managed",
+            "Instances whose Node joined (status.ready of every InstancePool), summed",
+            Described(pool_instances_managed.clone()),
+        );
+        let pool_replacements = Counter::default();
+        registry.register(
+            "pool_replacements",
+            "Unhealthy pool members removed to be replaced",
+            Described(pool_replacements.clone()),
+        );
+        let pool_replacements_blocked = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "pool_replacements_blocked",
+            "Pool passes that found Nodes unhealthy for too long but replaced none, by reason (too_many_unhealthy, maintenance, cordoned, opted_out, invalid_max_unhealthy); rises at every pass while blocked",
+            Described(pool_replacements_blocked.clone()),
+        );
+        let drains = Family::<DrainLabels, Counter>::default();
+        registry.register(
+            "drains",
+            "Node drains finished, by controller (pools, gardener) and outcome (drained, forced, timed_out)",
+            Described(drains.clone()),
+        );
+        let drains_blocked = Family::<DrainControllerLabels, Counter>::default();
+        registry.register(
+            "drains_blocked",
+            "Drain passes held back by a PodDisruptionBudget refusal (or, pools, a drain timeout on a reachable Node); rises at every pass while a drain is stuck",
+            Described(drains_blocked.clone()),
         );
         Self {
             registry,
             leader,
+            leader_transitions,
             kube_requests,
             reconciliations,
             reconcile_errors,
             reconcile_duration,
+            metal_requests,
+            metal_request_duration,
+            metal_retries,
+            metal_rate_limited,
+            metal_rate_limit_waits,
+            metal_rate_limit_wait_seconds,
+            bmc_requests,
+            bmc_request_duration,
+            bmc_sessions_open,
+            bmc_fleet_in_flight,
+            bmc_fleet_limit,
+            instance_phase_duration,
+            pools,
+            pool_instances_requested,
+            pool_instances_managed,
+            pool_replacements,
+            pool_replacements_blocked,
+            drains,
+            drains_blocked,
+            samplers: Mutex::default(),
         }
     }
 }
@@ -111,11 +421,153 @@ impl Metrics {
             .inc();
     }
 
+    pub fn leader_transition(&self, transition: LeaderTransition) {
+        self.leader_transitions
+            .get_or_create(&TransitionLabels {
+                transition: transition.label(),
+            })
+            .inc();
+    }
+
+    /// An Instance left `phase` (an Instance status string; `""` is `new`) after `spent`.
+    pub fn phase_left(&self, phase: &str, spent: Duration) {
+        let phase = match phase {
+            "" => "new",
+            "queued" | "submitted" => "queued",
+            "reinstalling" => "reinstalling",
+            "ready" => "ready",
+            "managed" => "managed",
+            _ => "other",
+        };
+        self.instance_phase_duration
+            .get_or_create(&PhaseLabels { phase })
+            .observe(spent.as_secs_f64());
+    }
+
+    pub fn replacement_started(&self) {
+        self.pool_replacements.inc();
+    }
+
+    pub fn replacement_blocked(&self, reason: &'static str) {
+        self.pool_replacements_blocked
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    pub fn drain_finished(&self, controller: &'static str, outcome: DrainOutcome) {
+        self.drains
+            .get_or_create(&DrainLabels {
+                controller,
+                outcome: outcome.label(),
+            })
+            .inc();
+    }
+
+    pub fn drain_blocked(&self, controller: &'static str) {
+        self.drains_blocked
+            .get_or_create(&DrainControllerLabels { controller })
+            .inc();
+    }
+
+    /// Runs `sample` before every scrape, to set gauges from a live source.
+    pub fn on_scrape(&self, sample: impl Fn(&Metrics) + Send + Sync + 'static) {
+        self.samplers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Box::new(sample));
+    }
+
     /// The metrics in the Prometheus text format.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        for sample in self
+            .samplers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            sample(self);
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
+    }
+}
+
+impl ingot_metal::MetalObserver for Metrics {
+    fn call(&self, operation: &'static str, outcome: &'static str, took: Duration) {
+        self.metal_requests
+            .get_or_create(&MetalCallLabels { operation, outcome })
+            .inc();
+        self.metal_request_duration
+            .get_or_create(&OperationLabels { operation })
+            .observe(took.as_secs_f64());
+    }
+
+    fn retry(&self, operation: &'static str, reason: &'static str) {
+        self.metal_retries
+            .get_or_create(&RetryLabels { operation, reason })
+            .inc();
+    }
+
+    fn rate_limited(&self, operation: &'static str) {
+        self.metal_rate_limited
+            .get_or_create(&OperationLabels { operation })
+            .inc();
+    }
+
+    fn rate_limit_wait(&self, waited: Duration) {
+        self.metal_rate_limit_waits.inc();
+        self.metal_rate_limit_wait_seconds
+            .inc_by(waited.as_secs_f64());
+    }
+}
+
+fn protocol_label(protocol: Option<Protocol>) -> &'static str {
+    match protocol {
+        Some(Protocol::Redfish) => "redfish",
+        Some(Protocol::Ipmi) => "ipmi",
+        None => "unknown",
+    }
+}
+
+impl BmcObserver for Metrics {
+    fn call(
+        &self,
+        protocol: Option<Protocol>,
+        operation: &'static str,
+        outcome: &'static str,
+        took: Duration,
+    ) {
+        let protocol = protocol_label(protocol);
+        self.bmc_requests
+            .get_or_create(&BmcCallLabels {
+                protocol,
+                operation,
+                outcome,
+            })
+            .inc();
+        self.bmc_request_duration
+            .get_or_create(&BmcOperationLabels {
+                protocol,
+                operation,
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    fn session_opened(&self, protocol: Protocol) {
+        self.bmc_sessions_open
+            .get_or_create(&ProtocolLabels {
+                protocol: protocol_label(Some(protocol)),
+            })
+            .inc();
+    }
+
+    fn session_closed(&self, protocol: Protocol) {
+        self.bmc_sessions_open
+            .get_or_create(&ProtocolLabels {
+                protocol: protocol_label(Some(protocol)),
+            })
+            .dec();
     }
 }
 
@@ -172,7 +624,26 @@ pub fn kube_request_labels(method: &str, path: &str, query: Option<&str>) -> Kub
 
 #[cfg(test)]
 mod tests {
-    use super::kube_request_labels;
+    use super::{Metrics, kube_request_labels};
+
+    #[test]
+    fn every_family_is_served_before_its_first_sample() {
+        let text = Metrics::default().encode().unwrap_or_default();
+        let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
+        assert_eq!(types, 25, "{text}");
+        for family in [
+            "ingot_reconcile_errors counter",
+            "ingot_metal_requests counter",
+            "ingot_bmc_request_duration_seconds histogram",
+            "ingot_pools gauge",
+            "ingot_drains counter",
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {family}\n")),
+                "{family}: {text}"
+            );
+        }
+    }
 
     fn labels(method: &str, path: &str, query: Option<&str>) -> (String, String) {
         let l = kube_request_labels(method, path, query);

@@ -88,6 +88,7 @@ async fn fixture() -> Fixture {
     let clouds = EquinixClouds {
         base_url: sim.base_url(),
         limiter: Arc::new(RateLimiter::new(1000.0, 100)),
+        observer: Default::default(),
     };
     Fixture {
         sim,

@@ -13,6 +13,7 @@ use ingot_controllers::gardener::driver::equinix::EquinixClouds;
 use ingot_controllers::gardener::{
     Clusters, EquinixDriverArc, GardenerContext, Settings, parse_go_duration,
 };
+use ingot_metal::Observer;
 use ingot_metal::equinix::RateLimiter;
 use kube::{Client, Config};
 use tracing::info;
@@ -148,6 +149,7 @@ impl GardenerArgs {
         clusters: Clusters,
         metal_api_url: &str,
         limiter: Arc<RateLimiter>,
+        metrics: Arc<Metrics>,
         crash_points: Option<String>,
         shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
     ) -> tokio::task::JoinHandle<()> {
@@ -171,11 +173,13 @@ impl GardenerArgs {
         let clouds = Arc::new(EquinixClouds {
             base_url: metal_api_url.to_owned(),
             limiter,
+            observer: Observer::new(metrics.clone()),
         });
         let driver: EquinixDriverArc = Arc::new(EquinixDriver::new(clouds));
         tokio::spawn(async move {
-            let ctx =
-                GardenerContext::new(clusters, driver, settings).with_crash_points(crash_points);
+            let ctx = GardenerContext::new(clusters, driver, settings)
+                .with_crash_points(crash_points)
+                .with_metrics(metrics);
             ingot_controllers::gardener::run(Arc::new(ctx), shutdown).await;
         })
     }

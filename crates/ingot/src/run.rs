@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use futures::FutureExt;
+use ingot_controllers::metrics::LeaderTransition;
 use ingot_controllers::{Context, ControllerKind, Metrics, pools, rufio, seeder};
 
 use crate::power_api;
@@ -337,10 +338,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         args.pools.metal_rate_limit,
         5,
     ));
-    let connector = Arc::new(pools::EquinixConnector::with_limiter(
-        args.pools.metal_api_url.clone(),
-        metal_limiter.clone(),
-    ));
+    let connector = Arc::new(
+        pools::EquinixConnector::with_limiter(
+            args.pools.metal_api_url.clone(),
+            metal_limiter.clone(),
+        )
+        .with_observer(ingot_metal::Observer::new(metrics.clone())),
+    );
     let eviction_client = connect_without_retry(args.kubeconfig.as_deref(), &metrics).await?;
     // The Gardener controllers' control and target clusters, resolved before leading so that a
     // bad kubeconfig stops the process at once.
@@ -428,6 +432,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     metrics.leader.set(1);
+    metrics.leader_transition(LeaderTransition::Acquired);
 
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -461,6 +466,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     .context("the Gardener clusters were resolved at start")?,
                 &args.pools.metal_api_url,
                 metal_limiter.clone(),
+                metrics.clone(),
                 args.pools.crash_point.clone(),
                 shutdown,
             ),
@@ -486,6 +492,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
     if outcome.is_err() {
+        metrics.leader_transition(LeaderTransition::Lost);
         // Fencing: the lease is gone (or could not be renewed in time, which is before another
         // replica may take it), so in-flight reconciles are cancelled now rather than allowed
         // to finish; a deposed leader makes no further call.

@@ -213,6 +213,38 @@ impl Stack {
         self.operator = Some(command.spawn().unwrap());
     }
 
+    /// The running operator's /metrics, series (name with labels) -> value. Its port is the
+    /// one it logged (it picks a free one itself).
+    async fn metrics(&self) -> BTreeMap<String, f64> {
+        let log = std::env::temp_dir().join(format!("ingot-{}.log", self.namespace));
+        let text = std::fs::read_to_string(log).unwrap();
+        let line = text
+            .lines()
+            .rfind(|l| l.contains("serving /healthz"))
+            .expect("the operator logged its address");
+        let port: String = line
+            .rsplit("127.0.0.1:")
+            .next()
+            .unwrap()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let scrape = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        scrape
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| {
+                let (series, value) = line.rsplit_once(' ')?;
+                Some((series.to_owned(), value.parse().ok()?))
+            })
+            .collect()
+    }
+
     fn kill_operator(&mut self) {
         if let Some(mut child) = self.operator.take() {
             let _ = child.kill();
@@ -1101,6 +1133,22 @@ async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
     stack.delete_deployment_and_expect_nothing_left(md).await;
     assert!(pods.get_opt("guarded").await.unwrap().is_none());
     assert!(stack.node(&node).await.is_none());
+    // /metrics counted the refused passes and the forced end, and the Metal calls.
+    let metrics = stack.metrics().await;
+    let value = |series: &str| metrics.get(series).copied().unwrap_or_default();
+    assert!(
+        value(r#"ingot_drains_blocked_total{controller="gardener"}"#) >= 1.0,
+        "{metrics:#?}"
+    );
+    assert_eq!(
+        value(r#"ingot_drains_total{controller="gardener",outcome="forced"}"#),
+        1.0,
+        "{metrics:#?}"
+    );
+    assert!(
+        value(r#"ingot_metal_requests_total{operation="createDevice",outcome="ok"}"#) >= 1.0,
+        "{metrics:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

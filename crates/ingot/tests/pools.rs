@@ -1433,6 +1433,49 @@ async fn a_partition_replaces_nothing_then_exactly_one_node_at_a_time_never_one_
     assert!(!kept.contains(&first) && !kept.contains(&second));
     assert!(!stack.devices(&[&name]).contains_key(&first_device));
     stack.assert_devices_match(&name, 5).await;
+
+    // What /metrics showed of all this: the blocked passes by reason, the two replacements
+    // and their drains, the Metal calls, the time spent in each phase, the pool converged.
+    let metrics = stack.metrics().await;
+    let value = |series: &str| metrics.get(series).copied().unwrap_or_default();
+    let shown = format!("{metrics:#?}");
+    for reason in ["too_many_unhealthy", "maintenance"] {
+        assert!(
+            value(&format!(
+                "ingot_pool_replacements_blocked_total{{reason=\"{reason}\"}}"
+            )) >= 1.0,
+            "blocked by {reason}: {shown}"
+        );
+    }
+    assert_eq!(value("ingot_pool_replacements_total"), 2.0, "{shown}");
+    assert!(
+        value(r#"ingot_drains_total{controller="pools",outcome="drained"}"#) >= 2.0,
+        "{shown}"
+    );
+    for (operation, at_least) in [("createDevice", 7.0), ("deleteDevice", 2.0)] {
+        assert!(
+            value(&format!(
+                "ingot_metal_requests_total{{operation=\"{operation}\",outcome=\"ok\"}}"
+            )) >= at_least,
+            "{operation}: {shown}"
+        );
+        assert!(
+            value(&format!(
+                "ingot_metal_request_duration_seconds_count{{operation=\"{operation}\"}}"
+            )) >= at_least,
+            "{operation}: {shown}"
+        );
+    }
+    for phase in ["new", "queued", "ready"] {
+        assert!(
+            value(&format!(
+                "ingot_instance_phase_duration_seconds_count{{phase=\"{phase}\"}}"
+            )) >= 7.0,
+            "phase {phase}: {shown}"
+        );
+    }
+    assert!(value(r#"ingot_pools{status="ready"}"#) >= 1.0, "{shown}");
+    assert!(value("ingot_pool_instances_managed") >= 5.0, "{shown}");
     stack.delete_pools_and_expect_no_devices(&[name]).await;
 }
 
@@ -1591,6 +1634,17 @@ async fn scale_down_drains_one_node_at_a_time_and_a_pdb_holds_it_with_a_conditio
     )
     .await;
     stack.assert_devices_match(&name, 2).await;
+    // /metrics counted the passes the budget held the drain, and the three drains.
+    let metrics = stack.metrics().await;
+    let value = |series: &str| metrics.get(series).copied().unwrap_or_default();
+    assert!(
+        value(r#"ingot_drains_blocked_total{controller="pools"}"#) >= 1.0,
+        "{metrics:#?}"
+    );
+    assert!(
+        value(r#"ingot_drains_total{controller="pools",outcome="drained"}"#) >= 3.0,
+        "{metrics:#?}"
+    );
     stack.delete_pools_and_expect_no_devices(&[name]).await;
 }
 

@@ -6,10 +6,12 @@
 
 pub mod equinix;
 pub mod error;
+pub mod observe;
 pub mod provider;
 pub mod secret;
 
 pub use error::{Error, Result};
+pub use observe::{MetalObserver, Observer};
 pub use provider::*;
 pub use secret::ApiToken;
 

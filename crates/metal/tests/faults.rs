@@ -547,3 +547,73 @@ async fn the_admin_device_listing_shows_boot_counts_outside_the_counters() {
         "admin reads are not API traffic"
     );
 }
+
+/// Everything the client reports to its observer, in order.
+#[derive(Default)]
+struct Recorder {
+    seen: std::sync::Mutex<Vec<(&'static str, String)>>,
+    waited: std::sync::Mutex<Duration>,
+}
+
+impl ingot_metal::MetalObserver for Recorder {
+    fn call(&self, operation: &'static str, outcome: &'static str, _took: Duration) {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(("call", format!("{operation} {outcome}")));
+    }
+    fn retry(&self, operation: &'static str, reason: &'static str) {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(("retry", format!("{operation} {reason}")));
+    }
+    fn rate_limited(&self, operation: &'static str) {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(("429", operation.to_owned()));
+    }
+    fn rate_limit_wait(&self, waited: Duration) {
+        *self.waited.lock().unwrap() += waited;
+    }
+}
+
+#[tokio::test]
+async fn the_observer_sees_each_call_s_outcome_its_retries_429s_and_limiter_waits() {
+    let srv = start(config()).await;
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let c = client(&srv).with_observer(ingot_metal::Observer::new(recorder.clone()));
+    srv.sim().set_faults(Faults {
+        rate_limit_burst: Some(RateLimitBurst {
+            count: 2,
+            retry_after_secs: Some(1),
+            reset_in_secs: 1,
+        }),
+        ..Faults::default()
+    });
+    c.list_devices(PROJECT, &DeviceFilter::default())
+        .await
+        .unwrap();
+    srv.sim().set_faults(Faults::default());
+    let missing = c
+        .get_device("00000000-0000-4000-8000-000000000000", &[])
+        .await;
+    assert!(
+        matches!(missing, Err(Error::NotFound { .. })),
+        "{missing:?}"
+    );
+    let seen = recorder.seen.lock().unwrap().clone();
+    let expected: Vec<(&str, String)> = vec![
+        ("429", "findProjectDevices".into()),
+        ("retry", "findProjectDevices rate_limited".into()),
+        ("429", "findProjectDevices".into()),
+        ("retry", "findProjectDevices rate_limited".into()),
+        ("call", "findProjectDevices ok".into()),
+        ("call", "findDeviceById not_found".into()),
+    ];
+    assert_eq!(seen, expected);
+    // Each 429 asked for a second: the limiter held the next request for it.
+    let waited = *recorder.waited.lock().unwrap();
+    assert!(waited >= Duration::from_millis(1_800), "{waited:?}");
+}

@@ -23,8 +23,11 @@ use super::{
     Code, Error, FORCE_DELETION_LABEL, GardenerContext, LONG_RETRY, MACHINE_NAME_LABEL,
     NODE_FINALIZER, SHORT_RETRY, has_finalizer,
 };
+use crate::metrics::DrainOutcome;
 
 pub const GET_VM_STATUS: &str = "Set machine status to termination. Now, getting VM Status";
+/// The `controller` label of the Gardener drains.
+const DRAIN_METRIC: &str = "gardener";
 pub const INITIATE_DRAIN: &str = "Initiate node drain";
 pub const DEL_VOLUMES_ATTACHMENTS: &str = "Delete Volume Attachments";
 pub const INITIATE_VM_DELETION: &str = "Initiate VM deletion";
@@ -287,11 +290,14 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
         drain::max_evict_retries(machine, ctx.settings.max_evict_retries, drain_timeout);
     let pass = drain::pods(ctx, &node_name, force, max_retries).await?;
     if force {
+        ctx.metrics
+            .drain_finished(DRAIN_METRIC, DrainOutcome::Forced);
         ctx.evictions.forget(&node_name);
         let d = format!("Force Drain successful. {DEL_VOLUMES_ATTACHMENTS}");
         return write(ctx, machine, step_update(d, OpState::Processing)).await;
     }
     if !pass.blocked.is_empty() {
+        ctx.metrics.drain_blocked(DRAIN_METRIC);
         let d = format!(
             "Drain failed due to - {}. Will retry in next sync. {INITIATE_DRAIN}",
             pass.blocked.join("; ")
@@ -305,6 +311,8 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
             .max(Duration::from_secs(1));
         return Ok(Action::requeue(next.min(until_force)));
     }
+    ctx.metrics
+        .drain_finished(DRAIN_METRIC, DrainOutcome::Drained);
     ctx.evictions.forget(&node_name);
     let d = format!("Drain successful. {INITIATE_VM_DELETION}");
     write(ctx, machine, step_update(d, OpState::Processing)).await

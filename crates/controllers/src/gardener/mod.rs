@@ -145,6 +145,8 @@ pub struct GardenerContext {
     pub(crate) evictions: drain::EvictionTracker,
     /// The target cluster's Nodes, as the machine controller's watch sees them.
     pub(crate) nodes: NodeCache,
+    /// Drains are counted here (a private registry unless `ingot run` gives its own).
+    pub metrics: Arc<crate::Metrics>,
 }
 
 /// The target cluster's Nodes from the machine controller's watch ([`machine::run`] fills it),
@@ -196,7 +198,14 @@ impl GardenerContext {
             failure_locks: std::sync::Mutex::default(),
             evictions: drain::EvictionTracker::default(),
             nodes: NodeCache::new(),
+            metrics: Arc::default(),
         }
+    }
+
+    /// Counts into `metrics` (the ones `/metrics` serves).
+    pub fn with_metrics(mut self, metrics: Arc<crate::Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Test hook: the comma-separated crash points to abort at (see [`CRASH_POINT_ENV`]).

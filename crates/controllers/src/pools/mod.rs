@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ingot_api::condition::{ConditionStatus, set_condition};
-use ingot_metal::BareMetalCloud;
 use ingot_metal::equinix::{ClientConfig, EquinixClient, EquinixMetal, RateLimiter};
+use ingot_metal::{BareMetalCloud, Observer};
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 use tracing::warn;
@@ -41,6 +41,7 @@ pub use join::{Join, JoinError, JoinSettings};
 pub use removal::{DEFAULT_DRAIN_TIMEOUT, DRAIN_CONDITION, REMEDIATION_CONDITION};
 
 use crate::Context;
+use crate::metrics::StatusLabels;
 
 /// Condition type: the Equinix credentials Secret is present and complete.
 pub const CREDENTIALS_CONDITION: &str = "CredentialsReady";
@@ -114,10 +115,11 @@ pub trait CloudConnector: Send + Sync {
     ) -> Result<Arc<dyn BareMetalCloud>, ingot_metal::Error>;
 }
 
-/// Equinix Metal clients sharing one rate limiter.
+/// Equinix Metal clients sharing one rate limiter (and one observer of their calls).
 pub struct EquinixConnector {
     api_url: String,
     limiter: Arc<RateLimiter>,
+    observer: Observer,
 }
 
 impl EquinixConnector {
@@ -130,7 +132,14 @@ impl EquinixConnector {
         Self {
             api_url: api_url.into(),
             limiter,
+            observer: Observer::default(),
         }
+    }
+
+    /// Clients that report their calls to `observer` (metrics).
+    pub fn with_observer(mut self, observer: Observer) -> Self {
+        self.observer = observer;
+        self
     }
 }
 
@@ -140,7 +149,8 @@ impl CloudConnector for EquinixConnector {
         credentials: &Credentials,
     ) -> Result<Arc<dyn BareMetalCloud>, ingot_metal::Error> {
         let config = ClientConfig::new(self.api_url.clone(), credentials.token.clone());
-        let client = EquinixClient::with_limiter(config, self.limiter.clone())?;
+        let client = EquinixClient::with_limiter(config, self.limiter.clone())?
+            .with_observer(self.observer.clone());
         Ok(Arc::new(EquinixMetal::new(
             client,
             credentials.project_id.clone(),
@@ -214,6 +224,29 @@ pub async fn run(
         warn!("the pools controllers were started twice; the second start is ignored");
         return;
     };
+    // Pools by status, read from the cache at every scrape: a deleted pool leaves no series.
+    let pools = caches.pools.clone();
+    ctx.metrics.on_scrape(move |metrics| {
+        let mut by_status = std::collections::BTreeMap::<String, i64>::new();
+        let (mut requested, mut managed) = (0, 0);
+        for pool in pools.state() {
+            let status = pool.status.clone().unwrap_or_default();
+            let name = if status.status.is_empty() {
+                "new".to_owned()
+            } else {
+                status.status
+            };
+            *by_status.entry(name).or_default() += 1;
+            requested += pool.spec.count.unwrap_or(0).max(0);
+            managed += status.ready.max(0);
+        }
+        metrics.pools.clear();
+        for (status, n) in by_status {
+            metrics.pools.get_or_create(&StatusLabels { status }).set(n);
+        }
+        metrics.pool_instances_requested.set(requested);
+        metrics.pool_instances_managed.set(managed);
+    });
     tokio::select! {
         ready = caches.ready() => {
             if ready.is_err() {

@@ -3,7 +3,7 @@
 //! Instance (whose finalizer deletes the server and the Node). What to remove is decided in
 //! [`super::health`]; this module carries it out and reports on the pool.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use ingot_api::equinix::{Instance, InstancePool};
@@ -20,6 +20,7 @@ use super::health::{self, Member, NodeFacts, Replacement, ScaleDown};
 use super::pool::{Error, Plan};
 use crate::Context;
 use crate::duration::parse_go_duration;
+use crate::metrics::DrainOutcome;
 
 /// Pool condition: whether unhealthy Nodes may be replaced (Cluster API's name).
 pub const REMEDIATION_CONDITION: &str = "RemediationAllowed";
@@ -29,6 +30,10 @@ pub const DRAIN_CONDITION: &str = "DrainingSucceeded";
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
 /// How often a drain in progress is looked at.
 const DRAIN_POLL: Duration = Duration::from_secs(2);
+/// The `controller` label of the pools' drains.
+const DRAIN_METRIC: &str = "pools";
+/// Event reason of the removal of an unhealthy member.
+const REPLACING_UNHEALTHY_NODE: &str = "ReplacingUnhealthyNode";
 
 fn drain_timeout(pool: &InstancePool) -> Duration {
     pool.spec
@@ -113,6 +118,12 @@ pub(crate) async fn replacement_step(
         Some(IntOrString::String(text)) => match MaxUnhealthy::parse(text) {
             Some(max) => max,
             None => {
+                if members
+                    .iter()
+                    .any(|m| m.node.as_ref().is_some_and(|n| !n.ready))
+                {
+                    ctx.metrics.replacement_blocked("invalid_max_unhealthy");
+                }
                 plan.condition(
                     REMEDIATION_CONDITION,
                     false,
@@ -143,6 +154,7 @@ pub(crate) async fn replacement_step(
             );
         }
         Replacement::TooManyUnhealthy { unhealthy, allowed } => {
+            ctx.metrics.replacement_blocked("too_many_unhealthy");
             plan.condition(
                 REMEDIATION_CONDITION,
                 false,
@@ -163,6 +175,11 @@ pub(crate) async fn replacement_step(
             plan.look_again(Duration::from_secs(5));
         }
         Replacement::AllExempt { exempt } => {
+            let reasons: BTreeSet<&'static str> =
+                exempt.iter().map(|(_, why)| exemption_label(why)).collect();
+            for reason in reasons {
+                ctx.metrics.replacement_blocked(reason);
+            }
             let list: Vec<String> = exempt
                 .iter()
                 .map(|(m, why)| format!("{m} ({why})"))
@@ -204,13 +221,23 @@ pub(crate) async fn replacement_step(
                 &member,
                 nodes.get(&member),
                 &why,
-                "ReplacingUnhealthyNode",
+                REPLACING_UNHEALTHY_NODE,
                 plan,
             )
             .await?;
         }
     }
     Ok(())
+}
+
+/// The metric label of a reason [`health::replacement`] exempts a member for.
+fn exemption_label(why: &str) -> &'static str {
+    match why {
+        "in maintenance" => "maintenance",
+        "cordoned by a person" => "cordoned",
+        "opted out" => "opted_out",
+        _ => "exempt",
+    }
 }
 
 /// What a drain's state means for the removal, given the deadline.
@@ -270,7 +297,10 @@ async fn remove(
         let state = drain::drain(evictions, member, facts.unreachable)
             .await
             .map_err(drain_error)?;
-        if state != DrainState::Done {
+        if state == DrainState::Done {
+            ctx.metrics
+                .drain_finished(DRAIN_METRIC, DrainOutcome::Drained);
+        } else {
             let timeout = drain_timeout(pool);
             let started = drain::drain_started(node).unwrap_or(now);
             let draining = Duration::try_from(now.duration_since(started)).unwrap_or_default();
@@ -286,6 +316,8 @@ async fn remove(
             match drain_verdict(&state, draining, timeout, facts.unreachable) {
                 DrainVerdict::Proceed => {}
                 DrainVerdict::GoOnWithoutIt => {
+                    ctx.metrics
+                        .drain_finished(DRAIN_METRIC, DrainOutcome::TimedOut);
                     plan.event(
                         false,
                         "DrainTimeout",
@@ -305,6 +337,7 @@ async fn remove(
                         format!("draining Node {member} before removing it {why}: {waiting}")
                     };
                     if blocked {
+                        ctx.metrics.drain_blocked(DRAIN_METRIC);
                         plan.condition(DRAIN_CONDITION, false, "DrainBlocked", message);
                     }
                     plan.look_again(DRAIN_POLL);
@@ -321,11 +354,15 @@ async fn remove(
     }
     let instances: Api<Instance> = Api::all(ctx.client.clone());
     match instances.delete(member, &DeleteParams::default()).await {
-        Ok(_) => ctx
-            .pools
-            .caches
-            .expectations
-            .deleted(&pool.name_any(), member),
+        Ok(_) => {
+            ctx.pools
+                .caches
+                .expectations
+                .deleted(&pool.name_any(), member);
+            if reason == REPLACING_UNHEALTHY_NODE {
+                ctx.metrics.replacement_started();
+            }
+        }
         Err(kube::Error::Api(status)) if status.code == 404 => {}
         Err(source) => {
             return Err(Error::DeleteInstance {
@@ -336,7 +373,7 @@ async fn remove(
     }
     info!(pool = %pool.name_any(), instance = %member, reason, "removed instance");
     plan.event(
-        reason != "ReplacingUnhealthyNode",
+        reason != REPLACING_UNHEALTHY_NODE,
         reason,
         format!("removed Instance {member}: {why}"),
     );

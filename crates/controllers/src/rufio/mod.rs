@@ -23,7 +23,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use ingot_api::rufio::{Machine, Task};
 use ingot_bmc::ipmi::IpmiOptions;
-use ingot_bmc::manager::{ManagerOptions, SessionManager};
+use ingot_bmc::manager::{ManagerOptions, Observer, SessionManager};
 use ingot_bmc::redfish::RedfishOptions;
 use kube::Client;
 use kube::Resource;
@@ -112,6 +112,7 @@ impl RufioContext {
                 timeout: settings.redfish_timeout,
                 ..RedfishOptions::default()
             },
+            observer: Observer::new(metrics.clone()),
         };
         let ipmi = IpmiOptions {
             timeout: settings.ipmi_timeout,
@@ -122,6 +123,18 @@ impl RufioContext {
             |connectors| SessionManager::with_connectors(manager_options, connectors),
             ipmi,
         );
+        let manager = Arc::downgrade(&bmcs.manager);
+        metrics.on_scrape(move |metrics| {
+            if let Some(manager) = manager.upgrade() {
+                let (in_flight, limit) = manager.fleet_in_flight();
+                metrics
+                    .bmc_fleet_in_flight
+                    .set(i64::try_from(in_flight).unwrap_or(i64::MAX));
+                metrics
+                    .bmc_fleet_limit
+                    .set(i64::try_from(limit).unwrap_or(i64::MAX));
+            }
+        });
         let reporter = Reporter {
             controller: "ingot-rufio".into(),
             instance: Some(instance),

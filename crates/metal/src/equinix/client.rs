@@ -13,6 +13,7 @@ use url::Url;
 use super::ratelimit::RateLimiter;
 use super::wire::*;
 use crate::error::{Error, Result};
+use crate::observe::Observer;
 use crate::secret::ApiToken;
 
 /// Where the real service answered.
@@ -114,6 +115,7 @@ pub struct EquinixClient {
     retry: RetryPolicy,
     limiter: Arc<RateLimiter>,
     stats: Arc<ClientStats>,
+    observer: Observer,
 }
 
 struct Answer {
@@ -215,7 +217,14 @@ impl EquinixClient {
             retry: config.retry,
             limiter,
             stats: Arc::new(ClientStats::default()),
+            observer: Observer::default(),
         })
+    }
+
+    /// Reports every call, retry, 429 and rate-limiter wait to `observer` (metrics).
+    pub fn with_observer(mut self, observer: Observer) -> Self {
+        self.observer = observer;
+        self
     }
 
     pub fn stats(&self) -> &ClientStats {
@@ -240,10 +249,30 @@ impl EquinixClient {
         Ok(url)
     }
 
-    /// One API call with rate limiting, timeout and retries. `idempotent` calls are retried on
-    /// 5xx and timeouts; every call is retried on 429 and on connection refusals (nothing was
-    /// sent then).
+    /// One API call with rate limiting, timeout and retries, reported to the observer.
     async fn call(
+        &self,
+        op: &'static str,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Vec<u8>>,
+        idempotent: bool,
+    ) -> Result<Answer> {
+        let started = Instant::now();
+        let result = self
+            .call_with_retries(op, method, path, query, body, idempotent)
+            .await;
+        if let Some(observer) = self.observer.get() {
+            let outcome = result.as_ref().map_or_else(Error::kind, |_| "ok");
+            observer.call(op, outcome, started.elapsed());
+        }
+        result
+    }
+
+    /// `idempotent` calls are retried on 5xx and timeouts; every call is retried on 429 and on
+    /// connection refusals (nothing was sent then).
+    async fn call_with_retries(
         &self,
         op: &'static str,
         method: Method,
@@ -257,7 +286,12 @@ impl EquinixClient {
         let mut rate_waited = Duration::ZERO;
         loop {
             attempt += 1;
-            self.limiter.acquire().await;
+            let waited = self.limiter.acquire().await;
+            if !waited.is_zero()
+                && let Some(observer) = self.observer.get()
+            {
+                observer.rate_limit_wait(waited);
+            }
             self.stats.requests.fetch_add(1, Ordering::Relaxed);
             let mut token = HeaderValue::from_str(self.token.expose()).map_err(|_| {
                 Error::InvalidRequest("the API token is not a valid header value".to_string())
@@ -322,6 +356,10 @@ impl EquinixClient {
                 }
                 Err((err, retry, wait)) => {
                     tracing::debug!(op, %method, attempt, error = %err, "metal api call failed");
+                    let observer = self.observer.get();
+                    if let (Error::RateLimited { .. }, Some(observer)) = (&err, observer) {
+                        observer.rate_limited(op);
+                    }
                     if !retry || attempt >= self.retry.max_attempts.max(1) {
                         return Err(err);
                     }
@@ -338,6 +376,9 @@ impl EquinixClient {
                         None => self.retry.backoff(attempt),
                     };
                     self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    if let Some(observer) = observer {
+                        observer.retry(op, err.kind());
+                    }
                     tracing::info!(op, attempt, delay_ms = delay.as_millis() as u64, error = %err, "retrying metal api call");
                     tokio::time::sleep(delay).await;
                 }

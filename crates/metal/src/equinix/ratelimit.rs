@@ -70,12 +70,13 @@ impl RateLimiter {
         start.saturating_duration_since(now)
     }
 
-    /// Waits for the right to send one request.
-    pub async fn acquire(&self) {
+    /// Waits for the right to send one request; returns how long it waited.
+    pub async fn acquire(&self) -> Duration {
         let wait = self.reserve(Instant::now());
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
+        wait
     }
 
     /// Holds every request until `until` (the API said to come back then).

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use ingot_api::gardener::{EquinixMetalProviderSpec, MachineClass, PROVIDER_EQUINIX_METAL};
 use ingot_metal::equinix::{ClientConfig, EquinixClient, EquinixMetal, RateLimiter};
-use ingot_metal::{ApiToken, BareMetalCloud, Billing, Boot, CreateServer, Server};
+use ingot_metal::{ApiToken, BareMetalCloud, Billing, Boot, CreateServer, Observer, Server};
 use kube::ResourceExt;
 
 use super::{
@@ -38,10 +38,12 @@ pub trait CloudFactory: Send + Sync {
     ) -> Result<Arc<dyn BareMetalCloud>, ingot_metal::Error>;
 }
 
-/// Equinix Metal clients at one base URL, sharing one rate limiter.
+/// Equinix Metal clients at one base URL, sharing one rate limiter and one observer of their
+/// calls (metrics).
 pub struct EquinixClouds {
     pub base_url: String,
     pub limiter: Arc<RateLimiter>,
+    pub observer: Observer,
 }
 
 impl CloudFactory for EquinixClouds {
@@ -53,7 +55,8 @@ impl CloudFactory for EquinixClouds {
         let client = EquinixClient::with_limiter(
             ClientConfig::new(self.base_url.clone(), token),
             self.limiter.clone(),
-        )?;
+        )?
+        .with_observer(self.observer.clone());
         Ok(Arc::new(EquinixMetal::new(client, project)))
     }
 }

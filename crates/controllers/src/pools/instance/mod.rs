@@ -316,6 +316,24 @@ impl Reconciler<'_> {
         status.observed_generation = self.instance.metadata.generation;
         if status != before {
             self.write_status_over(&before, &status).await?;
+            // An Instance is `new` from its creation until its first phase is recorded.
+            let entered = before
+                .phase_started_at
+                .as_ref()
+                .or(if before.status.is_empty() {
+                    self.instance.metadata.creation_timestamp.as_ref()
+                } else {
+                    None
+                });
+            if status.status != before.status
+                && let Some(entered) = entered
+            {
+                let spent = Timestamp::now().duration_since(entered.0);
+                self.ctx.metrics.phase_left(
+                    &before.status,
+                    Duration::try_from(spent).unwrap_or_default(),
+                );
+            }
         }
         if let Some(note) = transition.note {
             let type_ = if note.warning {
