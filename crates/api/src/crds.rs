@@ -70,6 +70,15 @@ fn quote_yaml11_booleans(yaml: &str) -> String {
     out
 }
 
+/// All generated CRDs as one multi-document YAML stream.
+pub fn all_to_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for crd in generated() {
+        out.push_str(&to_yaml(&crd)?);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,13 +100,4 @@ mod tests {
             serde_yaml::from_str(machines.split("---\n").nth(1).unwrap()).unwrap();
         assert_eq!(parsed, serde_yaml::to_value(rufio::Machine::crd()).unwrap());
     }
-}
-
-/// All generated CRDs as one multi-document YAML stream.
-pub fn all_to_yaml() -> Result<String, serde_yaml::Error> {
-    let mut out = String::new();
-    for crd in generated() {
-        out.push_str(&to_yaml(&crd)?);
-    }
-    Ok(out)
 }
