@@ -136,6 +136,9 @@ struct Inner {
     http: reqwest::Client,
     kube: Client,
     machines: Mutex<BTreeMap<String, Machine>>,
+    /// Held while a node status is decided and posted: a heartbeat that read `Ready` must not
+    /// land after a readiness change posted meanwhile (it would undo it).
+    status_posts: tokio::sync::Mutex<()>,
 }
 
 struct Machine {
@@ -272,6 +275,7 @@ impl Booter {
                 http,
                 kube,
                 machines: Mutex::new(BTreeMap::new()),
+                status_posts: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -334,6 +338,7 @@ impl Booter {
     }
 
     async fn set_readiness(&self, key: &str, status: &'static str) -> Result<MachineStatus, Error> {
+        let _posting = self.inner.status_posts.lock().await;
         let (facts, readiness) = {
             let mut machines = lock(&self.inner.machines);
             let id = find(&machines, key).ok_or_else(|| Error::UnknownMachine(key.to_owned()))?;
@@ -369,6 +374,7 @@ impl Booter {
 
     /// Posts the status of every joined node whose kubelet runs (device active, not `Unknown`).
     pub async fn heartbeat_all(&self) {
+        let _posting = self.inner.status_posts.lock().await;
         let due: Vec<(node::NodeFacts, Readiness)> = lock(&self.inner.machines)
             .values()
             .filter(|m| m.status.state == MachineState::Joined && m.status.device_state == "active")
@@ -514,6 +520,7 @@ impl Booter {
                 }
             }
         }
+        let posting = self.inner.status_posts.lock().await;
         for (facts, readiness) in posts {
             tracing::info!(node = %facts.name, ready = readiness.status, "device power changed");
             if let Err(error) = node::post_status(&self.inner.kube, &facts, readiness, false).await
@@ -521,6 +528,7 @@ impl Booter {
                 tracing::warn!(node = %facts.name, %error, "posting node status");
             }
         }
+        drop(posting);
         for (id, join) in to_join {
             if let Err(error) = self.join_gardener(&id, join).await {
                 tracing::warn!(device = %id, %error, "joining; trying again at the next poll");

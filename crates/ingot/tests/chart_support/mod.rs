@@ -153,6 +153,22 @@ pub fn install_from_manifests(admin: &Path, group: &str) -> PathBuf {
         .map(|ns| format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n---\n"))
         .collect();
     kubectl_apply(admin, &namespaces, &[]);
+    // One group at a time, as a user switching manifests: the bindings another group's
+    // manifests left are removed, so that the ServiceAccount holds this group's RBAC only
+    // (rbac_coverage attributes every request to the role that allowed it).
+    run(
+        Command::new(kubectl())
+            .arg(format!("--kubeconfig={}", admin.display()))
+            .args([
+                "delete",
+                "clusterrolebindings,rolebindings",
+                "--all-namespaces",
+                "-l",
+                "app.kubernetes.io/instance=ingot",
+                "--ignore-not-found",
+            ]),
+        None,
+    );
     // Server-side: the CRDs are larger than client-side apply's annotation allows.
     kubectl_apply(
         admin,

@@ -450,16 +450,8 @@ impl Reconciler<'_> {
             return Ok(password);
         }
         let secrets: Api<Secret> = Api::namespaced(self.ctx.client.clone(), namespace);
-        if let Some(secret) = secrets.get_opt(&name).await? {
-            if !secret.labels().contains_key(PASSWORD_SECRET_LABEL) {
-                let patch = json!({"metadata": {"labels": {PASSWORD_SECRET_LABEL: "true"}}});
-                secrets
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
-            }
-            if let Some(password) = password_of(&secret) {
-                return Ok(password);
-            }
+        if let Some(password) = secrets.get_opt(&name).await?.as_ref().and_then(password_of) {
+            return Ok(password);
         }
         let password = random_password();
         let owner = OwnerReference {

@@ -1,0 +1,312 @@
+//! Seeder embedded mode at fleet scale: N Inventories, each with its Node and BMC Secret, against
+//! the BMC fleet emulator (Redfish over HTTPS, `latency_ms` per request), on a real control
+//! plane, with `ingot run --controllers seeder` as its own process. Prints the time until every
+//! Inventory is `inventoryNodeReady`, the operator's peak RSS, its API writes per minute once
+//! nothing changes, and the latency of N power actions requested at once (Harvester's two
+//! writes → `actionStatus: complete`).
+//!
+//! Run by hand (not a test):
+//!   source scripts/lib.sh; build_control_plane
+//!   cargo build -p ingot && cargo run -p ingot --example bench_seeder -- [N=1000] [latency_ms=50] [power|no-power]
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use ingot_api::seeder::{INVENTORY_NODE_READY, Inventory, LOCAL_CLUSTER_NAMESPACE};
+use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+const USER: &str = "admin";
+const PASSWORD: &str = "bench-password";
+const NS: &str = LOCAL_CLUSTER_NAMESPACE;
+
+/// The operator process, stopped by its PID when the benchmark ends.
+struct Operator(Child);
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Operator {
+    /// Peak and current resident set size, in MiB.
+    fn rss_mib(&self) -> (f64, f64) {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap_or_default();
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (kib("VmHWM:") / 1024.0, kib("VmRSS:") / 1024.0)
+    }
+}
+
+/// The `ingot` binary built beside this example (`target/<profile>/ingot`).
+fn ingot_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let binary = exe.parent().unwrap().parent().unwrap().join("ingot");
+    assert!(
+        binary.is_file(),
+        "{} is missing: run `cargo build -p ingot` first",
+        binary.display()
+    );
+    binary
+}
+
+fn inventory_name(i: usize) -> String {
+    format!("node-{i:05}")
+}
+
+async fn create_objects(client: &Client, fleet: &Fleet) {
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+        )
+        .await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
+    futures::stream::iter(fleet.bmcs.iter().enumerate())
+        .map(|(i, bmc)| {
+            let (nodes, secrets, inventories) = (nodes.clone(), secrets.clone(), inventories.clone());
+            let name = inventory_name(i);
+            let address = format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256);
+            let port = bmc.addr.port();
+            async move {
+                let node: Node = serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "status": {"addresses": [{"type": "InternalIP", "address": address}]}
+                }))
+                .unwrap();
+                nodes.create(&PostParams::default(), &node).await.unwrap();
+                let secret: Secret = serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": NS},
+                    "stringData": {"username": USER, "password": PASSWORD}
+                }))
+                .unwrap();
+                secrets.create(&PostParams::default(), &secret).await.unwrap();
+                let inventory: Inventory = serde_json::from_value(json!({
+                    "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+                    "metadata": {"name": name, "namespace": NS, "annotations": {
+                        "metal.harvesterhci.io/local-inventory": "true",
+                        "metal.harvesterhci.io/local-node-name": name}},
+                    "spec": {
+                        "baseboardSpec": {"connection": {
+                            "host": format!("https://127.0.0.1:{port}"), "port": 623, "insecureTLS": true,
+                            "authSecretRef": {"name": name, "namespace": NS}}},
+                        "events": {"enabled": true, "pollingInterval": "1h"}
+                    }
+                }))
+                .unwrap();
+                inventories
+                    .create(&PostParams::default(), &inventory)
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+/// Polls the Inventories until `done` holds for each, returning when each first did.
+async fn until_each(
+    client: &Client,
+    n: usize,
+    limit: Duration,
+    done: impl Fn(&Inventory) -> bool,
+) -> HashMap<String, Instant> {
+    let api: Api<Inventory> = Api::namespaced(client.clone(), NS);
+    let start = Instant::now();
+    let mut seen = HashMap::new();
+    while seen.len() < n && start.elapsed() < limit {
+        for inventory in api.list(&ListParams::default()).await.unwrap().items {
+            if done(&inventory) {
+                seen.entry(inventory.name_any())
+                    .or_insert_with(Instant::now);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    if seen.len() < n {
+        eprintln!("  gave up: {}/{n} after {limit:?}", seen.len());
+    }
+    seen
+}
+
+/// Write requests to the API server so far, from the operator's own counter.
+async fn writes(http_port: u16) -> f64 {
+    let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("ingot_kube_requests_total{"))
+        .filter(|l| {
+            ["create", "update", "patch", "delete"]
+                .iter()
+                .any(|v| l.contains(&format!("verb=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let latency_ms: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(50);
+    let power = args.get(3).is_none_or(|a| a != "no-power");
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let spec = BmcSpec {
+        username: USER.into(),
+        password: PASSWORD.into(),
+        latency: Duration::from_millis(latency_ms),
+        power_delay: Duration::from_millis(200),
+        max_sessions: 8,
+        ..BmcSpec::default()
+    };
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        n,
+        spec,
+    )
+    .await
+    .unwrap();
+    println!("{n} Inventories, Redfish BMCs over HTTPS, {latency_ms} ms per request");
+    let created = Instant::now();
+    create_objects(&client, &fleet).await;
+    println!(
+        "objects created (Node, Secret, Inventory each) in {:.1} s",
+        created.elapsed().as_secs_f64()
+    );
+
+    let http_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let operator = Operator(
+        Command::new(ingot_binary())
+            .arg("run")
+            .arg(format!("--kubeconfig={}", env.kubeconfig_path().display()))
+            .arg("--controllers=seeder")
+            .arg(format!("--http-addr=127.0.0.1:{http_port}"))
+            .arg(format!("--lease-namespace={NS}"))
+            .arg(format!("--seeder-namespace={NS}"))
+            .arg(format!("--rufio-namespace={NS}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ingot run"),
+    );
+    let started = Instant::now();
+    let ready = until_each(&client, n, Duration::from_secs(1800), |i| {
+        i.status.as_ref().and_then(|s| s.status.as_deref()) == Some(INVENTORY_NODE_READY)
+    })
+    .await;
+    let all_ready = ready
+        .values()
+        .max()
+        .map(|t| t.duration_since(started).as_secs_f64());
+    println!(
+        "{} of {n} inventoryNodeReady after {} s",
+        ready.len(),
+        all_ready
+            .map(|s| format!("{s:.1}"))
+            .unwrap_or_else(|| "-".into())
+    );
+
+    // Steady state: settle, then count the operator's writes over a minute.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let before = writes(http_port).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let steady = writes(http_port).await - before;
+    println!("API writes in a minute of steady state: {steady}");
+
+    if !power {
+        let (peak, now) = operator.rss_mib();
+        println!("operator RSS: peak {peak:.0} MiB, now {now:.0} MiB");
+        return;
+    }
+    // Power actions: every Inventory asked to shut down at once, as Harvester writes it.
+    let api: Api<Inventory> = Api::namespaced(client.clone(), NS);
+    let asked: HashMap<String, Instant> = futures::stream::iter(0..n)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let name = inventory_name(i);
+                let at = Instant::now();
+                api.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"powerActionRequested": "shutdown"}})),
+                )
+                .await
+                .unwrap();
+                api.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"powerAction": {"lastJobName": ""}}})),
+                )
+                .await
+                .unwrap();
+                (name, at)
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let answered = until_each(&client, n, Duration::from_secs(1800), |i| {
+        let pa = i.status.as_ref().map(|s| &s.power_action);
+        pa.is_some_and(|pa| {
+            pa.action_status.as_deref() == Some("complete")
+                && pa
+                    .last_job_name
+                    .as_deref()
+                    .is_some_and(|j| j.contains("-shutdown-"))
+        })
+    })
+    .await;
+    let mut latency: Vec<f64> = answered
+        .iter()
+        .filter_map(|(name, t)| Some(t.duration_since(*asked.get(name)?).as_secs_f64()))
+        .collect();
+    latency.sort_by(f64::total_cmp);
+    let q = |p: f64| latency[((latency.len() as f64 * p) as usize).min(latency.len() - 1)];
+    if !latency.is_empty() {
+        println!(
+            "{} of {n} shutdowns answered: request → complete p50 {:.1} s, p99 {:.1} s",
+            latency.len(),
+            q(0.5),
+            q(0.99)
+        );
+    }
+    let off = fleet
+        .bmcs
+        .iter()
+        .filter(|b| b.state.snapshot().power_state == "Off")
+        .count();
+    println!("BMCs powered off, read from the emulator: {off} of {n}");
+    let (peak, now) = operator.rss_mib();
+    println!("operator RSS: peak {peak:.0} MiB, now {now:.0} MiB");
+}
