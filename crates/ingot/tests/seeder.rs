@@ -751,7 +751,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         "hardware Events after {:?}: {hep_events:?} {ipmi_events:?} {sim_events:?}",
         events_seen.elapsed()
     );
-    assert_eq!(hep_events, [sushy_thermal.clone()]);
+    assert_eq!(hep_events, [sushy_thermal]);
     // The SEL's two records (a critical threshold event, a state event), Warning and Normal
     // by severity; their time stamps count from the BMC's start, so no creation time.
     let sel_critical = |record: &str| {

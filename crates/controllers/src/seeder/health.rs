@@ -112,6 +112,9 @@ fn go_float(v: f64) -> String {
     }
 }
 
+/// A part's name and health.
+type Part = (String, Option<Health>);
+
 /// Seeder's messages, in Seeder's order, for these facts.
 pub fn readings(facts: &Facts) -> Vec<Reading> {
     let mut out = Vec::new();
@@ -146,7 +149,7 @@ pub fn readings(facts: &Facts) -> Vec<Reading> {
         });
     }
     let named = |name: &Option<String>, id: &str| name.clone().unwrap_or_else(|| id.to_owned());
-    let groups: [(&str, &str, Vec<(String, Option<Health>)>); 7] = [
+    let groups: [(&str, &str, Vec<Part>); 7] = [
         (
             "drives",
             "DriveHealth",
@@ -214,7 +217,7 @@ pub fn readings(facts: &Facts) -> Vec<Reading> {
     out
 }
 
-fn parts(list: &[ingot_bmc::Component]) -> Vec<(String, Option<Health>)> {
+fn parts(list: &[ingot_bmc::Component]) -> Vec<Part> {
     list.iter().map(|c| (c.name.clone(), c.health)).collect()
 }
 
