@@ -180,6 +180,8 @@ pub(crate) struct Inner {
     pub quirks: Quirks,
     /// Every `ResetType` accepted, in order.
     pub reset_log: Vec<String>,
+    /// `(name, Redfish health)` of each fan in the chassis' `Thermal`.
+    pub fans: Vec<(String, String)>,
 }
 
 /// Requests in flight, now and at peak.
@@ -282,6 +284,10 @@ impl BmcState {
                 fault: None,
                 quirks: Quirks::default(),
                 reset_log: Vec::new(),
+                fans: vec![
+                    ("System Fan 1".into(), "OK".into()),
+                    ("System Fan 2".into(), "OK".into()),
+                ],
             }),
             spec,
             profile,
@@ -305,6 +311,16 @@ impl BmcState {
             self.expire_sessions();
         }
         self.lock().fault = fault;
+    }
+
+    /// Sets the Redfish health (`OK`, `Warning`, `Critical`) of the named fan (`System Fan 1`
+    /// or `System Fan 2`), as the chassis' `Thermal` reports it.
+    pub fn set_fan_health(&self, fan: &str, health: &str) {
+        for (name, h) in &mut self.lock().fans {
+            if name == fan {
+                *h = health.to_owned();
+            }
+        }
     }
 
     /// Switches the [`Quirks`] of this BMC.

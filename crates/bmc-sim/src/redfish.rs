@@ -539,6 +539,9 @@ fn route(
     if path == chs {
         return ok(chassis(b));
     }
+    if path == format!("{chs}/Thermal") {
+        return ok(thermal(b));
+    }
     if path == "/redfish/v1/Managers" {
         return ok(collection(
             path,
@@ -930,10 +933,47 @@ fn chassis(b: &BmcState) -> Value {
         "SerialNumber": b.serial_number(),
         "PowerState": power_state_name(&b.lock()),
         "Status": {"State": "Enabled", "Health": "OK", "HealthRollup": "OK"},
+        "Thermal": {"@odata.id": format!("{}/Thermal", chassis_path(b))},
         "Links": {
             "ComputerSystems": [{"@odata.id": system_path(b)}],
             "ManagedBy": [{"@odata.id": manager_path(b)}],
         },
+    })
+}
+
+/// The chassis' fans (health as set by [`BmcState::set_fan_health`]) and two temperatures.
+fn thermal(b: &BmcState) -> Value {
+    let path = format!("{}/Thermal", chassis_path(b));
+    let fans: Vec<Value> = b
+        .lock()
+        .fans
+        .iter()
+        .enumerate()
+        .map(|(i, (name, health))| {
+            json!({
+                "@odata.id": format!("{path}#/Fans/{i}"),
+                "MemberId": i.to_string(),
+                "Name": name,
+                "Reading": if health == "Critical" { 0 } else { 5600 },
+                "ReadingUnits": "RPM",
+                "Status": {"State": "Enabled", "Health": health},
+            })
+        })
+        .collect();
+    json!({
+        "@odata.id": path,
+        "@odata.type": "#Thermal.v1_7_0.Thermal",
+        "Id": "Thermal",
+        "Name": "Thermal",
+        "Fans": fans,
+        "Temperatures": [
+            {"@odata.id": format!("{path}#/Temperatures/0"), "MemberId": "0",
+             "Name": "Inlet Temp", "ReadingCelsius": 24,
+             "Status": {"State": "Enabled", "Health": "OK"}},
+            {"@odata.id": format!("{path}#/Temperatures/1"), "MemberId": "1",
+             "Name": "CPU1 Temp", "ReadingCelsius": 47.5,
+             "Status": {"State": "Enabled", "Health": "OK"}},
+        ],
     })
 }
 
@@ -1236,6 +1276,7 @@ const SCHEMAS: &[(&str, &[&str])] = &[
     ("LogEntry", &["LogEntry", "LogEntry.v1_15_0"]),
     ("ChassisCollection", &["ChassisCollection"]),
     ("Chassis", &["Chassis", "Chassis.v1_22_0"]),
+    ("Thermal", &["Thermal", "Thermal.v1_7_0"]),
     ("ManagerCollection", &["ManagerCollection"]),
     ("Manager", &["Manager", "Manager.v1_17_0"]),
     (

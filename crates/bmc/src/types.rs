@@ -269,6 +269,43 @@ pub struct Inventory {
     pub total_memory_gib: Option<f64>,
     pub nics: Vec<Nic>,
     pub disks: Vec<Disk>,
+    /// Fans of every chassis (Redfish `Thermal.Fans`), with their reading (RPM or percent).
+    #[serde(default)]
+    pub fans: Vec<Component>,
+    /// Temperature sensors of every chassis (Redfish `Thermal.Temperatures`).
+    #[serde(default)]
+    pub temperatures: Vec<Temperature>,
+    /// Power supplies of every chassis (Redfish `Power.PowerSupplies`).
+    #[serde(default)]
+    pub power_supplies: Vec<Component>,
+    /// Network adapters of every chassis (Redfish `NetworkAdapters`).
+    #[serde(default)]
+    pub network_adapters: Vec<Component>,
+    /// Storage subsystems of the system (Redfish `Storage` members).
+    #[serde(default)]
+    pub storage_controllers: Vec<Component>,
+    /// PCIe devices of the system (Redfish `PCIeDevices`).
+    #[serde(default)]
+    pub pcie_devices: Vec<Component>,
+}
+
+/// A named part and its health.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Component {
+    pub name: String,
+    pub health: Option<Health>,
+    /// A fan's reading, in the BMC's unit (RPM or percent); `None` for other parts.
+    pub reading: Option<f64>,
+}
+
+/// A temperature sensor.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Temperature {
+    pub name: String,
+    pub reading_celsius: Option<f64>,
+    pub health: Option<Health>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -297,6 +334,9 @@ pub fn worst_health(items: impl IntoIterator<Item = Option<Health>>) -> Option<H
 #[serde(rename_all = "camelCase")]
 pub struct Cpu {
     pub id: String,
+    /// The BMC's display name (Redfish `Name`).
+    #[serde(default)]
+    pub name: Option<String>,
     pub manufacturer: Option<String>,
     pub model: Option<String>,
     pub cores: Option<u32>,
@@ -309,6 +349,9 @@ pub struct Cpu {
 #[serde(rename_all = "camelCase")]
 pub struct MemoryModule {
     pub id: String,
+    /// The BMC's display name (Redfish `Name`).
+    #[serde(default)]
+    pub name: Option<String>,
     pub capacity_mib: Option<u64>,
     pub manufacturer: Option<String>,
     pub part_number: Option<String>,
@@ -332,6 +375,9 @@ pub struct Nic {
 #[serde(rename_all = "camelCase")]
 pub struct Disk {
     pub id: String,
+    /// The BMC's display name (Redfish `Name`).
+    #[serde(default)]
+    pub name: Option<String>,
     pub model: Option<String>,
     pub serial_number: Option<String>,
     pub capacity_bytes: Option<u64>,

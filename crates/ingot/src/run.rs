@@ -85,11 +85,6 @@ struct SeederArgs {
     #[arg(long, env = "INGOT_SEEDER_NAMESPACE")]
     seeder_namespace: Option<String>,
 
-    /// Seconds between two hardware reads (Node labels manufacturer, model, serialNumber) of a
-    /// ready Inventory with events.enabled (Seeder: 900).
-    #[arg(long, default_value_t = 900.0)]
-    seeder_hardware_interval_seconds: f64,
-
     /// Serve Harvester's node power actions over HTTPS on this address (with `seeder`):
     /// `POST /v1/harvester/nodes/<node>?action=powerActionPossible|powerAction`, for callers
     /// with a Kubernetes token who may update the Node, on Nodes in maintenance.
@@ -110,9 +105,6 @@ impl SeederArgs {
     fn settings(&self) -> seeder::Settings {
         seeder::Settings {
             namespace: self.seeder_namespace.clone().filter(|n| !n.is_empty()),
-            hardware_interval: Duration::from_secs_f64(
-                self.seeder_hardware_interval_seconds.max(1.0),
-            ),
         }
     }
 }

@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 
 use ingot_api::rufio::{Job, Machine};
 use ingot_api::seeder::{Cluster, Inventory};
+use ingot_bmc_sim::{BmcSpec, Fault, Fleet, FleetOptions};
 use ingot_ipmi_sim::FruInfo;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Namespace, Node, Secret, Service};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret, Service};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use rufio_support::common::openipmi;
 use rufio_support::*;
@@ -32,6 +33,7 @@ const HEP_NAME: &str = "harvester-659jw";
 const IPMI_NAME: &str = "harvester-ipmi";
 const DEAD_NAME: &str = "harvester-dead";
 const GO_NAME: &str = "harvester-go";
+const SIM_NAME: &str = "harvester-sim";
 const MEMBERSHIP_FINALIZER: &str = "seeder.ingot.dev/local-cluster-membership";
 const SEEDER_FINALIZER: &str = "finalizer.inventory.metal.harvesterhci.io";
 
@@ -55,9 +57,11 @@ fn hep_credentials() -> (String, String) {
     (text("username"), text("password"))
 }
 
-/// The HEP Inventory renamed (name, Secret and Node), with this host and port.
+/// The HEP Inventory renamed (name, Secret and Node), with this host and port, its BMC polled
+/// every second.
 fn hep_inventory(name: &str, host: &str, port: u16) -> Inventory {
     let mut v = hep().1;
+    v["spec"]["events"] = json!({"enabled": true, "pollingInterval": "1s"});
     v["metadata"]["name"] = json!(name);
     v["metadata"]["annotations"]["metal.harvesterhci.io/localNodeName"] = json!(name);
     v["spec"]["baseboardSpec"]["connection"]["host"] = json!(host);
@@ -140,7 +144,7 @@ async fn clean(client: &Client) {
     let _ = Api::<Cluster>::namespaced(client.clone(), NS)
         .delete("local", &dp)
         .await;
-    for n in [HEP_NAME, IPMI_NAME, DEAD_NAME, GO_NAME] {
+    for n in [HEP_NAME, IPMI_NAME, DEAD_NAME, GO_NAME, SIM_NAME] {
         let _ = Api::<Node>::all(client.clone()).delete(n, &dp).await;
         let _ = Api::<Secret>::namespaced(client.clone(), NS)
             .delete(n, &dp)
@@ -309,6 +313,20 @@ async fn node_patches(http_port: u16) -> f64 {
         .unwrap_or_default()
 }
 
+/// How many BMC reads the hardware poller has made (its `ingot_reconciliations_total`).
+async fn hardware_polls(http_port: u16) -> f64 {
+    let Ok(resp) = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics")).await else {
+        return 0.0;
+    };
+    let text = resp.text().await.unwrap_or_default();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"ingot_reconciliations_total{controller="seeder-hardware"} "#)
+        })
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_default()
+}
+
 /// The hardware labels of a Node.
 async fn hardware_labels(client: &Client, node: &str) -> BTreeMap<String, String> {
     Api::<Node>::all(client.clone())
@@ -318,6 +336,44 @@ async fn hardware_labels(client: &Client, node: &str) -> BTreeMap<String, String
         .labels()
         .iter()
         .filter(|(k, _)| ["manufacturer", "model", "serialNumber"].contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Seeder's hardware Events on a Node, oldest first: (type, message). Each is checked to be in
+/// Seeder's shape (core Event in default, about the Node, source component boots).
+async fn hardware_events(client: &Client, node: &str) -> Vec<(String, String)> {
+    let mut events: Vec<Event> = Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.name={node},reason=HarvesterHardwareDiscovery"
+        )))
+        .await
+        .unwrap()
+        .items;
+    events.sort_by_key(|e| (e.first_timestamp.clone().map(|t| t.0), e.name_any()));
+    events
+        .into_iter()
+        .map(|e| {
+            assert_eq!(e.involved_object.kind.as_deref(), Some("Node"));
+            assert_eq!(
+                e.source.as_ref().and_then(|s| s.component.as_deref()),
+                Some("boots")
+            );
+            assert_eq!(e.count, Some(1));
+            (e.type_.unwrap_or_default(), e.message.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// ingot's hardware annotations on a Node.
+async fn hardware_annotations(client: &Client, node: &str) -> BTreeMap<String, String> {
+    Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .unwrap()
+        .annotations()
+        .iter()
+        .filter(|(k, _)| k.starts_with("seeder.ingot.dev/"))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
@@ -350,7 +406,6 @@ fn start_ingot(kubeconfig: &std::path::Path, http_port: u16, power_api_port: u16
         .arg("--rufio-task-poll-seconds=0.3")
         .arg("--rufio-redfish-timeout-seconds=10")
         .arg("--rufio-ipmi-timeout-seconds=0.5")
-        .arg("--seeder-hardware-interval-seconds=1")
         .env("RUST_LOG", "info,ingot_controllers=debug");
     spawn_logged(&mut cmd, "ingot-seeder")
 }
@@ -632,6 +687,251 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         "unchanged labels were written again"
     );
     eprintln!("{:?}: hardware labels checked", test_started.elapsed());
+
+    // Hardware health as Seeder's Node Events, each reading once. sushy has a Thermal and no
+    // log; ipmi_sim a SEL with two records and no sensors; ingot's Redfish emulator both, and
+    // fans whose health it changes. Polled every second.
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        1,
+        BmcSpec {
+            username: user.clone(),
+            password: password.clone(),
+            ..BmcSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    let sim_bmc = &fleet.bmcs[0];
+    nodes
+        .create(&PostParams::default(), &node(SIM_NAME, "172.19.109.14"))
+        .await
+        .unwrap();
+    secrets
+        .create(
+            &PostParams::default(),
+            &hep_secret(SIM_NAME, &user, &password),
+        )
+        .await
+        .unwrap();
+    inventories
+        .create(
+            &PostParams::default(),
+            &hep_inventory(
+                SIM_NAME,
+                &format!("https://127.0.0.1:{}", sim_bmc.addr.port()),
+                623,
+            ),
+        )
+        .await
+        .unwrap();
+    wait_ready(&client, SIM_NAME, Duration::from_secs(30), &ingot).await;
+    let sushy_thermal = (
+        "Normal".to_owned(),
+        "ThermalHealth: CPU Temp reported temp: 41C,Chassis Intake Temp reported temp: 25C"
+            .to_owned(),
+    );
+    let sim_thermal = (
+        "Normal".to_owned(),
+        "ThermalHealth: Inlet Temp reported temp: 24C,CPU1 Temp reported temp: 47.5C".to_owned(),
+    );
+    let events_seen = Instant::now();
+    let (hep_events, ipmi_events, sim_events) =
+        poll_until("the hardware Events", Duration::from_secs(20), || async {
+            let hep = hardware_events(&client, HEP_NAME).await;
+            let ipmi = hardware_events(&client, IPMI_NAME).await;
+            let sim = hardware_events(&client, SIM_NAME).await;
+            (!hep.is_empty() && ipmi.len() >= 2 && sim.len() >= 3).then_some((hep, ipmi, sim))
+        })
+        .await;
+    eprintln!(
+        "hardware Events after {:?}: {hep_events:?} {ipmi_events:?} {sim_events:?}",
+        events_seen.elapsed()
+    );
+    assert_eq!(hep_events, [sushy_thermal]);
+    // The SEL's two records (a critical threshold event, a state event), Warning and Normal
+    // by severity; their time stamps count from the BMC's start, so no creation time.
+    let sel_critical = |record: &str| {
+        (
+            "Warning".to_owned(),
+            format!(
+                "EventLog: Temperature #0x30: asserted (event type 0x01, data 59 00 00) (severity Critical, entry sel:{record})"
+            ),
+        )
+    };
+    assert_eq!(
+        ipmi_events,
+        [
+            sel_critical("0001"),
+            (
+                "Normal".to_owned(),
+                "EventLog: Processor #0x02: asserted (event type 0x6f, data 00 ff ff) (entry sel:0002)"
+                    .to_owned()
+            )
+        ]
+    );
+    assert!(sim_events.contains(&sim_thermal), "{sim_events:?}");
+    let sim_log: Vec<&(String, String)> = sim_events
+        .iter()
+        .filter(|(_, m)| m.starts_with("EventLog: "))
+        .collect();
+    assert_eq!(sim_log.len(), 2, "{sim_events:?}");
+    assert!(
+        sim_log
+            .iter()
+            .any(|(t, m)| t == "Warning" && m.contains("severity Warning"))
+    );
+    assert!(
+        sim_log
+            .iter()
+            .any(|(t, m)| t == "Normal" && m.contains("The system was powered on."))
+    );
+    // Several cycles later, nothing said again.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(hardware_events(&client, HEP_NAME).await, hep_events);
+    assert_eq!(hardware_events(&client, IPMI_NAME).await, ipmi_events);
+    assert_eq!(hardware_events(&client, SIM_NAME).await, sim_events);
+    // The facts as annotations.
+    let sim_annotations = hardware_annotations(&client, SIM_NAME).await;
+    eprintln!(
+        "annotations: {:?} {sim_annotations:?} {:?}",
+        hardware_annotations(&client, HEP_NAME).await,
+        hardware_annotations(&client, IPMI_NAME).await
+    );
+    for key in [
+        "cpu",
+        "memory",
+        "bios-version",
+        "bmc-firmware-version",
+        "nic-macs",
+        "disks",
+        "health",
+        "health-readings",
+        "event-log-cursor",
+    ] {
+        assert!(
+            sim_annotations.contains_key(&format!("seeder.ingot.dev/{key}")),
+            "{key}: {sim_annotations:?}"
+        );
+    }
+    assert_eq!(sim_annotations["seeder.ingot.dev/health"], "OK");
+    assert!(
+        sim_annotations["seeder.ingot.dev/nic-macs"].contains(&sim_bmc.state.mac(0)),
+        "{sim_annotations:?}"
+    );
+    // A fan goes Critical: one Warning. A new SEL record and a new log entry: one Event each.
+    sim_bmc.state.set_fan_health("System Fan 1", "Critical");
+    sim_bmc
+        .state
+        .add_log("Critical", "Drive 0 predictive failure");
+    let record = std::env::temp_dir().join(format!("ingot-sel-{}.txt", std::process::id()));
+    std::fs::write(&record, "0x04 0x01 0x30 0x01 0x59 0x00 0x00\n").unwrap();
+    ipmitool(&sim, &["sel", "add", record.to_str().unwrap()]);
+    let changed = Instant::now();
+    let (ipmi_after, sim_after) = poll_until(
+        "the new readings' Events",
+        Duration::from_secs(20),
+        || async {
+            let ipmi = hardware_events(&client, IPMI_NAME).await;
+            let sim = hardware_events(&client, SIM_NAME).await;
+            (ipmi.len() > ipmi_events.len() && sim.len() >= sim_events.len() + 2)
+                .then_some((ipmi, sim))
+        },
+    )
+    .await;
+    eprintln!(
+        "new readings' Events after {:?}: {:?} {:?}",
+        changed.elapsed(),
+        &ipmi_after[ipmi_events.len()..],
+        &sim_after[sim_events.len()..]
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let ipmi_after = hardware_events(&client, IPMI_NAME).await;
+    let sim_after = hardware_events(&client, SIM_NAME).await;
+    assert_eq!(ipmi_after.len(), ipmi_events.len() + 1, "{ipmi_after:?}");
+    assert_eq!(ipmi_after[ipmi_events.len()], sel_critical("0003"));
+    let mut sim_new = sim_after[sim_events.len()..].to_vec();
+    sim_new.sort();
+    assert_eq!(sim_new.len(), 2, "{sim_after:?}");
+    assert_eq!(
+        sim_new[1],
+        (
+            "Warning".to_owned(),
+            "fan System Fan 1 is Critical".to_owned()
+        )
+    );
+    assert_eq!(sim_new[0].0, "Warning");
+    assert!(
+        sim_new[0]
+            .1
+            .starts_with("EventLog: Drive 0 predictive failure (severity Critical"),
+        "{sim_new:?}"
+    );
+    assert_eq!(
+        hardware_annotations(&client, SIM_NAME).await["seeder.ingot.dev/health"],
+        "Critical"
+    );
+    assert_eq!(hardware_events(&client, HEP_NAME).await, hep_events);
+    // A BMC that stops answering holds no other BMC's polling: with the emulator hanging,
+    // a new SEL record on ipmi_sim is still reported within a few cycles.
+    sim_bmc
+        .state
+        .set_fault(Some(Fault::Slow { delay_ms: 120_000 }));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ipmitool(&sim, &["sel", "add", record.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&record);
+    let hung = Instant::now();
+    let ipmi_last = poll_until(
+        "a SEL record while another BMC hangs",
+        Duration::from_secs(8),
+        || async {
+            let events = hardware_events(&client, IPMI_NAME).await;
+            (events.len() > ipmi_after.len()).then_some(events)
+        },
+    )
+    .await;
+    assert_eq!(ipmi_last[ipmi_after.len()..], [sel_critical("0004")]);
+    eprintln!(
+        "SEL record reported after {:?} while the emulator hung",
+        hung.elapsed()
+    );
+    inventories
+        .delete(SIM_NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    poll_until(
+        "the emulator's Inventory gone",
+        Duration::from_secs(30),
+        || async {
+            inventories
+                .get_opt(SIM_NAME)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    // Killed and started again, ingot says nothing again: what was said is kept on the Nodes.
+    ingot.stop();
+    ingot = start_ingot(&kubeconfig, http_port, power_api_port);
+    let restarted = Instant::now();
+    poll_until(
+        "hardware polls after the restart",
+        Duration::from_secs(30),
+        || async { (hardware_polls(http_port).await >= 6.0).then_some(()) },
+    )
+    .await;
+    eprintln!(
+        "six hardware polls {:?} after the restart",
+        restarted.elapsed()
+    );
+    assert_eq!(hardware_events(&client, HEP_NAME).await, hep_events);
+    assert_eq!(hardware_events(&client, IPMI_NAME).await, ipmi_last);
+    eprintln!("{:?}: hardware Events checked", test_started.elapsed());
 
     // The Go Seeder's running shutdown Job is followed to its end; the Inventory is adopted.
     let go_status = poll_until(

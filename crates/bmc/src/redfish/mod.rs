@@ -1433,6 +1433,7 @@ impl Bmc for RedfishClient {
             }
             inv.cpus.push(Cpu {
                 id: string(&p, "Id").unwrap_or_default(),
+                name: string(&p, "Name"),
                 manufacturer: string(&p, "Manufacturer"),
                 model: string(&p, "Model"),
                 cores: uint(&p, "TotalCores").map(|v| v as u32),
@@ -1447,6 +1448,7 @@ impl Bmc for RedfishClient {
             }
             inv.memory.push(MemoryModule {
                 id: string(&m, "Id").unwrap_or_default(),
+                name: string(&m, "Name"),
                 capacity_mib: uint(&m, "CapacityMiB"),
                 manufacturer: string(&m, "Manufacturer"),
                 part_number: string(&m, "PartNumber").map(|s| s.trim().to_owned()),
@@ -1486,6 +1488,7 @@ impl Bmc for RedfishClient {
                 match self.get(&l).await {
                     Ok(d) => inv.disks.push(Disk {
                         id: string(&d, "Id").unwrap_or_default(),
+                        name: string(&d, "Name"),
                         model: string(&d, "Model"),
                         serial_number: string(&d, "SerialNumber"),
                         capacity_bytes: uint(&d, "CapacityBytes"),
@@ -1499,7 +1502,12 @@ impl Bmc for RedfishClient {
                 }
             }
             inv.health.storage = worst_health([inv.health.storage, health(&s, true)]);
+            inv.storage_controllers.push(component(&s));
         }
+        for d in self.optional_members(&system, "PCIeDevices").await {
+            inv.pcie_devices.push(component(&d));
+        }
+        self.read_chassis_sensors(&mut inv).await;
         if inv.disks.is_empty() {
             for s in self.optional_members(&system, "SimpleStorage").await {
                 for (i, d) in s
@@ -1512,6 +1520,7 @@ impl Bmc for RedfishClient {
                 {
                     inv.disks.push(Disk {
                         id: format!("{}/{}", string(&s, "Id").unwrap_or_default(), i),
+                        name: string(d, "Name"),
                         model: string(d, "Model").or_else(|| string(d, "Name")),
                         serial_number: None,
                         capacity_bytes: uint(d, "CapacityBytes"),
@@ -1624,6 +1633,91 @@ impl Bmc for RedfishClient {
             }
         }
         Ok(())
+    }
+}
+
+/// A resource's `Name` (else `Id`) and health.
+fn component(resource: &Value) -> Component {
+    Component {
+        name: string(resource, "Name")
+            .or_else(|| string(resource, "Id"))
+            .unwrap_or_default(),
+        health: health(resource, false),
+        reading: None,
+    }
+}
+
+impl RedfishClient {
+    /// Fans, temperatures, power supplies and network adapters of every chassis (whatever it is
+    /// named: Seeder reads only a chassis named `Computer System Chassis`). A part that cannot
+    /// be read is skipped.
+    async fn read_chassis_sensors(&self, inv: &mut Inventory) {
+        let Ok(root) = self.root().await else {
+            return;
+        };
+        let Some(chassis) = link(&root, "Chassis") else {
+            return;
+        };
+        let links = match self.member_links(&chassis).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!(bmc = %self.base, error = %e, "skipping chassis sensors");
+                return;
+            }
+        };
+        for l in links {
+            let Ok(ch) = self.get(&l).await else {
+                continue;
+            };
+            if let Some(t) = link(&ch, "Thermal")
+                && let Ok(t) = self.get(&t).await
+            {
+                for f in t
+                    .get("Fans")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    inv.fans.push(Component {
+                        name: string(f, "Name")
+                            .or_else(|| string(f, "FanName"))
+                            .or_else(|| string(f, "MemberId"))
+                            .unwrap_or_default(),
+                        health: health(f, false),
+                        reading: f.get("Reading").and_then(Value::as_f64),
+                    });
+                }
+                for s in t
+                    .get("Temperatures")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    inv.temperatures.push(Temperature {
+                        name: string(s, "Name")
+                            .or_else(|| string(s, "MemberId"))
+                            .unwrap_or_default(),
+                        reading_celsius: s.get("ReadingCelsius").and_then(Value::as_f64),
+                        health: health(s, false),
+                    });
+                }
+            }
+            if let Some(p) = link(&ch, "Power")
+                && let Ok(p) = self.get(&p).await
+            {
+                for s in p
+                    .get("PowerSupplies")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    inv.power_supplies.push(component(s));
+                }
+            }
+            for a in self.optional_members(&ch, "NetworkAdapters").await {
+                inv.network_adapters.push(component(&a));
+            }
+        }
     }
 }
 

@@ -43,7 +43,7 @@ use super::conditions::{
     self, BMC_OBJECT_CREATED, INVENTORY_ALLOCATED_TO_CLUSTER, MACHINE_NOT_CONTACTABLE,
 };
 use super::power::{self, JobOutcome, PowerStep};
-use super::{Error, MEMBERSHIP_FINALIZER, SeederContext, cluster, hardware};
+use super::{Error, MEMBERSHIP_FINALIZER, SeederContext, cluster};
 use crate::rufio::machine::CONTACTABLE;
 
 const CONTROLLER: &str = "seeder-inventory";
@@ -224,90 +224,7 @@ async fn apply(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, Err
     let machine = ensure_machine(&inventory, ctx).await?;
     let node = read_node(&inventory, ctx).await?;
     update_status(&inventory, machine.as_ref(), node.as_ref(), ctx).await?;
-    if let (Some(machine), Some(node)) = (&machine, &node)
-        && inventory.spec.events.enabled
-        && contactable(machine)
-    {
-        sync_hardware(&inventory, machine, node, ctx).await?;
-        return Ok(Action::requeue(RESYNC.min(ctx.settings.hardware_interval)));
-    }
     Ok(Action::requeue(RESYNC))
-}
-
-/// `namespace/name`.
-fn inventory_key(inventory: &Inventory) -> String {
-    format!(
-        "{}/{}",
-        inventory.namespace().unwrap_or_default(),
-        inventory.name_any()
-    )
-}
-
-fn contactable(machine: &Machine) -> bool {
-    machine.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == CONTACTABLE && c.status == "True")
-    })
-}
-
-/// Hardware facts → the Node's labels (merge patch of the changed ones only), at most once per
-/// interval; a failed read is a Warning Event `HardwareReadFailed` on the Inventory.
-async fn sync_hardware(
-    inventory: &Inventory,
-    machine: &Machine,
-    node: &Node,
-    ctx: &SeederContext,
-) -> Result<(), Error> {
-    if !ctx.take_hardware_turn(&inventory_key(inventory)) {
-        return Ok(());
-    }
-    let facts = match read_facts(machine, ctx).await {
-        Ok(facts) => facts,
-        Err(message) => {
-            ctx.publish(
-                inventory,
-                EventType::Warning,
-                "HardwareReadFailed",
-                format!("reading the hardware facts: {message}"),
-            )
-            .await;
-            return Ok(());
-        }
-    };
-    let wanted = hardware::wanted_labels(&facts);
-    if let Some(patch) = hardware::label_patch(node.labels(), &wanted) {
-        Api::<Node>::all(ctx.client.clone())
-            .patch(
-                &node.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
-            .await?;
-        info!(node = %node.name_any(), labels = ?wanted, "hardware labels written");
-    }
-    Ok(())
-}
-
-/// The BMC's hardware facts, through the Rufio controllers' session for it.
-async fn read_facts(
-    machine: &Machine,
-    ctx: &SeederContext,
-) -> Result<ingot_bmc::Inventory, String> {
-    use crate::rufio::bmcs;
-    use ingot_bmc::Bmc;
-    let namespace = machine.namespace().unwrap_or_default();
-    let connection = &machine.spec.connection;
-    let creds = bmcs::credentials(&ctx.client, connection, &namespace)
-        .await
-        .map_err(|e| e.to_string())?;
-    let target = bmcs::target(connection, &creds).map_err(|e| e.to_string())?;
-    let reached = ctx.rufio.bmcs.reach(&target).await.map_err(|e| e.0)?;
-    reached
-        .bmc
-        .inventory()
-        .await
-        .map_err(|e| bmcs::error_chain(&e))
 }
 
 /// Step 2: the Inventory's entry in the local Cluster (re-created with its status if missing).
@@ -712,7 +629,6 @@ async fn finalize(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, 
         release_machine(&inventory, ctx).await?;
         set_finalizers(&api, &inventory, finalizers).await?;
     }
-    ctx.forget_hardware(&inventory_key(&inventory));
     Ok(Action::await_change())
 }
 

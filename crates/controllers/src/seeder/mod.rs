@@ -8,17 +8,22 @@
 //! - [`power`]: `spec.powerActionRequested` → Job → `status.powerAction` (pure decisions).
 //! - [`conditions`]: Seeder's wrangler-style conditions.
 //! - [`hardware`]: hardware facts → Node labels `manufacturer`, `model`, `serialNumber`.
+//! - [`health`]: hardware health and event-log entries → Seeder's Node Events (de-duplicated),
+//!   hardware facts → Node annotations (pure decisions).
+//! - [`node_health`]: the poller that reads the BMC once per `spec.events.pollingInterval`.
 //!
 //! Power and readiness go through the Rufio controllers (which `ingot run` starts with this
-//! one): a slow or dead BMC holds its own Machine and Job. The only BMC call made here is the
-//! hardware read of a ready Inventory, through Rufio's session manager (the same session), at
-//! most once per `hardware_interval`.
+//! one): a slow or dead BMC holds its own Machine and Job. The only BMC calls made here are the
+//! hardware reads of [`node_health`], through Rufio's session manager (the same session), each
+//! Inventory in its own reconcile.
 
 pub mod cluster;
 pub mod conditions;
 pub mod hardware;
+pub mod health;
 pub mod inventory;
 pub mod node_api;
+pub mod node_health;
 pub mod power;
 
 use std::collections::HashMap;
@@ -38,22 +43,10 @@ use crate::rufio::RufioContext;
 pub const MEMBERSHIP_FINALIZER: &str = "seeder.ingot.dev/local-cluster-membership";
 
 /// Settings of the Seeder controller.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Settings {
     /// Only Inventories of this namespace; `None`: every namespace (as Seeder).
     pub namespace: Option<String>,
-    /// How often the hardware facts of a ready Inventory with `events.enabled` are read (Seeder:
-    /// 15 min).
-    pub hardware_interval: Duration,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            namespace: None,
-            hardware_interval: Duration::from_secs(900),
-        }
-    }
 }
 
 /// What the Seeder controller needs, built by `ingot run`.
@@ -69,6 +62,8 @@ pub struct SeederContext {
     pub rufio: Arc<RufioContext>,
     /// When each Inventory's hardware was last read.
     hardware_read: Mutex<HashMap<String, Instant>>,
+    /// This replica's name (Events' reporting instance).
+    instance: String,
 }
 
 impl SeederContext {
@@ -81,7 +76,7 @@ impl SeederContext {
     ) -> Self {
         let reporter = Reporter {
             controller: "ingot-seeder".into(),
-            instance: Some(instance),
+            instance: Some(instance.clone()),
         };
         SeederContext {
             recorder: Recorder::new(client.clone(), reporter),
@@ -91,7 +86,12 @@ impl SeederContext {
             cluster_address: OnceLock::new(),
             rufio,
             hardware_read: Mutex::default(),
+            instance,
         }
+    }
+
+    pub(crate) fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// Forgets a deleted Inventory's last hardware read.
@@ -101,20 +101,21 @@ impl SeederContext {
         }
     }
 
-    /// Whether the Inventory's hardware is due for a read; if so, records the read as done now
-    /// (a failed read waits its interval too, so a BMC is not asked on every pass).
-    pub(crate) fn take_hardware_turn(&self, key: &str) -> bool {
+    /// Whether the Inventory's hardware is due for a read (`Ok`); if so, records the read as
+    /// done now (a failed read waits its interval too, so a BMC is not asked on every pass).
+    /// Otherwise, how long until it is due.
+    pub(crate) fn take_hardware_turn(&self, key: &str, interval: Duration) -> Result<(), Duration> {
         let mut read = match self.hardware_read.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
-        let due = read
-            .get(key)
-            .is_none_or(|at| at.elapsed() >= self.settings.hardware_interval);
-        if due {
-            read.insert(key.to_owned(), Instant::now());
+        if let Some(at) = read.get(key)
+            && at.elapsed() < interval
+        {
+            return Err(interval - at.elapsed());
         }
-        due
+        read.insert(key.to_owned(), Instant::now());
+        Ok(())
     }
 
     /// The API of `K` in the watched namespace (or all namespaces).
@@ -161,7 +162,10 @@ pub async fn run(
         () = shutdown.clone() => false,
     };
     if started {
-        inventory::run(ctx, shutdown).await;
+        tokio::join!(
+            inventory::run(ctx.clone(), shutdown.clone()),
+            node_health::run(ctx, shutdown)
+        );
     }
 }
 

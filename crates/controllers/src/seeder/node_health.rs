@@ -1,0 +1,296 @@
+//! The hardware poller of embedded mode (Seeder's `ClusterEventReconciler`, per Inventory):
+//! for each local, ready Inventory with `spec.events.enabled` whose Node exists, once per
+//! `spec.events.pollingInterval`, the BMC's inventory and event log are read through the Rufio
+//! controllers' session and become
+//!
+//! - the Node labels `manufacturer`, `model`, `serialNumber` ([`super::hardware`]),
+//! - the Node annotations `seeder.ingot.dev/{cpu,memory,bios-version,bmc-firmware-version,
+//!   nic-macs,disks,health}` ([`super::health::fact_annotations`]),
+//! - Events on the Node in Seeder's format for readings that changed and for new event-log
+//!   entries ([`super::health`]).
+//!
+//! Labels, annotations and the de-duplication state go in one merge patch of the Node, only
+//! when something differs, before the Events are written (so an entry is never emitted twice,
+//! even across a restart). Each Inventory is its own reconcile with no concurrency bound here:
+//! a slow or dead BMC holds only its own Inventory (the session manager bounds each call).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use ingot_api::seeder::{INVENTORY_NODE_READY, Inventory};
+use ingot_bmc::{Bmc, BmcError, LogEntry};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, Node, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Config};
+use kube::runtime::events::EventType;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
+use serde_json::{Map, Value, json};
+use tracing::{debug, info, warn};
+
+use super::inventory::{is_local, node_name};
+use super::{Error, SeederContext, hardware, health};
+use crate::rufio::bmcs;
+
+const CONTROLLER: &str = "seeder-hardware";
+/// Namespace of the Events of cluster-scoped objects.
+const NODE_EVENTS_NAMESPACE: &str = "default";
+
+pub async fn run(
+    ctx: Arc<SeederContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    Controller::new(ctx.watched::<Inventory>(), watcher::Config::default())
+        // No bound: each BMC read is bounded by its own timeout, and one Inventory's read
+        // never waits for another's.
+        .with_config(Config::default().concurrency(0))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                debug!(%error, "hardware poll failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_inventory: Arc<Inventory>, error: &Error, ctx: Arc<SeederContext>) -> Action {
+    ctx.metrics.failed(CONTROLLER, error.kind());
+    Action::requeue(Duration::from_secs(15))
+}
+
+fn key(inventory: &Inventory) -> String {
+    format!(
+        "{}/{}",
+        inventory.namespace().unwrap_or_default(),
+        inventory.name_any()
+    )
+}
+
+/// The Inventory's polling interval, or the default with the reason it was not taken.
+pub fn interval_of(inventory: &Inventory) -> (Duration, Option<String>) {
+    match health::polling_interval(&inventory.spec.events.polling_interval) {
+        Ok(d) => (d, None),
+        Err(why) => (health::DEFAULT_POLLING_INTERVAL, Some(why)),
+    }
+}
+
+async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result<Action, Error> {
+    let key = key(&inventory);
+    let ready =
+        inventory.status.as_ref().and_then(|s| s.status.as_deref()) == Some(INVENTORY_NODE_READY);
+    if !is_local(&inventory)
+        || inventory.metadata.deletion_timestamp.is_some()
+        || !inventory.spec.events.enabled
+        || !ready
+    {
+        ctx.forget_hardware(&key);
+        return Ok(Action::await_change());
+    }
+    let (interval, invalid) = interval_of(&inventory);
+    if let Err(wait) = ctx.take_hardware_turn(&key, interval) {
+        return Ok(Action::requeue(wait));
+    }
+    if let Some(why) = invalid {
+        ctx.publish(
+            inventory.as_ref(),
+            EventType::Warning,
+            "InvalidPollingInterval",
+            format!("{why}; polling every 1h (the default)"),
+        )
+        .await;
+    }
+    let Some(node_name) = node_name(&inventory) else {
+        return Ok(Action::requeue(interval));
+    };
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let Some(node) = nodes.get_opt(node_name).await? else {
+        return Ok(Action::requeue(interval));
+    };
+    let started = Instant::now();
+    poll(&inventory, &node, &ctx).await?;
+    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
+    Ok(Action::requeue(interval))
+}
+
+/// One read of the BMC and what follows from it.
+async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result<(), Error> {
+    let (facts, log) = match read_bmc(inventory, ctx).await {
+        Ok(read) => read,
+        Err(message) => {
+            ctx.publish(
+                inventory,
+                EventType::Warning,
+                "HardwareReadFailed",
+                format!("reading the hardware facts: {message}"),
+            )
+            .await;
+            return Ok(());
+        }
+    };
+    let annotations = node.annotations();
+    let readings = health::readings(&facts);
+    let (fresh, fingerprints) =
+        health::fresh_readings(&readings, &health::stored_fingerprints(annotations));
+    let cursor = annotations
+        .get(health::EVENT_LOG_CURSOR_ANNOTATION)
+        .map(String::as_str);
+    let (entries, new_cursor) = health::new_log_entries(&log, cursor);
+
+    let mut wanted = health::fact_annotations(&facts);
+    wanted.insert(health::READINGS_ANNOTATION, fingerprints);
+    if let Some(c) = new_cursor {
+        wanted.insert(health::EVENT_LOG_CURSOR_ANNOTATION, c);
+    }
+    let mut metadata = Map::new();
+    if let Some(p) = health::annotation_patch(annotations, &wanted, &health::FACT_ANNOTATIONS) {
+        metadata.insert("annotations".into(), Value::Object(p));
+    }
+    if let Some(p) = hardware::label_patch(node.labels(), &hardware::wanted_labels(&facts)) {
+        metadata.extend(p["metadata"].as_object().cloned().unwrap_or_default());
+    }
+    if !metadata.is_empty() {
+        Api::<Node>::all(ctx.client.clone())
+            .patch(
+                &node.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "metadata": metadata })),
+            )
+            .await?;
+        info!(node = %node.name_any(), changed = ?metadata.keys().collect::<Vec<_>>(), "hardware facts written");
+    }
+    for r in fresh {
+        node_event(node, &r.message, r.warning, ctx).await;
+    }
+    for e in entries {
+        let (message, warning) = health::log_entry_event(e);
+        node_event(node, &message, warning, ctx).await;
+    }
+    Ok(())
+}
+
+/// The BMC's inventory and event log (a BMC without one has an empty log).
+async fn read_bmc(
+    inventory: &Inventory,
+    ctx: &SeederContext,
+) -> Result<(ingot_bmc::Inventory, Vec<LogEntry>), String> {
+    let namespace = inventory.namespace().unwrap_or_default();
+    let connection = &inventory.spec.baseboard_spec.connection;
+    let creds = bmcs::credentials(&ctx.client, connection, &namespace)
+        .await
+        .map_err(|e| e.to_string())?;
+    let target = bmcs::target(connection, &creds).map_err(|e| e.to_string())?;
+    let reached = ctx.rufio.bmcs.reach(&target).await.map_err(|e| e.0)?;
+    let facts = reached
+        .bmc
+        .inventory()
+        .await
+        .map_err(|e| bmcs::error_chain(&e))?;
+    let log = match reached.bmc.event_log().await {
+        Ok(log) => log,
+        Err(BmcError::Unsupported(_)) => Vec::new(),
+        Err(e) => {
+            warn!(inventory = %inventory.name_any(), error = %bmcs::error_chain(&e), "reading the event log failed");
+            Vec::new()
+        }
+    };
+    Ok((facts, log))
+}
+
+static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+/// The core Event Seeder writes on the Node: reason `HarvesterHardwareDiscovery`, source
+/// component `boots`, in `default`.
+pub fn core_event(node: &Node, message: &str, warning: bool, instance: &str) -> CoreEvent {
+    let now = Timestamp::now();
+    let seq = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    CoreEvent {
+        metadata: ObjectMeta {
+            name: Some(format!(
+                "{}.{:x}{:x}",
+                node.name_any(),
+                now.as_nanosecond(),
+                seq
+            )),
+            namespace: Some(NODE_EVENTS_NAMESPACE.into()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.name_any()),
+            uid: node.uid(),
+            ..ObjectReference::default()
+        },
+        reason: Some(health::REASON.into()),
+        message: Some(message.into()),
+        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+        source: Some(EventSource {
+            component: Some(health::SOURCE_COMPONENT.into()),
+            host: None,
+        }),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
+        reporting_component: Some("ingot-seeder".into()),
+        reporting_instance: Some(instance.into()),
+        ..CoreEvent::default()
+    }
+}
+
+async fn node_event(node: &Node, message: &str, warning: bool, ctx: &SeederContext) {
+    let api: Api<CoreEvent> = Api::namespaced(ctx.client.clone(), NODE_EVENTS_NAMESPACE);
+    let event = core_event(node, message, warning, ctx.instance());
+    if let Err(error) = api.create(&PostParams::default(), &event).await {
+        warn!(%error, node = %node.name_any(), message, "could not record a hardware event");
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_event_is_seeders() {
+        let node: Node =
+            serde_json::from_value(json!({"metadata": {"name": "n1", "uid": "u-1"}})).unwrap();
+        let e =
+            serde_json::to_value(core_event(&node, "fan Fan1 is Critical", true, "pod-0")).unwrap();
+        assert_eq!(e["metadata"]["namespace"], "default");
+        assert!(e["metadata"]["name"].as_str().unwrap().starts_with("n1."));
+        assert_eq!(
+            e["involvedObject"],
+            json!({"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u-1"})
+        );
+        assert_eq!(e["reason"], "HarvesterHardwareDiscovery");
+        assert_eq!(e["source"], json!({"component": "boots"}));
+        assert_eq!(e["type"], "Warning");
+        assert_eq!(e["message"], "fan Fan1 is Critical");
+        let normal = core_event(&node, "ThermalHealth: x reported temp: 1C", false, "p");
+        assert_eq!(normal.type_.as_deref(), Some("Normal"));
+        assert_ne!(
+            normal.metadata.name,
+            core_event(&node, "", false, "p").metadata.name
+        );
+    }
+
+    #[test]
+    fn an_invalid_interval_falls_back_to_the_default() {
+        let mut i: Inventory = serde_json::from_value(json!({
+            "metadata": {"name": "x", "namespace": "ns"},
+            "spec": {"baseboardSpec": {"connection": {"host": "h", "insecureTLS": true}},
+                "events": {"enabled": true, "pollingInterval": "2s"}}
+        }))
+        .unwrap();
+        assert_eq!(interval_of(&i), (Duration::from_secs(2), None));
+        i.spec.events.polling_interval = "0s".into();
+        let (d, why) = interval_of(&i);
+        assert_eq!(d, Duration::from_secs(3600));
+        assert!(why.unwrap().contains("\"0s\""));
+    }
+}
