@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use ingot_api::rufio::{Job, Machine, MachineStatus};
 use ingot_api::seeder::{
-    Cluster, INVENTORY_FINALIZER, INVENTORY_NODE_READY, Inventory, InventoryStatus,
+    Cluster, ClusterSpec, INVENTORY_FINALIZER, INVENTORY_NODE_READY, Inventory, InventoryStatus,
     JOB_INVENTORY_LABEL, LOCAL_CLUSTER_NAME, LOCAL_CLUSTER_NAMESPACE, LOCAL_INVENTORY_ANNOTATION,
     LOCAL_NODE_NAME_ANNOTATION,
 };
@@ -228,57 +228,130 @@ async fn apply(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, Err
 }
 
 /// Step 2: the Inventory's entry in the local Cluster (re-created with its status if missing).
+/// Joins waiting at the same time are written together (see `SeederContext::pending_joins`).
 async fn join_local_cluster(inventory: &Inventory, ctx: &SeederContext) -> Result<(), Error> {
     let address = ctx
         .cluster_address()
-        .ok_or_else(|| Error::Other("the local Cluster is not prepared yet".to_owned()))?;
-    let mut local = cluster::ensure_local_cluster(&ctx.client, address).await?;
-    let (name, namespace) = (
-        inventory.name_any(),
+        .ok_or_else(|| Error::Other("the local Cluster is not prepared yet".to_owned()))?
+        .to_owned();
+    let me = (
         inventory.namespace().unwrap_or_default(),
+        inventory.name_any(),
     );
-    if !cluster::add_member(&mut local.spec, &namespace, &name) {
-        return Ok(());
+    lock(&ctx.pending_joins).insert(me.clone());
+    let written = {
+        let _one_writer = ctx.cluster_writes.lock().await;
+        let batch: Vec<(String, String)> = {
+            let mut pending = lock(&ctx.pending_joins);
+            if !pending.contains(&me) {
+                // Written by the batch of another reconcile meanwhile.
+                return Ok(());
+            }
+            std::mem::take(&mut *pending).into_iter().collect()
+        };
+        let change = |spec: &mut ClusterSpec| {
+            let mut added = Vec::new();
+            for (namespace, name) in &batch {
+                if cluster::add_member(spec, namespace, name) {
+                    added.push((namespace.clone(), name.clone()));
+                }
+            }
+            added
+        };
+        match write_membership(ctx, change, Some(&address)).await {
+            Ok(written) => written,
+            Err(error) => {
+                // The others of the batch try again themselves.
+                lock(&ctx.pending_joins).extend(batch);
+                return Err(error);
+            }
+        }
+    };
+    if let Some((local, added)) = written {
+        for (namespace, name) in added {
+            ctx.publish(
+                &local,
+                EventType::Normal,
+                "ClusterUpdated",
+                format!("inventory {name} in namespace {namespace} added to local cluster"),
+            )
+            .await;
+        }
     }
-    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), LOCAL_CLUSTER_NAMESPACE);
-    // A full replace: it carries the resourceVersion read, so a concurrent change conflicts.
-    let local = api
-        .replace(LOCAL_CLUSTER_NAME, &PostParams::default(), &local)
-        .await?;
-    ctx.publish(
-        &local,
-        EventType::Normal,
-        "ClusterUpdated",
-        format!("inventory {name} in namespace {namespace} added to local cluster"),
-    )
-    .await;
     Ok(())
 }
 
-/// Removes the Inventory from the local Cluster; true once it is not listed (or no Cluster).
+/// Removes the Inventory from the local Cluster (nothing to do without a Cluster).
 async fn leave_local_cluster(inventory: &Inventory, ctx: &SeederContext) -> Result<(), Error> {
-    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), LOCAL_CLUSTER_NAMESPACE);
-    let Some(mut local) = api.get_opt(LOCAL_CLUSTER_NAME).await? else {
-        return Ok(());
-    };
-    let (name, namespace) = (
-        inventory.name_any(),
+    let (namespace, name) = (
         inventory.namespace().unwrap_or_default(),
+        inventory.name_any(),
     );
-    if !cluster::remove_member(&mut local.spec, &namespace, &name) {
-        return Ok(());
+    // A join a cancelled reconcile left waiting must not be written after this.
+    lock(&ctx.pending_joins).remove(&(namespace.clone(), name.clone()));
+    let written = {
+        let _one_writer = ctx.cluster_writes.lock().await;
+        let change = |spec: &mut ClusterSpec| {
+            if cluster::remove_member(spec, &namespace, &name) {
+                vec![(namespace.clone(), name.clone())]
+            } else {
+                Vec::new()
+            }
+        };
+        write_membership(ctx, change, None).await?
+    };
+    if let Some((local, _)) = written {
+        ctx.publish(
+            &local,
+            EventType::Normal,
+            "ClusterUpdated",
+            format!("inventory {name} in namespace {namespace} removed from local cluster"),
+        )
+        .await;
     }
-    let local = api
-        .replace(LOCAL_CLUSTER_NAME, &PostParams::default(), &local)
-        .await?;
-    ctx.publish(
-        &local,
-        EventType::Normal,
-        "ClusterUpdated",
-        format!("inventory {name} in namespace {namespace} removed from local cluster"),
-    )
-    .await;
     Ok(())
+}
+
+/// Reads the local Cluster, applies `change` to its member list and writes it back (the caller
+/// holds `cluster_writes`); a conflict with another writer (a person, another tool) is read and
+/// tried again at once, a few times. `address`: create the Cluster if it is missing. Returns
+/// the Cluster written and the members `change` reported, or `None` when nothing changed.
+async fn write_membership(
+    ctx: &SeederContext,
+    change: impl Fn(&mut ClusterSpec) -> Vec<(String, String)>,
+    address: Option<&str>,
+) -> Result<Option<(Cluster, Vec<(String, String)>)>, Error> {
+    const ATTEMPTS: usize = 5;
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), LOCAL_CLUSTER_NAMESPACE);
+    for attempt in 1..=ATTEMPTS {
+        let mut local = match address {
+            Some(address) => cluster::ensure_local_cluster(&ctx.client, address).await?,
+            None => match api.get_opt(LOCAL_CLUSTER_NAME).await? {
+                Some(local) => local,
+                None => return Ok(None),
+            },
+        };
+        let changed = change(&mut local.spec);
+        if changed.is_empty() {
+            return Ok(None);
+        }
+        // A full replace: it carries the resourceVersion read, so a concurrent change conflicts.
+        match api
+            .replace(LOCAL_CLUSTER_NAME, &PostParams::default(), &local)
+            .await
+        {
+            Ok(written) => return Ok(Some((written, changed))),
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < ATTEMPTS => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(None)
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The Machine Seeder makes for an Inventory: same name, `spec = baseboardSpec`, Seeder's

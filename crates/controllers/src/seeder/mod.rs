@@ -64,6 +64,13 @@ pub struct SeederContext {
     hardware_read: Mutex<HashMap<String, Instant>>,
     /// This replica's name (Events' reporting instance).
     instance: String,
+    /// Held while the local Cluster's member list is read and written: every Inventory writes
+    /// that one object, and concurrent reconciles would otherwise only conflict with each other.
+    pub(crate) cluster_writes: tokio::sync::Mutex<()>,
+    /// Inventories (namespace, name) waiting to join the local Cluster: whoever writes next
+    /// adds them all in one write (a group commit), so a thousand joins are not a thousand
+    /// writes of an ever larger object.
+    pub(crate) pending_joins: Mutex<std::collections::BTreeSet<(String, String)>>,
 }
 
 impl SeederContext {
@@ -87,6 +94,8 @@ impl SeederContext {
             rufio,
             hardware_read: Mutex::default(),
             instance,
+            cluster_writes: tokio::sync::Mutex::new(()),
+            pending_joins: Mutex::default(),
         }
     }
 
