@@ -13,8 +13,6 @@ use clap::{Args, ValueEnum};
 use futures::FutureExt;
 use ingot_controllers::metrics::LeaderTransition;
 use ingot_controllers::{Context, ControllerKind, Metrics, pools, rufio, seeder};
-
-use crate::power_api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::watch;
@@ -22,6 +20,7 @@ use tracing::{info, warn};
 
 use crate::http::{self, Health};
 use crate::leader::{LeaderElector, LeaseConfig};
+use crate::power_api;
 use crate::telemetry::{self, LogFormat};
 
 #[derive(Args, Debug)]
