@@ -211,6 +211,8 @@ pub struct BmcCounters {
     pub sessions_deleted: AtomicU64,
     pub peak_sessions: AtomicU64,
     pub logins_refused: AtomicU64,
+    /// TCP connections the client holds open to this BMC now.
+    pub connections_open: AtomicU64,
 }
 
 /// One emulated BMC (shared by its listener and the test that owns the fleet).

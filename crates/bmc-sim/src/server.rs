@@ -4,6 +4,7 @@ use crate::BmcState;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -12,7 +13,7 @@ pub(crate) async fn serve(
     state: Arc<BmcState>,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) {
-    let app = crate::redfish::router(state);
+    let app = crate::redfish::router(state.clone());
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     // Dropping (aborting) this task drops the set, which aborts every connection.
     let mut connections = JoinSet::new();
@@ -23,7 +24,9 @@ pub(crate) async fn serve(
                 let _ = stream.set_nodelay(true);
                 let service = TowerToHyperService::new(app.clone());
                 let acceptor = acceptor.clone();
+                let open = OpenConnection::new(state.clone());
                 connections.spawn(async move {
+                    let _open = open;
                     let builder = hyper::server::conn::http1::Builder::new();
                     match acceptor {
                         Some(a) => {
@@ -38,5 +41,27 @@ pub(crate) async fn serve(
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
+    }
+}
+
+/// Counts a connection in `connections_open` for as long as it is served.
+struct OpenConnection(Arc<BmcState>);
+
+impl OpenConnection {
+    fn new(state: Arc<BmcState>) -> Self {
+        state
+            .counters
+            .connections_open
+            .fetch_add(1, Ordering::Relaxed);
+        OpenConnection(state)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0
+            .counters
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -507,3 +507,34 @@ async fn an_unanswered_chassis_control_is_not_repeated_and_the_state_is_read_aga
     assert_eq!(stats.sessions_opened, 1);
     bmc.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    // A fleet polled every few minutes must not hold a connection per BMC between polls.
+    let fleet = one(BmcSpec::default()).await;
+    let b = &fleet.bmcs[0];
+    let open = || b.state.counters.connections_open.load(Ordering::Relaxed);
+    let c = client(
+        b,
+        RedfishOptions {
+            idle_connection_timeout: Duration::from_millis(400),
+            ..options()
+        },
+    );
+    c.power_state().await.unwrap();
+    c.power_state().await.unwrap();
+    assert_eq!(open(), 1, "one connection carries an operation's requests");
+    poll_until(
+        "the idle connection closed",
+        Duration::from_secs(5),
+        || async { (open() == 0).then_some(()) },
+    )
+    .await;
+    // The session outlives the connection: the next read needs no login.
+    let logins = b.state.counters.sessions_created.load(Ordering::Relaxed);
+    c.power_state().await.unwrap();
+    assert_eq!(
+        b.state.counters.sessions_created.load(Ordering::Relaxed),
+        logins
+    );
+}

@@ -60,6 +60,11 @@ pub struct RedfishOptions {
     /// (thousands of BMCs, limited file descriptors) 0 reconnects per request and keeps only
     /// the in-flight connections open.
     pub idle_connections_per_bmc: usize,
+    /// How long an idle connection is kept. Long enough to carry one operation's requests
+    /// (a Job's tasks, a power transition's polls), short enough that a fleet polled every
+    /// few minutes does not hold a connection (TLS and HTTP buffers, about 50 KiB) per BMC
+    /// between polls.
+    pub idle_connection_timeout: Duration,
     /// Idempotent reads (GET) are hedged: when no answer came after this long (or after
     /// three times the BMC's recent latency, if longer), a second identical request is sent
     /// and the first answer wins ("The Tail at Scale"). A read that still times out is tried
@@ -75,6 +80,7 @@ impl Default for RedfishOptions {
             auth: AuthMode::Auto,
             transition_timeout: Duration::from_secs(60),
             idle_connections_per_bmc: 1,
+            idle_connection_timeout: Duration::from_secs(10),
             hedge_after: Some(Duration::from_secs(2)),
         }
     }
@@ -111,7 +117,7 @@ pub fn http_client(options: &RedfishOptions) -> Result<reqwest::Client, BmcError
     let mut builder = reqwest::Client::builder()
         .timeout(options.timeout)
         .connect_timeout(options.timeout)
-        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_idle_timeout(options.idle_connection_timeout)
         .pool_max_idle_per_host(options.idle_connections_per_bmc)
         .user_agent(concat!("ingot-bmc/", env!("CARGO_PKG_VERSION")))
         .redirect(reqwest::redirect::Policy::none())
