@@ -33,6 +33,36 @@ where
     }
 }
 
+/// The watch a controller is driven by, feeding the store it reads, with objects stored
+/// without `metadata.managedFields`: no reconciler reads them, and once a few writers have
+/// touched an object they are most of its size (held once per object, for every object of
+/// a fleet).
+pub fn lean_reflector<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+) -> (
+    kube::runtime::reflector::Store<K>,
+    impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>>
+    + Send
+    + 'static,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    let (store, writer) = kube::runtime::reflector::store();
+    let events = kube::runtime::watcher(api, config)
+        .default_backoff()
+        .modify(|object: &mut K| object.meta_mut().managed_fields = None);
+    (store, kube::runtime::reflector(writer, events))
+}
+
 /// The controllers `ingot run` can start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ControllerKind {

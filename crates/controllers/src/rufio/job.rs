@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::debug;
@@ -32,9 +32,9 @@ pub async fn run(
     ctx: Arc<RufioContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let jobs: Api<Job> = ctx.watched();
+    let (jobs, events) = crate::lean_reflector(ctx.watched::<Job>(), watcher::Config::default());
     let tasks: Api<Task> = ctx.watched();
-    Controller::new(jobs, watcher::Config::default())
+    Controller::for_stream(events.applied_objects(), jobs)
         .owns(tasks, watcher::Config::default())
         .with_config(Config::default().concurrency(ctx.settings.task_concurrency))
         .graceful_shutdown_on(shutdown)

@@ -18,7 +18,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Config};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use rand::Rng;
 use serde_json::json;
@@ -35,9 +35,12 @@ pub async fn run(
     ctx: Arc<RufioContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let machines: Api<Machine> = ctx.watched();
+    let (machines, events) = crate::lean_reflector(
+        ctx.watched::<Machine>(),
+        watcher::Config::default().any_semantic(),
+    );
     let jobs: Api<Job> = ctx.watched();
-    let controller = Controller::new(machines, watcher::Config::default().any_semantic());
+    let controller = Controller::for_stream(events.applied_objects(), machines);
     let _ = ctx.machines.set(controller.store());
     controller
         // A finished Job wakes its Machine (the Job controller asked for the refresh).

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Config};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info};
@@ -174,8 +174,8 @@ pub async fn run(
     ctx: Arc<RufioContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let tasks: Api<Task> = ctx.watched();
-    let controller = Controller::new(tasks, watcher::Config::default());
+    let (tasks, events) = crate::lean_reflector(ctx.watched::<Task>(), watcher::Config::default());
+    let controller = Controller::for_stream(events.applied_objects(), tasks);
     let _ = ctx.tasks.set(controller.store());
     controller
         .with_config(Config::default().concurrency(ctx.settings.task_concurrency))

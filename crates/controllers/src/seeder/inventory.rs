@@ -33,7 +33,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
@@ -58,12 +58,9 @@ pub async fn run(
     ctx: Arc<SeederContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (inventories, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(ctx.watched::<Inventory>(), watcher::Config::default()).default_backoff(),
-    )
-    .touched_objects();
+    let (inventories, events) =
+        crate::lean_reflector(ctx.watched::<Inventory>(), watcher::Config::default());
+    let stream = events.touched_objects();
     let by_node = inventories.clone();
     let all = inventories.clone();
     let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), LOCAL_CLUSTER_NAMESPACE);

@@ -27,7 +27,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config};
 use kube::runtime::events::EventType;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::{Map, Value, json};
 use tracing::{debug, info, warn};
@@ -44,7 +44,9 @@ pub async fn run(
     ctx: Arc<SeederContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::new(ctx.watched::<Inventory>(), watcher::Config::default())
+    let (inventories, events) =
+        crate::lean_reflector(ctx.watched::<Inventory>(), watcher::Config::default());
+    Controller::for_stream(events.applied_objects(), inventories)
         // No bound: each BMC read is bounded by its own timeout, and one Inventory's read
         // never waits for another's.
         .with_config(Config::default().concurrency(0))
