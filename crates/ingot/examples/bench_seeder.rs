@@ -11,7 +11,8 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,18 @@ struct Operator(Child);
 
 impl Drop for Operator {
     fn drop(&mut self) {
+        // A SIGTERM to its process group: the operator logs out and exits, and a profiler
+        // wrapping it (`INGOT_BENCH_WRAP=heaptrack`) writes its data.
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(format!("-{}", self.0.id()))
+            .status();
+        for _ in 0..300 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -147,23 +160,40 @@ async fn until_each(
     seen
 }
 
-/// Write requests to the API server so far, from the operator's own counter.
-async fn writes(http_port: u16) -> f64 {
+/// Write requests to the API server so far, by `verb resource`, from the
+/// operator's own counter.
+async fn writes(http_port: u16) -> BTreeMap<String, f64> {
     let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
         .await
         .unwrap()
         .text()
         .await
         .unwrap();
-    text.lines()
+    let label = |line: &str, name: &str| {
+        let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+        let len = line[start..].find('"')?;
+        Some(line[start..start + len].to_string())
+    };
+    let mut by_kind = BTreeMap::new();
+    for line in text
+        .lines()
         .filter(|l| l.starts_with("ingot_kube_requests_total{"))
-        .filter(|l| {
-            ["create", "update", "patch", "delete"]
-                .iter()
-                .any(|v| l.contains(&format!("verb=\"{v}\"")))
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
+    {
+        let (Some(verb), Some(resource)) = (label(line, "verb"), label(line, "resource")) else {
+            continue;
+        };
+        if !["create", "update", "patch", "delete"].contains(&verb.as_str()) {
+            continue;
+        }
+        let Some(count) = line
+            .rsplit_once(' ')
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        *by_kind.entry(format!("{verb} {resource}")).or_insert(0.0) += count;
+    }
+    by_kind
 }
 
 #[tokio::main]
@@ -205,8 +235,19 @@ async fn main() {
         .local_addr()
         .unwrap()
         .port();
+    // `INGOT_BENCH_WRAP=heaptrack` runs the operator under a profiler (its RSS is then not
+    // the operator's).
+    let mut command = match std::env::var_os("INGOT_BENCH_WRAP") {
+        Some(wrapper) => {
+            let mut c = Command::new(wrapper);
+            c.arg(ingot_binary());
+            c
+        }
+        None => Command::new(ingot_binary()),
+    };
     let operator = Operator(
-        Command::new(ingot_binary())
+        command
+            .process_group(0)
             .arg("run")
             .arg(format!("--kubeconfig={}", env.kubeconfig_path().display()))
             .arg("--controllers=seeder")
@@ -240,8 +281,15 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(20)).await;
     let before = writes(http_port).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let steady = writes(http_port).await - before;
-    println!("API writes in a minute of steady state: {steady}");
+    let mut steady: BTreeMap<String, f64> = writes(http_port).await;
+    for (kind, count) in &mut steady {
+        *count -= before.get(kind).copied().unwrap_or(0.0);
+    }
+    steady.retain(|_, count| *count > 0.0);
+    println!(
+        "API writes in a minute of steady state: {} ({steady:?})",
+        steady.values().sum::<f64>()
+    );
 
     if !power {
         let (peak, now) = operator.rss_mib();
