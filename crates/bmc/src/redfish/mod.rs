@@ -111,6 +111,47 @@ fn smooth(slot: &AtomicU64, took_us: u64) {
     slot.store(new.max(1), Ordering::Relaxed);
 }
 
+/// The members of a service root read after discovery (links, `$top` support, vendor hints).
+/// A root is often several KiB of JSON: a fleet keeps only this much of it per BMC.
+fn kept_of_root(root: &Value) -> Value {
+    let mut kept = serde_json::Map::new();
+    for key in [
+        "@odata.id",
+        "Systems",
+        "Chassis",
+        "Managers",
+        "SessionService",
+        "EventService",
+        "Vendor",
+    ] {
+        if let Some(v) = root.get(key) {
+            let v = match v.get("@odata.id") {
+                Some(id) => serde_json::json!({ "@odata.id": id }),
+                None => v.clone(),
+            };
+            kept.insert(key.to_owned(), v);
+        }
+    }
+    if let Some(sessions) = root.pointer("/Links/Sessions/@odata.id") {
+        kept.insert(
+            "Links".to_owned(),
+            serde_json::json!({ "Sessions": { "@odata.id": sessions } }),
+        );
+    }
+    if let Some(top) = root.pointer("/ProtocolFeaturesSupported/TopSkipQuery") {
+        kept.insert(
+            "ProtocolFeaturesSupported".to_owned(),
+            serde_json::json!({ "TopSkipQuery": top }),
+        );
+    }
+    if let Some(oem) = root.get("Oem").and_then(Value::as_object) {
+        // Only the keys name the vendor.
+        let keys = oem.keys().map(|k| (k.clone(), Value::Null)).collect();
+        kept.insert("Oem".to_owned(), Value::Object(keys));
+    }
+    Value::Object(kept)
+}
+
 /// Builds the HTTP client for the given TLS settings. Clients are cheap to clone and share a
 /// connection pool; the session manager shares one per TLS setting across the fleet.
 pub fn http_client(options: &RedfishOptions) -> Result<reqwest::Client, BmcError> {
@@ -508,7 +549,7 @@ impl RedfishClient {
             ));
         }
         let vendor = Vendor::detect(&root, None);
-        let root = Arc::new(root);
+        let root = Arc::new(kept_of_root(&root));
         if let Ok(mut f) = self.found.lock() {
             f.root = Some(root.clone());
             f.vendor = Some(vendor);
@@ -1757,5 +1798,57 @@ impl Drop for RedfishClient {
                 stats.sessions_closed.fetch_add(1, Ordering::Relaxed);
             }
         });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_root_answers_every_later_question_as_the_whole_root_does() {
+        let root = serde_json::json!({
+            "@odata.id": "/redfish/v1",
+            "Id": "RootService",
+            "Product": "Integrated Dell Remote Access Controller",
+            "RedfishVersion": "1.17.0",
+            "UUID": "4c4c4544-0000-0000-0000-000000000000",
+            "Systems": {"@odata.id": "/redfish/v1/Systems"},
+            "Chassis": {"@odata.id": "/redfish/v1/Chassis"},
+            "Managers": {"@odata.id": "/redfish/v1/Managers"},
+            "SessionService": {"@odata.id": "/redfish/v1/SessionService"},
+            "EventService": {"@odata.id": "/redfish/v1/EventService"},
+            "AccountService": {"@odata.id": "/redfish/v1/AccountService"},
+            "JsonSchemas": {"@odata.id": "/redfish/v1/JsonSchemas"},
+            "Registries": {"@odata.id": "/redfish/v1/Registries"},
+            "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}},
+            "ProtocolFeaturesSupported": {
+                "TopSkipQuery": true,
+                "ExpandQuery": {"Levels": true, "MaxLevels": 1},
+                "SelectQuery": true
+            },
+            "Oem": {"Dell": {"ManagerMACAddress": "aa:bb", "ServiceTag": "ABC1234"}}
+        });
+        let kept = kept_of_root(&root);
+        for key in [
+            "Systems",
+            "Chassis",
+            "Managers",
+            "SessionService",
+            "EventService",
+        ] {
+            assert_eq!(link(&kept, key), link(&root, key), "{key}");
+        }
+        for pointer in [
+            "/@odata.id",
+            "/Links/Sessions/@odata.id",
+            "/ProtocolFeaturesSupported/TopSkipQuery",
+        ] {
+            assert_eq!(kept.pointer(pointer), root.pointer(pointer), "{pointer}");
+        }
+        assert_eq!(Vendor::detect(&kept, None), Vendor::Dell);
+        assert!(kept.get("AccountService").is_none() && kept.get("UUID").is_none());
+        assert!(kept.to_string().len() < root.to_string().len(), "{kept}");
     }
 }
