@@ -34,9 +34,7 @@ where
 }
 
 /// The watch a controller is driven by, feeding the store it reads, with objects stored
-/// without `metadata.managedFields`: no reconciler reads them, and once a few writers have
-/// touched an object they are most of its size (held once per object, for every object of
-/// a fleet).
+/// without `metadata.managedFields` (see [`lean_events`]).
 pub fn lean_reflector<K>(
     api: kube::Api<K>,
     config: kube::runtime::watcher::Config,
@@ -55,12 +53,35 @@ where
         + Sync
         + 'static,
 {
-    use kube::runtime::WatchStreamExt;
     let (store, writer) = kube::runtime::reflector::store();
-    let events = kube::runtime::watcher(api, config)
+    (
+        store,
+        kube::runtime::reflector(writer, lean_events(api, config)),
+    )
+}
+
+/// A watch (re-listing with backoff) whose objects come without `metadata.managedFields`: no
+/// reconciler reads them, and once a few writers have touched an object they are most of its
+/// size, held once per object for every object of a fleet in a store.
+pub fn lean_events<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+) -> impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>>
++ Send
++ 'static
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    kube::runtime::watcher(api, config)
         .default_backoff()
-        .modify(|object: &mut K| object.meta_mut().managed_fields = None);
-    (store, kube::runtime::reflector(writer, events))
+        .modify(|object: &mut K| object.meta_mut().managed_fields = None)
 }
 
 /// The controllers `ingot run` can start.

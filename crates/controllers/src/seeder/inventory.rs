@@ -33,8 +33,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
+use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info};
@@ -56,15 +56,14 @@ const RESYNC: Duration = Duration::from_secs(600);
 
 pub async fn run(
     ctx: Arc<SeederContext>,
+    inventories: Store<Inventory>,
+    changes: ReflectHandle<Inventory>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (inventories, events) =
-        crate::lean_reflector(ctx.watched::<Inventory>(), watcher::Config::default());
-    let stream = events.touched_objects();
     let by_node = inventories.clone();
     let all = inventories.clone();
     let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), LOCAL_CLUSTER_NAMESPACE);
-    Controller::for_stream(stream, inventories)
+    Controller::for_shared_stream(changes, inventories)
         // A Machine and its Inventory share namespace and name.
         .watches(ctx.watched::<Machine>(), watcher::Config::default(), |m| {
             Some(same_name(&m))

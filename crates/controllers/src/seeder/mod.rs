@@ -30,9 +30,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use ingot_api::seeder::Inventory;
 use kube::Client;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{reflector, watcher};
 use tracing::warn;
 
 use crate::Metrics;
@@ -170,13 +173,39 @@ pub async fn run(
         () = start(&ctx) => true,
         () = shutdown.clone() => false,
     };
-    if started {
-        tokio::join!(
-            inventory::run(ctx.clone(), shutdown.clone()),
-            node_health::run(ctx, shutdown)
-        );
+    if !started {
+        return;
+    }
+    // One store of Inventories for both controllers (a fleet's Inventories held once), each
+    // woken only after the store holds the change.
+    let (inventories, writer) = reflector::store_shared(INVENTORY_FEED_BUFFER);
+    let (Some(for_inventory), Some(for_health)) = (writer.subscribe(), writer.subscribe()) else {
+        warn!("the Inventory store takes no subscriber; the Seeder controllers do not run");
+        return;
+    };
+    let feed = reflector::reflector(
+        writer,
+        crate::lean_events(ctx.watched::<Inventory>(), watcher::Config::default()),
+    )
+    .for_each(|event| {
+        if let Err(error) = event {
+            warn!(%error, "Inventory watch failed; listing again");
+        }
+        std::future::ready(())
+    });
+    tokio::select! {
+        () = feed => {}
+        _ = async {
+            tokio::join!(
+                inventory::run(ctx.clone(), inventories.clone(), for_inventory, shutdown.clone()),
+                node_health::run(ctx, inventories, for_health, shutdown.clone())
+            )
+        } => {}
     }
 }
+
+/// Inventory changes a controller may fall behind by before the watch waits for it.
+const INVENTORY_FEED_BUFFER: usize = 1024;
 
 async fn start(ctx: &SeederContext) {
     let mut delay = Duration::from_secs(1);

@@ -25,9 +25,10 @@ use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, Node, ObjectRe
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config};
 use kube::runtime::events::EventType;
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ReflectHandle, Store};
 use kube::{Api, ResourceExt};
 use serde_json::{Map, Value, json};
 use tracing::{debug, info, warn};
@@ -42,14 +43,15 @@ const NODE_EVENTS_NAMESPACE: &str = "default";
 
 pub async fn run(
     ctx: Arc<SeederContext>,
+    inventories: Store<Inventory>,
+    changes: ReflectHandle<Inventory>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (inventories, events) =
-        crate::lean_reflector(ctx.watched::<Inventory>(), watcher::Config::default());
-    Controller::for_stream(events.applied_objects(), inventories)
-        // No bound: each BMC read is bounded by its own timeout, and one Inventory's read
-        // never waits for another's.
-        .with_config(Config::default().concurrency(0))
+    Controller::for_shared_stream(changes, inventories)
+        // As many at once as Rufio's Machines: each read waits on its own BMC only (a dead one
+        // holds one slot for its timeout), and the BMC calls share the fleet limit anyway. No
+        // bound would start a fleet's reads at once, each with its own API connection.
+        .with_config(Config::default().concurrency(ctx.rufio.settings.machine_concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
