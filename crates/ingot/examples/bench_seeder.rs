@@ -8,6 +8,8 @@
 //! Run by hand (not a test):
 //!   source scripts/lib.sh; build_control_plane
 //!   cargo build -p ingot && cargo run -p ingot --example bench_seeder -- [N=1000] [latency_ms=50] [power|no-power]
+//! With `INGOT_BENCH_BINARY=target/release/ingot` (after `cargo build --release -p ingot`) the
+//! operator measured is a release build, as a cluster runs it.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -20,7 +22,8 @@ use futures::StreamExt;
 use ingot_api::seeder::{INVENTORY_NODE_READY, Inventory, LOCAL_CLUSTER_NAMESPACE};
 use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions};
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -66,8 +69,12 @@ impl Operator {
     }
 }
 
-/// The `ingot` binary built beside this example (`target/<profile>/ingot`).
+/// The `ingot` binary built beside this example (`target/<profile>/ingot`), or
+/// `INGOT_BENCH_BINARY` (a release build: its RSS is what a cluster runs).
 fn ingot_binary() -> std::path::PathBuf {
+    if let Some(binary) = std::env::var_os("INGOT_BENCH_BINARY") {
+        return binary.into();
+    }
     let exe = std::env::current_exe().unwrap();
     let binary = exe.parent().unwrap().parent().unwrap().join("ingot");
     assert!(
@@ -142,17 +149,24 @@ async fn until_each(
     limit: Duration,
     done: impl Fn(&Inventory) -> bool,
 ) -> HashMap<String, Instant> {
+    // Watched, not listed: a list of 10,000 Inventories a few times a second would be most of
+    // the API server's work.
     let api: Api<Inventory> = Api::namespaced(client.clone(), NS);
-    let start = Instant::now();
+    let deadline = tokio::time::Instant::now() + limit;
     let mut seen = HashMap::new();
-    while seen.len() < n && start.elapsed() < limit {
-        for inventory in api.list(&ListParams::default()).await.unwrap().items {
-            if done(&inventory) {
-                seen.entry(inventory.name_any())
-                    .or_insert_with(Instant::now);
+    let mut inventories =
+        std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
+    while seen.len() < n {
+        match tokio::time::timeout_at(deadline, inventories.next()).await {
+            Ok(Some(Ok(inventory))) => {
+                if done(&inventory) {
+                    seen.entry(inventory.name_any())
+                        .or_insert_with(Instant::now);
+                }
             }
+            Ok(Some(Err(_))) => {}
+            Ok(None) | Err(_) => break,
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     if seen.len() < n {
         eprintln!("  gave up: {}/{n} after {limit:?}", seen.len());
