@@ -127,7 +127,7 @@ struct RufioArgs {
     #[arg(long, default_value_t = 3.0)]
     rufio_task_poll_seconds: f64,
 
-    /// Machines reconciled at once.
+    /// Machines reconciled at once (and Seeder Inventories' hardware reads).
     #[arg(long, default_value_t = 256)]
     rufio_machine_concurrency: u16,
 

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use ingot_api::rufio::{Job, Machine, MachineStatus};
 use ingot_api::seeder::{
     Cluster, ClusterSpec, INVENTORY_FINALIZER, INVENTORY_NODE_READY, Inventory, InventoryStatus,
@@ -34,7 +34,7 @@ use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info};
@@ -81,10 +81,23 @@ pub async fn run(
             watcher::Config::default(),
             move |node| naming_node(&by_node, &node.name_any()),
         )
-        .watches(
-            clusters,
-            watcher::Config::default().fields(&format!("metadata.name={LOCAL_CLUSTER_NAME}")),
-            move |_| local_inventories(&all),
+        // Only the local Inventories the Cluster does not list (all of them once it is
+        // deleted): waking every Inventory on each join would make N joins N² passes.
+        .watches_stream(
+            watcher(
+                clusters,
+                watcher::Config::default().fields(&format!("metadata.name={LOCAL_CLUSTER_NAME}")),
+            )
+            .default_backoff()
+            .map_ok(|event| match event {
+                watcher::Event::Delete(mut gone) => {
+                    gone.spec.nodes.clear();
+                    watcher::Event::Delete(gone)
+                }
+                other => other,
+            })
+            .touched_objects(),
+            move |cluster| missing_from(&all, &cluster),
         )
         .with_config(Config::default().concurrency(64))
         .graceful_shutdown_on(shutdown)
@@ -114,11 +127,26 @@ fn naming_node(store: &Store<Inventory>, node: &str) -> Vec<ObjectRef<Inventory>
         .collect()
 }
 
-fn local_inventories(store: &Store<Inventory>) -> Vec<ObjectRef<Inventory>> {
+fn missing_from(store: &Store<Inventory>, cluster: &Cluster) -> Vec<ObjectRef<Inventory>> {
+    let going = cluster.metadata.deletion_timestamp.is_some();
+    let members: std::collections::HashSet<(&str, &str)> = cluster
+        .spec
+        .nodes
+        .iter()
+        .filter(|_| !going)
+        .map(|n| {
+            let r = &n.inventory_reference;
+            (r.namespace.as_str(), r.name.as_str())
+        })
+        .collect();
     store
         .state()
         .iter()
         .filter(|i| is_local(i))
+        .filter(|i| {
+            let namespace = i.metadata.namespace.as_deref().unwrap_or_default();
+            !members.contains(&(namespace, i.metadata.name.as_deref().unwrap_or_default()))
+        })
         .map(|i| ObjectRef::from(i.as_ref()))
         .collect()
 }
@@ -731,6 +759,36 @@ mod tests {
                 "events": {"enabled": true, "pollingInterval": "1h"}}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_cluster_change_wakes_only_the_local_inventories_it_does_not_list() {
+        let (store, mut writer) = kube::runtime::reflector::store::<Inventory>();
+        let named = |name: &str, local: &str| {
+            let mut i = inventory(json!({"metal.harvesterhci.io/local-inventory": local}));
+            i.metadata.name = Some(name.to_owned());
+            i
+        };
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for (name, local) in [("a", "true"), ("b", "true"), ("c", "true"), ("d", "false")] {
+            writer.apply_watcher_event(&watcher::Event::InitApply(named(name, local)));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let mut local = cluster::local_cluster();
+        cluster::add_member(&mut local.spec, "harvester-system", "a");
+        let mut woken: Vec<String> = missing_from(&store, &local)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        woken.sort();
+        assert_eq!(woken, ["b", "c"]);
+        // A Cluster deleted and made again lists nobody: every local Inventory joins again.
+        assert_eq!(missing_from(&store, &cluster::local_cluster()).len(), 3);
+        // Nor does one on its way out.
+        local.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+        );
+        assert_eq!(missing_from(&store, &local).len(), 3);
     }
 
     #[test]
