@@ -289,12 +289,15 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
     let max_retries =
         drain::max_evict_retries(machine, ctx.settings.max_evict_retries, drain_timeout);
     let pass = drain::pods(ctx, &node_name, force, max_retries).await?;
+    // A drain is counted once its step is written: a pass whose write conflicts (a stale
+    // copy of the Machine) runs again and must not count the same drain twice.
     if force {
+        let d = format!("Force Drain successful. {DEL_VOLUMES_ATTACHMENTS}");
+        let next = write(ctx, machine, step_update(d, OpState::Processing)).await?;
         ctx.metrics
             .drain_finished(DRAIN_METRIC, DrainOutcome::Forced);
         ctx.evictions.forget(&node_name);
-        let d = format!("Force Drain successful. {DEL_VOLUMES_ATTACHMENTS}");
-        return write(ctx, machine, step_update(d, OpState::Processing)).await;
+        return Ok(next);
     }
     if !pass.blocked.is_empty() {
         ctx.metrics.drain_blocked(DRAIN_METRIC);
@@ -311,11 +314,12 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
             .max(Duration::from_secs(1));
         return Ok(Action::requeue(next.min(until_force)));
     }
+    let d = format!("Drain successful. {INITIATE_VM_DELETION}");
+    let next = write(ctx, machine, step_update(d, OpState::Processing)).await?;
     ctx.metrics
         .drain_finished(DRAIN_METRIC, DrainOutcome::Drained);
     ctx.evictions.forget(&node_name);
-    let d = format!("Drain successful. {INITIATE_VM_DELETION}");
-    write(ctx, machine, step_update(d, OpState::Processing)).await
+    Ok(next)
 }
 
 async fn delete_volume_attachments(
