@@ -1,6 +1,6 @@
 //! Redfish EventService server-sent events: a stream of `Event` documents.
 
-use super::{Auth, RedfishClient, check_status, json::link, json::string};
+use super::{Auth, RedfishClient, check_status, json::string};
 use crate::error::BmcError;
 use futures::{Stream, StreamExt};
 use reqwest::Method;
@@ -35,7 +35,9 @@ impl RedfishClient {
         idle_timeout: Duration,
     ) -> Result<impl Stream<Item = Result<Value, BmcError>> + Send + 'static, BmcError> {
         let root = self.root().await?;
-        let service = link(&root, "EventService")
+        let service = root
+            .event_service
+            .clone()
             .ok_or_else(|| BmcError::Unsupported("EventService".into()))?;
         let service = self.get(&service).await?;
         let uri = string(&service, "ServerSentEventUri")
