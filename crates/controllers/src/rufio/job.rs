@@ -30,12 +30,12 @@ const API_VERSION: &str = "bmc.tinkerbell.org/v1alpha1";
 
 pub async fn run(
     ctx: Arc<RufioContext>,
+    task_changes: impl futures::Stream<Item = Arc<Task>> + Send + 'static,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (jobs, events) = crate::lean_reflector(ctx.watched::<Job>(), watcher::Config::default());
-    let tasks: Api<Task> = ctx.watched();
     Controller::for_stream(events.applied_objects(), jobs)
-        .owns(tasks, watcher::Config::default())
+        .owns_shared_stream(task_changes)
         .with_config(Config::default().concurrency(ctx.settings.task_concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -182,7 +182,7 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
     let name = job.name_any();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut status = job.status.clone().unwrap_or_default();
-    let before = status.clone();
+    let mut before = status.clone();
     if !has_true(&status.conditions, RUNNING) {
         status.start_time = Some(Time(Timestamp::now()));
         set(&mut status.conditions, RUNNING, None);
@@ -196,7 +196,14 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
         .unwrap_or_else(|| namespace.clone());
     let machine_name = job.spec.machine_ref.name.clone().unwrap_or_default();
     let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &machine_ns);
-    let machine = match machines.get_opt(&machine_name).await? {
+    // Read from the Machine controller's cache (as controller-runtime's client reads); a
+    // Machine created a moment ago may not be there yet.
+    let cached = ctx.cached_machine(&machine_ns, &machine_name);
+    let fetched = match cached {
+        Some(_) => None,
+        None => machines.get_opt(&machine_name).await?.map(Arc::new),
+    };
+    let machine = match cached.or(fetched) {
         Some(m) => m,
         None => {
             write(&jobs, &name, &status, &before).await?;
@@ -208,8 +215,13 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
     let tasks: Api<Task> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut states = Vec::new();
     for i in 0..job.spec.tasks.len() {
-        let task = tasks.get_opt(&task_name(&name, i)).await?;
-        let state = task_state(task.as_ref(), job);
+        // The Task cache is the one whose changes wake this Job: what woke it is there. A
+        // Task missing from it is created, and an existing one answers 409.
+        let task = match ctx.cached_task(&namespace, &task_name(&name, i)) {
+            Ok(task) => task,
+            Err(super::CacheNotReady) => tasks.get_opt(&task_name(&name, i)).await?.map(Arc::new),
+        };
+        let state = task_state(task.as_deref(), job);
         let done = state == TaskState::Completed;
         states.push(state);
         if !done {
@@ -219,7 +231,16 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
     match next_step(&namespace, &name, &states, job.spec.tasks.len()) {
         Step::Wait => {}
         Step::Create(i) => {
-            if let Err(e) = create_task(&tasks, job, i, &machine).await {
+            // The Task and the Job's `Running` status are written at once: neither needs the
+            // other, and a Job's first Task is on the way to its BMC one API call sooner.
+            let running = status.clone();
+            let (created, written) = tokio::join!(
+                create_task(&tasks, job, i, &machine),
+                write(&jobs, &name, &running, &before)
+            );
+            written?;
+            before = running;
+            if let Err(e) = created {
                 match e {
                     kube::Error::Api(ref s) if s.code == 409 => {}
                     e => {

@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use ingot_api::rufio::{Machine, Task};
 use ingot_bmc::ipmi::IpmiOptions;
 use ingot_bmc::manager::{ManagerOptions, Observer, SessionManager};
@@ -28,7 +28,8 @@ use ingot_bmc::redfish::RedfishOptions;
 use kube::Client;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
 use tracing::warn;
 
 use crate::Metrics;
@@ -77,6 +78,10 @@ impl Default for Settings {
         }
     }
 }
+
+/// A cache that has not yet listed its objects: the caller reads the API server.
+#[derive(Debug)]
+pub(crate) struct CacheNotReady;
 
 /// What the Rufio controllers share.
 pub struct RufioContext {
@@ -227,6 +232,31 @@ impl RufioContext {
         self.bmcs.forget_users_except(&live).await
     }
 
+    /// The Machine as the Machine controller's cache holds it (`None` when it does not, yet).
+    pub(crate) fn cached_machine(&self, namespace: &str, name: &str) -> Option<Arc<Machine>> {
+        self.machines
+            .get()?
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The Task as the shared Task cache holds it (`None`: it does not exist), once the cache
+    /// holds its first list.
+    pub(crate) fn cached_task(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<Task>>, CacheNotReady> {
+        let tasks = self.tasks.get().ok_or(CacheNotReady)?;
+        if tasks
+            .wait_until_ready()
+            .now_or_never()
+            .is_none_or(|r| r.is_err())
+        {
+            return Err(CacheNotReady);
+        }
+        Ok(tasks.get(&ObjectRef::new(name).within(namespace)))
+    }
+
     /// Closes every BMC session (logout).
     pub async fn shutdown(&self) -> usize {
         self.bmcs.manager.shutdown().await
@@ -239,15 +269,41 @@ pub async fn run(
     ctx: Arc<RufioContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
-    tokio::join!(
-        machine::run(ctx.clone(), shutdown.clone()),
-        job::run(ctx.clone(), shutdown.clone()),
-        task::run(ctx.clone(), shutdown.clone()),
-        evict_unused_bmcs(ctx.clone(), shutdown),
-    );
+    // One watch of Tasks feeds the Task controller, wakes the Jobs that own them, and fills
+    // the store both read: a Job woken by its Task's change finds that change in the store.
+    let (tasks, writer) = reflector::store_shared(TASK_FEED_BUFFER);
+    let (Some(for_tasks), Some(for_jobs)) = (writer.subscribe(), writer.subscribe()) else {
+        warn!("the Task store takes no subscriber; the Rufio controllers do not run");
+        return;
+    };
+    let _ = ctx.tasks.set(tasks.clone());
+    let feed = reflector::reflector(
+        writer,
+        crate::lean_events(ctx.watched::<Task>(), watcher::Config::default()),
+    )
+    .for_each(|event| {
+        if let Err(error) = event {
+            warn!(%error, "Task watch failed; listing again");
+        }
+        std::future::ready(())
+    });
+    tokio::select! {
+        () = feed => {}
+        _ = async {
+            tokio::join!(
+                machine::run(ctx.clone(), shutdown.clone()),
+                job::run(ctx.clone(), for_jobs, shutdown.clone()),
+                task::run(ctx.clone(), tasks, for_tasks, shutdown.clone()),
+                evict_unused_bmcs(ctx.clone(), shutdown),
+            )
+        } => {}
+    }
     let closed = ctx.shutdown().await;
     tracing::info!(sessions = closed, "closed the BMC sessions");
 }
+
+/// Task changes a controller may fall behind by before the watch waits for it.
+const TASK_FEED_BUFFER: usize = 1024;
 
 /// Every `evict_interval`, logs out of the BMCs of deleted Machines and Tasks, so that a
 /// fleet that changes does not accumulate sessions (and BMC session-table slots).

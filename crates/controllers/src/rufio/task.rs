@@ -16,8 +16,9 @@ use ingot_bmc::{Bmc, BmcError, BootDevice, BootMode, BootRequest, PowerAction, P
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info};
@@ -172,12 +173,11 @@ pub fn sent(task: &Task) -> Sent {
 
 pub async fn run(
     ctx: Arc<RufioContext>,
+    tasks: Store<Task>,
+    changes: impl futures::Stream<Item = Arc<Task>> + Send + 'static,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (tasks, events) = crate::lean_reflector(ctx.watched::<Task>(), watcher::Config::default());
-    let controller = Controller::for_stream(events.applied_objects(), tasks);
-    let _ = ctx.tasks.set(controller.store());
-    controller
+    Controller::for_shared_stream(changes, tasks)
         .with_config(Config::default().concurrency(ctx.settings.task_concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
