@@ -24,7 +24,7 @@ use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions};
 use ingot_controllers::Metrics;
 use ingot_controllers::rufio::{RufioContext, Settings, run};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::watch;
@@ -120,7 +120,9 @@ async fn create_machines(client: &Client, ns: &str, fleets: &Fleets) {
     .await;
 }
 
-/// Seconds until every Machine of the namespace has `powerState` on or off.
+/// Seconds until every Machine of the namespace has `powerState` on or off. Watched, not
+/// listed: a list of every Machine a few times a second would load the API server (and this
+/// process, where ingot runs) more than the operator being measured.
 async fn until_known(
     client: &Client,
     ns: &str,
@@ -128,27 +130,34 @@ async fn until_known(
     start: Instant,
     limit: Duration,
 ) -> Option<f64> {
+    use kube::runtime::{WatchStreamExt, watcher};
     let api: Api<Machine> = Api::namespaced(client.clone(), ns);
+    let mut known = std::collections::HashSet::new();
+    let mut changes = std::pin::pin!(
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+    );
+    let deadline = tokio::time::sleep(limit.saturating_sub(start.elapsed()));
+    tokio::pin!(deadline);
     loop {
-        let list = api.list(&ListParams::default()).await.unwrap();
-        let known = list
-            .items
-            .iter()
-            .filter(|m| {
-                m.status
-                    .as_ref()
-                    .and_then(|s| s.power_state.as_deref())
-                    .is_some_and(|p| p == "on" || p == "off")
-            })
-            .count();
-        if known >= n {
-            return Some(start.elapsed().as_secs_f64());
+        tokio::select! {
+            () = &mut deadline => {
+                eprintln!("  gave up: {}/{n} known after {limit:?}", known.len());
+                return None;
+            }
+            change = changes.next() => {
+                let change = change?;
+                let Ok(m) = change else { continue };
+                let state = m.status.as_ref().and_then(|s| s.power_state.as_deref());
+                if matches!(state, Some("on" | "off")) {
+                    known.insert(m.metadata.name.clone().unwrap_or_default());
+                }
+                if known.len() >= n {
+                    return Some(start.elapsed().as_secs_f64());
+                }
+            }
         }
-        if start.elapsed() > limit {
-            eprintln!("  gave up: {known}/{n} known after {limit:?}");
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

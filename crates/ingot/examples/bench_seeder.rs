@@ -275,7 +275,7 @@ async fn main() {
             .expect("start ingot run"),
     );
     let started = Instant::now();
-    let ready = until_each(&client, n, Duration::from_secs(1800), |i| {
+    let ready = until_each(&client, n, Duration::from_secs(3600), |i| {
         i.status.as_ref().and_then(|s| s.status.as_deref()) == Some(INVENTORY_NODE_READY)
     })
     .await;
