@@ -697,6 +697,115 @@ async fn the_machine_is_read_again_right_after_its_job() {
     delete_all(&client, &ns).await;
 }
 
+/// A Machine's Secret is read once, not at every poll, and read again as soon as it changes:
+/// a wrong password makes the Machine not contactable at its next poll, the right one makes it
+/// contactable again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secret_is_read_once_and_again_when_it_changes() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-secret").await.unwrap();
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        1,
+        BmcSpec {
+            username: SAMPLE_USER.into(),
+            password: SAMPLE_PASSWORD.into(),
+            ..BmcSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    let secret = "sample-machine-auth";
+    create_secret(&client, &ns, secret, SAMPLE_USER, SAMPLE_PASSWORD).await;
+    let m = machine_sample(
+        &ns,
+        "machine-sample",
+        secret,
+        "127.0.0.1",
+        json!({"redfish": {"port": fleet.bmcs[0].addr.port()}}),
+    );
+    create(&client, &ns, &m).await;
+    let port = free_port();
+    let mut ingot = start_ingot(
+        env.kubeconfig_path(),
+        &ns,
+        &[
+            &format!("--http-addr=127.0.0.1:{port}"),
+            "--rufio-machine-interval-seconds=1",
+        ],
+    );
+    wait_contactable(
+        &client,
+        &ns,
+        "machine-sample",
+        "on",
+        Duration::from_secs(30),
+    )
+    .await;
+    let bmc = &fleet.bmcs[0].state;
+    // Reads made before the Secret watch has listed go to the API server; after that, polls
+    // (each one request at the BMC) read no Secret.
+    poll_until(
+        "three polls without a Secret read",
+        Duration::from_secs(30),
+        || async {
+            let (gets, requests) = (
+                kube_requests(port, "get", "secrets").await,
+                bmc.snapshot().requests,
+            );
+            while bmc.snapshot().requests < requests + 3 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (kube_requests(port, "get", "secrets").await == gets).then_some(())
+        },
+    )
+    .await;
+
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+    let set_password = |password: &'static str| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .patch(
+                    secret,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"stringData": {"password": password}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    let contactable = |wanted: &'static str| {
+        let (client, ns) = (client.clone(), ns.clone());
+        async move {
+            let status = machine_status(&client, &ns, "machine-sample").await;
+            (condition(&status, "Contactable").map(|c| c.0).as_deref() == Some(wanted))
+                .then_some(())
+        }
+    };
+    set_password("not-the-password").await;
+    poll_until(
+        "Contactable=False with the changed password",
+        Duration::from_secs(15),
+        || contactable("False"),
+    )
+    .await;
+    set_password(SAMPLE_PASSWORD).await;
+    poll_until(
+        "Contactable=True with the password put back",
+        Duration::from_secs(15),
+        || contactable("True"),
+    )
+    .await;
+    ingot.stop();
+    delete_all(&client, &ns).await;
+}
+
 /// A failed Task fails its Job with the Task's message; a BMC that is busy for a while is
 /// retried with backoff until it answers (Rufio fails the Task at the first error).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

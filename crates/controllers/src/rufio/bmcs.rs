@@ -61,12 +61,12 @@ pub struct Credentials {
     pub password: Password,
 }
 
-/// Reads `connection.authSecretRef` (keys `username`, `password`).
-pub async fn credentials(
-    client: &Client,
+/// The namespace and name of `connection.authSecretRef` (its namespace defaults to the
+/// object's).
+pub fn secret_ref(
     connection: &Connection,
     default_namespace: &str,
-) -> Result<Credentials, ConnectionError> {
+) -> Result<(String, String), ConnectionError> {
     let reference = connection
         .auth_secret_ref
         .as_ref()
@@ -80,6 +80,16 @@ pub async fn credentials(
     if name.is_empty() {
         return Err(ConnectionError::NoSecret);
     }
+    Ok((namespace, name))
+}
+
+/// Reads the Secret's `username` and `password` keys from the API server.
+pub async fn read_credentials(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Credentials, ConnectionError> {
+    let (namespace, name) = (namespace.to_owned(), name.to_owned());
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let secret = secrets
         .get(&name)

@@ -139,7 +139,9 @@ async fn reconcile_inner(machine: &Machine, ctx: &RufioContext) -> Result<Action
 async fn read_power(machine: &Machine, ctx: &RufioContext) -> Result<PowerState, String> {
     let namespace = machine.namespace().unwrap_or_default();
     let connection = &machine.spec.connection;
-    let creds = bmcs::credentials(&ctx.client, connection, &namespace)
+    let creds = ctx
+        .secrets
+        .credentials(&ctx.client, connection, &namespace)
         .await
         .map_err(|e| e.to_string())?;
     let target = bmcs::target(connection, &creds).map_err(|e| e.to_string())?;

@@ -14,6 +14,7 @@
 pub mod bmcs;
 pub mod job;
 pub mod machine;
+pub mod secrets;
 pub mod task;
 
 use std::collections::{HashMap, HashSet};
@@ -92,6 +93,8 @@ pub struct RufioContext {
     recorder: Recorder,
     pub settings: Settings,
     pub bmcs: Bmcs,
+    /// The BMC credentials, kept until their Secret changes.
+    pub secrets: secrets::SecretCache,
     /// Machines (`namespace/name`) to read again at their next reconcile: a Job of theirs ended.
     refresh: Mutex<HashSet<String>>,
     /// When each Machine was last read from its BMC, and at which generation.
@@ -145,6 +148,7 @@ impl RufioContext {
             instance: Some(instance),
         };
         RufioContext {
+            secrets: secrets::SecretCache::new(settings.namespace.clone()),
             recorder: Recorder::new(client.clone(), reporter.clone()),
             client,
             metrics,
@@ -289,6 +293,7 @@ pub async fn run(
     });
     tokio::select! {
         () = feed => {}
+        () = ctx.secrets.watch(ctx.watched()) => {}
         _ = async {
             tokio::join!(
                 machine::run(ctx.clone(), shutdown.clone()),

@@ -395,7 +395,11 @@ async fn connect(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, Next> {
     let key = key_of(task);
     let namespace = task.namespace().unwrap_or_default();
     let connection = &task.spec.connection;
-    let creds = match bmcs::credentials(&ctx.client, connection, &namespace).await {
+    let creds = match ctx
+        .secrets
+        .credentials(&ctx.client, connection, &namespace)
+        .await
+    {
         Ok(c) => c,
         Err(e @ (ConnectionError::SecretRead { .. } | ConnectionError::SecretKey { .. })) => {
             debug!(task = %key, error = %e, "secret not readable yet; retrying");

@@ -184,7 +184,10 @@ async fn read_bmc(
 ) -> Result<(ingot_bmc::Inventory, Vec<LogEntry>), String> {
     let namespace = inventory.namespace().unwrap_or_default();
     let connection = &inventory.spec.baseboard_spec.connection;
-    let creds = bmcs::credentials(&ctx.client, connection, &namespace)
+    let creds = ctx
+        .rufio
+        .secrets
+        .credentials(&ctx.client, connection, &namespace)
         .await
         .map_err(|e| e.to_string())?;
     let target = bmcs::target(connection, &creds).map_err(|e| e.to_string())?;

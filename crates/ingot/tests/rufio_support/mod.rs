@@ -77,14 +77,15 @@ pub fn start_ingot_as(
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
     cmd.arg("run")
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--http-addr=127.0.0.1:{}", free_port()))
         .arg(format!("--lease-namespace={lease_namespace}"))
         .arg(format!("--lease-name=ingot-{namespace}"))
         .arg("--lease-duration-seconds=3")
         .arg("--controllers=rufio")
         .arg(format!("--rufio-namespace={namespace}"));
     // Scaled defaults, each unless `extra` sets it.
+    let http_addr = format!("--http-addr=127.0.0.1:{}", free_port());
     for default in [
+        http_addr.as_str(),
         "--rufio-machine-interval-seconds=2",
         "--rufio-task-poll-seconds=0.3",
         "--rufio-redfish-timeout-seconds=3",
@@ -97,6 +98,25 @@ pub fn start_ingot_as(
     cmd.args(extra)
         .env("RUST_LOG", "info,ingot_controllers=debug");
     spawn_logged(&mut cmd, "ingot-rufio")
+}
+
+/// How many requests `ingot run` (its /metrics on `port`) made with `verb` on `resource`.
+pub async fn kube_requests(port: u16, verb: &str, resource: &str) -> f64 {
+    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let labels = [
+        format!("verb=\"{verb}\""),
+        format!("resource=\"{resource}\""),
+    ];
+    text.lines()
+        .filter(|l| l.starts_with("ingot_kube_requests_total{"))
+        .filter(|l| labels.iter().all(|label| l.contains(label.as_str())))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }
 
 /// The upstream Rufio manager binary of `version` (`INGOT_RUFIO_BIN` for v0.6.5 and
