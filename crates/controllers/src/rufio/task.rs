@@ -234,7 +234,7 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
     };
     // Writes on the way to sending carry the resourceVersion they were decided on: a copy
     // from the watch cache that is behind (an earlier reconcile already started or sent)
-    // gets a conflict, and the Task is read again from the API server. An action is never
+    // gets a conflict, and the Task is read again from the API server. A reboot is never
     // sent twice because of a stale copy.
     let mut current_task = task.clone();
     let mut current = phase(
@@ -243,22 +243,23 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
         Timestamp::now(),
         ctx.settings.task_timeout,
     );
+    // A repeatable action (power on / off, boot device) goes out together with its
+    // `startTime`: sending it twice is harmless, so it need not wait for the API server's
+    // answer. (The Job creates its next Task only once this one shows `Completed` in the
+    // cache this copy came from, so a stale copy never replays an earlier step.)
+    if current == Phase::Start && !op.destructive() && op != Op::Status {
+        let (started, next) = tokio::join!(
+            start(&api, &current_task),
+            send_phase(&current_task, op, ctx, &api)
+        );
+        started?;
+        return settle(&api, &current_task, ctx, next?).await;
+    }
     let mut read_fresh = false;
     for _ in 0..3 {
         match current {
             Phase::Start => {
-                let status = JobStatus {
-                    start_time: Some(Time(Timestamp::now())),
-                    ..current_task.status.clone().unwrap_or_default()
-                };
-                let rv = current_task.resource_version();
-                match guarded(api.patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "metadata": {"resourceVersion": rv}, "status": status })),
-                ))
-                .await?
-                {
+                match start(&api, &current_task).await? {
                     // The answer is the Task as stored: go on with it at once.
                     Some(t) => current_task = t,
                     None => {
@@ -293,45 +294,7 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
             "sending {} was interrupted and it is unknown whether the BMC received it; it is not sent again: check the machine, then create a new Job",
             describe(op)
         )),
-        Phase::Send => {
-            let bmc = match connect(task, ctx).await {
-                Ok(bmc) => bmc,
-                Err(next) => return settle(&api, task, ctx, next).await,
-            };
-            if op == Op::Status {
-                // Nothing to send: `status` reads the power state (Rufio fails it always).
-                match bmc.power_state().await {
-                    Ok(_) => Next::Complete,
-                    Err(e) => transient_or_fail(ctx, &key, "get power state", &e),
-                }
-            } else {
-                // Only a reboot needs the mark: sending anything else twice is harmless.
-                if op.destructive() && !mark_sending(&api, &name, task.resource_version()).await? {
-                    return Ok(Action::requeue(Duration::from_millis(200)));
-                }
-                let result = send(&bmc, op).await;
-                match result {
-                    Ok(()) => {
-                        mark(&api, &name, "sent").await?;
-                        info!(task = %key, action = describe(op), "BMC accepted the action");
-                        Next::Again(ctx.settings.task_poll)
-                    }
-                    // No answer: the BMC may have acted. A reboot is never sent twice.
-                    Err(e) if op.destructive() && matches!(e, BmcError::Timeout(_)) => {
-                        Next::Fail(format!(
-                            "{}: {}; it is not sent again, as it may have reached the BMC",
-                            describe(op),
-                            error_chain(&e)
-                        ))
-                    }
-                    Err(e) if surely_not_sent(&e) || (!op.destructive() && e.is_transient()) => {
-                        mark(&api, &name, "").await?;
-                        transient_or_fail(ctx, &key, describe(op), &e)
-                    }
-                    Err(e) => Next::Fail(format!("{}: {}", describe(op), error_chain(&e))),
-                }
-            }
-        }
+        Phase::Send => send_phase(task, op, ctx, &api).await?,
         Phase::Verify => {
             let bmc = match connect(task, ctx).await {
                 Ok(bmc) => bmc,
@@ -341,6 +304,67 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
         }
     };
     settle(&api, task, ctx, next).await
+}
+
+/// Sends the Task's action (a `status` Task reads the power state), marking a reboot as being
+/// sent first and every action as sent once the BMC accepted it.
+async fn send_phase(
+    task: &Task,
+    op: Op,
+    ctx: &RufioContext,
+    api: &Api<Task>,
+) -> Result<Next, Error> {
+    let key = key_of(task);
+    let name = task.name_any();
+    let bmc = match connect(task, ctx).await {
+        Ok(bmc) => bmc,
+        Err(next) => return Ok(next),
+    };
+    if op == Op::Status {
+        // Nothing to send: `status` reads the power state (Rufio fails it always).
+        return Ok(match bmc.power_state().await {
+            Ok(_) => Next::Complete,
+            Err(e) => transient_or_fail(ctx, &key, "get power state", &e),
+        });
+    }
+    // Only a reboot needs the mark: sending anything else twice is harmless.
+    if op.destructive() && !mark_sending(api, &name, task.resource_version()).await? {
+        return Ok(Next::Again(Duration::from_millis(200)));
+    }
+    Ok(match send(&bmc, op).await {
+        Ok(()) => {
+            mark(api, &name, "sent").await?;
+            info!(task = %key, action = describe(op), "BMC accepted the action");
+            Next::Again(ctx.settings.task_poll)
+        }
+        // No answer: the BMC may have acted. A reboot is never sent twice.
+        Err(e) if op.destructive() && matches!(e, BmcError::Timeout(_)) => Next::Fail(format!(
+            "{}: {}; it is not sent again, as it may have reached the BMC",
+            describe(op),
+            error_chain(&e)
+        )),
+        Err(e) if surely_not_sent(&e) || (!op.destructive() && e.is_transient()) => {
+            mark(api, &name, "").await?;
+            transient_or_fail(ctx, &key, describe(op), &e)
+        }
+        Err(e) => Next::Fail(format!("{}: {}", describe(op), error_chain(&e))),
+    })
+}
+
+/// Records `startTime` if the Task is still as this reconcile saw it; `None` when it is not
+/// (an earlier reconcile already started it).
+async fn start(api: &Api<Task>, task: &Task) -> Result<Option<Task>, Error> {
+    let status = JobStatus {
+        start_time: Some(Time(Timestamp::now())),
+        ..task.status.clone().unwrap_or_default()
+    };
+    let rv = task.resource_version();
+    guarded(api.patch_status(
+        &task.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "metadata": {"resourceVersion": rv}, "status": status })),
+    ))
+    .await
 }
 
 async fn settle(
