@@ -1,5 +1,6 @@
 //! `ingot`: the operator (`ingot run`) and its tools (`ingot crds`, `ingot bmc`, `ingot power`).
 
+mod allocator;
 mod gardener;
 mod http;
 mod leader;
@@ -48,6 +49,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    allocator::fix_mmap_threshold();
     let cli = Cli::parse();
     match cli.command {
         Command::Crds => match ingot_api::crds::all_to_yaml() {
