@@ -758,9 +758,15 @@ async fn the_secret_is_read_once_and_again_when_it_changes() {
                 kube_requests(port, "get", "secrets").await,
                 bmc.snapshot().requests,
             );
-            while bmc.snapshot().requests < requests + 3 {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            // Polls that stop coming fail the wait below instead of hanging here.
+            let three_polls = async {
+                while bmc.snapshot().requests < requests + 3 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(10), three_polls)
+                .await
+                .ok()?;
             (kube_requests(port, "get", "secrets").await == gets).then_some(())
         },
     )
