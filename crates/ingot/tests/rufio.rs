@@ -905,3 +905,190 @@ async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
     ingot.stop();
     delete_all(&client, &ns).await;
 }
+
+/// A repeatable action does not wait for the API server to store its Task: the Job sends it
+/// first, so the BMC has it by the time the Task appears. The Task is created marked `sent`
+/// and only verifies, so the BMC receives the action once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeatable_action_reaches_the_bmc_before_its_task_exists() {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-ahead").await.unwrap();
+    // Each request takes 300 ms at the BMC: a Task that sent the action only once it existed
+    // would be seen well before the BMC had it.
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        1,
+        BmcSpec {
+            username: SAMPLE_USER.into(),
+            password: SAMPLE_PASSWORD.into(),
+            latency: Duration::from_millis(300),
+            power_delay: Duration::from_millis(200),
+            ..BmcSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    create_secret(
+        &client,
+        &ns,
+        "sample-machine-auth",
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+    )
+    .await;
+    let m = machine_sample(
+        &ns,
+        "machine-sample",
+        "sample-machine-auth",
+        "127.0.0.1",
+        json!({"redfish": {"port": fleet.bmcs[0].addr.port()}, "ipmitool": {"port": free_udp_port()}}),
+    );
+    create(&client, &ns, &m).await;
+    let mut ingot = start_ingot(
+        env.kubeconfig_path(),
+        &ns,
+        &["--rufio-machine-interval-seconds=600"],
+    );
+    wait_contactable(
+        &client,
+        &ns,
+        "machine-sample",
+        "on",
+        Duration::from_secs(30),
+    )
+    .await;
+
+    let tasks: Api<Task> = Api::namespaced(client.clone(), &ns);
+    let mut appeared = std::pin::pin!(watcher(tasks, watcher::Config::default()).applied_objects());
+    let mut j = job_sample(&ns, "off", "machine-sample");
+    j.spec.tasks = serde_json::from_value(json!([{"powerAction": "off"}])).unwrap();
+    create(&client, &ns, &j).await;
+    let first = tokio::time::timeout(Duration::from_secs(30), appeared.next())
+        .await
+        .expect("the Task within 30 s")
+        .expect("the Task watch")
+        .expect("a Task");
+    let requests = fleet.bmcs[0].state.reset_requests();
+    assert_eq!(first.name_any(), "off-task-0");
+    assert_eq!(
+        requests,
+        ["ForceOff"],
+        "the BMC had the power-off request when its Task appeared"
+    );
+    assert_eq!(
+        first
+            .annotations()
+            .get(ingot_controllers::rufio::task::SENT_ANNOTATION)
+            .map(String::as_str),
+        Some("sent")
+    );
+    wait_job(&client, &ns, "off", Duration::from_secs(30), &ingot).await;
+    assert_eq!(fleet.bmcs[0].state.snapshot().power_state, "Off");
+    assert_eq!(
+        fleet.bmcs[0].state.reset_requests(),
+        ["ForceOff"],
+        "sent once"
+    );
+    ingot.stop();
+    delete_all(&client, &ns).await;
+}
+
+/// A new Job's action goes out when the watch delivers the Job, not when a reconcile slot is
+/// free. With one Job reconciled at a time, Job A's reconcile is held by its slow BMC (its
+/// send ahead waits up to 2 s before Task A is created); Job B, created meanwhile, still
+/// reaches its own BMC before Task A exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_jobs_action_does_not_wait_for_a_reconcile_slot() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-sight").await.unwrap();
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        2,
+        BmcSpec {
+            username: SAMPLE_USER.into(),
+            password: SAMPLE_PASSWORD.into(),
+            latency: Duration::from_millis(50),
+            power_delay: Duration::from_millis(200),
+            ..BmcSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    create_secret(
+        &client,
+        &ns,
+        "sample-machine-auth",
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+    )
+    .await;
+    for (i, b) in fleet.bmcs.iter().enumerate() {
+        let m = machine_sample(
+            &ns,
+            &format!("m{i}"),
+            "sample-machine-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": b.addr.port()}, "ipmitool": {"port": free_udp_port()}}),
+        );
+        create(&client, &ns, &m).await;
+    }
+    let mut ingot = start_ingot(
+        env.kubeconfig_path(),
+        &ns,
+        &[
+            "--rufio-machine-interval-seconds=600",
+            "--rufio-task-concurrency=1",
+        ],
+    );
+    for m in ["m0", "m1"] {
+        wait_contactable(&client, &ns, m, "on", Duration::from_secs(30)).await;
+    }
+    let (slow, fast) = (&fleet.bmcs[0].state, &fleet.bmcs[1].state);
+    slow.set_fault(Some(Fault::Slow { delay_ms: 5000 }));
+    let requests_before = slow.snapshot().requests;
+    let off = |name: &str, machine: &str| {
+        let mut j = job_sample(&ns, name, machine);
+        j.spec.tasks = serde_json::from_value(json!([{"powerAction": "off"}])).unwrap();
+        j
+    };
+    create(&client, &ns, &off("a", "m0")).await;
+    poll_until(
+        "Job a's request at its BMC",
+        Duration::from_secs(10),
+        || async { (slow.snapshot().requests > requests_before).then_some(()) },
+    )
+    .await;
+    create(&client, &ns, &off("b", "m1")).await;
+    poll_until(
+        "Job b's power-off at its BMC",
+        Duration::from_secs(10),
+        || async { (fast.reset_requests() == ["ForceOff"]).then_some(()) },
+    )
+    .await;
+    let tasks: Api<Task> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        tasks.get_opt("a-task-0").await.unwrap().is_none(),
+        "Job b's action waited for Job a's reconcile (Task a-task-0 exists)"
+    );
+    slow.set_fault(None);
+    for job in ["a", "b"] {
+        wait_job(&client, &ns, job, Duration::from_secs(60), &ingot).await;
+    }
+    assert_eq!(slow.snapshot().power_state, "Off");
+    assert_eq!(fast.snapshot().power_state, "Off");
+    assert_eq!(fast.reset_requests(), ["ForceOff"], "sent once");
+    ingot.stop();
+    delete_all(&client, &ns).await;
+}

@@ -20,6 +20,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::debug;
 
+use super::task::SENT_ANNOTATION;
 use super::{Error, RufioContext};
 
 const CONTROLLER: &str = "rufio-job";
@@ -34,7 +35,13 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (jobs, events) = crate::lean_reflector(ctx.watched::<Job>(), watcher::Config::default());
-    Controller::for_stream(events.applied_objects(), jobs)
+    let on_sight = ctx.clone();
+    let seen = events.applied_objects().inspect(move |job| {
+        if let Ok(job) = job {
+            send_on_sight(&on_sight, job);
+        }
+    });
+    Controller::for_stream(seen, jobs)
         .owns_shared_stream(task_changes)
         .with_config(Config::default().concurrency(ctx.settings.task_concurrency))
         .graceful_shutdown_on(shutdown)
@@ -45,6 +52,60 @@ pub async fn run(
             }
         })
         .await;
+}
+
+/// A new Job's first action, when repeatable, goes to its BMC as soon as the watch delivers
+/// the Job rather than when the Job's reconcile runs: reconciles wait for a free slot, and
+/// slots are held by API writes that take seconds on a busy control plane. The reconcile
+/// takes the outcome when it creates the Task. Only Jobs with no status yet and no Task 0,
+/// whose Machine is in the cache, are sent ahead; any other goes through its reconcile.
+fn send_on_sight(ctx: &Arc<RufioContext>, job: &Job) {
+    if job.status.is_some() || job.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let Some(action) = job.spec.tasks.first() else {
+        return;
+    };
+    if super::task::sendable_ahead(action).is_none() {
+        return;
+    }
+    let namespace = job.namespace().unwrap_or_default();
+    let (machine_ns, machine_name) = machine_of(job, &namespace);
+    let Some(machine) = ctx.cached_machine(&machine_ns, &machine_name) else {
+        return;
+    };
+    if !matches!(
+        ctx.cached_task(&namespace, &task_name(&job.name_any(), 0)),
+        Ok(None)
+    ) {
+        return;
+    }
+    let Ok(task) = task_for(job, 0, &machine) else {
+        return;
+    };
+    let Some(outcome) = ctx.begin_send_ahead(super::key_of(&task)) else {
+        return;
+    };
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        let sent = super::task::send_ahead(&task, &ctx).await;
+        let _ = outcome.send(Some(sent));
+    });
+}
+
+/// The namespace and name of the Job's Machine (its own namespace when the ref has none).
+fn machine_of(job: &Job, namespace: &str) -> (String, String) {
+    let machine_ns = job
+        .spec
+        .machine_ref
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| namespace.to_owned());
+    (
+        machine_ns,
+        job.spec.machine_ref.name.clone().unwrap_or_default(),
+    )
 }
 
 fn error_policy(_job: Arc<Job>, error: &Error, ctx: Arc<RufioContext>) -> Action {
@@ -187,14 +248,7 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
         status.start_time = Some(Time(Timestamp::now()));
         set(&mut status.conditions, RUNNING, None);
     }
-    let machine_ns = job
-        .spec
-        .machine_ref
-        .namespace
-        .clone()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| namespace.clone());
-    let machine_name = job.spec.machine_ref.name.clone().unwrap_or_default();
+    let (machine_ns, machine_name) = machine_of(job, &namespace);
     let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &machine_ns);
     // Read from the Machine controller's cache (as controller-runtime's client reads); a
     // Machine created a moment ago may not be there yet.
@@ -232,10 +286,23 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
         Step::Wait => {}
         Step::Create(i) => {
             // The Task and the Job's `Running` status are written at once: neither needs the
-            // other, and a Job's first Task is on the way to its BMC one API call sooner.
+            // other. A repeatable action is sent to the BMC before its Task is created, so it
+            // does not wait for the API server to store the Task (`task::send_ahead`); a new
+            // Job's first one was sent when the Job was seen (`send_on_sight`).
             let running = status.clone();
             let (created, written) = tokio::join!(
-                create_task(&tasks, job, i, &machine),
+                async {
+                    let mut task = task_for(job, i, &machine)?;
+                    let sent = match ctx.take_send_ahead(&super::key_of(&task)).await {
+                        Some(sent) => sent,
+                        None => super::task::send_ahead(&task, ctx).await,
+                    };
+                    if sent {
+                        task.annotations_mut()
+                            .insert(SENT_ANNOTATION.to_owned(), "sent".to_owned());
+                    }
+                    tasks.create(&PostParams::default(), &task).await
+                },
                 write(&jobs, &name, &running, &before)
             );
             written?;
@@ -284,18 +351,14 @@ async fn write(
     Ok(())
 }
 
-async fn create_task(
-    tasks: &Api<Task>,
-    job: &Job,
-    index: usize,
-    machine: &Machine,
-) -> Result<Task, kube::Error> {
+/// The Task `<job>-task-<index>`, controlled by the Job, with the Machine's connection.
+fn task_for(job: &Job, index: usize, machine: &Machine) -> Result<Task, kube::Error> {
     let Some(action) = job.spec.tasks.get(index) else {
         return Err(kube::Error::Service(
             format!("the Job has no task {index}").into(),
         ));
     };
-    let task = Task {
+    Ok(Task {
         metadata: ObjectMeta {
             name: Some(task_name(&job.name_any(), index)),
             namespace: job.namespace(),
@@ -314,8 +377,7 @@ async fn create_task(
             connection: machine.spec.connection.clone(),
         },
         status: None,
-    };
-    tasks.create(&PostParams::default(), &task).await
+    })
 }
 
 #[cfg(test)]

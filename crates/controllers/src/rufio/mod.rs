@@ -80,6 +80,10 @@ impl Default for Settings {
     }
 }
 
+/// The outcome of an action sent ahead of its Task: `None` while sending, then whether the
+/// BMC accepted it.
+type SendAhead = tokio::sync::watch::Receiver<Option<bool>>;
+
 /// A cache that has not yet listed its objects: the caller reads the API server.
 #[derive(Debug)]
 pub(crate) struct CacheNotReady;
@@ -101,6 +105,9 @@ pub struct RufioContext {
     polled: Mutex<HashMap<String, (std::time::Instant, Option<i64>)>>,
     /// Consecutive transient failures per Task, for the backoff.
     attempts: Mutex<HashMap<String, u32>>,
+    /// Actions sent ahead of their Task as soon as a new Job was seen, by Task key: whether
+    /// the BMC accepted them (`None` while sending), for the Job's reconcile to take.
+    sent_ahead: Mutex<HashMap<String, (std::time::Instant, SendAhead)>>,
     /// The Machine and Task controllers' caches: which objects still exist.
     machines: OnceLock<Store<Machine>>,
     tasks: OnceLock<Store<Task>>,
@@ -158,6 +165,7 @@ impl RufioContext {
             refresh: Mutex::default(),
             polled: Mutex::default(),
             attempts: Mutex::default(),
+            sent_ahead: Mutex::default(),
             machines: OnceLock::new(),
             tasks: OnceLock::new(),
         }
@@ -202,6 +210,29 @@ impl RufioContext {
 
     fn reset_backoff(&self, key: &str) {
         Self::lock(&self.attempts).remove(key);
+    }
+
+    /// Registers a send ahead of Task `key`; `None` when one is already registered.
+    fn begin_send_ahead(&self, key: String) -> Option<tokio::sync::watch::Sender<Option<bool>>> {
+        let mut sent = Self::lock(&self.sent_ahead);
+        if sent.contains_key(&key) {
+            return None;
+        }
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        sent.insert(key, (std::time::Instant::now(), rx));
+        Some(tx)
+    }
+
+    /// Whether the BMC accepted the action sent ahead of Task `key`, waiting for a send still
+    /// under way; `None` when none was sent ahead (or the sender gave up).
+    async fn take_send_ahead(&self, key: &str) -> Option<bool> {
+        let (_, mut rx) = Self::lock(&self.sent_ahead).remove(key)?;
+        rx.wait_for(Option::is_some).await.ok().and_then(|v| *v)
+    }
+
+    /// Forgets sends ahead no reconcile took (their Job went before it was reconciled).
+    fn forget_stale_sends_ahead(&self, older_than: Duration) {
+        Self::lock(&self.sent_ahead).retain(|_, (at, _)| at.elapsed() < older_than);
     }
 
     /// The API of `K` in the watched namespace (or all namespaces).
@@ -319,6 +350,7 @@ async fn evict_unused_bmcs(
     let sweep = async {
         loop {
             tokio::time::sleep(ctx.settings.evict_interval).await;
+            ctx.forget_stale_sends_ahead(ctx.settings.evict_interval);
             let closed = ctx.evict_unused_bmcs().await;
             if closed > 0 {
                 tracing::info!(

@@ -246,8 +246,13 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
     // A repeatable action (power on / off, boot device) goes out together with its
     // `startTime`: sending it twice is harmless, so it need not wait for the API server's
     // answer. (The Job creates its next Task only once this one shows `Completed` in the
-    // cache this copy came from, so a stale copy never replays an earlier step.)
-    if current == Phase::Start && !op.destructive() && op != Op::Status {
+    // cache this copy came from, so a stale copy never replays an earlier step.) A Task
+    // created `sent` (its Job sent the action ahead) is only started, then verified.
+    if current == Phase::Start
+        && !op.destructive()
+        && op != Op::Status
+        && sent(&current_task) == Sent::No
+    {
         let (started, next) = tokio::join!(
             start(&api, &current_task),
             send_phase(&current_task, op, ctx, &api)
@@ -413,10 +418,16 @@ fn transient_or_fail(ctx: &RufioContext, key: &str, what: &str, e: &BmcError) ->
     }
 }
 
-/// A handle on the Task's BMC. Configuration errors fail the Task; unreachable BMCs and
-/// unreadable Secrets are retried with backoff until the timeout.
-async fn connect(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, Next> {
-    let key = key_of(task);
+/// Why a Task's BMC cannot be used now.
+enum NotReached {
+    /// The Secret is not readable yet, or the BMC does not answer: try again later.
+    Transient(String),
+    /// The connection is misconfigured: the Task fails with this message.
+    Misconfigured(String),
+}
+
+/// Where and how to reach the Task's BMC (its Secret read, or kept).
+async fn target_of(task: &Task, ctx: &RufioContext) -> Result<bmcs::Target, NotReached> {
     let namespace = task.namespace().unwrap_or_default();
     let connection = &task.spec.connection;
     let creds = match ctx
@@ -426,21 +437,89 @@ async fn connect(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, Next> {
     {
         Ok(c) => c,
         Err(e @ (ConnectionError::SecretRead { .. } | ConnectionError::SecretKey { .. })) => {
-            debug!(task = %key, error = %e, "secret not readable yet; retrying");
-            return Err(Next::Again(ctx.backoff(&key)));
+            return Err(NotReached::Transient(format!(
+                "secret not readable yet: {e}"
+            )));
         }
-        Err(e) => return Err(Next::Fail(format!("Failed to connect to BMC: {e}"))),
-    };
-    let target = bmcs::target(connection, &creds)
-        .map_err(|e| Next::Fail(format!("Failed to connect to BMC: {e}")))?;
-    match ctx.bmcs.reach_for(&key, &target).await {
-        Ok(reached) => Ok(reached.bmc),
         Err(e) => {
-            debug!(task = %key, error = %e, "BMC not reachable; retrying");
+            return Err(NotReached::Misconfigured(format!(
+                "Failed to connect to BMC: {e}"
+            )));
+        }
+    };
+    bmcs::target(connection, &creds)
+        .map_err(|e| NotReached::Misconfigured(format!("Failed to connect to BMC: {e}")))
+}
+
+/// A handle on the Task's BMC, without side effects on the Task's backoff.
+async fn reach(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, NotReached> {
+    let target = target_of(task, ctx).await?;
+    ctx.bmcs
+        .reach_for(&key_of(task), &target)
+        .await
+        .map(|reached| reached.bmc)
+        .map_err(|e| NotReached::Transient(format!("BMC not reachable: {e}")))
+}
+
+/// A handle on the Task's BMC. Configuration errors fail the Task; unreachable BMCs and
+/// unreadable Secrets are retried with backoff until the timeout.
+async fn connect(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, Next> {
+    match reach(task, ctx).await {
+        Ok(bmc) => Ok(bmc),
+        Err(NotReached::Transient(why)) => {
+            let key = key_of(task);
+            debug!(task = %key, %why, "retrying");
             Err(Next::Again(ctx.backoff(&key)))
         }
+        Err(NotReached::Misconfigured(message)) => Err(Next::Fail(message)),
     }
 }
+
+/// Sends a repeatable action (power on, off, soft, boot device) for the Job that is about to
+/// create its Task, so that the action does not wait for the API server to store the Task
+/// first (seconds, on a busy control plane). Returns whether the BMC accepted it: the Task is
+/// then created marked `sent` and only verifies. When it did not, or when the operator stops
+/// before the Task exists, the Task sends the action itself, which is harmless for these
+/// actions. Reboots and `status` are never sent ahead: they wait for their Task.
+pub(crate) async fn send_ahead(task: &Task, ctx: &RufioContext) -> bool {
+    let Some(op) = sendable_ahead(&task.spec.task) else {
+        return false;
+    };
+    let key = key_of(task);
+    let sent = tokio::time::timeout(SEND_AHEAD_WAIT, async {
+        // Only to a BMC this process has already reached: finding the protocol of a new (or
+        // dead) BMC can take the connect timeouts, which the Task's create must not wait for.
+        let target = target_of(task, ctx).await.ok()?;
+        ctx.bmcs.known(&target)?;
+        let reached = ctx.bmcs.reach_for(&key, &target).await.ok()?;
+        Some(send(&reached.bmc, op).await)
+    })
+    .await;
+    match sent {
+        Ok(Some(Ok(()))) => {
+            info!(task = %key, action = describe(op), "BMC accepted the action (sent ahead of its Task)");
+            true
+        }
+        // Refused, unreachable or slow: the Task sends it (again, which these actions allow).
+        Ok(Some(Err(e))) => {
+            debug!(task = %key, error = %e, "not sent ahead; the Task sends it");
+            false
+        }
+        Ok(None) | Err(_) => false,
+    }
+}
+
+/// The action, if it may be sent ahead of its Task (it is repeatable).
+pub(crate) fn sendable_ahead(action: &RufioAction) -> Option<Op> {
+    parse(action)
+        .ok()
+        .filter(|op| !op.destructive() && *op != Op::Status)
+}
+
+/// How long sending ahead may take (Secret read and BMC answer): far longer than a healthy
+/// BMC takes, and short enough that a BMC that stopped answering delays its Task's create by
+/// no more than this.
+const SEND_AHEAD_WAIT: Duration = Duration::from_secs(2);
 
 async fn send(bmc: &ManagedBmc, op: Op) -> Result<(), BmcError> {
     match op {
