@@ -161,6 +161,47 @@ async fn until_known(
     }
 }
 
+/// Samples the fleet's Redfish request count every 10 ms until told to stop; answers the
+/// seconds from `start` to the last increase seen.
+fn last_request_at(
+    fleets: &Fleets,
+    start: Instant,
+) -> (watch::Sender<bool>, tokio::task::JoinHandle<Option<f64>>) {
+    let bmcs: Vec<_> = fleets
+        .redfish
+        .bmcs
+        .iter()
+        .map(|b| b.state.clone())
+        .collect();
+    let (stop, mut stopped) = watch::channel(false);
+    let sampler = tokio::spawn(async move {
+        let count = || {
+            bmcs.iter()
+                .map(|b| {
+                    b.counters
+                        .requests
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                })
+                .sum::<u64>()
+        };
+        let mut last = count();
+        let mut at = None;
+        while !*stopped.borrow() {
+            tokio::select! {
+                _ = stopped.changed() => {}
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+            let now = count();
+            if now != last {
+                last = now;
+                at = Some(start.elapsed().as_secs_f64());
+            }
+        }
+        at
+    });
+    (stop, sampler)
+}
+
 fn ingot_settings(ns: &str, concurrency: Option<u16>) -> Settings {
     let mut s = Settings {
         namespace: Some(ns.to_owned()),
@@ -170,6 +211,15 @@ fn ingot_settings(ns: &str, concurrency: Option<u16>) -> Settings {
         s.machine_concurrency = c;
         s.task_concurrency = c;
         s.fleet_limit = c as usize;
+    } else {
+        // Other settings to compare, by environment (the defaults when unset).
+        let from_env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+        if let Some(c) = from_env("BENCH_MACHINE_CONCURRENCY") {
+            s.machine_concurrency = c;
+        }
+        if let Some(c) = from_env("BENCH_TASK_CONCURRENCY") {
+            s.task_concurrency = c;
+        }
     }
     s
 }
@@ -177,6 +227,9 @@ fn ingot_settings(ns: &str, concurrency: Option<u16>) -> Settings {
 struct Figures {
     label: String,
     seconds: Option<f64>,
+    /// Seconds until the BMCs received their last Redfish request of the sweep (sampled every
+    /// 10 ms): what follows it is one answer and the status writes reaching the API server.
+    last_request: Option<f64>,
     sessions: u64,
     requests_per_machine: f64,
     /// Redfish sessions still open on the BMCs once the operator stopped.
@@ -212,10 +265,13 @@ async fn run_ingot(
     };
     let start = Instant::now();
     let handle = tokio::spawn(run(ctx, futures::FutureExt::shared(shutdown)));
+    let (stop_sampling, sampled) = last_request_at(fleets, start);
     let seconds = until_known(client, ns, n, start, Duration::from_secs(1800)).await;
+    let _ = stop_sampling.send(true);
     let mut figures = Figures {
         label: label.to_owned(),
         seconds,
+        last_request: sampled.await.ok().flatten(),
         sessions: fleets.sessions_opened() - s0,
         requests_per_machine: (fleets.requests() - q0) as f64 / n as f64,
         left_open: 0,
@@ -268,10 +324,13 @@ async fn run_upstream(
             .spawn()
             .expect("start upstream rufio"),
     );
+    let (stop_sampling, sampled) = last_request_at(fleets, start);
     let seconds = until_known(client, ns, n, start, Duration::from_secs(3600)).await;
+    let _ = stop_sampling.send(true);
     let mut figures = Figures {
         label: "upstream rufio v0.6.5 (defaults: 1 Machine worker)".into(),
         seconds,
+        last_request: sampled.await.ok().flatten(),
         sessions: fleets.sessions_opened() - s0,
         requests_per_machine: (fleets.requests() - q0) as f64 / n as f64,
         left_open: 0,
@@ -284,6 +343,31 @@ async fn run_upstream(
     let _ = child.0.wait();
     figures.left_open = fleets.open_sessions().saturating_sub(open0);
     figures
+}
+
+/// Seconds the API server takes to accept one status write per Machine (`powerState` set
+/// to `unknown`, 64 at a time): the floor of a first sweep's "all known" on this control plane.
+async fn status_writes(client: &Client, ns: &str, n: usize) -> f64 {
+    use kube::api::{Patch, PatchParams};
+    let api: Api<Machine> = Api::namespaced(client.clone(), ns);
+    let start = Instant::now();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                api.patch_status(
+                    &format!("m{i:05}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"powerState": "unknown"}})),
+                )
+                .await
+                .unwrap();
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+    start.elapsed().as_secs_f64()
 }
 
 /// N Jobs (`powerAction: off`) created at once; the latency from each create call to its BMC
@@ -329,6 +413,35 @@ async fn job_latency(client: &Client, ns: &str, n: usize, fleets: &Fleets) -> Jo
         }
         seen
     });
+    // When each Job reaches a watcher of this process: the API server's own watch delay.
+    let delivered = {
+        use kube::runtime::{WatchStreamExt, watcher};
+        let api: Api<Job> = Api::namespaced(client.clone(), ns);
+        tokio::spawn(async move {
+            let mut at: HashMap<String, Instant> = HashMap::new();
+            let mut jobs = std::pin::pin!(
+                watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .applied_objects()
+            );
+            let deadline = tokio::time::sleep(Duration::from_secs(600));
+            tokio::pin!(deadline);
+            while at.len() < n {
+                tokio::select! {
+                    () = &mut deadline => break,
+                    job = jobs.next() => match job {
+                        Some(Ok(job)) => {
+                            at.entry(job.metadata.name.unwrap_or_default())
+                                .or_insert_with(Instant::now);
+                        }
+                        Some(Err(_)) => {}
+                        None => break,
+                    },
+                }
+            }
+            at
+        })
+    };
     let api: Api<Job> = Api::namespaced(client.clone(), ns);
     let first_create = Instant::now();
     let created: HashMap<usize, (Instant, Instant)> = futures::stream::iter(0..n)
@@ -351,6 +464,7 @@ async fn job_latency(client: &Client, ns: &str, n: usize, fleets: &Fleets) -> Jo
         .collect()
         .await;
     let seen = sampler.await.unwrap();
+    let delivered = delivered.await.unwrap_or_default();
     let _ = stop_tx.send(true);
     let _ = handle.await;
     let ms = |from: Instant, to: Instant| to.duration_since(from).as_secs_f64() * 1000.0;
@@ -358,12 +472,32 @@ async fn job_latency(client: &Client, ns: &str, n: usize, fleets: &Fleets) -> Jo
         .iter()
         .filter_map(|(i, t)| created.get(i).map(|(at, _)| ms(*at, *t)))
         .collect();
+    // From the create call's answer: the Job exists, the API server's queue is behind it.
+    let mut after_answer: Vec<f64> = seen
+        .iter()
+        .filter_map(|(i, t)| created.get(i).map(|(_, done)| ms(*done, *t)))
+        .collect();
+    let mut watch_delay: Vec<f64> = created
+        .iter()
+        .filter_map(|(i, (_, done))| delivered.get(&format!("off-{i:05}")).map(|t| ms(*done, *t)))
+        .collect();
+    // From the Job's arrival at a watcher to its BMC's request: the operator's own share.
+    let mut after_delivery: Vec<f64> = seen
+        .iter()
+        .filter_map(|(i, t)| delivered.get(&format!("off-{i:05}")).map(|at| ms(*at, *t)))
+        .collect();
     let mut create_calls: Vec<f64> = created.values().map(|(at, done)| ms(*at, *done)).collect();
     let all_created = created.values().map(|(_, done)| *done).max();
     JobLatency {
         p50: quantile(&mut lat, 0.5),
         p99: quantile(&mut lat, 0.99),
         reached: seen.len(),
+        answered_p50: quantile(&mut after_answer, 0.5),
+        answered_p99: quantile(&mut after_answer, 0.99),
+        watch_p50: quantile(&mut watch_delay, 0.5),
+        watch_p99: quantile(&mut watch_delay, 0.99),
+        delivered_p50: quantile(&mut after_delivery, 0.5),
+        delivered_p99: quantile(&mut after_delivery, 0.99),
         creates_ms: all_created.map_or(0.0, |done| ms(first_create, done)),
         create_call_p99: quantile(&mut create_calls, 0.99),
     }
@@ -375,6 +509,18 @@ struct JobLatency {
     p99: f64,
     /// BMCs that saw their power-off request.
     reached: usize,
+    /// From each create call's answer (the Job stored) to its BMC's power-off request; a BMC
+    /// that left `On` before the answer came back counts as 0.
+    answered_p50: f64,
+    answered_p99: f64,
+    /// From each create call's answer to the Job's arrival at another watcher (the
+    /// benchmark's own): how late the API server delivers the change to any controller.
+    watch_p50: f64,
+    watch_p99: f64,
+    /// From each Job's arrival at that watcher to its BMC's power-off request: what the
+    /// operator adds once the API server has delivered the change (the BMC's latency included).
+    delivered_p50: f64,
+    delivered_p99: f64,
     /// From the first create call to the last one's answer: the API server's own share.
     creates_ms: f64,
     create_call_p99: f64,
@@ -462,20 +608,39 @@ async fn main() {
     }
     for f in &results {
         println!(
-            "{:<62} all known after {:>8} s  sessions opened {:>6}  Redfish requests per Machine {:.2}  Redfish sessions left open {}",
+            "{:<62} all known after {:>8} s (last BMC request received at {} s)  sessions opened {:>6}  Redfish requests per Machine {:.2}  Redfish sessions left open {}",
             f.label,
             f.seconds
                 .map(|s| format!("{s:.1}"))
+                .unwrap_or_else(|| "-".into()),
+            f.last_request
+                .map(|s| format!("{s:.2}"))
                 .unwrap_or_else(|| "-".into()),
             f.sessions,
             f.requests_per_machine,
             f.left_open
         );
     }
+    let writes = status_writes(&client, &ns, n).await;
+    println!(
+        "for scale: the API server took {writes:.1} s to accept {n} Machine status writes (64 at a time), the least any operator's first sweep needs"
+    );
     let l = job_latency(&client, &ns, n, &fleets).await;
     println!(
         "{} of {n} Jobs (powerAction off) created at once: create → BMC power-off request p50 {:.0} ms, p99 {:.0} ms (each Redfish request takes {latency_ms} ms at the BMC)",
         l.reached, l.p50, l.p99
+    );
+    println!(
+        "  measured from each create call's answer (the Job stored): p50 {:.0} ms, p99 {:.0} ms",
+        l.answered_p50, l.answered_p99
+    );
+    println!(
+        "  the API server's watch delivered the Jobs to another watcher p50 {:.0} ms, p99 {:.0} ms after the create's answer",
+        l.watch_p50, l.watch_p99
+    );
+    println!(
+        "  measured from each Job's arrival at that watcher: p50 {:.0} ms, p99 {:.0} ms (the operator's own share, the BMC's {latency_ms} ms included)",
+        l.delivered_p50, l.delivered_p99
     );
     println!(
         "the API server took {:.0} ms to answer the {n} creates (64 at a time; one create call p99 {:.0} ms)",
