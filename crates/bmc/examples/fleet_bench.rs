@@ -68,18 +68,31 @@ async fn sweep(fleet: &Fleet, bmcs: &[ingot_bmc::manager::ManagedBmc]) -> Sweep 
         .sum();
     let start = Instant::now();
     let mut set = tokio::task::JoinSet::new();
-    for b in bmcs {
+    for (i, b) in bmcs.iter().enumerate() {
         let b = b.clone();
-        set.spawn(async move { b.power_state().await.is_ok() });
+        set.spawn(async move { b.power_state().await.map_err(|e| (i, e.to_string())) });
     }
     let (mut ok, mut failed) = (0, 0);
     let mut done = Vec::with_capacity(bmcs.len());
     while let Some(r) = set.join_next().await {
         done.push(start.elapsed());
-        if matches!(r, Ok(true)) {
-            ok += 1;
-        } else {
-            failed += 1;
+        match r {
+            Ok(Ok(_)) => ok += 1,
+            Ok(Err((i, e))) => {
+                failed += 1;
+                if failed <= 3 {
+                    let bmc = &fleet.bmcs[i].state.counters;
+                    println!(
+                        "    BMC {i} failed: {e} (it received {} requests in all, created {} sessions)",
+                        bmc.requests.load(Ordering::Relaxed),
+                        bmc.sessions_created.load(Ordering::Relaxed)
+                    );
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                println!("    a sweep task ended: {e}");
+            }
         }
     }
     let elapsed = start.elapsed();
@@ -111,18 +124,26 @@ async fn sweep(fleet: &Fleet, bmcs: &[ingot_bmc::manager::ManagedBmc]) -> Sweep 
 async fn ipmi_sweep(bmcs: &[ingot_bmc::manager::ManagedBmc]) -> (Duration, Duration, usize, usize) {
     let start = Instant::now();
     let mut set = tokio::task::JoinSet::new();
-    for b in bmcs {
+    for (i, b) in bmcs.iter().enumerate() {
         let b = b.clone();
-        set.spawn(async move { b.power_state().await.is_ok() });
+        set.spawn(async move { b.power_state().await.map_err(|e| (i, e.to_string())) });
     }
     let (mut ok, mut failed) = (0, 0);
     let mut done = Vec::with_capacity(bmcs.len());
     while let Some(r) = set.join_next().await {
         done.push(start.elapsed());
-        if matches!(r, Ok(true)) {
-            ok += 1;
-        } else {
-            failed += 1;
+        match r {
+            Ok(Ok(_)) => ok += 1,
+            Ok(Err((i, e))) => {
+                failed += 1;
+                if failed <= 3 {
+                    println!("    BMC {i} failed: {e}");
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                println!("    a sweep task ended: {e}");
+            }
         }
     }
     let p99 = done

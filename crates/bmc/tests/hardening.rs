@@ -393,6 +393,44 @@ async fn the_fleet_permit_is_not_held_through_a_cycle_wait() {
     cycle.await.unwrap().unwrap();
 }
 
+/// A read's hedged copy goes out under the read's own fleet permit: with a fleet limit of 1,
+/// a copy that waited for a permit of its own would wait for its lost original's timeout.
+#[tokio::test]
+async fn a_hedged_copy_does_not_wait_for_a_fleet_permit() {
+    let fleet = one(BmcSpec {
+        latency: Duration::from_millis(100),
+        ..BmcSpec::default()
+    })
+    .await;
+    let b = &fleet.bmcs[0];
+    let manager = SessionManager::new(ManagerOptions {
+        per_bmc_limit: 1,
+        fleet_limit: 1,
+        redfish: options(),
+        ..ManagerOptions::default()
+    });
+    let bmc = manager.bmc(config(&b.url()));
+    bmc.power_state().await.unwrap();
+    // The next request is never answered; its copy (some 150 ms later, as the BMC answers
+    // steadily in 100 ms) is.
+    b.state.set_fault(Some(Fault::Timeout));
+    let before = b.state.counters.requests.load(Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let read = tokio::spawn(async move { bmc.power_state().await });
+    while b.state.counters.requests.load(Ordering::Relaxed) == before {
+        assert!(started.elapsed() < Duration::from_secs(5), "no request");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    b.state.set_fault(None);
+    assert_eq!(read.await.unwrap().unwrap(), PowerState::On);
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "the read took {took:?} (the request timeout is 3 s)"
+    );
+    assert!(manager.redfish_stats().hedged.load(Ordering::Relaxed) >= 1);
+}
+
 #[tokio::test]
 async fn reads_are_hedged_and_mutating_calls_never_are() {
     let fleet = one(BmcSpec {

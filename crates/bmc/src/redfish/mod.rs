@@ -66,10 +66,12 @@ pub struct RedfishOptions {
     /// BMC between polls: at 10,000 BMCs polled every 3 minutes, about 55 connections open a
     /// second, so 10 s kept 550 or more open and 4 s keeps about 220.
     pub idle_connection_timeout: Duration,
-    /// Idempotent reads (GET) are hedged: when no answer came after this long (or after
-    /// three times the BMC's recent latency, if longer), a second identical request is sent
-    /// and the first answer wins ("The Tail at Scale"). A read that still times out is tried
-    /// once more. `None`: no hedging. Logins, PATCH, POST and DELETE are never hedged.
+    /// Idempotent reads (GET, and the DELETE of our own session) are hedged: when no answer
+    /// came after the BMC's usual answer time plus four deviations (`AnswerTime`), at most
+    /// this long and half the timeout, an identical copy is sent, and another after twice
+    /// that; the first answer wins ("The Tail at Scale"). A login without an answer after
+    /// this long is sent again (the slower session is deleted). `None`: no hedging. PATCH,
+    /// POST actions and other DELETEs are never hedged.
     pub hedge_after: Option<Duration>,
 }
 
@@ -96,20 +98,51 @@ pub struct RedfishStats {
     pub requests: AtomicU64,
     /// Second requests sent for reads that had no answer yet.
     pub hedged: AtomicU64,
-    /// Smoothed answer time over the clients sharing these counters, in microseconds (the
-    /// hedge delay of a BMC not heard from yet).
-    pub latency_us: AtomicU64,
+    /// Answer times over the clients sharing these counters (the hedge delay of a BMC not
+    /// heard from yet).
+    pub answers: AnswerTime,
 }
 
-/// Folds one answer time into a smoothed value (1/8 weight).
-fn smooth(slot: &AtomicU64, took_us: u64) {
-    let old = slot.load(Ordering::Relaxed);
-    let new = if old == 0 {
-        took_us.max(1)
-    } else {
-        (old * 7 + took_us) / 8
-    };
-    slot.store(new.max(1), Ordering::Relaxed);
+/// Smoothed answer time and its mean deviation, in microseconds, as TCP estimates a round
+/// trip (RFC 6298: 1/8 and 1/4 weights). A read is hedged once it has waited longer than the
+/// smoothed time plus four deviations: BMCs that answer steadily are hedged soon after their
+/// usual time, erratic ones only well beyond their spread.
+#[derive(Debug, Default)]
+pub struct AnswerTime {
+    smoothed_us: AtomicU64,
+    deviation_us: AtomicU64,
+}
+
+impl AnswerTime {
+    /// Folds in one answer time. (The two values are updated one after the other; a racing
+    /// update costs only some precision.)
+    fn fold(&self, took_us: u64) {
+        let took_us = took_us.max(1);
+        let smoothed = self.smoothed_us.load(Ordering::Relaxed);
+        if smoothed == 0 {
+            self.smoothed_us.store(took_us, Ordering::Relaxed);
+            self.deviation_us.store(took_us / 2, Ordering::Relaxed);
+            return;
+        }
+        let deviation = self.deviation_us.load(Ordering::Relaxed);
+        let error = smoothed.abs_diff(took_us);
+        self.deviation_us
+            .store((deviation * 3 + error) / 4, Ordering::Relaxed);
+        self.smoothed_us
+            .store(((smoothed * 7 + took_us) / 8).max(1), Ordering::Relaxed);
+    }
+
+    /// How long a read waits before its copy goes: the smoothed time plus four deviations
+    /// (at least half the smoothed time, so that scheduling jitter on a steady BMC does not
+    /// send copies); `None` before any answer.
+    fn hedge_after(&self) -> Option<Duration> {
+        let smoothed = self.smoothed_us.load(Ordering::Relaxed);
+        if smoothed == 0 {
+            return None;
+        }
+        let margin = (self.deviation_us.load(Ordering::Relaxed) * 4).max(smoothed / 2);
+        Some(Duration::from_micros(smoothed.saturating_add(margin)))
+    }
 }
 
 /// What a client keeps of a BMC's service root: the links it follows later and whether `$top`
@@ -225,8 +258,8 @@ pub struct RedfishClient {
     /// Fleet-wide limit, taken per request (the session manager's).
     gate: Option<Arc<tokio::sync::Semaphore>>,
     relogin: std::sync::Mutex<Relogin>,
-    /// Smoothed answer time in microseconds (for the hedge delay).
-    latency_us: AtomicU64,
+    /// This BMC's answer times (for the hedge delay).
+    answers: AnswerTime,
     base: String,
     user: String,
     password: Password,
@@ -297,7 +330,7 @@ impl RedfishClient {
             http,
             gate: None,
             relogin: std::sync::Mutex::default(),
-            latency_us: AtomicU64::new(0),
+            answers: AnswerTime::default(),
             base: endpoint.base_url(),
             user: user.into(),
             password,
@@ -433,11 +466,14 @@ impl RedfishClient {
     ) -> Result<Response, BmcError> {
         const COPIES: usize = 3;
         let delay = self.hedge_delay();
-        // The hedge clock starts once the first request is out, not while it waits for a
-        // fleet permit.
-        let first = acquire(&self.gate).await?;
+        // One fleet permit covers the read and its copies: a copy goes out because its read
+        // is already late, and must not queue behind every other BMC's requests (with 1% of
+        // requests lost, copies waiting for permits of their own kept their lost originals'
+        // permits for the whole timeout and cost a 10,000-BMC sweep a fifth of its time).
+        // The hedge clock starts once the first request is out, not while it waits.
+        let _permit = acquire(&self.gate).await?;
         let mut pending = futures::stream::FuturesUnordered::new();
-        pending.push(self.send_copy(Some(first), method.clone(), path, auth, headers));
+        pending.push(self.send_permitted(None, false, method.clone(), path, None, auth, headers));
         let mut sent = 1;
         loop {
             tokio::select! {
@@ -448,31 +484,29 @@ impl RedfishClient {
                     None => return Err(BmcError::Timeout(self.options.timeout)),
                 },
                 _ = tokio::time::sleep(delay), if sent < COPIES => {
-                    pending.push(self.send_copy(None, method.clone(), path, auth, headers));
+                    pending.push(self.send_permitted(None, true, method.clone(), path, None, auth, headers));
                     sent += 1;
                 }
             }
         }
     }
 
-    /// Four times the BMC's smoothed answer time (else the fleet's), at least 20 ms, at most
-    /// `hedge_after` and half the timeout.
+    /// The BMC's smoothed answer time plus four deviations (else the fleet's), at least
+    /// 20 ms, at most `hedge_after` and half the timeout.
     fn hedge_delay(&self) -> Duration {
         let cap = self
             .options
             .hedge_after
             .unwrap_or(self.options.timeout)
             .min(self.options.timeout / 2);
-        let mine = self.latency_us.load(Ordering::Relaxed);
-        let recent = if mine > 0 {
-            mine
-        } else {
-            self.stats.latency_us.load(Ordering::Relaxed)
-        };
-        if recent == 0 {
-            return cap;
+        match self
+            .answers
+            .hedge_after()
+            .or_else(|| self.stats.answers.hedge_after())
+        {
+            Some(delay) => delay.clamp(Duration::from_millis(20).min(cap), cap),
+            None => cap,
         }
-        Duration::from_micros(recent * 4).clamp(Duration::from_millis(20).min(cap), cap)
     }
 
     async fn send_once(
@@ -488,8 +522,8 @@ impl RedfishClient {
             .await
     }
 
-    /// Sends under a fleet permit already held (or, with `copy`, a hedged copy that waited
-    /// for its own permit).
+    /// Sends under a fleet permit already held (by this call, or by the read whose hedged
+    /// `copy` this is).
     #[allow(clippy::too_many_arguments)]
     async fn send_permitted(
         &self,
@@ -510,27 +544,10 @@ impl RedfishClient {
         let r = execute(req, self.options.timeout).await;
         if r.is_ok() {
             let took = started.elapsed().as_micros() as u64;
-            smooth(&self.latency_us, took);
-            smooth(&self.stats.latency_us, took);
+            self.answers.fold(took);
+            self.stats.answers.fold(took);
         }
         r
-    }
-
-    /// A hedged copy: waits for its own permit, then goes out.
-    async fn send_copy(
-        &self,
-        first: Option<Permit>,
-        method: Method,
-        path: &str,
-        auth: &Auth,
-        headers: &[(&'static str, String)],
-    ) -> Result<Response, BmcError> {
-        let (permit, copy) = match first {
-            Some(p) => (p, false),
-            None => (acquire(&self.gate).await?, true),
-        };
-        self.send_permitted(permit, copy, method, path, None, auth, headers)
-            .await
     }
 
     /// The service root, fetched once (unauthenticated, as the specification allows).
@@ -622,18 +639,14 @@ impl RedfishClient {
         let sessions = sessions.to_owned();
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            let attempt = |req: reqwest::RequestBuilder, first: Option<Permit>| {
-                let gate = gate.clone();
+            // The login and its copy go out under one fleet permit (as a hedged read's do).
+            let attempt = |req: reqwest::RequestBuilder, copy: bool| {
                 let stats = stats.clone();
                 let sessions = sessions.clone();
                 async move {
-                    let _permit = match first {
-                        Some(p) => p,
-                        None => {
-                            stats.hedged.fetch_add(1, Ordering::Relaxed);
-                            acquire(&gate).await?
-                        }
-                    };
+                    if copy {
+                        stats.hedged.fetch_add(1, Ordering::Relaxed);
+                    }
                     stats.requests.fetch_add(1, Ordering::Relaxed);
                     let resp = execute(req, timeout).await?;
                     let auth = login_answer(&resp, &sessions, auto)?;
@@ -645,13 +658,14 @@ impl RedfishClient {
             };
             let mut spare = hedge.and(req.try_clone());
             let mut pending = futures::stream::FuturesUnordered::new();
-            match acquire(&gate).await {
-                Ok(p) => pending.push(attempt(req, Some(p))),
+            let permit = match acquire(&gate).await {
+                Ok(p) => p,
                 Err(e) => {
                     let _ = tx.send(Err(e));
                     return;
                 }
-            }
+            };
+            pending.push(attempt(req, false));
             let result = loop {
                 tokio::select! {
                     r = futures::StreamExt::next(&mut pending) => match r {
@@ -662,11 +676,12 @@ impl RedfishClient {
                     },
                     _ = tokio::time::sleep(hedge.unwrap_or(timeout)), if spare.is_some() => {
                         if let Some(r) = spare.take() {
-                            pending.push(attempt(r, None));
+                            pending.push(attempt(r, true));
                         }
                     }
                 }
             };
+            drop(permit);
             let logout = |auth: Auth| {
                 let http = http.clone();
                 let base = base.clone();
@@ -1806,6 +1821,27 @@ impl Drop for RedfishClient {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_steady_bmc_is_hedged_soon_after_its_usual_time_and_an_erratic_one_beyond_its_spread() {
+        let steady = AnswerTime::default();
+        assert_eq!(steady.hedge_after(), None);
+        for _ in 0..40 {
+            steady.fold(50_000);
+        }
+        let after = steady.hedge_after().unwrap();
+        assert!(
+            after >= Duration::from_millis(75) && after <= Duration::from_millis(80),
+            "{after:?}"
+        );
+        // Answers of 20 ms and 200 ms in turn: a copy only well beyond the slow ones.
+        let erratic = AnswerTime::default();
+        for i in 0..40 {
+            erratic.fold(if i % 2 == 0 { 20_000 } else { 200_000 });
+        }
+        let after = erratic.hedge_after().unwrap();
+        assert!(after > Duration::from_millis(400), "{after:?}");
+    }
 
     #[test]
     fn the_kept_service_root_holds_every_link_and_hint_read_later() {
