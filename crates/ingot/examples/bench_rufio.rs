@@ -70,6 +70,10 @@ impl Fleets {
             .map(|b| b.state.snapshot().requests)
             .sum()
     }
+    /// Each Redfish BMC's state, to sample from another task.
+    fn states(&self) -> Vec<Arc<ingot_bmc_sim::BmcState>> {
+        self.redfish.bmcs.iter().map(|b| b.state.clone()).collect()
+    }
     fn open_sessions(&self) -> usize {
         self.redfish
             .bmcs
@@ -167,12 +171,7 @@ fn last_request_at(
     fleets: &Fleets,
     start: Instant,
 ) -> (watch::Sender<bool>, tokio::task::JoinHandle<Option<f64>>) {
-    let bmcs: Vec<_> = fleets
-        .redfish
-        .bmcs
-        .iter()
-        .map(|b| b.state.clone())
-        .collect();
+    let bmcs = fleets.states();
     let (stop, mut stopped) = watch::channel(false);
     let sampler = tokio::spawn(async move {
         let count = || {
@@ -393,12 +392,7 @@ async fn job_latency(client: &Client, ns: &str, n: usize, fleets: &Fleets) -> Jo
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let bmcs: Vec<_> = fleets
-        .redfish
-        .bmcs
-        .iter()
-        .map(|b| b.state.clone())
-        .collect();
+    let bmcs = fleets.states();
     let sampler = tokio::spawn(async move {
         let mut seen: HashMap<usize, Instant> = HashMap::new();
         let deadline = Instant::now() + Duration::from_secs(600);

@@ -814,31 +814,26 @@ async fn the_secret_is_read_once_and_again_when_it_changes() {
 
 /// A failed Task fails its Job with the Task's message; a BMC that is busy for a while is
 /// retried with backoff until it answers (Rufio fails the Task at the first error).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
-    let _serial = SERIAL.lock().await;
-    let env = ingot_testenv::shared().await;
-    let client = env.client().unwrap();
-    let ns = env.namespace("rufio-fail").await.unwrap();
+/// A fleet of `n` emulated BMCs over TLS with the sample credentials (`spec` for the rest),
+/// the sample Secret, and one Machine `m<i>` per BMC (Redfish port given, IPMI closed).
+async fn machines_on_fleet(client: &kube::Client, ns: &str, n: usize, spec: BmcSpec) -> Fleet {
     let fleet = Fleet::uniform(
         FleetOptions {
             tls: true,
             ..FleetOptions::default()
         },
-        2,
+        n,
         BmcSpec {
             username: SAMPLE_USER.into(),
             password: SAMPLE_PASSWORD.into(),
-            power_delay: Duration::from_millis(100),
-            initial_power_on: false,
-            ..BmcSpec::default()
+            ..spec
         },
     )
     .await
     .unwrap();
     create_secret(
-        &client,
-        &ns,
+        client,
+        ns,
         "sample-machine-auth",
         SAMPLE_USER,
         SAMPLE_PASSWORD,
@@ -846,14 +841,34 @@ async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
     .await;
     for (i, b) in fleet.bmcs.iter().enumerate() {
         let m = machine_sample(
-            &ns,
+            ns,
             &format!("m{i}"),
             "sample-machine-auth",
             "127.0.0.1",
             json!({"redfish": {"port": b.addr.port()}, "ipmitool": {"port": free_udp_port()}}),
         );
-        create(&client, &ns, &m).await;
+        create(client, ns, &m).await;
     }
+    fleet
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-fail").await.unwrap();
+    let fleet = machines_on_fleet(
+        &client,
+        &ns,
+        2,
+        BmcSpec {
+            power_delay: Duration::from_millis(100),
+            initial_power_on: false,
+            ..BmcSpec::default()
+        },
+    )
+    .await;
     let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
     wait_contactable(&client, &ns, "m0", "off", Duration::from_secs(30)).await;
 
@@ -919,55 +934,27 @@ async fn a_repeatable_action_reaches_the_bmc_before_its_task_exists() {
     let ns = env.namespace("rufio-ahead").await.unwrap();
     // Each request takes 300 ms at the BMC: a Task that sent the action only once it existed
     // would be seen well before the BMC had it.
-    let fleet = Fleet::uniform(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
+    let fleet = machines_on_fleet(
+        &client,
+        &ns,
         1,
         BmcSpec {
-            username: SAMPLE_USER.into(),
-            password: SAMPLE_PASSWORD.into(),
             latency: Duration::from_millis(300),
             power_delay: Duration::from_millis(200),
             ..BmcSpec::default()
         },
     )
-    .await
-    .unwrap();
-    create_secret(
-        &client,
-        &ns,
-        "sample-machine-auth",
-        SAMPLE_USER,
-        SAMPLE_PASSWORD,
-    )
     .await;
-    let m = machine_sample(
-        &ns,
-        "machine-sample",
-        "sample-machine-auth",
-        "127.0.0.1",
-        json!({"redfish": {"port": fleet.bmcs[0].addr.port()}, "ipmitool": {"port": free_udp_port()}}),
-    );
-    create(&client, &ns, &m).await;
     let mut ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
         &["--rufio-machine-interval-seconds=600"],
     );
-    wait_contactable(
-        &client,
-        &ns,
-        "machine-sample",
-        "on",
-        Duration::from_secs(30),
-    )
-    .await;
+    wait_contactable(&client, &ns, "m0", "on", Duration::from_secs(30)).await;
 
     let tasks: Api<Task> = Api::namespaced(client.clone(), &ns);
     let mut appeared = std::pin::pin!(watcher(tasks, watcher::Config::default()).applied_objects());
-    let mut j = job_sample(&ns, "off", "machine-sample");
+    let mut j = job_sample(&ns, "off", "m0");
     j.spec.tasks = serde_json::from_value(json!([{"powerAction": "off"}])).unwrap();
     create(&client, &ns, &j).await;
     let first = tokio::time::timeout(Duration::from_secs(30), appeared.next())
@@ -1010,40 +997,17 @@ async fn a_new_jobs_action_does_not_wait_for_a_reconcile_slot() {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     let ns = env.namespace("rufio-sight").await.unwrap();
-    let fleet = Fleet::uniform(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
+    let fleet = machines_on_fleet(
+        &client,
+        &ns,
         2,
         BmcSpec {
-            username: SAMPLE_USER.into(),
-            password: SAMPLE_PASSWORD.into(),
             latency: Duration::from_millis(50),
             power_delay: Duration::from_millis(200),
             ..BmcSpec::default()
         },
     )
-    .await
-    .unwrap();
-    create_secret(
-        &client,
-        &ns,
-        "sample-machine-auth",
-        SAMPLE_USER,
-        SAMPLE_PASSWORD,
-    )
     .await;
-    for (i, b) in fleet.bmcs.iter().enumerate() {
-        let m = machine_sample(
-            &ns,
-            &format!("m{i}"),
-            "sample-machine-auth",
-            "127.0.0.1",
-            json!({"redfish": {"port": b.addr.port()}, "ipmitool": {"port": free_udp_port()}}),
-        );
-        create(&client, &ns, &m).await;
-    }
     let mut ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
