@@ -123,7 +123,7 @@ pub trait Connector: Send + Sync {
 pub struct ManagerOptions {
     /// Requests in flight per BMC. Most BMCs serialise anyway; 1 is the safe default.
     pub per_bmc_limit: usize,
-    /// Requests in flight across the fleet.
+    /// Requests in flight across the fleet (a hedged read and its copies count once).
     pub fleet_limit: usize,
     /// Redfish client settings (timeout, auth mode); TLS comes from each [`BmcConfig`].
     pub redfish: RedfishOptions,

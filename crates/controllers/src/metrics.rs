@@ -302,7 +302,7 @@ impl Default for Metrics {
         let bmc_fleet_in_flight = Gauge::default();
         registry.register(
             "bmc_fleet_in_flight",
-            "BMC requests in flight across the fleet (fleet permits taken)",
+            "BMC requests in flight across the fleet (fleet permits taken; a hedged read and its copies hold one)",
             Described(bmc_fleet_in_flight.clone()),
         );
         let bmc_fleet_limit = Gauge::default();

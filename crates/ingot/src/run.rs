@@ -135,7 +135,7 @@ struct RufioArgs {
     #[arg(long, default_value_t = 256)]
     rufio_task_concurrency: u16,
 
-    /// BMC requests in flight across the fleet.
+    /// BMC requests in flight across the fleet (a hedged read and its copies count once).
     #[arg(long, default_value_t = 256)]
     rufio_fleet_limit: usize,
 

@@ -51,7 +51,7 @@ pub struct Settings {
     pub machine_concurrency: u16,
     /// Jobs and Tasks reconciled at once.
     pub task_concurrency: u16,
-    /// BMC requests in flight across the fleet.
+    /// BMC requests in flight across the fleet (a hedged read and its copies count once).
     pub fleet_limit: usize,
     /// Per-request timeout of a Redfish call.
     pub redfish_timeout: Duration,
