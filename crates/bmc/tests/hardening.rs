@@ -393,6 +393,49 @@ async fn the_fleet_permit_is_not_held_through_a_cycle_wait() {
     cycle.await.unwrap().unwrap();
 }
 
+/// The third request of a read is due as the first one times out (the hedge delay is at most
+/// half the timeout): that timeout must not cancel it. The first two requests of each read are
+/// lost; the third is answered.
+#[tokio::test]
+async fn a_copy_due_as_the_first_request_times_out_is_still_sent() {
+    let fleet = one(BmcSpec {
+        latency: Duration::from_millis(300),
+        ..BmcSpec::default()
+    })
+    .await;
+    let b = &fleet.bmcs[0];
+    // Answers of 300 ms put the hedge delay at its cap, half the 1 s timeout: copies at
+    // 0.5 s and 1 s, when the first request times out. Which of the two comes first is a race
+    // of timers, so the case is played fifteen times: five rounds (ten copies, the budget a
+    // fresh client has before it counts requests) on each of three clients.
+    for client_no in 0..3 {
+        let c = client(
+            b,
+            RedfishOptions {
+                timeout: Duration::from_secs(1),
+                ..options()
+            },
+        );
+        c.power_state().await.unwrap();
+        for round in 0..5 {
+            b.state.set_fault(Some(Fault::Timeout));
+            let before = b.state.counters.requests.load(Ordering::Relaxed);
+            let lose_two = async {
+                while b.state.counters.requests.load(Ordering::Relaxed) < before + 2 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                b.state.set_fault(None);
+            };
+            let (read, ()) = tokio::join!(c.power_state(), lose_two);
+            assert_eq!(
+                read.unwrap_or_else(|e| panic!("client {client_no}, round {round}: {e}")),
+                PowerState::On
+            );
+        }
+        c.close().await.unwrap();
+    }
+}
+
 /// A read's hedged copy goes out under the read's own fleet permit: with a fleet limit of 1,
 /// a copy that waited for a permit of its own would wait for its lost original's timeout.
 #[tokio::test]

@@ -469,7 +469,9 @@ impl RedfishClient {
 
     /// Sends the request; while no answer came, a copy follows after the hedge delay and
     /// another after twice that (both within the first one's timeout, as the delay is at
-    /// most half of it). The first answer wins; an error is returned once no copy is left.
+    /// most half of it). The first answer wins. When every request out has timed out, the
+    /// next copy goes at once instead of at its time; any other error, or a timeout with no
+    /// copy left, is returned.
     async fn send_hedged(
         &self,
         method: Method,
@@ -477,7 +479,7 @@ impl RedfishClient {
         auth: &Auth,
         headers: &[(&'static str, String)],
     ) -> Result<Response, BmcError> {
-        const COPIES: usize = 3;
+        const COPIES: u32 = 3;
         let delay = self.hedge_delay();
         // One fleet permit covers the read and its copies: a copy goes out because its read
         // is already late, and must not queue behind every other BMC's requests (with 1% of
@@ -485,21 +487,36 @@ impl RedfishClient {
         // permits for the whole timeout and cost a 10,000-BMC sweep a fifth of its time).
         // The hedge clock starts once the first request is out, not while it waits.
         let _permit = acquire(&self.gate).await?;
+        let started = tokio::time::Instant::now();
+        let copy = || self.send_permitted(None, true, method.clone(), path, None, auth, headers);
         let mut pending = futures::stream::FuturesUnordered::new();
         pending.push(self.send_permitted(None, false, method.clone(), path, None, auth, headers));
         let mut sent = 1;
+        let mut last_error = None;
         loop {
+            if pending.is_empty() {
+                // Nothing is out: after a timeout the next copy goes now rather than at its
+                // time (one due as the first request timed out must not be lost to it).
+                let timed_out = matches!(last_error, Some(BmcError::Timeout(_)));
+                if timed_out && sent < COPIES && self.stats.copy_allowed() {
+                    sent += 1;
+                    pending.push(copy());
+                    continue;
+                }
+                return Err(last_error.unwrap_or(BmcError::Timeout(self.options.timeout)));
+            }
+            // Copies are due at fixed times from the first request, whatever happens between.
+            let due = started + delay * sent;
             tokio::select! {
                 r = futures::StreamExt::next(&mut pending) => match r {
                     Some(Ok(r)) => return Ok(r),
-                    Some(Err(e)) if pending.is_empty() => return Err(e),
-                    Some(Err(_)) => {}
-                    None => return Err(BmcError::Timeout(self.options.timeout)),
+                    Some(Err(e)) => last_error = Some(e),
+                    None => {}
                 },
-                _ = tokio::time::sleep(delay), if sent < COPIES => {
+                () = tokio::time::sleep_until(due), if sent < COPIES => {
                     sent += 1;
                     if self.stats.copy_allowed() {
-                        pending.push(self.send_permitted(None, true, method.clone(), path, None, auth, headers));
+                        pending.push(copy());
                     }
                 }
             }
