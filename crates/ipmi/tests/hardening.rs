@@ -151,8 +151,11 @@ async fn retransmitted_open_sessions_never_give_the_client_two_sessions() {
         ..Faults::default()
     });
     let mut ccfg = config(bmc.addr(), "admin", PW, &[CipherSuite::Suite17]);
-    ccfg.timeout = Duration::from_millis(100);
-    ccfg.retries = 10;
+    // A lost exchange costs a timeout; only 31 lost in a row (p = 0.44^31) or a
+    // stall of the test machine longer than 31 timeouts (4.6 s) would make the
+    // client re-establish its session, which is allowed but not what this counts.
+    ccfg.timeout = Duration::from_millis(150);
+    ccfg.retries = 30;
     let client = Client::connect(ccfg).await.unwrap();
     for _ in 0..30 {
         client.chassis_status().await.unwrap();
