@@ -19,6 +19,16 @@ use kube::runtime::events::Reporter;
 
 pub use metrics::Metrics;
 
+/// The test hook behind `INGOT_CRASH_POINT`: aborts the process when `point` is one of the
+/// comma-separated `armed` names, so that a test kills the operator at an exact line and
+/// counts what reached the emulator.
+pub(crate) fn crash_point(armed: Option<&str>, point: &str) {
+    if armed.is_some_and(|points| points.split(',').any(|p| p.trim() == point)) {
+        tracing::error!(point, "crash point reached: aborting");
+        std::process::abort();
+    }
+}
+
 /// The API of a namespaced kind in one namespace, or in all of them.
 pub(crate) fn api_in<K>(client: &Client, namespace: Option<&str>) -> kube::Api<K>
 where

@@ -237,7 +237,8 @@ struct PoolsArgs {
 
     /// Test hook: abort the process at these points (comma-separated: after-create,
     /// before-reinstall, after-reinstall, during-finalize; gardener-after-create,
-    /// gardener-during-drain, gardener-during-delete).
+    /// gardener-during-drain, gardener-during-delete; rufio-after-send-ahead,
+    /// rufio-after-destructive-send).
     #[arg(long, env = "INGOT_CRASH_POINT", hide = true)]
     crash_point: Option<String>,
 
@@ -437,7 +438,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         client.clone(),
         metrics.clone(),
         identity.clone(),
-        args.rufio.settings(),
+        rufio::Settings {
+            crash_point: args.pools.crash_point.clone().filter(|p| !p.is_empty()),
+            ..args.rufio.settings()
+        },
     ));
     let mut tasks = Vec::new();
     for kind in &controllers {

@@ -812,8 +812,6 @@ async fn the_secret_is_read_once_and_again_when_it_changes() {
     delete_all(&client, &ns).await;
 }
 
-/// A failed Task fails its Job with the Task's message; a BMC that is busy for a while is
-/// retried with backoff until it answers (Rufio fails the Task at the first error).
 /// A fleet of `n` emulated BMCs over TLS with the sample credentials (`spec` for the rest),
 /// the sample Secret, and one Machine `m<i>` per BMC (Redfish port given, IPMI closed).
 async fn machines_on_fleet(client: &kube::Client, ns: &str, n: usize, spec: BmcSpec) -> Fleet {
@@ -852,6 +850,8 @@ async fn machines_on_fleet(client: &kube::Client, ns: &str, n: usize, spec: BmcS
     fleet
 }
 
+/// A failed Task fails its Job with the Task's message; a BMC that is busy for a while is
+/// retried with backoff until it answers (Rufio fails the Task at the first error).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
     let _serial = SERIAL.lock().await;
@@ -1054,5 +1054,117 @@ async fn a_new_jobs_action_does_not_wait_for_a_reconcile_slot() {
     assert_eq!(fast.snapshot().power_state, "Off");
     assert_eq!(fast.reset_requests(), ["ForceOff"], "sent once");
     ingot.stop();
+    delete_all(&client, &ns).await;
+}
+
+/// Waits until the operator aborted at its crash point.
+async fn wait_crashed(ingot: &mut Proc, point: &str) {
+    let child = ingot.child.as_mut().expect("a running operator");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the operator did not abort at {point} within 30 s:\n{}",
+            ingot.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        std::fs::read_to_string(&ingot.log)
+            .unwrap_or_default()
+            .contains(point),
+        "the operator exited, but not at {point}:\n{}",
+        ingot.log_tail()
+    );
+    ingot.child = None;
+}
+
+/// An operator killed at any point neither loses nor repeats a power action; the BMCs count
+/// the requests. Killed after a power-off reached the BMC ahead of its Task, the next process
+/// sends it again (harmless) and goes on with the Job. Killed after a reset reached the BMC
+/// but before its Task recorded that, the next process fails the Task rather than resetting
+/// the machine a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_operator_neither_loses_nor_repeats_a_power_action() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-crash").await.unwrap();
+    let fleet = machines_on_fleet(
+        &client,
+        &ns,
+        2,
+        BmcSpec {
+            latency: Duration::from_millis(50),
+            power_delay: Duration::from_millis(300),
+            ..BmcSpec::default()
+        },
+    )
+    .await;
+    let (ahead, reboot) = (&fleet.bmcs[0].state, &fleet.bmcs[1].state);
+    let start = |crash_point: Option<&str>| {
+        let flag = crash_point.map(|p| format!("--crash-point={p}"));
+        let mut extra = vec!["--rufio-machine-interval-seconds=600"];
+        extra.extend(flag.as_deref());
+        start_ingot(env.kubeconfig_path(), &ns, &extra)
+    };
+
+    // Killed between sending a power-off ahead and creating its Task.
+    let mut ingot = start(Some("rufio-after-send-ahead"));
+    wait_contactable(&client, &ns, "m0", "on", Duration::from_secs(30)).await;
+    let mut j = job_sample(&ns, "off-on", "m0");
+    j.spec.tasks =
+        serde_json::from_value(json!([{"powerAction": "off"}, {"powerAction": "on"}])).unwrap();
+    create(&client, &ns, &j).await;
+    wait_crashed(&mut ingot, "rufio-after-send-ahead").await;
+    assert_eq!(ahead.reset_requests(), ["ForceOff"]);
+    assert!(
+        tasks_of(&client, &ns).await.is_empty(),
+        "a Task was created"
+    );
+
+    let mut ingot = start(Some("rufio-after-destructive-send"));
+    wait_job(&client, &ns, "off-on", Duration::from_secs(60), &ingot).await;
+    let requests = ahead.reset_requests();
+    let offs = requests.iter().filter(|r| *r == "ForceOff").count();
+    assert!(
+        (1..=2).contains(&offs)
+            && requests[offs..] == ["On"]
+            && requests[..offs].iter().all(|r| r == "ForceOff"),
+        "power-off at most once per process, then power-on once: {requests:?}"
+    );
+    assert_eq!(ahead.snapshot().power_state, "On");
+
+    // Killed between the BMC accepting a reset and its Task recording that.
+    let mut j = job_sample(&ns, "reset", "m1");
+    j.spec.tasks = serde_json::from_value(json!([{"powerAction": "reset"}])).unwrap();
+    create(&client, &ns, &j).await;
+    wait_crashed(&mut ingot, "rufio-after-destructive-send").await;
+    assert_eq!(reboot.snapshot().resets, 1);
+
+    let ingot = start(None);
+    let status = poll_until("Job reset to end", Duration::from_secs(60), || async {
+        let s = job_status(&client, &ns, "reset").await;
+        (condition(&s, "Failed").is_some() || condition(&s, "Completed").is_some()).then_some(s)
+    })
+    .await;
+    let failed = condition(&status, "Failed");
+    assert!(
+        failed
+            .as_ref()
+            .is_some_and(|(f, m)| f == "True" && m.contains("interrupted")),
+        "the interrupted reset did not fail its Job: {status}\n{}",
+        ingot.log_tail()
+    );
+    // The machine rebooted once; the next process never sent the reset again.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(reboot.snapshot().resets, 1);
+    assert_eq!(
+        reboot.reset_requests().len(),
+        1,
+        "{:?}",
+        reboot.reset_requests()
+    );
+    drop(ingot);
     delete_all(&client, &ns).await;
 }

@@ -240,14 +240,7 @@ impl GardenerContext {
 
     /// Aborts the process here if the tests asked for it (see [`CRASH_POINT_ENV`]).
     pub fn crash_point(&self, name: &str) {
-        let armed = self
-            .crash_point
-            .as_deref()
-            .is_some_and(|points| points.split(',').any(|p| p.trim() == name));
-        if armed {
-            tracing::error!(point = name, "crash point reached: aborting");
-            std::process::abort();
-        }
+        crate::crash_point(self.crash_point.as_deref(), name);
     }
 
     /// The class of a Machine when it is an Equinix Metal `MachineClass`; None for a Machine

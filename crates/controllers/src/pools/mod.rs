@@ -200,15 +200,7 @@ impl PoolsShared {
 
     /// The test hook: aborts the process at the named point if asked to.
     pub(crate) fn crash_point(&self, point: &str) {
-        let armed = self
-            .settings
-            .crash_point
-            .as_deref()
-            .is_some_and(|points| points.split(',').any(|p| p.trim() == point));
-        if armed {
-            tracing::error!(point, "crash point reached: aborting");
-            std::process::abort();
-        }
+        crate::crash_point(self.settings.crash_point.as_deref(), point);
     }
 }
 

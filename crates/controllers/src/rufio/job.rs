@@ -298,6 +298,7 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
                         None => super::task::send_ahead(&task, ctx).await,
                     };
                     if sent {
+                        ctx.crash_point("rufio-after-send-ahead");
                         task.annotations_mut()
                             .insert(SENT_ANNOTATION.to_owned(), "sent".to_owned());
                     }

@@ -60,6 +60,8 @@ pub struct Settings {
     pub ipmi_retries: u32,
     /// How often the sessions of BMCs no Machine or Task refers to any more are logged out.
     pub evict_interval: Duration,
+    /// Test hook (`INGOT_CRASH_POINT`): `rufio-after-send-ahead`, `rufio-after-destructive-send`.
+    pub crash_point: Option<String>,
 }
 
 impl Default for Settings {
@@ -76,6 +78,7 @@ impl Default for Settings {
             ipmi_timeout: Duration::from_secs(1),
             ipmi_retries: 3,
             evict_interval: Duration::from_secs(60),
+            crash_point: None,
         }
     }
 }
@@ -176,6 +179,11 @@ impl RufioContext {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         }
+    }
+
+    /// Aborts the process here if the tests asked for it (see [`Settings::crash_point`]).
+    pub(crate) fn crash_point(&self, point: &str) {
+        crate::crash_point(self.settings.crash_point.as_deref(), point);
     }
 
     /// Asks for the Machine's power state to be read at its next reconcile.

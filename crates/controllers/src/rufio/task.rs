@@ -338,6 +338,9 @@ async fn send_phase(
     }
     Ok(match send(&bmc, op).await {
         Ok(()) => {
+            if op.destructive() {
+                ctx.crash_point("rufio-after-destructive-send");
+            }
             mark(api, &name, "sent").await?;
             info!(task = %key, action = describe(op), "BMC accepted the action");
             Next::Again(ctx.settings.task_poll)
