@@ -200,6 +200,7 @@ async fn ipmi_bench(
             protocol: Some(ingot_bmc::Protocol::Ipmi),
             insecure_tls: false,
             ca_bundle_pem: None,
+            system_name: None,
         }));
     }
     let bound = latency.as_secs_f64() * n as f64 / fleet_limit as f64;
@@ -314,6 +315,7 @@ async fn main() -> anyhow::Result<()> {
                 protocol: None,
                 insecure_tls: false,
                 ca_bundle_pem: None,
+                system_name: None,
             }));
         }
         let bound = latency.as_secs_f64() * n as f64 / fleet_limit as f64;

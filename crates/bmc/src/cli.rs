@@ -259,6 +259,7 @@ pub async fn execute_with(
         protocol: args.protocol,
         insecure_tls: args.insecure,
         ca_bundle_pem,
+        system_name: None,
     });
     let result = dispatch(&bmc, &args.command).await;
     let protocol = bmc.protocol_detected();

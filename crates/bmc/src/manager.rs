@@ -85,11 +85,19 @@ pub struct BmcConfig {
     pub insecure_tls: bool,
     /// Extra trusted roots (PEM).
     pub ca_bundle_pem: Option<Arc<Vec<u8>>>,
+    /// The Redfish computer system to manage, by its `Name` (or `Id`), on a BMC that has
+    /// several (rufio `providerOptions.redfish.systemName`); `None`: the first one.
+    pub system_name: Option<String>,
 }
 
 impl BmcConfig {
+    /// One session per BMC, account and managed system: the system a client manages is
+    /// part of its state.
     fn key(&self) -> String {
-        format!("{}|{}", self.endpoint, self.username)
+        match &self.system_name {
+            Some(system) => format!("{}|{}|{system}", self.endpoint, self.username),
+            None => format!("{}|{}", self.endpoint, self.username),
+        }
     }
 }
 
@@ -175,6 +183,7 @@ impl RedfishConnector {
             insecure: config.insecure_tls,
             ca_bundle_pem: config.ca_bundle_pem.as_deref().cloned(),
         };
+        options.system_name = config.system_name.clone();
         let key = (config.insecure_tls, config.ca_bundle_pem.clone());
         let http = {
             let mut pools = self

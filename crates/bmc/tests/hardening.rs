@@ -55,6 +55,7 @@ fn config(url: &str) -> BmcConfig {
         protocol: None,
         insecure_tls: false,
         ca_bundle_pem: None,
+        system_name: None,
     }
 }
 

@@ -400,6 +400,7 @@ async fn detection_picks_ipmi_when_redfish_is_closed_and_remembers_it() {
         protocol: None,
         insecure_tls: false,
         ca_bundle_pem: None,
+        system_name: None,
     };
     let bmc = manager.bmc(config.clone());
     assert_eq!(bmc.power_state().await.unwrap(), PowerState::On);
@@ -515,6 +516,7 @@ async fn the_power_contract_holds_over_redfish_and_ipmi() {
         protocol: Some(protocol),
         insecure_tls: false,
         ca_bundle_pem: None,
+        system_name: None,
     };
     let ipmi_options = IpmiOptions {
         timeout: Duration::from_millis(500),

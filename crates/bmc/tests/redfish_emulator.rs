@@ -331,6 +331,7 @@ async fn manager_bounds_concurrency_and_reuses_sessions() {
             protocol: None,
             insecure_tls: false,
             ca_bundle_pem: None,
+            system_name: None,
         })
         .collect();
     // 8 BMCs x 6 concurrent callers each.
@@ -506,6 +507,7 @@ async fn the_observer_sees_calls_by_outcome_and_the_sessions_open() {
         protocol: None,
         insecure_tls: false,
         ca_bundle_pem: None,
+        system_name: None,
     };
     let good = config(&fleet.bmcs[0].url());
     let bmc = manager.bmc(good.clone());

@@ -1168,3 +1168,121 @@ async fn a_killed_operator_neither_loses_nor_repeats_a_power_action() {
     drop(ingot);
     delete_all(&client, &ns).await;
 }
+
+/// `providerOptions.redfish.systemName` picks the system on a BMC that has several (sushy-tools
+/// with two), by `Name` or `Id`: the Machine shows that system's power state and Jobs act on it
+/// alone, read back from sushy. A name no system has makes the Machine not contactable, with a
+/// message that names the field and the BMC's systems, rather than acting on the first system;
+/// on a BMC with a single system, that system is used whatever the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_system_name_picks_the_system_on_a_bmc_with_several() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-systems").await.unwrap();
+    // Sorted by path, `fake` (27946b59-...) comes first: the named system is the second.
+    let sushy = start_sushy_tls_with(
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+        &[SushySystem {
+            name: "blade-2",
+            uuid: "f1e2d3c4-0000-4000-8000-000000000002",
+            power_state: "Off",
+        }],
+    );
+    let power_of = |name: &'static str| {
+        let sushy = &sushy;
+        async move {
+            sushy
+                .system_named(SAMPLE_USER, SAMPLE_PASSWORD, name)
+                .await
+                .map(|s| s["PowerState"].as_str().unwrap_or_default().to_owned())
+        }
+    };
+    poll_until("sushy over TLS", Duration::from_secs(30), || async {
+        power_of("blade-2").await
+    })
+    .await;
+    create_secret(
+        &client,
+        &ns,
+        "sample-machine-auth",
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+    )
+    .await;
+    // On a BMC with one system, that system is meant whatever the name says (as bmclib).
+    let single = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        1,
+        BmcSpec {
+            username: SAMPLE_USER.into(),
+            password: SAMPLE_PASSWORD.into(),
+            ..BmcSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    let machines = [
+        ("blade", sushy.port, "blade-2"),
+        (
+            "blade-by-id",
+            sushy.port,
+            "f1e2d3c4-0000-4000-8000-000000000002",
+        ),
+        ("missing", sushy.port, "blade-9"),
+        ("single", single.bmcs[0].addr.port(), "not-its-name"),
+    ];
+    for (machine, port, system) in machines {
+        let m = machine_sample(
+            &ns,
+            machine,
+            "sample-machine-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": port, "systemName": system}}),
+        );
+        create(&client, &ns, &m).await;
+    }
+    let ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    wait_contactable(&client, &ns, "blade", "off", Duration::from_secs(30)).await;
+    wait_contactable(&client, &ns, "blade-by-id", "off", Duration::from_secs(30)).await;
+    wait_contactable(&client, &ns, "single", "on", Duration::from_secs(30)).await;
+
+    for (job, action, after) in [("blade-on", "on", "On"), ("blade-off", "off", "Off")] {
+        let mut j = job_sample(&ns, job, "blade");
+        j.spec.tasks = serde_json::from_value(json!([{ "powerAction": action }])).unwrap();
+        create(&client, &ns, &j).await;
+        wait_job(&client, &ns, job, Duration::from_secs(60), &ingot).await;
+        assert_eq!(power_of("blade-2").await.as_deref(), Some(after));
+        assert_eq!(
+            power_of("fake").await.as_deref(),
+            Some("On"),
+            "the other system was touched"
+        );
+    }
+
+    let (contactable, message) = poll_until(
+        "Machine missing's Contactable condition",
+        Duration::from_secs(30),
+        || async {
+            condition(
+                &machine_status(&client, &ns, "missing").await,
+                "Contactable",
+            )
+        },
+    )
+    .await;
+    assert_eq!(contactable, "False", "{message}");
+    assert!(
+        message.contains("providerOptions.redfish.systemName")
+            && message.contains("\"blade-9\"")
+            && message.contains("\"blade-2\""),
+        "{message}"
+    );
+    assert_eq!(power_of("fake").await.as_deref(), Some("On"));
+    drop(ingot);
+    delete_all(&client, &ns).await;
+}

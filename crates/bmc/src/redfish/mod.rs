@@ -74,6 +74,9 @@ pub struct RedfishOptions {
     /// slower session is deleted). `None`: no hedging. PATCH, POST actions and other
     /// DELETEs are never hedged.
     pub hedge_after: Option<Duration>,
+    /// The computer system to manage when the BMC has several, by `Name` (as bmclib matches
+    /// rufio's `systemName`) or else `Id`; `None`: the first member of `Systems`.
+    pub system_name: Option<String>,
 }
 
 impl Default for RedfishOptions {
@@ -86,6 +89,7 @@ impl Default for RedfishOptions {
             idle_connections_per_bmc: 1,
             idle_connection_timeout: Duration::from_secs(4),
             hedge_after: Some(Duration::from_secs(2)),
+            system_name: None,
         }
     }
 }
@@ -990,7 +994,8 @@ impl RedfishClient {
             .collect())
     }
 
-    /// The computer system this client manages: the first member of `Systems`.
+    /// The computer system this client manages: the one named by `system_name` on a BMC
+    /// with several, else the first member of `Systems`.
     async fn system_path(&self) -> Result<String, BmcError> {
         if let Some(s) = self.found.lock().ok().and_then(|f| f.system.clone()) {
             return Ok(s);
@@ -1002,14 +1007,42 @@ impl RedfishClient {
             .ok_or_else(|| BmcError::Unsupported("Systems".into()))?;
         let mut links = self.member_links(&systems).await?;
         links.sort();
-        let first = links
-            .into_iter()
-            .next()
-            .ok_or_else(|| BmcError::Unsupported("no computer system".into()))?;
+        let chosen = match (&self.options.system_name, links.len()) {
+            (_, 0) => return Err(BmcError::Unsupported("no computer system".into())),
+            // One system: it is the one meant, whatever its name (as bmclib does).
+            (None, _) | (Some(_), 1) => links.swap_remove(0),
+            (Some(wanted), _) => self.system_named(wanted, &links).await?,
+        };
         if let Ok(mut f) = self.found.lock() {
-            f.system = Some(first.clone());
+            f.system = Some(chosen.clone());
         }
-        Ok(first)
+        Ok(chosen)
+    }
+
+    /// The member of `links` whose `Name` is `wanted` (else whose `Id` is). None matching is
+    /// an error rather than a guess: a power action must not reach another node's system.
+    async fn system_named(&self, wanted: &str, links: &[String]) -> Result<String, BmcError> {
+        let mut seen = Vec::with_capacity(links.len());
+        for link in links {
+            let system = self.get(link).await?;
+            let name = string(&system, "Name").unwrap_or_default();
+            let id = string(&system, "Id").unwrap_or_default();
+            if name == wanted {
+                return Ok(link.clone());
+            }
+            seen.push((link.clone(), name, id));
+        }
+        if let Some((link, _, _)) = seen.iter().find(|(_, _, id)| id == wanted) {
+            return Ok(link.clone());
+        }
+        let names: Vec<String> = seen
+            .iter()
+            .map(|(_, name, id)| format!("{name:?} (Id {id:?})"))
+            .collect();
+        Err(BmcError::Config(format!(
+            "no computer system is named {wanted:?} at this BMC; it has {}: set providerOptions.redfish.systemName to one of those names",
+            names.join(", ")
+        )))
     }
 
     async fn system(&self) -> Result<(String, Value, Option<String>), BmcError> {

@@ -200,13 +200,12 @@ pub fn target(connection: &Connection, creds: &Credentials) -> Result<Target, Co
     if options.intel_amt.is_some() {
         ignored.push("providerOptions.intelAMT (ingot speaks Redfish and IPMI, not AMT)");
     }
-    if let Some(r) = &options.redfish {
-        if r.use_basic_auth.is_some() {
-            ignored.push("providerOptions.redfish.useBasicAuth (ingot uses a Redfish session, and Basic authentication only where the BMC has no SessionService)");
-        }
-        if r.system_name.is_some() {
-            ignored.push("providerOptions.redfish.systemName (ingot manages the first system)");
-        }
+    if options
+        .redfish
+        .as_ref()
+        .is_some_and(|r| r.use_basic_auth.is_some())
+    {
+        ignored.push("providerOptions.redfish.useBasicAuth (ingot uses a Redfish session, and Basic authentication only where the BMC has no SessionService)");
     }
     let config = |scheme, port, protocol| BmcConfig {
         endpoint: Endpoint {
@@ -219,9 +218,18 @@ pub fn target(connection: &Connection, creds: &Credentials) -> Result<Target, Co
         protocol: Some(protocol),
         insecure_tls: connection.insecure_tls,
         ca_bundle_pem: None,
+        system_name: None,
     };
+    let system_name = options
+        .redfish
+        .as_ref()
+        .and_then(|r| r.system_name.clone())
+        .filter(|n| !n.is_empty());
     Ok(Target {
-        redfish: config(parsed.scheme, redfish_port, Protocol::Redfish),
+        redfish: BmcConfig {
+            system_name,
+            ..config(parsed.scheme, redfish_port, Protocol::Redfish)
+        },
         ipmi: config(Scheme::Https, ipmi_port, Protocol::Ipmi),
         cipher_suite,
         ipmi_first,
@@ -386,10 +394,15 @@ impl Bmcs {
         closed
     }
 
+    /// A BMC and the system managed on it (Machines naming different systems of one BMC
+    /// have sessions of their own, logged out apart).
     fn key(target: &Target) -> String {
         format!(
-            "{}|{}|{}",
-            target.redfish.endpoint, target.ipmi.endpoint, target.redfish.username
+            "{}|{}|{}|{}",
+            target.redfish.endpoint,
+            target.ipmi.endpoint,
+            target.redfish.username,
+            target.redfish.system_name.as_deref().unwrap_or_default()
         )
     }
 
@@ -581,7 +594,7 @@ mod tests {
     }
 
     #[test]
-    fn ignored_options_are_listed() {
+    fn ignored_options_are_listed_and_the_system_name_is_kept() {
         let opts = ProviderOptions {
             redfish: Some(RedfishOptions {
                 port: None,
@@ -591,7 +604,10 @@ mod tests {
             ..Default::default()
         };
         let t = target(&conn("bmc1", Some(opts)), &creds()).unwrap();
-        assert_eq!(t.ignored.len(), 2);
+        assert_eq!(t.ignored.len(), 1, "{:?}", t.ignored);
+        assert!(t.ignored[0].contains("useBasicAuth"), "{:?}", t.ignored);
+        assert_eq!(t.redfish.system_name.as_deref(), Some("s1"));
+        assert_eq!(t.ipmi.system_name, None);
     }
 
     #[test]

@@ -319,7 +319,19 @@ pub struct Sushy {
     pub dir: PathBuf,
 }
 
+/// A fake system besides the first: its `Name`, `Id` (a UUID) and power state.
+pub struct SushySystem<'a> {
+    pub name: &'a str,
+    pub uuid: &'a str,
+    pub power_state: &'a str,
+}
+
 pub fn start_sushy_tls(user: &str, password: &str) -> Sushy {
+    start_sushy_tls_with(user, password, &[])
+}
+
+/// sushy-tools over TLS with the fake system `fake` (on) and `more` systems.
+pub fn start_sushy_tls_with(user: &str, password: &str, more: &[SushySystem]) -> Sushy {
     let sushy = require_tool("sushy-emulator");
     let python = sushy
         .parent()
@@ -379,8 +391,15 @@ SUSHY_EMULATOR_FAKE_SYSTEMS = [{{
     'power_state': 'On',
     'external_notifier': False,
     'nics': [{{'mac': '00:5c:52:31:3a:9c', 'ip': '127.0.0.2'}}],
-}}]
+}}{more}]
 "#,
+        more = more
+            .iter()
+            .map(|m| format!(
+                ", {{'uuid': '{}', 'name': '{}', 'power_state': '{}', 'external_notifier': False}}",
+                m.uuid, m.name, m.power_state
+            ))
+            .collect::<String>(),
         cert = cert.display(),
         key = key.display(),
         state = dir.join("state").display(),
@@ -407,6 +426,19 @@ SUSHY_EMULATOR_FAKE_SYSTEMS = [{{
 impl Sushy {
     /// The fake system as sushy itself reports it (its own API, not ingot's client).
     pub async fn system(&self, user: &str, password: &str) -> Option<Value> {
+        self.systems(user, password).await.into_iter().next()
+    }
+
+    /// The system named `name`, as sushy reports it.
+    pub async fn system_named(&self, user: &str, password: &str, name: &str) -> Option<Value> {
+        self.systems(user, password)
+            .await
+            .into_iter()
+            .find(|s| s["Name"] == name)
+    }
+
+    /// Every member of sushy's `Systems`, in its order (empty when sushy does not answer).
+    async fn systems(&self, user: &str, password: &str) -> Vec<Value> {
         let http = reqwest::Client::builder()
             .danger_accept_invalid_certs(true)
             .timeout(Duration::from_secs(5))
@@ -414,17 +446,32 @@ impl Sushy {
             .unwrap();
         let base = format!("https://127.0.0.1:{}", self.port);
         let get = |path: String| {
-            http.get(format!("{base}{path}"))
-                .basic_auth(user, Some(password))
-                .send()
+            let url = format!("{base}{path}");
+            let http = &http;
+            async move {
+                http.get(url)
+                    .basic_auth(user, Some(password))
+                    .send()
+                    .await
+                    .ok()?
+                    .json::<Value>()
+                    .await
+                    .ok()
+            }
         };
-        let systems: Value = get("/redfish/v1/Systems".into())
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        let member = systems["Members"][0]["@odata.id"].as_str()?.to_owned();
-        get(member).await.ok()?.json().await.ok()
+        let Some(collection) = get("/redfish/v1/Systems".into()).await else {
+            return Vec::new();
+        };
+        let mut systems = Vec::new();
+        for member in collection["Members"].as_array().into_iter().flatten() {
+            let Some(path) = member["@odata.id"].as_str() else {
+                continue;
+            };
+            match get(path.to_owned()).await {
+                Some(system) => systems.push(system),
+                None => return Vec::new(),
+            }
+        }
+        systems
     }
 }
