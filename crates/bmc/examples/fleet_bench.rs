@@ -201,6 +201,7 @@ async fn ipmi_bench(
             insecure_tls: false,
             ca_bundle_pem: None,
             system_name: None,
+            basic_auth: false,
         }));
     }
     let bound = latency.as_secs_f64() * n as f64 / fleet_limit as f64;
@@ -316,6 +317,7 @@ async fn main() -> anyhow::Result<()> {
                 insecure_tls: false,
                 ca_bundle_pem: None,
                 system_name: None,
+                basic_auth: false,
             }));
         }
         let bound = latency.as_secs_f64() * n as f64 / fleet_limit as f64;

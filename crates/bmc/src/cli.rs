@@ -260,6 +260,7 @@ pub async fn execute_with(
         insecure_tls: args.insecure,
         ca_bundle_pem,
         system_name: None,
+        basic_auth: false,
     });
     let result = dispatch(&bmc, &args.command).await;
     let protocol = bmc.protocol_detected();

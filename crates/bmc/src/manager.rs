@@ -3,7 +3,9 @@
 //! fleet, the working protocol detected once and remembered, every session closed on shutdown.
 
 use crate::error::BmcError;
-use crate::redfish::{RedfishClient, RedfishOptions, RedfishStats, TlsOptions, http_client};
+use crate::redfish::{
+    AuthMode, RedfishClient, RedfishOptions, RedfishStats, TlsOptions, http_client,
+};
 use crate::secret::Password;
 use crate::types::*;
 use crate::{Bmc, Endpoint};
@@ -88,16 +90,23 @@ pub struct BmcConfig {
     /// The Redfish computer system to manage, by its `Name` (or `Id`), on a BMC that has
     /// several (rufio `providerOptions.redfish.systemName`); `None`: the first one.
     pub system_name: Option<String>,
+    /// Redfish with HTTP Basic authentication on every request, never a session (rufio
+    /// `providerOptions.redfish.useBasicAuth`); `false`: a session when the BMC offers one.
+    pub basic_auth: bool,
 }
 
 impl BmcConfig {
-    /// One session per BMC, account and managed system: the system a client manages is
-    /// part of its state.
-    fn key(&self) -> String {
-        match &self.system_name {
-            Some(system) => format!("{}|{}|{system}", self.endpoint, self.username),
-            None => format!("{}|{}", self.endpoint, self.username),
+    /// One client per BMC, account, managed system and authentication: each is part of a
+    /// client's state.
+    pub fn key(&self) -> String {
+        let mut key = format!("{}|{}", self.endpoint, self.username);
+        if let Some(system) = &self.system_name {
+            key.push_str(&format!("|{system}"));
         }
+        if self.basic_auth {
+            key.push_str("|basic");
+        }
+        key
     }
 }
 
@@ -184,6 +193,9 @@ impl RedfishConnector {
             ca_bundle_pem: config.ca_bundle_pem.as_deref().cloned(),
         };
         options.system_name = config.system_name.clone();
+        if config.basic_auth {
+            options.auth = AuthMode::Basic;
+        }
         let key = (config.insecure_tls, config.ca_bundle_pem.clone());
         let http = {
             let mut pools = self

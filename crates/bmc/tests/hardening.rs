@@ -56,6 +56,7 @@ fn config(url: &str) -> BmcConfig {
         insecure_tls: false,
         ca_bundle_pem: None,
         system_name: None,
+        basic_auth: false,
     }
 }
 

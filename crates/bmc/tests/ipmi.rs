@@ -401,6 +401,7 @@ async fn detection_picks_ipmi_when_redfish_is_closed_and_remembers_it() {
         insecure_tls: false,
         ca_bundle_pem: None,
         system_name: None,
+        basic_auth: false,
     };
     let bmc = manager.bmc(config.clone());
     assert_eq!(bmc.power_state().await.unwrap(), PowerState::On);
@@ -517,6 +518,7 @@ async fn the_power_contract_holds_over_redfish_and_ipmi() {
         insecure_tls: false,
         ca_bundle_pem: None,
         system_name: None,
+        basic_auth: false,
     };
     let ipmi_options = IpmiOptions {
         timeout: Duration::from_millis(500),

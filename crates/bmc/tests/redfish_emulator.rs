@@ -332,6 +332,7 @@ async fn manager_bounds_concurrency_and_reuses_sessions() {
             insecure_tls: false,
             ca_bundle_pem: None,
             system_name: None,
+            basic_auth: false,
         })
         .collect();
     // 8 BMCs x 6 concurrent callers each.
@@ -508,6 +509,7 @@ async fn the_observer_sees_calls_by_outcome_and_the_sessions_open() {
         insecure_tls: false,
         ca_bundle_pem: None,
         system_name: None,
+        basic_auth: false,
     };
     let good = config(&fleet.bmcs[0].url());
     let bmc = manager.bmc(good.clone());

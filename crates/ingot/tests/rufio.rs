@@ -625,7 +625,7 @@ async fn the_machine_is_read_again_right_after_its_job() {
         "machine-sample",
         "sample-machine-auth",
         "127.0.0.1",
-        json!({"redfish": {"port": fleet.bmcs[0].addr.port(), "useBasicAuth": true}}),
+        json!({"redfish": {"port": fleet.bmcs[0].addr.port()}, "intelAMT": {"port": 16992}}),
     );
     create(&client, &ns, &m).await;
     let gone = machine_sample(
@@ -689,10 +689,7 @@ async fn the_machine_is_read_again_right_after_its_job() {
         .find(|e| e.reason.as_deref() == Some("ProviderOptionsIgnored"))
         .and_then(|e| e.note)
         .unwrap();
-    assert!(
-        note.contains("providerOptions.redfish.useBasicAuth"),
-        "{note}"
-    );
+    assert!(note.contains("providerOptions.intelAMT"), "{note}");
     ingot.stop();
     delete_all(&client, &ns).await;
 }
@@ -1079,11 +1076,11 @@ async fn wait_crashed(ingot: &mut Proc, point: &str) {
     ingot.child = None;
 }
 
-/// An operator killed at any point neither loses nor repeats a power action; the BMCs count
-/// the requests. Killed after a power-off reached the BMC ahead of its Task, the next process
-/// sends it again (harmless) and goes on with the Job. Killed after a reset reached the BMC
-/// but before its Task recorded that, the next process fails the Task rather than resetting
-/// the machine a second time.
+/// An operator killed at either Rufio crash point neither loses nor repeats a power action;
+/// the BMCs count the requests. Killed after a power-off reached the BMC ahead of its Task,
+/// the next process may send it again (harmless; its client reads the power state first) and
+/// goes on with the Job. Killed after a reset reached the BMC but before its Task recorded
+/// that, the next process fails the Task rather than resetting the machine a second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_operator_neither_loses_nor_repeats_a_power_action() {
     let _serial = SERIAL.lock().await;
@@ -1283,6 +1280,55 @@ async fn the_system_name_picks_the_system_on_a_bmc_with_several() {
         "{message}"
     );
     assert_eq!(power_of("fake").await.as_deref(), Some("On"));
+    drop(ingot);
+    delete_all(&client, &ns).await;
+}
+
+/// `providerOptions.redfish.useBasicAuth: true` sends HTTP Basic credentials with every request
+/// and never opens a Redfish session, as bmclib does with it; a Machine without it logs in
+/// once. The BMCs count the sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn use_basic_auth_opens_no_session() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-basic").await.unwrap();
+    let fleet = machines_on_fleet(&client, &ns, 1, BmcSpec::default()).await;
+    let basic = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        1,
+        BmcSpec {
+            username: SAMPLE_USER.into(),
+            password: SAMPLE_PASSWORD.into(),
+            ..BmcSpec::default()
+        },
+    )
+    .await
+    .unwrap();
+    let m = machine_sample(
+        &ns,
+        "basic",
+        "sample-machine-auth",
+        "127.0.0.1",
+        json!({"redfish": {"port": basic.bmcs[0].addr.port(), "useBasicAuth": true}}),
+    );
+    create(&client, &ns, &m).await;
+    let ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    wait_contactable(&client, &ns, "basic", "on", Duration::from_secs(30)).await;
+    wait_contactable(&client, &ns, "m0", "on", Duration::from_secs(30)).await;
+    let mut j = job_sample(&ns, "basic-off", "basic");
+    j.spec.tasks = serde_json::from_value(json!([{"powerAction": "off"}])).unwrap();
+    create(&client, &ns, &j).await;
+    wait_job(&client, &ns, "basic-off", Duration::from_secs(60), &ingot).await;
+
+    let with_basic = basic.bmcs[0].state.snapshot();
+    assert_eq!(with_basic.power_state, "Off");
+    assert_eq!(with_basic.sessions_created, 0, "a session was opened");
+    assert!(with_basic.requests > 0);
+    assert_eq!(fleet.bmcs[0].state.snapshot().sessions_created, 1);
     drop(ingot);
     delete_all(&client, &ns).await;
 }

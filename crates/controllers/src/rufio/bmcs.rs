@@ -200,13 +200,6 @@ pub fn target(connection: &Connection, creds: &Credentials) -> Result<Target, Co
     if options.intel_amt.is_some() {
         ignored.push("providerOptions.intelAMT (ingot speaks Redfish and IPMI, not AMT)");
     }
-    if options
-        .redfish
-        .as_ref()
-        .is_some_and(|r| r.use_basic_auth.is_some())
-    {
-        ignored.push("providerOptions.redfish.useBasicAuth (ingot uses a Redfish session, and Basic authentication only where the BMC has no SessionService)");
-    }
     let config = |scheme, port, protocol| BmcConfig {
         endpoint: Endpoint {
             scheme,
@@ -219,15 +212,15 @@ pub fn target(connection: &Connection, creds: &Credentials) -> Result<Target, Co
         insecure_tls: connection.insecure_tls,
         ca_bundle_pem: None,
         system_name: None,
+        basic_auth: false,
     };
-    let system_name = options
-        .redfish
-        .as_ref()
-        .and_then(|r| r.system_name.clone())
-        .filter(|n| !n.is_empty());
+    let redfish = options.redfish.as_ref();
     Ok(Target {
         redfish: BmcConfig {
-            system_name,
+            system_name: redfish
+                .and_then(|r| r.system_name.clone())
+                .filter(|n| !n.is_empty()),
+            basic_auth: redfish.and_then(|r| r.use_basic_auth) == Some(true),
             ..config(parsed.scheme, redfish_port, Protocol::Redfish)
         },
         ipmi: config(Scheme::Https, ipmi_port, Protocol::Ipmi),
@@ -394,16 +387,11 @@ impl Bmcs {
         closed
     }
 
-    /// A BMC and the system managed on it (Machines naming different systems of one BMC
-    /// have sessions of their own, logged out apart).
+    /// A BMC as its Redfish client sees it (the system managed on it and the authentication
+    /// are part of that: such Machines have clients of their own, logged out apart), and its
+    /// IPMI address.
     fn key(target: &Target) -> String {
-        format!(
-            "{}|{}|{}|{}",
-            target.redfish.endpoint,
-            target.ipmi.endpoint,
-            target.redfish.username,
-            target.redfish.system_name.as_deref().unwrap_or_default()
-        )
+        format!("{}|{}", target.redfish.key(), target.ipmi.endpoint)
     }
 
     fn handle(&self, target: &Target, protocol: Protocol) -> ManagedBmc {
@@ -594,7 +582,7 @@ mod tests {
     }
 
     #[test]
-    fn ignored_options_are_listed_and_the_system_name_is_kept() {
+    fn redfish_options_reach_the_redfish_client_only() {
         let opts = ProviderOptions {
             redfish: Some(RedfishOptions {
                 port: None,
@@ -604,10 +592,11 @@ mod tests {
             ..Default::default()
         };
         let t = target(&conn("bmc1", Some(opts)), &creds()).unwrap();
-        assert_eq!(t.ignored.len(), 1, "{:?}", t.ignored);
-        assert!(t.ignored[0].contains("useBasicAuth"), "{:?}", t.ignored);
+        assert!(t.ignored.is_empty(), "{:?}", t.ignored);
         assert_eq!(t.redfish.system_name.as_deref(), Some("s1"));
+        assert!(t.redfish.basic_auth);
         assert_eq!(t.ipmi.system_name, None);
+        assert!(!t.ipmi.basic_auth);
     }
 
     #[test]
