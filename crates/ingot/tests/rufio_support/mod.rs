@@ -312,7 +312,8 @@ pub async fn delete_all(client: &Client, ns: &str) {
         .await;
 }
 
-/// sushy-tools' emulator over TLS (a self-signed certificate) with one fake system, on.
+/// sushy-tools' emulator over TLS (a self-signed certificate): the fake system `fake` (on),
+/// then any others it was started with.
 pub struct Sushy {
     _child: ChildGuard,
     pub port: u16,
