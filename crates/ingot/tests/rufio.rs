@@ -920,7 +920,8 @@ async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
 
 /// A repeatable action does not wait for the API server to store its Task: the Job sends it
 /// first, so the BMC has it by the time the Task appears. The Task is created marked `sent`
-/// and only verifies, so the BMC receives the action once.
+/// and only verifies, so the BMC receives the action once; the effect already shows, so one
+/// status write starts and completes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeatable_action_reaches_the_bmc_before_its_task_exists() {
     use futures::StreamExt;
@@ -972,6 +973,43 @@ async fn a_repeatable_action_reaches_the_bmc_before_its_task_exists() {
             .get(ingot_controllers::rufio::task::SENT_ANNOTATION)
             .map(String::as_str),
         Some("sent")
+    );
+    // The power-off took effect (200 ms) before the Task's first reading of the BMC (300 ms):
+    // one status write starts and completes the Task, so no version of it has a `startTime`
+    // without being `Completed`.
+    let completed = |t: &Task| {
+        t.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Completed" && c.status == "True")
+        })
+    };
+    let mut versions = vec![first];
+    while !versions.last().is_some_and(completed) {
+        let next = tokio::time::timeout(Duration::from_secs(30), appeared.next())
+            .await
+            .expect("the Task completed within 30 s")
+            .expect("the Task watch")
+            .expect("a Task");
+        versions.push(next);
+    }
+    let started_only = versions
+        .iter()
+        .filter(|t| !completed(t) && t.status.as_ref().is_some_and(|s| s.start_time.is_some()))
+        .count();
+    assert_eq!(
+        started_only,
+        0,
+        "a Task whose action already shows was started and completed in two writes: {:?}",
+        versions.iter().map(|t| &t.status).collect::<Vec<_>>()
+    );
+    let done = versions
+        .last()
+        .and_then(|t| t.status.as_ref())
+        .expect("a status");
+    assert!(
+        done.start_time.is_some() && done.completion_time.is_some(),
+        "{done:?}"
     );
     wait_job(&client, &ns, "off", Duration::from_secs(30), &ingot).await;
     assert_eq!(fleet.bmcs[0].state.snapshot().power_state, "Off");
