@@ -437,6 +437,7 @@ async fn job_latency(client: &Client, ns: &str, n: usize, fleets: &Fleets) -> Jo
         })
     };
     let api: Api<Job> = Api::namespaced(client.clone(), ns);
+    let writes_before = api_writes(client).await;
     let first_create = Instant::now();
     let created: HashMap<usize, (Instant, Instant)> = futures::stream::iter(0..n)
         .map(|i| {
@@ -459,6 +460,8 @@ async fn job_latency(client: &Client, ns: &str, n: usize, fleets: &Fleets) -> Jo
         .await;
     let seen = sampler.await.unwrap();
     let delivered = delivered.await.unwrap_or_default();
+    let finished = all_jobs_finished(&api, n).await;
+    let writes = api_writes(client).await;
     let _ = stop_tx.send(true);
     let _ = handle.await;
     let ms = |from: Instant, to: Instant| to.duration_since(from).as_secs_f64() * 1000.0;
@@ -494,7 +497,75 @@ async fn job_latency(client: &Client, ns: &str, n: usize, fleets: &Fleets) -> Jo
         delivered_p99: quantile(&mut after_delivery, 0.99),
         creates_ms: all_created.map_or(0.0, |done| ms(first_create, done)),
         create_call_p99: quantile(&mut create_calls, 0.99),
+        finished,
+        writes: writes
+            .into_iter()
+            .map(|(what, count)| {
+                let before = writes_before.get(&what).copied().unwrap_or(0.0);
+                (what, count - before)
+            })
+            .filter(|(_, count)| *count > 0.0)
+            .collect(),
     }
+}
+
+/// Waits (up to 5 minutes) until every Job is `Completed` or `Failed`; how many are.
+async fn all_jobs_finished(api: &Api<Job>, n: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let finished = api
+            .list(&Default::default())
+            .await
+            .map(|jobs| {
+                jobs.items
+                    .iter()
+                    .filter(|j| ingot_controllers::rufio::job::finished(j))
+                    .count()
+            })
+            .unwrap_or(0);
+        if finished >= n || Instant::now() > deadline {
+            return finished;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The API server's count of writes (`POST`, `PUT`, `PATCH`, `DELETE`) to Rufio's resources,
+/// by verb and resource, from its own `apiserver_request_total`.
+async fn api_writes(client: &Client) -> std::collections::BTreeMap<String, f64> {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.unwrap_or_default();
+    let mut counts = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let verb = label("verb");
+        if label("group") != "bmc.tinkerbell.org"
+            || !matches!(verb.as_str(), "POST" | "PUT" | "PATCH" | "DELETE")
+        {
+            continue;
+        }
+        let subresource = label("subresource");
+        let resource = if subresource.is_empty() {
+            label("resource")
+        } else {
+            format!("{}/{subresource}", label("resource"))
+        };
+        *counts.entry(format!("{verb} {resource}")).or_insert(0.0) +=
+            value.trim().parse::<f64>().unwrap_or(0.0);
+    }
+    counts
 }
 
 /// What [`job_latency`] measured, in ms.
@@ -518,6 +589,11 @@ struct JobLatency {
     /// From the first create call to the last one's answer: the API server's own share.
     creates_ms: f64,
     create_call_p99: f64,
+    /// Jobs `Completed` or `Failed` when the writes were counted.
+    finished: usize,
+    /// Writes to Rufio's resources from the first create until every Job finished, by verb
+    /// and resource (the Job creates included).
+    writes: std::collections::BTreeMap<String, f64>,
 }
 
 fn quantile(values: &mut [f64], q: f64) -> f64 {
@@ -639,6 +715,17 @@ async fn main() {
     println!(
         "the API server took {:.0} ms to answer the {n} creates (64 at a time; one create call p99 {:.0} ms)",
         l.creates_ms, l.create_call_p99
+    );
+    let total: f64 = l.writes.values().sum();
+    println!(
+        "API writes to Rufio's resources until {} of {n} Jobs finished: {:.2} per Job ({})",
+        l.finished,
+        total / n as f64,
+        l.writes
+            .iter()
+            .map(|(what, count)| format!("{what} {count:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     println!(
         "Redfish sessions still open on the BMCs: {}",
