@@ -562,8 +562,16 @@ async fn api_writes(client: &Client) -> std::collections::BTreeMap<String, f64> 
         } else {
             format!("{}/{subresource}", label("resource"))
         };
-        *counts.entry(format!("{verb} {resource}")).or_insert(0.0) +=
-            value.trim().parse::<f64>().unwrap_or(0.0);
+        // Refused writes (a conflict, an existing name) are listed apart, with their code.
+        let code = label("code");
+        let refused = if code.starts_with('2') {
+            String::new()
+        } else {
+            format!(" ({code})")
+        };
+        *counts
+            .entry(format!("{verb} {resource}{refused}"))
+            .or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
     }
     counts
 }

@@ -921,7 +921,7 @@ async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
 /// A repeatable action does not wait for the API server to store its Task: the Job sends it
 /// first, so the BMC has it by the time the Task appears. The Task is created marked `sent`
 /// and only verifies, so the BMC receives the action once; the effect already shows, so one
-/// status write starts and completes it.
+/// status write starts and completes it. The Task is created once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeatable_action_reaches_the_bmc_before_its_task_exists() {
     use futures::StreamExt;
@@ -943,10 +943,14 @@ async fn a_repeatable_action_reaches_the_bmc_before_its_task_exists() {
         },
     )
     .await;
+    let port = free_port();
     let mut ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
-        &["--rufio-machine-interval-seconds=600"],
+        &[
+            &format!("--http-addr=127.0.0.1:{port}"),
+            "--rufio-machine-interval-seconds=600",
+        ],
     );
     wait_contactable(&client, &ns, "m0", "on", Duration::from_secs(30)).await;
 
@@ -1017,6 +1021,13 @@ async fn a_repeatable_action_reaches_the_bmc_before_its_task_exists() {
         fleet.bmcs[0].state.reset_requests(),
         ["ForceOff"],
         "sent once"
+    );
+    // The Job's `Running` write wakes it again before the Task cache shows the Task it just
+    // created: it waits for the Task instead of creating it again (a 409).
+    assert_eq!(
+        kube_requests(port, "create", "tasks").await,
+        1.0,
+        "Task creates sent by the operator"
     );
     ingot.stop();
     delete_all(&client, &ns).await;

@@ -28,6 +28,9 @@ pub const RUNNING: &str = "Running";
 pub const COMPLETED: &str = "Completed";
 pub const FAILED: &str = "Failed";
 const API_VERSION: &str = "bmc.tinkerbell.org/v1alpha1";
+/// How long a Job waits for the Task cache to show a Task this process created before it
+/// creates that Task again (the cache normally shows it within a second).
+const CREATED_WAIT: Duration = Duration::from_secs(30);
 
 pub async fn run(
     ctx: Arc<RufioContext>,
@@ -275,6 +278,9 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
             Ok(task) => task,
             Err(super::CacheNotReady) => tasks.get_opt(&task_name(&name, i)).await?.map(Arc::new),
         };
+        if task.is_some() {
+            ctx.task_seen(&format!("{namespace}/{}", task_name(&name, i)));
+        }
         let state = task_state(task.as_deref(), job);
         let done = state == TaskState::Completed;
         states.push(state);
@@ -282,7 +288,19 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
             break;
         }
     }
-    match next_step(&namespace, &name, &states, job.spec.tasks.len()) {
+    let step = next_step(&namespace, &name, &states, job.spec.tasks.len());
+    let uid = job.metadata.uid.clone().unwrap_or_default();
+    // A Task this process created a moment ago that the cache does not show yet (this
+    // reconcile was woken by the Job's own status write): the Task's watch event wakes the
+    // Job. Creating it again would only be refused (409) after sending its action again.
+    if let Step::Create(i) = step
+        && let Some(ago) = ctx.created_ago(&format!("{namespace}/{}", task_name(&name, i)), &uid)
+        && ago < CREATED_WAIT
+    {
+        write(&jobs, &name, &status, &before).await?;
+        return Ok(Action::requeue(CREATED_WAIT - ago));
+    }
+    match step {
         Step::Wait => {}
         Step::Create(i) => {
             // The Task and the Job's `Running` status are written at once: neither needs the
@@ -302,7 +320,16 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
                         task.annotations_mut()
                             .insert(SENT_ANNOTATION.to_owned(), "sent".to_owned());
                     }
-                    tasks.create(&PostParams::default(), &task).await
+                    let created = tasks.create(&PostParams::default(), &task).await;
+                    let exists = match &created {
+                        Ok(_) => true,
+                        Err(kube::Error::Api(s)) => s.code == 409,
+                        Err(_) => false,
+                    };
+                    if exists {
+                        ctx.task_created(super::key_of(&task), &uid);
+                    }
+                    created
                 },
                 write(&jobs, &name, &running, &before)
             );

@@ -111,6 +111,9 @@ pub struct RufioContext {
     /// Actions sent ahead of their Task as soon as a new Job was seen, by Task key: whether
     /// the BMC accepted them (`None` while sending), for the Job's reconcile to take.
     sent_ahead: Mutex<HashMap<String, (std::time::Instant, SendAhead)>>,
+    /// Tasks this process created (or found existing), by Task key: when, and for which Job
+    /// UID, until the Task cache shows them.
+    created: Mutex<HashMap<String, (std::time::Instant, String)>>,
     /// The Machine and Task controllers' caches: which objects still exist.
     machines: OnceLock<Store<Machine>>,
     tasks: OnceLock<Store<Task>>,
@@ -169,6 +172,7 @@ impl RufioContext {
             polled: Mutex::default(),
             attempts: Mutex::default(),
             sent_ahead: Mutex::default(),
+            created: Mutex::default(),
             machines: OnceLock::new(),
             tasks: OnceLock::new(),
         }
@@ -238,9 +242,29 @@ impl RufioContext {
         rx.wait_for(Option::is_some).await.ok().and_then(|v| *v)
     }
 
-    /// Forgets sends ahead no reconcile took (their Job went before it was reconciled).
+    /// Forgets sends ahead no reconcile took (their Job went before it was reconciled), and
+    /// Tasks created that long ago.
     fn forget_stale_sends_ahead(&self, older_than: Duration) {
         Self::lock(&self.sent_ahead).retain(|_, (at, _)| at.elapsed() < older_than);
+        Self::lock(&self.created).retain(|_, (at, _)| at.elapsed() < older_than);
+    }
+
+    /// Records that Task `key` of the Job with this UID exists (created, or answered 409).
+    fn task_created(&self, key: String, job_uid: &str) {
+        Self::lock(&self.created).insert(key, (std::time::Instant::now(), job_uid.to_owned()));
+    }
+
+    /// How long ago this process created Task `key` for the Job with this UID, if it did.
+    fn created_ago(&self, key: &str, job_uid: &str) -> Option<Duration> {
+        Self::lock(&self.created)
+            .get(key)
+            .filter(|(_, uid)| uid == job_uid)
+            .map(|(at, _)| at.elapsed())
+    }
+
+    /// The Task cache shows Task `key`: nothing more to remember of its create.
+    fn task_seen(&self, key: &str) {
+        Self::lock(&self.created).remove(key);
     }
 
     /// The API of `K` in the watched namespace (or all namespaces).
