@@ -231,7 +231,8 @@ pub fn next_step(namespace: &str, job: &str, states: &[TaskState], total: usize)
     }
 }
 
-async fn reconcile(job: Arc<Job>, ctx: Arc<RufioContext>) -> Result<Action, Error> {
+/// One reconciliation of a Job (what the controller runs for each change).
+pub async fn reconcile(job: Arc<Job>, ctx: Arc<RufioContext>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = reconcile_inner(&job, &ctx).await;
     ctx.metrics.reconciled(CONTROLLER, started.elapsed());
@@ -247,7 +248,19 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut status = job.status.clone().unwrap_or_default();
     let mut before = status.clone();
-    if !has_true(&status.conditions, RUNNING) {
+    let uid = job.metadata.uid.clone().unwrap_or_default();
+    let running_write = format!("Job {namespace}/{name}");
+    if has_true(&status.conditions, RUNNING) {
+        ctx.seen(&running_write);
+    } else {
+        // This copy is older than the `Running` this process wrote (a Task's change woke
+        // the Job before the Job's own watch caught up): that write's watch event brings the
+        // newer copy. Writing `Running` again would move `startTime`.
+        if let Some(ago) = ctx.wrote_ago(&running_write, &uid)
+            && ago < CREATED_WAIT
+        {
+            return Ok(Action::requeue(CREATED_WAIT - ago));
+        }
         status.start_time = Some(Time(Timestamp::now()));
         set(&mut status.conditions, RUNNING, None);
     }
@@ -279,7 +292,7 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
             Err(super::CacheNotReady) => tasks.get_opt(&task_name(&name, i)).await?.map(Arc::new),
         };
         if task.is_some() {
-            ctx.task_seen(&format!("{namespace}/{}", task_name(&name, i)));
+            ctx.seen(&format!("Task {namespace}/{}", task_name(&name, i)));
         }
         let state = task_state(task.as_deref(), job);
         let done = state == TaskState::Completed;
@@ -289,15 +302,13 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
         }
     }
     let step = next_step(&namespace, &name, &states, job.spec.tasks.len());
-    let uid = job.metadata.uid.clone().unwrap_or_default();
     // A Task this process created a moment ago that the cache does not show yet (this
     // reconcile was woken by the Job's own status write): the Task's watch event wakes the
     // Job. Creating it again would only be refused (409) after sending its action again.
     if let Step::Create(i) = step
-        && let Some(ago) = ctx.created_ago(&format!("{namespace}/{}", task_name(&name, i)), &uid)
+        && let Some(ago) = ctx.wrote_ago(&format!("Task {namespace}/{}", task_name(&name, i)), &uid)
         && ago < CREATED_WAIT
     {
-        write(&jobs, &name, &status, &before).await?;
         return Ok(Action::requeue(CREATED_WAIT - ago));
     }
     match step {
@@ -327,13 +338,16 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
                         Err(_) => false,
                     };
                     if exists {
-                        ctx.task_created(super::key_of(&task), &uid);
+                        ctx.wrote(format!("Task {}", super::key_of(&task)), &uid);
                     }
                     created
                 },
                 write(&jobs, &name, &running, &before)
             );
             written?;
+            if !has_true(&before.conditions, RUNNING) {
+                ctx.wrote(running_write.clone(), &uid);
+            }
             before = running;
             if let Err(e) = created {
                 match e {

@@ -111,9 +111,9 @@ pub struct RufioContext {
     /// Actions sent ahead of their Task as soon as a new Job was seen, by Task key: whether
     /// the BMC accepted them (`None` while sending), for the Job's reconcile to take.
     sent_ahead: Mutex<HashMap<String, (std::time::Instant, SendAhead)>>,
-    /// Tasks this process created (or found existing), by Task key: when, and for which Job
-    /// UID, until the Task cache shows them.
-    created: Mutex<HashMap<String, (std::time::Instant, String)>>,
+    /// Writes of this process that its caches do not show yet (a Task created, a Job's
+    /// `Running`), by `Kind namespace/name`: when, and for which Job UID.
+    own_writes: Mutex<HashMap<String, (std::time::Instant, String)>>,
     /// The Machine and Task controllers' caches: which objects still exist.
     machines: OnceLock<Store<Machine>>,
     tasks: OnceLock<Store<Task>>,
@@ -172,7 +172,7 @@ impl RufioContext {
             polled: Mutex::default(),
             attempts: Mutex::default(),
             sent_ahead: Mutex::default(),
-            created: Mutex::default(),
+            own_writes: Mutex::default(),
             machines: OnceLock::new(),
             tasks: OnceLock::new(),
         }
@@ -243,28 +243,29 @@ impl RufioContext {
     }
 
     /// Forgets sends ahead no reconcile took (their Job went before it was reconciled), and
-    /// Tasks created that long ago.
-    fn forget_stale_sends_ahead(&self, older_than: Duration) {
+    /// own writes made that long ago.
+    fn forget_stale(&self, older_than: Duration) {
         Self::lock(&self.sent_ahead).retain(|_, (at, _)| at.elapsed() < older_than);
-        Self::lock(&self.created).retain(|_, (at, _)| at.elapsed() < older_than);
+        Self::lock(&self.own_writes).retain(|_, (at, _)| at.elapsed() < older_than);
     }
 
-    /// Records that Task `key` of the Job with this UID exists (created, or answered 409).
-    fn task_created(&self, key: String, job_uid: &str) {
-        Self::lock(&self.created).insert(key, (std::time::Instant::now(), job_uid.to_owned()));
+    /// Records a write of this process for the Job with this UID (`what`: `Kind ns/name`).
+    fn wrote(&self, what: String, job_uid: &str) {
+        Self::lock(&self.own_writes).insert(what, (std::time::Instant::now(), job_uid.to_owned()));
     }
 
-    /// How long ago this process created Task `key` for the Job with this UID, if it did.
-    fn created_ago(&self, key: &str, job_uid: &str) -> Option<Duration> {
-        Self::lock(&self.created)
-            .get(key)
+    /// How long ago this process made that write for the Job with this UID, if it did and
+    /// its cache has not shown it since.
+    fn wrote_ago(&self, what: &str, job_uid: &str) -> Option<Duration> {
+        Self::lock(&self.own_writes)
+            .get(what)
             .filter(|(_, uid)| uid == job_uid)
             .map(|(at, _)| at.elapsed())
     }
 
-    /// The Task cache shows Task `key`: nothing more to remember of its create.
-    fn task_seen(&self, key: &str) {
-        Self::lock(&self.created).remove(key);
+    /// The cache shows that write: nothing more to remember of it.
+    fn seen(&self, what: &str) {
+        Self::lock(&self.own_writes).remove(what);
     }
 
     /// The API of `K` in the watched namespace (or all namespaces).
@@ -382,7 +383,7 @@ async fn evict_unused_bmcs(
     let sweep = async {
         loop {
             tokio::time::sleep(ctx.settings.evict_interval).await;
-            ctx.forget_stale_sends_ahead(ctx.settings.evict_interval);
+            ctx.forget_stale(ctx.settings.evict_interval);
             let closed = ctx.evict_unused_bmcs().await;
             if closed > 0 {
                 tracing::info!(
