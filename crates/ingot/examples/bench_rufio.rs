@@ -717,7 +717,7 @@ async fn main() {
         l.watch_p50, l.watch_p99
     );
     println!(
-        "  measured from each Job's arrival at that watcher: p50 {:.0} ms, p99 {:.0} ms (the operator's own share, the BMC's {latency_ms} ms included)",
+        "  measured from each Job's arrival at that watcher: p50 {:.0} ms, p99 {:.0} ms (the operator's own share, the power-off's two Redfish requests at the BMC included)",
         l.delivered_p50, l.delivered_p99
     );
     println!(
