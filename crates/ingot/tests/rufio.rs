@@ -306,22 +306,14 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
 
     // Twenty healthy Redfish BMCs over TLS, and one that never answers.
     let healthy = 20;
-    let spec = BmcSpec {
-        username: SAMPLE_USER.into(),
-        password: SAMPLE_PASSWORD.into(),
-        latency: Duration::from_millis(20),
-        ..BmcSpec::default()
-    };
-    let fleet = Fleet::uniform(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
+    let fleet = sample_fleet(
         healthy + 1,
-        spec,
+        BmcSpec {
+            latency: Duration::from_millis(20),
+            ..BmcSpec::default()
+        },
     )
-    .await
-    .unwrap();
+    .await;
     let dead = &fleet.bmcs[healthy];
     dead.state
         .set_fault(Some(Fault::Slow { delay_ms: 120_000 }));
@@ -512,23 +504,15 @@ async fn reboots_are_sent_exactly_once() {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     let ns = env.namespace("rufio-once").await.unwrap();
-    let spec = BmcSpec {
-        username: SAMPLE_USER.into(),
-        password: SAMPLE_PASSWORD.into(),
-        power_delay: Duration::from_millis(300),
-        ..BmcSpec::default()
-    };
     // One Redfish BMC per vendor profile, and two IPMI BMCs.
-    let fleet = Fleet::uniform(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
+    let fleet = sample_fleet(
         4,
-        spec,
+        BmcSpec {
+            power_delay: Duration::from_millis(300),
+            ..BmcSpec::default()
+        },
     )
-    .await
-    .unwrap();
+    .await;
     let mut ipmi_cfg = ingot_ipmi_sim::FleetConfig::uniform(2, SAMPLE_PASSWORD);
     for b in &mut ipmi_cfg.bmcs {
         b.power_on = true;
@@ -597,21 +581,14 @@ async fn the_machine_is_read_again_right_after_its_job() {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     let ns = env.namespace("rufio-refresh").await.unwrap();
-    let fleet = Fleet::uniform(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
+    let fleet = sample_fleet(
         1,
         BmcSpec {
-            username: SAMPLE_USER.into(),
-            password: SAMPLE_PASSWORD.into(),
             power_delay: Duration::from_millis(200),
             ..BmcSpec::default()
         },
     )
-    .await
-    .unwrap();
+    .await;
     create_secret(
         &client,
         &ns,
@@ -703,20 +680,7 @@ async fn the_secret_is_read_once_and_again_when_it_changes() {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     let ns = env.namespace("rufio-secret").await.unwrap();
-    let fleet = Fleet::uniform(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
-        1,
-        BmcSpec {
-            username: SAMPLE_USER.into(),
-            password: SAMPLE_PASSWORD.into(),
-            ..BmcSpec::default()
-        },
-    )
-    .await
-    .unwrap();
+    let fleet = sample_fleet(1, BmcSpec::default()).await;
     let secret = "sample-machine-auth";
     create_secret(&client, &ns, secret, SAMPLE_USER, SAMPLE_PASSWORD).await;
     let m = machine_sample(
@@ -809,10 +773,10 @@ async fn the_secret_is_read_once_and_again_when_it_changes() {
     delete_all(&client, &ns).await;
 }
 
-/// A fleet of `n` emulated BMCs over TLS with the sample credentials (`spec` for the rest),
-/// the sample Secret, and one Machine `m<i>` per BMC (Redfish port given, IPMI closed).
-async fn machines_on_fleet(client: &kube::Client, ns: &str, n: usize, spec: BmcSpec) -> Fleet {
-    let fleet = Fleet::uniform(
+/// A fleet of `n` emulated BMCs over TLS that take the sample credentials (`spec` for the
+/// rest).
+async fn sample_fleet(n: usize, spec: BmcSpec) -> Fleet {
+    Fleet::uniform(
         FleetOptions {
             tls: true,
             ..FleetOptions::default()
@@ -825,7 +789,13 @@ async fn machines_on_fleet(client: &kube::Client, ns: &str, n: usize, spec: BmcS
         },
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// A [`sample_fleet`], the sample Secret, and one Machine `m<i>` per BMC (Redfish port given,
+/// IPMI closed).
+async fn machines_on_fleet(client: &kube::Client, ns: &str, n: usize, spec: BmcSpec) -> Fleet {
+    let fleet = sample_fleet(n, spec).await;
     create_secret(
         client,
         ns,
@@ -1258,20 +1228,7 @@ async fn the_system_name_picks_the_system_on_a_bmc_with_several() {
     )
     .await;
     // On a BMC with one system, that system is meant whatever the name says (as bmclib).
-    let single = Fleet::uniform(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
-        1,
-        BmcSpec {
-            username: SAMPLE_USER.into(),
-            password: SAMPLE_PASSWORD.into(),
-            ..BmcSpec::default()
-        },
-    )
-    .await
-    .unwrap();
+    let single = sample_fleet(1, BmcSpec::default()).await;
     let machines = [
         ("blade", sushy.port, "blade-2"),
         (
@@ -1343,20 +1300,7 @@ async fn use_basic_auth_opens_no_session() {
     let client = env.client().unwrap();
     let ns = env.namespace("rufio-basic").await.unwrap();
     let fleet = machines_on_fleet(&client, &ns, 1, BmcSpec::default()).await;
-    let basic = Fleet::uniform(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
-        1,
-        BmcSpec {
-            username: SAMPLE_USER.into(),
-            password: SAMPLE_PASSWORD.into(),
-            ..BmcSpec::default()
-        },
-    )
-    .await
-    .unwrap();
+    let basic = sample_fleet(1, BmcSpec::default()).await;
     let m = machine_sample(
         &ns,
         "basic",
