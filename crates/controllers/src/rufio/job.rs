@@ -28,9 +28,9 @@ pub const RUNNING: &str = "Running";
 pub const COMPLETED: &str = "Completed";
 pub const FAILED: &str = "Failed";
 const API_VERSION: &str = "bmc.tinkerbell.org/v1alpha1";
-/// How long a Job waits for the Task cache to show a Task this process created before it
-/// creates that Task again (the cache normally shows it within a second).
-const CREATED_WAIT: Duration = Duration::from_secs(30);
+/// How long a Job waits for its caches to show a write of this process (a Task it created,
+/// its own `Running`) before it acts without it (they normally show it within a second).
+const OWN_WRITE_WAIT: Duration = Duration::from_secs(30);
 
 pub async fn run(
     ctx: Arc<RufioContext>,
@@ -257,9 +257,9 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
         // the Job before the Job's own watch caught up): that write's watch event brings the
         // newer copy. Writing `Running` again would move `startTime`.
         if let Some(ago) = ctx.wrote_ago(&running_write, &uid)
-            && ago < CREATED_WAIT
+            && ago < OWN_WRITE_WAIT
         {
-            return Ok(Action::requeue(CREATED_WAIT - ago));
+            return Ok(Action::requeue(OWN_WRITE_WAIT - ago));
         }
         status.start_time = Some(Time(Timestamp::now()));
         set(&mut status.conditions, RUNNING, None);
@@ -307,9 +307,9 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
     // Job. Creating it again would only be refused (409) after sending its action again.
     if let Step::Create(i) = step
         && let Some(ago) = ctx.wrote_ago(&format!("Task {namespace}/{}", task_name(&name, i)), &uid)
-        && ago < CREATED_WAIT
+        && ago < OWN_WRITE_WAIT
     {
-        return Ok(Action::requeue(CREATED_WAIT - ago));
+        return Ok(Action::requeue(OWN_WRITE_WAIT - ago));
     }
     match step {
         Step::Wait => {}
