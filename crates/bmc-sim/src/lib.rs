@@ -67,7 +67,13 @@ pub struct Quirks {
     /// A refused login's error message quotes the request body (password included), as
     /// some BMC firmware does.
     pub echo_login_body: bool,
+    /// The session collection is served at [`MOVED_SESSIONS`] (the root's `Links.Sessions`
+    /// says so) and its usual URI answers 404.
+    pub sessions_elsewhere: bool,
 }
+
+/// Where a BMC with [`Quirks::sessions_elsewhere`] serves its session collection.
+pub const MOVED_SESSIONS: &str = "/redfish/v1/AccountService/Sessions";
 
 /// How to build one BMC.
 #[derive(Clone, Debug)]

@@ -185,6 +185,17 @@ async fn handle(State(b): State<Bmc>, req: Request) -> Response {
     }
     b.counters.requests.fetch_add(1, Ordering::Relaxed);
     let _in_flight = InFlightGuard::enter(&b);
+    let path = if b.lock().quirks.sessions_elsewhere {
+        if path.starts_with(USUAL_SESSIONS) {
+            return not_found();
+        }
+        match path.strip_prefix(crate::MOVED_SESSIONS) {
+            Some(rest) => format!("{USUAL_SESSIONS}{rest}"),
+            None => path,
+        }
+    } else {
+        path
+    };
 
     let fault = b.fault();
     let mut delay = b.spec.latency;
@@ -378,7 +389,7 @@ fn route(
             "ServiceEnabled": true,
             "SessionTimeout": b.spec.session_timeout.as_secs().clamp(30, 86400),
             "Status": status_ok(),
-            "Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"},
+            "Sessions": {"@odata.id": sessions_uri(b)},
         }));
     }
     if path == "/redfish/v1/SessionService/Sessions" {
@@ -659,7 +670,7 @@ fn create_session(b: &Bmc, body: Option<Value>, fault: Option<Fault>) -> Respons
     drop(g);
     b.counters.sessions_created.fetch_add(1, Ordering::Relaxed);
     b.counters.peak_sessions.fetch_max(live, Ordering::Relaxed);
-    let path = format!("/redfish/v1/SessionService/Sessions/{id}");
+    let path = format!("{}/{id}", sessions_uri(b));
     let location = if b.profile.absolute_session_location {
         // iLO answers with an absolute URL; the host part is whatever the client used.
         format!("https://bmc.invalid{path}")
@@ -686,6 +697,17 @@ fn create_session(b: &Bmc, body: Option<Value>, fault: Option<Fault>) -> Respons
     r
 }
 
+const USUAL_SESSIONS: &str = "/redfish/v1/SessionService/Sessions";
+
+/// The session collection's URI as this BMC shows it.
+fn sessions_uri(b: &BmcState) -> &'static str {
+    if b.lock().quirks.sessions_elsewhere {
+        crate::MOVED_SESSIONS
+    } else {
+        USUAL_SESSIONS
+    }
+}
+
 fn service_root(b: &BmcState) -> Value {
     let mut root = json!({
         "@odata.id": "/redfish/v1/",
@@ -701,7 +723,7 @@ fn service_root(b: &BmcState) -> Value {
         "Managers": {"@odata.id": "/redfish/v1/Managers"},
         "SessionService": {"@odata.id": "/redfish/v1/SessionService"},
         "EventService": {"@odata.id": "/redfish/v1/EventService"},
-        "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}},
+        "Links": {"Sessions": {"@odata.id": sessions_uri(b)}},
     });
     if b.lock().quirks.log_page_size.is_some() {
         root["ProtocolFeaturesSupported"] = json!({"TopSkipQuery": true});

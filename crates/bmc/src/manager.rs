@@ -114,8 +114,8 @@ impl BmcConfig {
 #[async_trait]
 pub trait Connector: Send + Sync {
     fn protocol(&self) -> Protocol;
-    /// Builds a client and checks that the protocol answers at this endpoint (without
-    /// changing anything on the BMC).
+    /// Builds a client and checks that the protocol answers at this endpoint, without
+    /// changing the machine (a Redfish client checks by logging in, and keeps the session).
     async fn connect(&self, config: &BmcConfig) -> Result<Arc<dyn Bmc>, BmcError>;
 
     /// Like `connect`, with the client taking a permit of `gate` (the manager's fleet limit)

@@ -3,11 +3,11 @@
 
 mod common;
 
-use common::poll_until;
+use common::{bmc_config, poll_until};
 use ingot_bmc::manager::{BmcConfig, ManagerOptions, SessionManager};
 use ingot_bmc::redfish::{AuthMode, RedfishClient, RedfishOptions, TlsOptions};
 use ingot_bmc::*;
-use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, SimBmc, Vendor};
+use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Quirks, SimBmc, Vendor};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,6 +67,80 @@ async fn one_session_reused_and_closed() {
     assert_eq!(s.sessions, 1);
     c.close().await.unwrap();
     assert_eq!(b.state.snapshot().sessions, 0, "logout on close");
+}
+
+#[tokio::test]
+async fn a_first_contact_reads_the_power_state_in_three_requests() {
+    let fleet = fleet_of(&[Vendor::Dell, Vendor::Hpe], false).await;
+    // Login, `Systems`, the system: the service root is not read.
+    let c = client(&fleet.bmcs[0], options());
+    assert_eq!(c.power_state().await.unwrap(), PowerState::On);
+    assert_eq!(fleet.bmcs[0].state.snapshot().requests, 3);
+    // The same through the session manager, which detects the protocol with that login.
+    let manager = SessionManager::new(ManagerOptions {
+        redfish: options(),
+        ..ManagerOptions::default()
+    });
+    let b = manager.bmc(bmc_config(&fleet.bmcs[1].url()));
+    assert_eq!(b.power_state().await.unwrap(), PowerState::On);
+    assert_eq!(b.protocol_detected(), Some(Protocol::Redfish));
+    let s = fleet.bmcs[1].state.snapshot();
+    assert_eq!((s.requests, s.sessions_created), (3, 1));
+    manager.shutdown().await;
+    assert_eq!(fleet.bmcs[1].state.snapshot().sessions, 0);
+}
+
+#[tokio::test]
+async fn sessions_served_elsewhere_are_found_through_the_service_root() {
+    let fleet = fleet_of(&[Vendor::Supermicro], false).await;
+    let b = &fleet.bmcs[0];
+    b.state.set_quirks(Quirks {
+        sessions_elsewhere: true,
+        ..Quirks::default()
+    });
+    let c = client(b, options());
+    assert_eq!(c.power_state().await.unwrap(), PowerState::On);
+    assert!(c.has_session().await, "a session, not Basic authentication");
+    // The vendor's boot-mode rule still holds: the mode is not reset by the PATCH.
+    let before = b.state.snapshot().boot.mode.clone();
+    c.set_boot_override(BootRequest {
+        device: BootDevice::Pxe,
+        persistent: false,
+        mode: None,
+    })
+    .await
+    .unwrap();
+    assert_eq!(b.state.snapshot().boot.mode, before);
+    c.close().await.unwrap();
+    let s = b.state.snapshot();
+    assert_eq!(
+        (s.sessions_created, s.sessions),
+        (1, 0),
+        "logged out where it logged in"
+    );
+}
+
+#[tokio::test]
+async fn a_login_refused_at_the_usual_uri_is_not_sent_again() {
+    let fleet = fleet_of(&[Vendor::Dell], false).await;
+    let b = &fleet.bmcs[0];
+    b.state.set_quirks(Quirks {
+        fail_paths: vec![("/redfish/v1/SessionService/Sessions".into(), 400)],
+        ..Quirks::default()
+    });
+    let c = client(b, options());
+    let e = c.power_state().await.unwrap_err();
+    assert!(matches!(e, BmcError::Http { status: 400, .. }), "{e:?}");
+    // The POST, then the root (which names the same collection): one login, not two.
+    assert_eq!(b.state.snapshot().requests, 2);
+
+    // A wrong password the same way: a refused login counts towards an account's lockout.
+    let fleet = fleet_of(&[Vendor::Lenovo], false).await;
+    let b = &fleet.bmcs[0];
+    let ep = Endpoint::parse(&b.url(), None).unwrap();
+    let c = RedfishClient::new(&ep, "admin", Password::new("wrong"), options()).unwrap();
+    assert!(matches!(c.power_state().await, Err(BmcError::Unauthorized)));
+    assert_eq!(b.state.snapshot().requests, 2);
 }
 
 #[tokio::test]
@@ -321,20 +395,7 @@ async fn manager_bounds_concurrency_and_reuses_sessions() {
         redfish: options(),
         ..ManagerOptions::default()
     });
-    let configs: Vec<BmcConfig> = fleet
-        .bmcs
-        .iter()
-        .map(|b| BmcConfig {
-            endpoint: Endpoint::parse(&b.url(), None).unwrap(),
-            username: "admin".into(),
-            password: Password::new("password"),
-            protocol: None,
-            insecure_tls: false,
-            ca_bundle_pem: None,
-            system_name: None,
-            basic_auth: false,
-        })
-        .collect();
+    let configs: Vec<BmcConfig> = fleet.bmcs.iter().map(|b| bmc_config(&b.url())).collect();
     // 8 BMCs x 6 concurrent callers each.
     let mut tasks = Vec::new();
     for cfg in &configs {
@@ -501,17 +562,7 @@ async fn the_observer_sees_calls_by_outcome_and_the_sessions_open() {
         observer: ingot_bmc::manager::Observer::new(recorder.clone()),
         ..ManagerOptions::default()
     });
-    let config = |url: &str| BmcConfig {
-        endpoint: Endpoint::parse(url, None).unwrap(),
-        username: "admin".into(),
-        password: Password::new("password"),
-        protocol: None,
-        insecure_tls: false,
-        ca_bundle_pem: None,
-        system_name: None,
-        basic_auth: false,
-    };
-    let good = config(&fleet.bmcs[0].url());
+    let good = bmc_config(&fleet.bmcs[0].url());
     let bmc = manager.bmc(good.clone());
     assert_eq!(bmc.power_state().await.unwrap(), PowerState::On);
     bmc.boot_override().await.unwrap();
@@ -522,7 +573,7 @@ async fn the_observer_sees_calls_by_outcome_and_the_sessions_open() {
         .local_addr()
         .unwrap()
         .port();
-    let refused = manager.bmc(config(&format!("http://127.0.0.1:{port}")));
+    let refused = manager.bmc(bmc_config(&format!("http://127.0.0.1:{port}")));
     assert!(refused.power_state().await.is_err());
     assert_eq!(
         recorder.calls.lock().unwrap().clone(),

@@ -91,3 +91,18 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
+
+/// How the tests reach an emulated BMC: its URL, the emulator's default account, the protocol
+/// detected.
+pub fn bmc_config(url: &str) -> ingot_bmc::manager::BmcConfig {
+    ingot_bmc::manager::BmcConfig {
+        endpoint: ingot_bmc::Endpoint::parse(url, None).unwrap(),
+        username: "admin".into(),
+        password: ingot_bmc::Password::new("password"),
+        protocol: None,
+        insecure_tls: false,
+        ca_bundle_pem: None,
+        system_name: None,
+        basic_auth: false,
+    }
+}
