@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::poll_until;
+use common::{bmc_config, poll_until};
 use ingot_bmc::ipmi::{IpmiConnector, IpmiOptions};
 use ingot_bmc::manager::{BmcConfig, Connector, ManagerOptions, SessionManager};
 use ingot_bmc::redfish::{RedfishClient, RedfishOptions};
@@ -47,16 +47,16 @@ fn client_with(b: &SimBmc, password: &str, options: RedfishOptions) -> RedfishCl
     RedfishClient::new(&ep, "admin", Password::new(password), options).unwrap()
 }
 
-fn config(url: &str) -> BmcConfig {
-    BmcConfig {
-        endpoint: Endpoint::parse(url, None).unwrap(),
-        username: "admin".into(),
-        password: Password::new("password"),
-        protocol: None,
-        insecure_tls: false,
-        ca_bundle_pem: None,
-        system_name: None,
-        basic_auth: false,
+/// The BMC leaves its next `n` requests unanswered (the fault is set now, before the caller
+/// sends anything), then answers again.
+fn lose_next(b: &SimBmc, n: u64) -> impl std::future::Future<Output = ()> + '_ {
+    b.state.set_fault(Some(Fault::Timeout));
+    let before = b.state.counters.requests.load(Ordering::Relaxed);
+    async move {
+        while b.state.counters.requests.load(Ordering::Relaxed) < before + n {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        b.state.set_fault(None);
     }
 }
 
@@ -271,8 +271,8 @@ async fn a_login_cancelled_by_its_caller_still_deletes_its_session() {
     .await;
     let b = &fleet.bmcs[0];
     let c = client(b, options());
-    // The service root takes 400 ms, the login POST another 400 ms: give up in between.
-    let r = tokio::time::timeout(Duration::from_millis(600), c.power_state()).await;
+    // The login POST is the first request and takes 400 ms: give up before its answer.
+    let r = tokio::time::timeout(Duration::from_millis(200), c.power_state()).await;
     assert!(r.is_err(), "the call was meant to be cancelled");
     poll_until("login answered", Duration::from_secs(5), || async {
         (b.state.counters.sessions_created.load(Ordering::Relaxed) == 1).then_some(())
@@ -316,7 +316,7 @@ async fn a_tls_error_means_redfish_is_there_and_ipmi_is_not_tried() {
         vec![ipmi.clone() as Arc<dyn Connector>],
     );
     // No CA given: the emulator's certificate is not trusted.
-    let cfg = config(&url);
+    let cfg = bmc_config(&url);
     let bmc = manager.bmc(cfg.clone());
     for _ in 0..2 {
         let err = bmc.power_state().await.unwrap_err();
@@ -336,7 +336,7 @@ async fn evicted_bmcs_are_logged_out() {
         redfish: options(),
         ..ManagerOptions::default()
     });
-    let configs: Vec<BmcConfig> = fleet.bmcs.iter().map(|b| config(&b.url())).collect();
+    let configs: Vec<BmcConfig> = fleet.bmcs.iter().map(|b| bmc_config(&b.url())).collect();
     let handles: Vec<_> = configs.iter().map(|c| manager.bmc(c.clone())).collect();
     for h in &handles {
         h.power_state().await.unwrap();
@@ -380,8 +380,8 @@ async fn the_fleet_permit_is_not_held_through_a_cycle_wait() {
         redfish: options(),
         ..ManagerOptions::default()
     });
-    let slow = manager.bmc(config(&fleet.bmcs[0].url()));
-    let other = manager.bmc(config(&fleet.bmcs[1].url()));
+    let slow = manager.bmc(bmc_config(&fleet.bmcs[0].url()));
+    let other = manager.bmc(bmc_config(&fleet.bmcs[1].url()));
     slow.power_state().await.unwrap();
     other.power_state().await.unwrap();
     let cycle = tokio::spawn(async move { slow.power(PowerAction::Cycle).await });
@@ -420,15 +420,7 @@ async fn a_copy_due_as_the_first_request_times_out_is_still_sent() {
         );
         c.power_state().await.unwrap();
         for round in 0..5 {
-            b.state.set_fault(Some(Fault::Timeout));
-            let before = b.state.counters.requests.load(Ordering::Relaxed);
-            let lose_two = async {
-                while b.state.counters.requests.load(Ordering::Relaxed) < before + 2 {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                b.state.set_fault(None);
-            };
-            let (read, ()) = tokio::join!(c.power_state(), lose_two);
+            let (read, ()) = tokio::join!(c.power_state(), lose_next(b, 2));
             assert_eq!(
                 read.unwrap_or_else(|e| panic!("client {client_no}, round {round}: {e}")),
                 PowerState::On
@@ -454,7 +446,7 @@ async fn a_hedged_copy_does_not_wait_for_a_fleet_permit() {
         redfish: options(),
         ..ManagerOptions::default()
     });
-    let bmc = manager.bmc(config(&b.url()));
+    let bmc = manager.bmc(bmc_config(&b.url()));
     bmc.power_state().await.unwrap();
     // The next request is never answered; its copy (some 150 ms later, as the BMC answers
     // steadily in 100 ms) is.
@@ -477,9 +469,38 @@ async fn a_hedged_copy_does_not_wait_for_a_fleet_permit() {
 }
 
 #[tokio::test]
-async fn reads_are_hedged_and_mutating_calls_never_are() {
+async fn a_read_survives_its_first_three_requests_lost() {
     let fleet = one(BmcSpec {
-        latency: Duration::from_millis(300),
+        latency: Duration::from_millis(50),
+        ..BmcSpec::default()
+    })
+    .await;
+    let b = &fleet.bmcs[0];
+    let c = client(
+        b,
+        RedfishOptions {
+            timeout: Duration::from_secs(1),
+            ..options()
+        },
+    );
+    c.power_state().await.unwrap();
+    let before = b.state.counters.requests.load(Ordering::Relaxed);
+    let (read, ()) = tokio::join!(c.power_state(), lose_next(b, 3));
+    assert_eq!(read.unwrap(), PowerState::On, "the third copy answered");
+    assert_eq!(
+        b.state.counters.requests.load(Ordering::Relaxed),
+        before + 4
+    );
+    c.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn reads_are_hedged_and_mutating_calls_never_are() {
+    // Copies go out at 250 and 500 ms, well before the answer at 600 ms, and the next would
+    // be due at 750 ms: no copy is sent as the answer arrives, where it could reach the BMC
+    // after the request count below is read and be taken for a copy of the power call.
+    let fleet = one(BmcSpec {
+        latency: Duration::from_millis(600),
         power_delay: Duration::from_millis(100),
         ..BmcSpec::default()
     })
@@ -488,7 +509,7 @@ async fn reads_are_hedged_and_mutating_calls_never_are() {
     let c = client(
         b,
         RedfishOptions {
-            hedge_after: Some(Duration::from_millis(100)),
+            hedge_after: Some(Duration::from_millis(250)),
             ..options()
         },
     );
@@ -520,7 +541,7 @@ async fn ipmi_mutating_commands_are_never_hedged() {
         delay: Duration::from_millis(250),
         ..ingot_ipmi_sim::Faults::default()
     });
-    let mut cfg = config(&handle.addr().to_string());
+    let mut cfg = bmc_config(&handle.addr().to_string());
     cfg.protocol = Some(Protocol::Ipmi);
     let bmc = ingot_bmc::ipmi::IpmiBmc::connect(
         &cfg,
@@ -555,7 +576,7 @@ async fn an_unanswered_chassis_control_is_not_repeated_and_the_state_is_read_aga
     icfg.bmcs[0].power_on = true;
     let fleet = ingot_ipmi_sim::serve(icfg).await.unwrap();
     let handle = &fleet.bmcs()[0];
-    let mut cfg = config(&handle.addr().to_string());
+    let mut cfg = bmc_config(&handle.addr().to_string());
     cfg.protocol = Some(Protocol::Ipmi);
     let bmc = ingot_bmc::ipmi::IpmiBmc::connect(
         &cfg,
