@@ -166,11 +166,14 @@ async fn until_known(
 }
 
 /// Samples the fleet's Redfish request count every 10 ms until told to stop; answers the
-/// seconds from `start` to the last increase seen.
-fn last_request_at(
+/// seconds from `start` to the first and to the last increase seen.
+fn request_times(
     fleets: &Fleets,
     start: Instant,
-) -> (watch::Sender<bool>, tokio::task::JoinHandle<Option<f64>>) {
+) -> (
+    watch::Sender<bool>,
+    tokio::task::JoinHandle<Option<(f64, f64)>>,
+) {
     let bmcs = fleets.states();
     let (stop, mut stopped) = watch::channel(false);
     let sampler = tokio::spawn(async move {
@@ -184,7 +187,7 @@ fn last_request_at(
                 .sum::<u64>()
         };
         let mut last = count();
-        let mut at = None;
+        let mut at: Option<(f64, f64)> = None;
         while !*stopped.borrow() {
             tokio::select! {
                 _ = stopped.changed() => {}
@@ -193,7 +196,8 @@ fn last_request_at(
             let now = count();
             if now != last {
                 last = now;
-                at = Some(start.elapsed().as_secs_f64());
+                let t = start.elapsed().as_secs_f64();
+                at = Some((at.map_or(t, |(first, _)| first), t));
             }
         }
         at
@@ -226,9 +230,10 @@ fn ingot_settings(ns: &str, concurrency: Option<u16>) -> Settings {
 struct Figures {
     label: String,
     seconds: Option<f64>,
-    /// Seconds until the BMCs received their last Redfish request of the sweep (sampled every
-    /// 10 ms): what follows it is one answer and the status writes reaching the API server.
-    last_request: Option<f64>,
+    /// Seconds until the BMCs received their first and their last Redfish request of the sweep
+    /// (sampled every 10 ms): what comes before the first is the operator starting (its
+    /// caches filled); what follows the last is one answer and the status writes.
+    requests_at: Option<(f64, f64)>,
     sessions: u64,
     requests_per_machine: f64,
     /// Redfish sessions still open on the BMCs once the operator stopped.
@@ -264,13 +269,13 @@ async fn run_ingot(
     };
     let start = Instant::now();
     let handle = tokio::spawn(run(ctx, futures::FutureExt::shared(shutdown)));
-    let (stop_sampling, sampled) = last_request_at(fleets, start);
+    let (stop_sampling, sampled) = request_times(fleets, start);
     let seconds = until_known(client, ns, n, start, Duration::from_secs(1800)).await;
     let _ = stop_sampling.send(true);
     let mut figures = Figures {
         label: label.to_owned(),
         seconds,
-        last_request: sampled.await.ok().flatten(),
+        requests_at: sampled.await.ok().flatten(),
         sessions: fleets.sessions_opened() - s0,
         requests_per_machine: (fleets.requests() - q0) as f64 / n as f64,
         left_open: 0,
@@ -323,13 +328,13 @@ async fn run_upstream(
             .spawn()
             .expect("start upstream rufio"),
     );
-    let (stop_sampling, sampled) = last_request_at(fleets, start);
+    let (stop_sampling, sampled) = request_times(fleets, start);
     let seconds = until_known(client, ns, n, start, Duration::from_secs(3600)).await;
     let _ = stop_sampling.send(true);
     let mut figures = Figures {
         label: "upstream rufio v0.6.5 (defaults: 1 Machine worker)".into(),
         seconds,
-        last_request: sampled.await.ok().flatten(),
+        requests_at: sampled.await.ok().flatten(),
         sessions: fleets.sessions_opened() - s0,
         requests_per_machine: (fleets.requests() - q0) as f64 / n as f64,
         left_open: 0,
@@ -686,13 +691,13 @@ async fn main() {
     }
     for f in &results {
         println!(
-            "{:<62} all known after {:>8} s (last BMC request received at {} s)  sessions opened {:>6}  Redfish requests per Machine {:.2}  Redfish sessions left open {}",
+            "{:<62} all known after {:>8} s (BMC requests received from {} s)  sessions opened {:>6}  Redfish requests per Machine {:.2}  Redfish sessions left open {}",
             f.label,
             f.seconds
                 .map(|s| format!("{s:.1}"))
                 .unwrap_or_else(|| "-".into()),
-            f.last_request
-                .map(|s| format!("{s:.2}"))
+            f.requests_at
+                .map(|(first, last)| format!("{first:.2} to {last:.2}"))
                 .unwrap_or_else(|| "-".into()),
             f.sessions,
             f.requests_per_machine,
