@@ -5,6 +5,7 @@
 //! Reconcilers are level-triggered and idempotent: they read the world, compute, apply, and can
 //! be stopped at any line.
 
+pub mod api_client;
 pub mod duration;
 pub mod gardener;
 pub mod metrics;

@@ -122,7 +122,8 @@ impl GardenerArgs {
             Some(IN_CLUSTER_CONFIG) => {
                 let config = Config::incluster()
                     .context("the control cluster (--control-kubeconfig=inClusterConfig)")?;
-                Client::try_from(config).context("creating the control cluster's client")?
+                ingot_controllers::api_client::client(config, metrics)
+                    .context("creating the control cluster's client")?
             }
             Some(path) => connect(Some(Path::new(path)), metrics)
                 .await

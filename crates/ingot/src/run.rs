@@ -546,19 +546,10 @@ pub(crate) async fn connect_without_retry(
     counting_client(config, metrics)
 }
 
-/// A client whose every request is counted by verb and resource (`ingot_kube_requests_total`).
+/// A client whose every request is counted by verb and resource (`ingot_kube_requests_total`),
+/// speaking HTTP/2 to the API server where it is offered.
 fn counting_client(config: Config, metrics: &Arc<Metrics>) -> anyhow::Result<Client> {
-    let metrics = metrics.clone();
-    let count =
-        tower::util::MapRequestLayer::new(move |request: ::http::Request<kube::client::Body>| {
-            let uri = request.uri();
-            metrics.kube_request(request.method().as_str(), uri.path(), uri.query());
-            request
-        });
-    Ok(kube::client::ClientBuilder::try_from(config)
-        .context("creating the Kubernetes client")?
-        .with_layer(&count)
-        .build())
+    ingot_controllers::api_client::client(config, metrics).context("creating the Kubernetes client")
 }
 
 pub(crate) async fn load_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Config> {
