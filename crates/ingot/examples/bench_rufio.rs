@@ -242,6 +242,7 @@ struct Figures {
 
 async fn run_ingot(
     client: &Client,
+    operator_client: &Client,
     ns: &str,
     n: usize,
     fleets: &Fleets,
@@ -255,7 +256,7 @@ async fn run_ingot(
         fleets.open_sessions(),
     );
     let ctx = Arc::new(RufioContext::new(
-        client.clone(),
+        operator_client.clone(),
         Arc::new(Metrics::default()),
         "bench".into(),
         ingot_settings(ns, concurrency),
@@ -631,6 +632,14 @@ async fn main() {
     let which = args.get(3).cloned().unwrap_or_else(|| "all".into());
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
+    // The operator's own client, as `ingot run` builds it (HTTP/2 where the API server offers
+    // it); `BENCH_HTTP1=1` gives it kube's default HTTP/1.1 client instead, to compare.
+    let operator_client = if std::env::var_os("BENCH_HTTP1").is_some() {
+        println!("the operator's client speaks HTTP/1.1 (BENCH_HTTP1)");
+        Client::try_from(env.config()).unwrap()
+    } else {
+        ingot_controllers::api_client::client(env.config(), &Arc::new(Metrics::default())).unwrap()
+    };
     let spec = BmcSpec {
         username: USER.into(),
         password: PASSWORD.into(),
@@ -667,6 +676,7 @@ async fn main() {
     results.push(
         run_ingot(
             &client,
+            &operator_client,
             &ns,
             n,
             &fleets,
@@ -680,6 +690,7 @@ async fn main() {
         results.push(
             run_ingot(
                 &client,
+                &operator_client,
                 &ns_eq,
                 n,
                 &fleets,

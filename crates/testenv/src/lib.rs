@@ -124,6 +124,11 @@ impl TestEnv {
         &self.kubeconfig
     }
 
+    /// The client configuration of the kubeconfig, for clients built otherwise than `client`.
+    pub fn config(&self) -> Config {
+        self.config.clone()
+    }
+
     /// A new client. Make one per test: a client belongs to the runtime that made it.
     pub fn client(&self) -> Result<Client> {
         Ok(Client::try_from(self.config.clone())?)
