@@ -1,6 +1,7 @@
 //! The operator's API server client against a real kube-apiserver, reached through a TCP relay
 //! in this process that counts the connections and can stop relaying without closing them (a
-//! partition, as a dead node or a dropped route leaves it).
+//! partition, as a dead node or a dropped route leaves it); and against a server that offers
+//! HTTP/1.1 only.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -93,6 +94,35 @@ async fn a_watch_on_a_partitioned_connection_ends_when_its_ping_goes_unanswered(
     .await
     .expect("the watch still waits 20 s after the partition");
     assert!(!ended.is_empty());
+}
+
+#[tokio::test]
+async fn a_server_that_offers_only_http1_is_spoken_to_in_http1() {
+    // An emulated BMC: HTTPS whose ALPN offers `http/1.1` alone, like some proxies in front of
+    // an API server.
+    let fleet = ingot_bmc_sim::Fleet::uniform(
+        ingot_bmc_sim::FleetOptions {
+            tls: true,
+            ..ingot_bmc_sim::FleetOptions::default()
+        },
+        1,
+        ingot_bmc_sim::BmcSpec::default(),
+    )
+    .await
+    .unwrap();
+    let mut config = Config::new(fleet.bmcs[0].url().parse().unwrap());
+    config.accept_invalid_certs = true;
+    let client = api_client::client(config, &Arc::new(Metrics::default())).unwrap();
+    let root = client
+        .send(
+            http::Request::get("/redfish/v1/")
+                .body(kube::client::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(root.status(), http::StatusCode::OK);
+    assert_eq!(root.version(), http::Version::HTTP_11);
 }
 
 /// Relays TCP connections to the API server of `config`; `config` (in the relay) points at it.
