@@ -242,8 +242,7 @@ async fn handle(State(b): State<Bmc>, req: Request) -> Response {
     let public = matches!(
         trimmed,
         "/redfish" | "/redfish/v1" | "/redfish/v1/$metadata" | "/redfish/v1/odata"
-    ) || (trimmed == "/redfish/v1/SessionService/Sessions"
-        && req.method() == Method::POST);
+    ) || (trimmed == USUAL_SESSIONS && req.method() == Method::POST);
     if !public && (fault == Some(Fault::Unauthorized) || !authenticate(&b, req.headers())) {
         return unauthorized();
     }
@@ -392,18 +391,19 @@ fn route(
             "Sessions": {"@odata.id": sessions_uri(b)},
         }));
     }
-    if path == "/redfish/v1/SessionService/Sessions" {
+    if path == USUAL_SESSIONS {
         return match method {
             Method::POST => create_session(b, body, fault),
             Method::GET | Method::HEAD => {
+                let uri = sessions_uri(b);
                 let ids: Vec<String> = b
                     .lock()
                     .sessions
                     .keys()
-                    .map(|id| format!("/redfish/v1/SessionService/Sessions/{id}"))
+                    .map(|id| format!("{uri}/{id}"))
                     .collect();
                 ok(collection(
-                    path,
+                    uri,
                     "SessionCollection",
                     "Session Collection",
                     ids,
@@ -412,7 +412,10 @@ fn route(
             _ => method_not_allowed(),
         };
     }
-    if let Some(id) = path.strip_prefix("/redfish/v1/SessionService/Sessions/") {
+    if let Some(id) = path
+        .strip_prefix(USUAL_SESSIONS)
+        .and_then(|rest| rest.strip_prefix('/'))
+    {
         let Ok(id) = id.parse::<u64>() else {
             return not_found();
         };
