@@ -30,14 +30,7 @@ async fn requests_in_flight_share_one_http2_connection() {
 
     // The first request's connection negotiates HTTP/2. (Requests sent before it has, on a
     // cold pool, each open a connection, closed once HTTP/2 is known.)
-    let version = client
-        .send(
-            http::Request::get("/version")
-                .body(kube::client::Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let version = get(&client, "/version").await;
     assert_eq!(version.version(), http::Version::HTTP_2);
 
     let api: Api<Namespace> = Api::all(client.clone());
@@ -113,16 +106,32 @@ async fn a_server_that_offers_only_http1_is_spoken_to_in_http1() {
     let mut config = Config::new(fleet.bmcs[0].url().parse().unwrap());
     config.accept_invalid_certs = true;
     let client = api_client::client(config, &Arc::new(Metrics::default())).unwrap();
-    let root = client
-        .send(
-            http::Request::get("/redfish/v1/")
-                .body(kube::client::Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let root = get(&client, "/redfish/v1/").await;
     assert_eq!(root.status(), http::StatusCode::OK);
     assert_eq!(root.version(), http::Version::HTTP_11);
+}
+
+#[tokio::test]
+async fn a_configured_proxy_is_left_to_kube_which_names_what_it_lacks() {
+    // The HTTP/2 stack does not speak to proxies: with one configured, kube's own client is
+    // built, and this build of kube refuses HTTP proxies with an error naming the feature.
+    let mut config = Config::new("https://127.0.0.1:6443".parse().unwrap());
+    config.proxy_url = Some("http://127.0.0.1:3128".parse().unwrap());
+    let Err(refused) = api_client::client(config, &Arc::new(Metrics::default())) else {
+        panic!("a client was built for a proxy this build cannot speak to");
+    };
+    assert!(
+        matches!(refused, kube::Error::ProxyProtocolDisabled { .. }),
+        "{refused:?}"
+    );
+}
+
+/// The answer to a GET of `path`, as the client received it (its HTTP version included).
+async fn get(client: &kube::Client, path: &str) -> http::Response<kube::client::Body> {
+    let request = http::Request::get(path)
+        .body(kube::client::Body::empty())
+        .unwrap();
+    client.send(request).await.unwrap()
 }
 
 /// Relays TCP connections to the API server of `config`; `config` (in the relay) points at it.
