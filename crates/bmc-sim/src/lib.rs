@@ -11,11 +11,15 @@
 //! entries, EventService with server-sent events, and faults on demand ([`Fault`]) set in
 //! process or over `PUT /_sim/fault`.
 
+mod image;
+mod media;
 mod profile;
 mod redfish;
 mod server;
 mod tls;
 
+pub use image::ImageServer;
+pub use media::{MediaInsert, MediaProfile, MediaState};
 pub use profile::{Profile, Vendor};
 pub use tls::TlsMaterial;
 
@@ -188,6 +192,10 @@ pub(crate) struct Inner {
     pub reset_log: Vec<String>,
     /// `(name, Redfish health)` of each fan in the chassis' `Thermal`.
     pub fans: Vec<(String, String)>,
+    /// The virtual media devices, in the profile's order.
+    pub media: Vec<MediaState>,
+    /// Every virtual media change accepted (`insert <device> <image>`, `eject <device>`).
+    pub media_log: Vec<String>,
 }
 
 /// Requests in flight, now and at peak.
@@ -296,6 +304,8 @@ impl BmcState {
                     ("System Fan 1".into(), "OK".into()),
                     ("System Fan 2".into(), "OK".into()),
                 ],
+                media: media::initial(&profile.media),
+                media_log: Vec::new(),
             }),
             spec,
             profile,
@@ -400,6 +410,16 @@ impl BmcState {
             resets: g.resets,
             fault: g.fault.clone(),
         }
+    }
+
+    /// The virtual media devices as they are now.
+    pub fn media(&self) -> Vec<MediaState> {
+        self.lock().media.clone()
+    }
+
+    /// Every virtual media change the BMC accepted, in order.
+    pub fn media_log(&self) -> Vec<String> {
+        self.lock().media_log.clone()
     }
 
     pub fn serial_number(&self) -> String {

@@ -1,5 +1,6 @@
 //! Vendor profiles: resource ids, identity strings, and the behaviours where real BMCs differ.
 
+use crate::media::{MediaInsert, MediaProfile};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -80,6 +81,7 @@ pub struct Profile {
     pub boot_mode_reset_to_legacy: bool,
     pub absolute_session_location: bool,
     pub dell_session_limit_error: bool,
+    pub media: MediaProfile,
 }
 
 const FULL_RESET: &[&str] = &[
@@ -132,6 +134,12 @@ impl Profile {
                 boot_mode_reset_to_legacy: false,
                 absolute_session_location: false,
                 dell_session_limit_error: true,
+                media: MediaProfile {
+                    // iDRAC 9 from firmware 6: under the system.
+                    owner: "Systems",
+                    devices: &[("1", &["CD", "DVD"]), ("2", &["USBStick"])],
+                    insert: MediaInsert::Actions,
+                },
             },
             Vendor::Hpe => Profile {
                 vendor,
@@ -159,6 +167,11 @@ impl Profile {
                 boot_mode_reset_to_legacy: false,
                 absolute_session_location: true,
                 dell_session_limit_error: false,
+                media: MediaProfile {
+                    owner: "Managers",
+                    devices: &[("1", &["Floppy", "USBStick"]), ("2", &["CD", "DVD"])],
+                    insert: MediaInsert::Actions,
+                },
             },
             Vendor::Lenovo => Profile {
                 vendor,
@@ -186,6 +199,11 @@ impl Profile {
                 boot_mode_reset_to_legacy: false,
                 absolute_session_location: false,
                 dell_session_limit_error: false,
+                media: MediaProfile {
+                    owner: "Managers",
+                    devices: &[("EXT1", &["CD", "DVD"])],
+                    insert: MediaInsert::Patch,
+                },
             },
             Vendor::Supermicro => Profile {
                 vendor,
@@ -213,6 +231,11 @@ impl Profile {
                 boot_mode_reset_to_legacy: true,
                 absolute_session_location: false,
                 dell_session_limit_error: false,
+                media: MediaProfile {
+                    owner: "Managers",
+                    devices: &[("CD1", &["CD", "DVD"])],
+                    insert: MediaInsert::ActionsImageOnly,
+                },
             },
         }
     }

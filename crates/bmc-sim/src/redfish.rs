@@ -1,6 +1,6 @@
 //! The Redfish resources of one emulated BMC, and the `/_sim/` admin endpoints.
 
-use crate::{BmcState, Fault, Inner, Session};
+use crate::{BmcState, Fault, Inner, Session, media};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -32,10 +32,10 @@ pub(crate) fn power_state_name(g: &Inner) -> &'static str {
     }
 }
 
-fn system_path(b: &BmcState) -> String {
+pub(crate) fn system_path(b: &BmcState) -> String {
     format!("/redfish/v1/Systems/{}", b.profile.system_id)
 }
-fn manager_path(b: &BmcState) -> String {
+pub(crate) fn manager_path(b: &BmcState) -> String {
     format!("/redfish/v1/Managers/{}", b.profile.manager_id)
 }
 fn chassis_path(b: &BmcState) -> String {
@@ -469,6 +469,9 @@ fn route(
             method_not_allowed()
         };
     }
+    if let Some(r) = media_route(b, &method, path, body.as_ref()) {
+        return r;
+    }
     if !get {
         return method_not_allowed();
     }
@@ -594,6 +597,64 @@ fn route(
         return sse(b);
     }
     not_found()
+}
+
+/// The virtual media collection, its devices and their actions (`None`: another path).
+fn media_route(b: &Bmc, method: &Method, path: &str, body: Option<&Value>) -> Option<Response> {
+    let coll = media::collection_path(b);
+    let rest = path.strip_prefix(coll.as_str())?;
+    let get = *method == Method::GET || *method == Method::HEAD;
+    if rest.is_empty() {
+        if !get {
+            return Some(method_not_allowed());
+        }
+        let members = b
+            .profile
+            .media
+            .devices
+            .iter()
+            .map(|(id, _)| format!("{coll}/{id}"))
+            .collect();
+        return Some(ok(collection(
+            &coll,
+            "VirtualMediaCollection",
+            "Virtual Media Services",
+            members,
+        )));
+    }
+    let rest = rest.strip_prefix('/')?;
+    let (id, action) = match rest.split_once("/Actions/") {
+        Some((id, action)) => (id, Some(action)),
+        None => (rest, None),
+    };
+    let index = b.profile.media.devices.iter().position(|(d, _)| *d == id)?;
+    let empty = json!({});
+    let body = body.unwrap_or(&empty);
+    let outcome = match (action, method.clone()) {
+        (None, Method::GET | Method::HEAD) => return Some(ok(media::device(b, index))),
+        (None, Method::PATCH) => media::patch(b, index, body),
+        (Some(_), m) if m != Method::POST => return Some(method_not_allowed()),
+        (Some("VirtualMedia.InsertMedia"), _)
+            if b.profile.media.insert != media::MediaInsert::Patch =>
+        {
+            media::insert(b, index, body)
+        }
+        (Some("VirtualMedia.EjectMedia"), _)
+            if b.profile.media.insert != media::MediaInsert::Patch =>
+        {
+            media::eject(b, index)
+        }
+        (Some(_), _) => return Some(not_found()),
+        (None, _) => return Some(method_not_allowed()),
+    };
+    Some(match outcome {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err((status, id, message)) => error(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+            id,
+            message,
+        ),
+    })
 }
 
 fn sse(b: &Bmc) -> Response {
@@ -739,7 +800,7 @@ fn system(b: &BmcState) -> (Value, String) {
     let sys = system_path(b);
     let g = b.lock();
     let etag = format!("W/\"{}\"", g.etag);
-    let v = json!({
+    let mut v = json!({
         "@odata.id": sys,
         "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem",
         "@odata.etag": etag,
@@ -785,6 +846,9 @@ fn system(b: &BmcState) -> (Value, String) {
             }
         },
     });
+    if p.media.owner == "Systems" {
+        v["VirtualMedia"] = json!({"@odata.id": media::collection_path(b)});
+    }
     (v, etag)
 }
 
@@ -1005,7 +1069,7 @@ fn thermal(b: &BmcState) -> Value {
 fn manager(b: &BmcState) -> Value {
     let p = &b.profile;
     let mgr = manager_path(b);
-    json!({
+    let mut v = json!({
         "@odata.id": mgr,
         "@odata.type": "#Manager.v1_17_0.Manager",
         "Id": p.manager_id,
@@ -1021,7 +1085,11 @@ fn manager(b: &BmcState) -> Value {
             "ManagerForServers": [{"@odata.id": system_path(b)}],
             "ManagerForChassis": [{"@odata.id": chassis_path(b)}],
         },
-    })
+    });
+    if p.media.owner == "Managers" {
+        v["VirtualMedia"] = json!({"@odata.id": media::collection_path(b)});
+    }
+    v
 }
 
 fn patch_system(b: &Bmc, headers: &HeaderMap, body: Option<Value>) -> Response {

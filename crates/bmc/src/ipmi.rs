@@ -190,6 +190,18 @@ impl Bmc for IpmiBmc {
         Ok(boot_override_from(&flags))
     }
 
+    async fn virtual_media(&self) -> Result<Vec<MediaSlot>, BmcError> {
+        Err(no_virtual_media())
+    }
+
+    async fn set_virtual_media(
+        &self,
+        _kind: MediaKind,
+        _image: Option<String>,
+    ) -> Result<(), BmcError> {
+        Err(no_virtual_media())
+    }
+
     async fn set_boot_override(&self, request: BootRequest) -> Result<BootOverride, BmcError> {
         let device = match request.device {
             BootDevice::None => ipmi::BootDevice::NoOverride,
@@ -593,6 +605,13 @@ impl Connector for IpmiConnector {
     fn gates_requests(&self) -> bool {
         true
     }
+}
+
+/// IPMI has no virtual media: it belongs to the BMC's Redfish service.
+fn no_virtual_media() -> BmcError {
+    BmcError::Unsupported(
+        "virtual media over IPMI (IPMI has none; it needs the BMC's Redfish service)".into(),
+    )
 }
 
 #[cfg(test)]

@@ -45,6 +45,18 @@ pub trait Bmc: Send + Sync {
     /// Legacy) is kept: it is never flipped by accident.
     async fn set_boot_override(&self, request: BootRequest) -> Result<BootOverride, BmcError>;
 
+    /// The virtual media devices of the (first) computer system.
+    async fn virtual_media(&self) -> Result<Vec<MediaSlot>, BmcError>;
+
+    /// With an image URL: empties the first device that takes `kind` and attaches the image
+    /// (the BMC fetches it). Without: ejects the media of every device that takes `kind`.
+    /// Returns once the BMC accepted it; read [`Bmc::virtual_media`] to see the effect.
+    async fn set_virtual_media(
+        &self,
+        kind: MediaKind,
+        image: Option<String>,
+    ) -> Result<(), BmcError>;
+
     /// Hardware inventory: identity, firmware, CPUs, memory, NICs, disks and health roll-ups.
     async fn inventory(&self) -> Result<Inventory, BmcError>;
 

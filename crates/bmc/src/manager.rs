@@ -661,6 +661,20 @@ impl Bmc for ManagedBmc {
         })
         .await
     }
+    async fn virtual_media(&self) -> Result<Vec<MediaSlot>, BmcError> {
+        self.with("virtual_media", |c| async move { c.virtual_media().await })
+            .await
+    }
+    async fn set_virtual_media(
+        &self,
+        kind: MediaKind,
+        image: Option<String>,
+    ) -> Result<(), BmcError> {
+        self.with("set_virtual_media", |c| async move {
+            c.set_virtual_media(kind, image).await
+        })
+        .await
+    }
     async fn inventory(&self) -> Result<Inventory, BmcError> {
         self.with("inventory", |c| async move { c.inventory().await })
             .await

@@ -229,6 +229,65 @@ pub struct BootOverride {
     pub raw_target: Option<String>,
 }
 
+/// A kind of virtual media (Redfish `MediaTypes`, the names Rufio's `virtualMediaAction.kind`
+/// takes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum MediaKind {
+    #[serde(rename = "CD")]
+    #[value(name = "CD")]
+    Cd,
+    #[serde(rename = "DVD")]
+    #[value(name = "DVD")]
+    Dvd,
+    #[serde(rename = "USBStick")]
+    #[value(name = "USBStick")]
+    UsbStick,
+    #[serde(rename = "Floppy")]
+    #[value(name = "Floppy")]
+    Floppy,
+}
+
+impl MediaKind {
+    pub const ALL: [MediaKind; 4] = [
+        MediaKind::Cd,
+        MediaKind::Dvd,
+        MediaKind::UsbStick,
+        MediaKind::Floppy,
+    ];
+
+    pub fn redfish(&self) -> &'static str {
+        match self {
+            MediaKind::Cd => "CD",
+            MediaKind::Dvd => "DVD",
+            MediaKind::UsbStick => "USBStick",
+            MediaKind::Floppy => "Floppy",
+        }
+    }
+
+    pub fn from_redfish(s: &str) -> Option<Self> {
+        MediaKind::ALL.into_iter().find(|k| k.redfish() == s)
+    }
+}
+
+/// One virtual media device as the BMC reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MediaSlot {
+    /// Where the BMC serves it (Redfish `@odata.id`).
+    pub id: String,
+    /// The kinds it takes, as the BMC names them (`CD`, `DVD`, `USBStick`...).
+    pub media_types: Vec<String>,
+    /// The attached image's URL (`None`: empty).
+    pub image: Option<String>,
+    pub inserted: bool,
+}
+
+impl MediaSlot {
+    pub fn takes(&self, kind: MediaKind) -> bool {
+        self.media_types.iter().any(|t| t == kind.redfish())
+    }
+}
+
 /// Health roll-up of a component.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

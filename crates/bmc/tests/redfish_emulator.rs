@@ -592,3 +592,84 @@ async fn the_observer_sees_calls_by_outcome_and_the_sessions_open() {
     assert!(manager.evict(&good).await);
     assert_eq!(recorder.open.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
+
+#[tokio::test]
+async fn virtual_media_is_attached_and_ejected_on_every_vendor_profile() {
+    // Dell keeps its devices under the system, the others under the manager; Lenovo takes a
+    // PATCH (no actions), Supermicro refuses `Inserted`/`WriteProtected`; every profile
+    // refuses to insert into an occupied device.
+    let fleet = fleet_of(&Vendor::ALL, false).await;
+    for b in &fleet.bmcs {
+        let vendor = b.state.profile.vendor;
+        let c = client(b, options());
+        let cd = |slots: &[MediaSlot]| {
+            slots
+                .iter()
+                .find(|s| s.takes(MediaKind::Cd))
+                .cloned()
+                .unwrap_or_else(|| panic!("{vendor}: no CD device in {slots:?}"))
+        };
+        let before = c.virtual_media().await.unwrap();
+        assert!(!cd(&before).inserted, "{vendor}: {before:?}");
+
+        let first = "http://127.0.0.1:9/images/first.iso".to_owned();
+        c.set_virtual_media(MediaKind::Cd, Some(first.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{vendor}: insert: {e}"));
+        let slot = cd(&c.virtual_media().await.unwrap());
+        assert!(slot.inserted, "{vendor}: {slot:?}");
+        assert_eq!(slot.image.as_deref(), Some(first.as_str()), "{vendor}");
+
+        // An occupied device is emptied before the next image goes in.
+        let second = "http://127.0.0.1:9/images/second.iso".to_owned();
+        c.set_virtual_media(MediaKind::Dvd, Some(second.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{vendor}: second insert: {e}"));
+        let slot = cd(&c.virtual_media().await.unwrap());
+        assert_eq!(slot.image.as_deref(), Some(second.as_str()), "{vendor}");
+
+        c.set_virtual_media(MediaKind::Cd, None)
+            .await
+            .unwrap_or_else(|e| panic!("{vendor}: eject: {e}"));
+        let slot = cd(&c.virtual_media().await.unwrap());
+        assert!(!slot.inserted && slot.image.is_none(), "{vendor}: {slot:?}");
+        // Ejecting an empty device sends nothing (the BMCs refuse it).
+        c.set_virtual_media(MediaKind::Cd, None).await.unwrap();
+
+        let device = &b
+            .state
+            .profile
+            .media
+            .devices
+            .iter()
+            .position(|(_, t)| t.contains(&"CD"))
+            .unwrap();
+        let id = b.state.profile.media.devices[*device].0;
+        assert_eq!(
+            b.state.media_log(),
+            vec![
+                format!("insert {id} {first}"),
+                format!("eject {id}"),
+                format!("insert {id} {second}"),
+                format!("eject {id}"),
+            ],
+            "{vendor}: the BMC's own record"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_media_kind_no_device_takes_is_refused_with_what_the_bmc_offers() {
+    let fleet = fleet_of(&[Vendor::Lenovo], false).await;
+    let c = client(&fleet.bmcs[0], options());
+    let e = c
+        .set_virtual_media(MediaKind::UsbStick, Some("http://127.0.0.1:9/a.img".into()))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, BmcError::Unsupported(_)), "{e:?}");
+    assert!(
+        e.to_string().contains("USBStick") && e.to_string().contains("CD, DVD"),
+        "{e}"
+    );
+    assert!(fleet.bmcs[0].state.media_log().is_empty());
+}

@@ -69,6 +69,9 @@ SUSHY_EMULATOR_FAKE_SYSTEMS = [{{
     let log = std::fs::File::create(dir.join("sushy.log")).unwrap();
     let child = spawn(
         Command::new(&sushy)
+            // sushy fetches virtual media images itself: from loopback, never through a proxy.
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("no_proxy", "127.0.0.1,localhost")
             .arg("--config")
             .arg(dir.join("conf.py"))
             .stdin(Stdio::null())
@@ -222,4 +225,76 @@ async fn against_sushy_emulator() {
     assert_eq!(out.json["ok"], true);
     assert_eq!(out.json["protocol"], "redfish");
     assert_eq!(out.json["result"]["powerState"], "off");
+}
+
+/// sushy's own view of its CD device (its API read directly, not through ingot's client).
+async fn sushy_cd(url: &str) -> serde_json::Value {
+    let http = reqwest::Client::new();
+    let get = |path: String| {
+        let http = &http;
+        async move {
+            http.get(format!("{url}{path}"))
+                .basic_auth(USER, Some(PASS))
+                .send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let systems = get("/redfish/v1/Systems".into()).await;
+    let system = systems["Members"][0]["@odata.id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    get(format!("{system}/VirtualMedia/Cd")).await
+}
+
+#[tokio::test]
+async fn virtual_media_on_sushy_emulator() {
+    let sushy = start_sushy();
+    wait_ready(&sushy.url).await;
+    let image = ingot_bmc_sim::ImageServer::start("boot.iso", b"not really an ISO".to_vec())
+        .await
+        .unwrap();
+    let c = client(&sushy.url, PASS);
+
+    // sushy fetches the image when it is inserted, and reports it attached.
+    c.set_virtual_media(MediaKind::Cd, Some(image.url.clone()))
+        .await
+        .unwrap();
+    let cd = sushy_cd(&sushy.url).await;
+    assert_eq!(cd["Image"], image.url.as_str(), "{cd}");
+    assert_eq!(cd["Inserted"], true, "{cd}");
+    assert_eq!(image.fetches(), 1, "sushy fetched the image once");
+    let slots = c.virtual_media().await.unwrap();
+    assert!(
+        slots.iter().any(|s| s.takes(MediaKind::Cd)
+            && s.inserted
+            && s.image.as_deref() == Some(&image.url)),
+        "{slots:?}"
+    );
+
+    // Again: the device is emptied and the image attached anew.
+    c.set_virtual_media(MediaKind::Dvd, Some(image.url.clone()))
+        .await
+        .unwrap();
+    assert_eq!(sushy_cd(&sushy.url).await["Inserted"], true);
+    assert_eq!(image.fetches(), 2);
+
+    // An image the BMC cannot fetch: sushy's refusal, with its reason.
+    let missing = image.url.replace("boot.iso", "missing.iso");
+    let e = c
+        .set_virtual_media(MediaKind::Cd, Some(missing))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, BmcError::Http { status: 400, .. }) && e.to_string().contains("404"),
+        "{e}"
+    );
+
+    c.set_virtual_media(MediaKind::Cd, None).await.unwrap();
+    let cd = sushy_cd(&sushy.url).await;
+    assert_eq!(cd["Inserted"], false, "{cd}");
 }
