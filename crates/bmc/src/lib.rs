@@ -49,7 +49,8 @@ pub trait Bmc: Send + Sync {
     async fn virtual_media(&self) -> Result<Vec<MediaSlot>, BmcError>;
 
     /// With an image URL: empties the first device that takes `kind` and attaches the image
-    /// (the BMC fetches it). Without: ejects the media of every device that takes `kind`.
+    /// (the BMC fetches it); nothing is sent when a device of the kind already holds it.
+    /// Without: ejects the media of every device that takes `kind`.
     /// Returns once the BMC accepted it; read [`Bmc::virtual_media`] to see the effect.
     async fn set_virtual_media(
         &self,

@@ -620,6 +620,17 @@ async fn virtual_media_is_attached_and_ejected_on_every_vendor_profile() {
         assert!(slot.inserted, "{vendor}: {slot:?}");
         assert_eq!(slot.image.as_deref(), Some(first.as_str()), "{vendor}");
 
+        // The same image again: already attached, nothing is sent.
+        c.set_virtual_media(MediaKind::Cd, Some(first.clone()))
+            .await
+            .unwrap();
+        assert_eq!(
+            b.state.media_log().len(),
+            1,
+            "{vendor}: {:?}",
+            b.state.media_log()
+        );
+
         // An occupied device is emptied before the next image goes in.
         let second = "http://127.0.0.1:9/images/second.iso".to_owned();
         c.set_virtual_media(MediaKind::Dvd, Some(second.clone()))

@@ -276,11 +276,20 @@ async fn virtual_media_on_sushy_emulator() {
         "{slots:?}"
     );
 
-    // Again: the device is emptied and the image attached anew.
+    // The same image again: already attached, not sent (sushy would fetch it again).
     c.set_virtual_media(MediaKind::Dvd, Some(image.url.clone()))
         .await
         .unwrap();
-    assert_eq!(sushy_cd(&sushy.url).await["Inserted"], true);
+    assert_eq!(image.fetches(), 1);
+
+    // Another image: the device is emptied and the new one attached.
+    let other = format!("{}?build=2", image.url);
+    c.set_virtual_media(MediaKind::Cd, Some(other.clone()))
+        .await
+        .unwrap();
+    let cd = sushy_cd(&sushy.url).await;
+    assert_eq!(cd["Image"], other.as_str(), "{cd}");
+    assert_eq!(cd["Inserted"], true, "{cd}");
     assert_eq!(image.fetches(), 2);
 
     // An image the BMC cannot fetch: sushy's refusal, with its reason.

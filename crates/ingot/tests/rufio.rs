@@ -1325,3 +1325,113 @@ async fn use_basic_auth_opens_no_session() {
     drop(ingot);
     delete_all(&client, &ns).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_media_job_attaches_the_image_on_sushy_and_ipmi_has_none() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-media").await.unwrap();
+    let sushy = start_sushy_tls(SAMPLE_USER, SAMPLE_PASSWORD);
+    let sim = openipmi::start(&FruInfo::example(3).encode());
+    let image = ingot_bmc_sim::ImageServer::start("hook.iso", b"hook image".to_vec())
+        .await
+        .unwrap();
+    poll_until("sushy over TLS", Duration::from_secs(30), || async {
+        sushy.system(SAMPLE_USER, SAMPLE_PASSWORD).await
+    })
+    .await;
+    create_secret(
+        &client,
+        &ns,
+        "sample-machine-auth",
+        SAMPLE_USER,
+        SAMPLE_PASSWORD,
+    )
+    .await;
+    create_secret(
+        &client,
+        &ns,
+        "ipmi-auth",
+        openipmi::USER,
+        openipmi::PASSWORD,
+    )
+    .await;
+    let redfish = machine_sample(
+        &ns,
+        "redfish",
+        "sample-machine-auth",
+        "127.0.0.1",
+        json!({"redfish": {"port": sushy.port}}),
+    );
+    let ipmi = machine_sample(
+        &ns,
+        "ipmi",
+        "ipmi-auth",
+        "127.0.0.1",
+        json!({"ipmitool": {"port": sim.addr.port(), "cipherSuite": "3"}}),
+    );
+    create(&client, &ns, &redfish).await;
+    create(&client, &ns, &ipmi).await;
+    let ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    wait_contactable(&client, &ns, "redfish", "on", Duration::from_secs(60)).await;
+    wait_contactable(&client, &ns, "ipmi", "on", Duration::from_secs(60)).await;
+
+    // Attach the image and boot from it once, as a Tinkerbell ISO boot does.
+    let mut j = job_sample(&ns, "media-boot", "redfish");
+    j.spec.tasks = serde_json::from_value(json!([
+        {"virtualMediaAction": {"kind": "CD", "mediaURL": image.url}},
+        {"oneTimeBootDeviceAction": {"device": ["cdrom"], "efiBoot": true}},
+    ]))
+    .unwrap();
+    create(&client, &ns, &j).await;
+    wait_job(&client, &ns, "media-boot", Duration::from_secs(60), &ingot).await;
+    let cd = sushy
+        .virtual_cd(SAMPLE_USER, SAMPLE_PASSWORD)
+        .await
+        .unwrap();
+    assert_eq!(cd["Image"], image.url.as_str(), "{cd}");
+    assert_eq!(cd["Inserted"], true, "{cd}");
+    assert_eq!(image.fetches(), 1, "sushy fetched the image once");
+    let system = sushy.system(SAMPLE_USER, SAMPLE_PASSWORD).await.unwrap();
+    assert_eq!(system["Boot"]["BootSourceOverrideTarget"], "Cd", "{system}");
+
+    // No mediaURL: eject.
+    let mut j = job_sample(&ns, "media-eject", "redfish");
+    j.spec.tasks = serde_json::from_value(json!([{"virtualMediaAction": {"kind": "CD"}}])).unwrap();
+    create(&client, &ns, &j).await;
+    wait_job(&client, &ns, "media-eject", Duration::from_secs(60), &ingot).await;
+    let cd = sushy
+        .virtual_cd(SAMPLE_USER, SAMPLE_PASSWORD)
+        .await
+        .unwrap();
+    assert_eq!(cd["Inserted"], false, "{cd}");
+
+    // IPMI has no virtual media: the Task fails saying so, and the Job with it.
+    let mut j = job_sample(&ns, "media-ipmi", "ipmi");
+    j.spec.tasks = serde_json::from_value(json!([
+        {"virtualMediaAction": {"kind": "CD", "mediaURL": image.url}},
+    ]))
+    .unwrap();
+    create(&client, &ns, &j).await;
+    let status = poll_until(
+        "Job media-ipmi to fail",
+        Duration::from_secs(60),
+        || async {
+            let s = job_status(&client, &ns, "media-ipmi").await;
+            condition(&s, "Failed")
+                .is_some_and(|c| c.0 == "True")
+                .then_some(s)
+        },
+    )
+    .await;
+    let (_, message) = condition(&status, "Failed").unwrap();
+    assert!(
+        message.starts_with(&format!("task {ns}/media-ipmi-task-0 failed: "))
+            && message.contains("virtual media over IPMI"),
+        "{message}"
+    );
+    assert_eq!(image.fetches(), 1);
+    drop(ingot);
+    delete_all(&client, &ns).await;
+}

@@ -1957,6 +1957,14 @@ impl Bmc for RedfishClient {
             }
             return Ok(());
         };
+        // Already attached: nothing is sent (ejecting it again could pull the media from
+        // under a host that is booting from it).
+        if slots
+            .iter()
+            .any(|(s, _)| s.inserted && s.image.as_deref() == Some(image.as_str()))
+        {
+            return Ok(());
+        }
         // The first device that takes the kind, emptied first (as bmclib does: inserting
         // into an occupied device fails on many BMCs).
         let (slot, device) = &slots[0];

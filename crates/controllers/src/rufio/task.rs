@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use ingot_api::rufio::{Action as RufioAction, JobStatus, Task};
 use ingot_bmc::manager::ManagedBmc;
-use ingot_bmc::{Bmc, BmcError, BootDevice, BootMode, BootRequest, PowerAction, PowerState};
+use ingot_bmc::{
+    Bmc, BmcError, BootDevice, BootMode, BootRequest, MediaKind, MediaSlot, PowerAction, PowerState,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -32,17 +34,19 @@ const CONTROLLER: &str = "rufio-task";
 pub const SENT_ANNOTATION: &str = "rufio.ingot.dev/action";
 
 /// A Task's action, checked.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     Status,
     Power(PowerAction),
     Boot(BootRequest),
+    /// Attach the image to a device of this kind; `None` ejects every such device.
+    Media(MediaKind, Option<String>),
 }
 
 impl Op {
     /// Actions that must not run twice (a second reboot) when it is unknown whether the
     /// first one reached the BMC.
-    pub fn destructive(self) -> bool {
+    pub fn destructive(&self) -> bool {
         matches!(self, Op::Power(PowerAction::Cycle | PowerAction::Reset))
     }
 }
@@ -88,7 +92,17 @@ pub fn parse(action: &RufioAction) -> Result<Op, String> {
             mode: mode_of(b.efi_boot),
         }));
     }
-    Err("virtualMediaAction is not supported by ingot: attach media through the BMC's own interface".to_owned())
+    if let Some(m) = &action.virtual_media_action {
+        let kind = MediaKind::from_redfish(&m.kind).ok_or_else(|| {
+            format!(
+                "virtualMediaAction.kind {:?} is not supported: use one of CD, DVD, USBStick, Floppy",
+                m.kind
+            )
+        })?;
+        let image = m.media_url.clone().filter(|u| !u.is_empty());
+        return Ok(Op::Media(kind, image));
+    }
+    Err("task has no action".to_owned())
 }
 
 /// `efiBoot: true` asks for UEFI; otherwise the BMC's current mode is kept (Rufio's Legacy
@@ -140,7 +154,7 @@ pub enum Phase {
     Verify,
 }
 
-pub fn phase(task: &Task, op: Op, now: Timestamp, timeout: Duration) -> Phase {
+pub fn phase(task: &Task, op: &Op, now: Timestamp, timeout: Duration) -> Phase {
     let status = task.status.clone().unwrap_or_default();
     if task.metadata.deletion_timestamp.is_some()
         || has_true(&status.conditions, COMPLETED)
@@ -222,7 +236,7 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
         Err(message) => {
             if phase(
                 task,
-                Op::Status,
+                &Op::Status,
                 Timestamp::now(),
                 ctx.settings.task_timeout,
             ) != Phase::Done
@@ -239,7 +253,7 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
     let mut current_task = task.clone();
     let mut current = phase(
         &current_task,
-        op,
+        &op,
         Timestamp::now(),
         ctx.settings.task_timeout,
     );
@@ -255,7 +269,7 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
     {
         let (started, next) = tokio::join!(
             start(&api, &current_task),
-            send_phase(&current_task, op, ctx, &api)
+            send_phase(&current_task, &op, ctx, &api)
         );
         started?;
         return settle(&api, &current_task, ctx, next?).await;
@@ -266,7 +280,7 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
     if current == Phase::Start
         && sent(&current_task) == Sent::Yes
         && let Ok(bmc) = reach(&current_task, ctx).await
-        && effect_shows(&bmc, op).await
+        && effect_shows(&bmc, &op).await
         && complete_at_start(&api, &current_task).await?.is_some()
     {
         ctx.reset_backoff(&key);
@@ -293,7 +307,7 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
         }
         current = phase(
             &current_task,
-            op,
+            &op,
             Timestamp::now(),
             ctx.settings.task_timeout,
         );
@@ -309,15 +323,15 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
         Phase::TimedOut(elapsed) => Next::Fail(format!("bmc task timeout: {}", elapsed.as_nanos())),
         Phase::Interrupted => Next::Fail(format!(
             "sending {} was interrupted and it is unknown whether the BMC received it; it is not sent again: check the machine, then create a new Job",
-            describe(op)
+            describe(&op)
         )),
-        Phase::Send => send_phase(task, op, ctx, &api).await?,
+        Phase::Send => send_phase(task, &op, ctx, &api).await?,
         Phase::Verify => {
             let bmc = match connect(task, ctx).await {
                 Ok(bmc) => bmc,
                 Err(next) => return settle(&api, task, ctx, next).await,
             };
-            verify(&bmc, op, ctx, &key).await
+            verify(&bmc, &op, ctx, &key).await
         }
     };
     settle(&api, task, ctx, next).await
@@ -327,7 +341,7 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
 /// sent first and every action as sent once the BMC accepted it.
 async fn send_phase(
     task: &Task,
-    op: Op,
+    op: &Op,
     ctx: &RufioContext,
     api: &Api<Task>,
 ) -> Result<Next, Error> {
@@ -337,7 +351,7 @@ async fn send_phase(
         Ok(bmc) => bmc,
         Err(next) => return Ok(next),
     };
-    if op == Op::Status {
+    if *op == Op::Status {
         // Nothing to send: `status` reads the power state (Rufio fails it always).
         return Ok(match bmc.power_state().await {
             Ok(_) => Next::Complete,
@@ -403,7 +417,7 @@ async fn settle(
     }
 }
 
-fn describe(op: Op) -> &'static str {
+fn describe(op: &Op) -> &'static str {
     match op {
         Op::Status => "power status",
         Op::Power(PowerAction::On) => "power on",
@@ -412,6 +426,8 @@ fn describe(op: Op) -> &'static str {
         Op::Power(PowerAction::Cycle) => "power cycle",
         Op::Power(PowerAction::Reset) => "power reset",
         Op::Boot(_) => "set boot device",
+        Op::Media(_, Some(_)) => "insert virtual media",
+        Op::Media(_, None) => "eject virtual media",
     }
 }
 
@@ -507,12 +523,12 @@ pub(crate) async fn send_ahead(task: &Task, ctx: &RufioContext) -> bool {
         let target = target_of(task, ctx).await.ok()?;
         ctx.bmcs.known(&target)?;
         let reached = ctx.bmcs.reach_for(&key, &target).await.ok()?;
-        Some(send(&reached.bmc, op).await)
+        Some(send(&reached.bmc, &op).await)
     })
     .await;
     match sent {
         Ok(Some(Ok(()))) => {
-            info!(task = %key, action = describe(op), "BMC accepted the action (sent ahead of its Task)");
+            info!(task = %key, action = describe(&op), "BMC accepted the action (sent ahead of its Task)");
             true
         }
         // Refused, unreachable or slow: the Task sends it (again, which these actions allow).
@@ -524,11 +540,12 @@ pub(crate) async fn send_ahead(task: &Task, ctx: &RufioContext) -> bool {
     }
 }
 
-/// The action, if it may be sent ahead of its Task (it is repeatable).
+/// The action, if it may be sent ahead of its Task: it is repeatable and quick. Virtual media
+/// is not: the BMC fetches the image before it answers, which can take longer than the wait.
 pub(crate) fn sendable_ahead(action: &RufioAction) -> Option<Op> {
     parse(action)
         .ok()
-        .filter(|op| !op.destructive() && *op != Op::Status)
+        .filter(|op| matches!(op, Op::Power(_) | Op::Boot(_)) && !op.destructive())
 }
 
 /// How long sending ahead may take (Secret read and BMC answer): far longer than a healthy
@@ -536,21 +553,32 @@ pub(crate) fn sendable_ahead(action: &RufioAction) -> Option<Op> {
 /// no more than this.
 const SEND_AHEAD_WAIT: Duration = Duration::from_secs(2);
 
-async fn send(bmc: &ManagedBmc, op: Op) -> Result<(), BmcError> {
+async fn send(bmc: &ManagedBmc, op: &Op) -> Result<(), BmcError> {
     match op {
         Op::Status => Ok(()),
-        Op::Power(action) => bmc.power(action).await.map(|_| ()),
-        Op::Boot(request) => bmc.set_boot_override(request).await.map(|_| ()),
+        Op::Power(action) => bmc.power(*action).await.map(|_| ()),
+        Op::Boot(request) => bmc.set_boot_override(*request).await.map(|_| ()),
+        Op::Media(kind, image) => bmc.set_virtual_media(*kind, image.clone()).await,
+    }
+}
+
+/// Whether the BMC's devices show the media change: the image attached to a device of the
+/// kind, or no device of the kind holding anything.
+pub fn media_reached(kind: MediaKind, image: Option<&str>, slots: &[MediaSlot]) -> bool {
+    let mut of_kind = slots.iter().filter(|s| s.takes(kind));
+    match image {
+        Some(image) => of_kind.any(|s| s.inserted && s.image.as_deref() == Some(image)),
+        None => of_kind.all(|s| !s.inserted),
     }
 }
 
 /// Reads the BMC: Complete once the action's effect shows.
-async fn verify(bmc: &ManagedBmc, op: Op, ctx: &RufioContext, key: &str) -> Next {
+async fn verify(bmc: &ManagedBmc, op: &Op, ctx: &RufioContext, key: &str) -> Next {
     let poll = ctx.settings.task_poll;
     match op {
         Op::Status => Next::Complete,
         Op::Power(action) => match bmc.power_state().await {
-            Ok(state) if power_reached(action, state) => Next::Complete,
+            Ok(state) if power_reached(*action, state) => Next::Complete,
             Ok(_) => Next::Again(poll),
             Err(e) => transient_or_fail(ctx, key, "get power state", &e),
         },
@@ -564,19 +592,28 @@ async fn verify(bmc: &ManagedBmc, op: Op, ctx: &RufioContext, key: &str) -> Next
             )),
             Err(e) => transient_or_fail(ctx, key, "get boot device", &e),
         },
+        // A BMC may take a while to connect the image: looked at again until the timeout.
+        Op::Media(kind, image) => match bmc.virtual_media().await {
+            Ok(slots) if media_reached(*kind, image.as_deref(), &slots) => Next::Complete,
+            Ok(_) => Next::Again(poll),
+            Err(e) => transient_or_fail(ctx, key, "get virtual media", &e),
+        },
     }
 }
 
 /// Whether the BMC already shows the action's effect, read without touching the Task's
 /// backoff (any error or other reading: not yet, and the Task goes the usual way).
-async fn effect_shows(bmc: &ManagedBmc, op: Op) -> bool {
+async fn effect_shows(bmc: &ManagedBmc, op: &Op) -> bool {
     match op {
         Op::Status => false,
         Op::Power(action) => {
-            matches!(bmc.power_state().await, Ok(state) if power_reached(action, state))
+            matches!(bmc.power_state().await, Ok(state) if power_reached(*action, state))
         }
         Op::Boot(request) => {
             matches!(bmc.boot_override().await, Ok(b) if b.device == request.device)
+        }
+        Op::Media(kind, image) => {
+            matches!(bmc.virtual_media().await, Ok(slots) if media_reached(*kind, image.as_deref(), &slots))
         }
     }
 }
@@ -678,8 +715,8 @@ mod tests {
 
     #[test]
     fn phases_in_order() {
-        let cycle = Op::Power(PowerAction::Cycle);
-        let on = Op::Power(PowerAction::On);
+        let cycle = &Op::Power(PowerAction::Cycle);
+        let on = &Op::Power(PowerAction::On);
         assert_eq!(phase(&task(json!({}), None), cycle, at(0), T), Phase::Start);
         let started = json!({"startTime": "1970-01-01T00:00:10Z"});
         assert_eq!(
@@ -712,7 +749,7 @@ mod tests {
                 json!({"startTime": "1970-01-01T00:00:10Z", "conditions": [{"type": c, "status": "True"}]}),
                 None,
             );
-            assert_eq!(phase(&t, Op::Status, at(10_000), T), Phase::Done);
+            assert_eq!(phase(&t, &Op::Status, at(10_000), T), Phase::Done);
         }
     }
 
@@ -758,8 +795,8 @@ mod tests {
                 "\"safe\"",
             ),
             (
-                json!({"virtualMediaAction": {"kind": "CD"}}),
-                "virtualMedia",
+                json!({"virtualMediaAction": {"kind": "BluRay", "mediaURL": "http://x/a.iso"}}),
+                "virtualMediaAction.kind \"BluRay\"",
             ),
             (json!({}), "exactly one"),
             (json!({"powerAction": "hibernate"}), "powerAction"),
@@ -767,6 +804,78 @@ mod tests {
             let e = a(bad).unwrap_err();
             assert!(e.contains(field), "{e}");
         }
+    }
+
+    #[test]
+    fn virtual_media_parses_with_an_empty_url_as_eject() {
+        let a = |v: serde_json::Value| parse(&serde_json::from_value(v).unwrap());
+        assert_eq!(
+            a(
+                json!({"virtualMediaAction": {"kind": "CD", "mediaURL": "http://10.0.0.1/hook.iso"}})
+            ),
+            Ok(Op::Media(
+                MediaKind::Cd,
+                Some("http://10.0.0.1/hook.iso".to_owned())
+            ))
+        );
+        assert_eq!(
+            a(json!({"virtualMediaAction": {"kind": "USBStick", "mediaURL": ""}})),
+            Ok(Op::Media(MediaKind::UsbStick, None))
+        );
+        assert_eq!(
+            a(json!({"virtualMediaAction": {"kind": "DVD"}})),
+            Ok(Op::Media(MediaKind::Dvd, None))
+        );
+        // Never sent ahead of its Task: the BMC fetches the image before it answers.
+        assert!(
+            sendable_ahead(
+                &serde_json::from_value(
+                    json!({"virtualMediaAction": {"kind": "CD", "mediaURL": "http://x/a.iso"}})
+                )
+                .unwrap()
+            )
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn media_is_reached_when_the_image_is_in_a_device_of_the_kind() {
+        let slot = |types: &[&str], image: Option<&str>, inserted: bool| MediaSlot {
+            id: "/redfish/v1/Managers/1/VirtualMedia/x".into(),
+            media_types: types.iter().map(|t| (*t).to_owned()).collect(),
+            image: image.map(str::to_owned),
+            inserted,
+        };
+        let url = "http://10.0.0.1/hook.iso";
+        let usb = slot(&["USBStick"], Some(url), true);
+        let cd_empty = slot(&["CD", "DVD"], None, false);
+        let cd_other = slot(&["CD", "DVD"], Some("http://10.0.0.1/old.iso"), true);
+        let cd_hook = slot(&["CD", "DVD"], Some(url), true);
+        let cd_hook_not_inserted = slot(&["CD", "DVD"], Some(url), false);
+        // The image in a device of another kind does not count.
+        assert!(!media_reached(
+            MediaKind::Cd,
+            Some(url),
+            &[usb.clone(), cd_empty.clone()]
+        ));
+        assert!(!media_reached(
+            MediaKind::Cd,
+            Some(url),
+            std::slice::from_ref(&cd_other)
+        ));
+        assert!(!media_reached(
+            MediaKind::Cd,
+            Some(url),
+            &[cd_hook_not_inserted]
+        ));
+        assert!(media_reached(
+            MediaKind::Dvd,
+            Some(url),
+            &[usb.clone(), cd_hook.clone()]
+        ));
+        // Ejected: no device of the kind holds anything; other kinds may.
+        assert!(media_reached(MediaKind::Cd, None, &[usb, cd_empty]));
+        assert!(!media_reached(MediaKind::Cd, None, &[cd_other]));
     }
 
     #[test]

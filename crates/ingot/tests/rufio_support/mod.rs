@@ -411,6 +411,9 @@ SUSHY_EMULATOR_FAKE_SYSTEMS = [{{
     let log = std::fs::File::create(dir.join("sushy.log")).unwrap();
     let child = common::spawn(
         Command::new(&sushy)
+            // sushy fetches virtual media images itself: from loopback, never through a proxy.
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("no_proxy", "127.0.0.1,localhost")
             .arg("--config")
             .arg(dir.join("conf.py"))
             .stdin(Stdio::null())
@@ -438,28 +441,32 @@ impl Sushy {
             .find(|s| s["Name"] == name)
     }
 
-    /// Every member of sushy's `Systems`, in its order (empty when sushy does not answer).
-    async fn systems(&self, user: &str, password: &str) -> Vec<Value> {
+    /// The first system's virtual CD device, as sushy reports it.
+    pub async fn virtual_cd(&self, user: &str, password: &str) -> Option<Value> {
+        let system = self.system(user, password).await?;
+        let path = format!("{}/VirtualMedia/Cd", system["@odata.id"].as_str()?);
+        self.get(user, password, path).await
+    }
+
+    async fn get(&self, user: &str, password: &str, path: String) -> Option<Value> {
         let http = reqwest::Client::builder()
             .danger_accept_invalid_certs(true)
             .timeout(Duration::from_secs(5))
             .build()
             .unwrap();
-        let base = format!("https://127.0.0.1:{}", self.port);
-        let get = |path: String| {
-            let url = format!("{base}{path}");
-            let http = &http;
-            async move {
-                http.get(url)
-                    .basic_auth(user, Some(password))
-                    .send()
-                    .await
-                    .ok()?
-                    .json::<Value>()
-                    .await
-                    .ok()
-            }
-        };
+        http.get(format!("https://127.0.0.1:{}{path}", self.port))
+            .basic_auth(user, Some(password))
+            .send()
+            .await
+            .ok()?
+            .json::<Value>()
+            .await
+            .ok()
+    }
+
+    /// Every member of sushy's `Systems`, in its order (empty when sushy does not answer).
+    async fn systems(&self, user: &str, password: &str) -> Vec<Value> {
+        let get = |path: String| self.get(user, password, path);
         let Some(collection) = get("/redfish/v1/Systems".into()).await else {
             return Vec::new();
         };
