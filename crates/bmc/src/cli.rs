@@ -101,6 +101,17 @@ pub enum BmcCommand {
         #[arg(long, value_enum)]
         mode: Option<BootMode>,
     },
+    /// Virtual media (Redfish): `media show`, `media insert URL`, `media eject`.
+    Media {
+        #[arg(value_enum)]
+        op: MediaOp,
+        /// The image's URL, which the BMC fetches (`insert` only).
+        #[arg(required_if_eq("op", "insert"))]
+        url: Option<String>,
+        /// The kind of device to use (`insert`, `eject`).
+        #[arg(long, value_enum, default_value = "CD")]
+        kind: MediaKind,
+    },
     /// Hardware inventory.
     Inventory,
     /// Event log entries (Redfish LogServices / IPMI SEL).
@@ -115,6 +126,13 @@ pub enum PowerOp {
     Soft,
     Reset,
     Cycle,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MediaOp {
+    Show,
+    Insert,
+    Eject,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -133,6 +151,7 @@ impl BmcCommand {
         match self {
             BmcCommand::Power { op, .. } => format!("power {}", value_name(op)),
             BmcCommand::Boot { target, .. } => format!("boot {}", value_name(target)),
+            BmcCommand::Media { op, .. } => format!("media {}", value_name(op)),
             BmcCommand::Inventory => "inventory".into(),
             BmcCommand::Sel => "sel".into(),
         }
@@ -208,6 +227,21 @@ pub async fn execute_with(
         Ok(e) => e,
         Err(e) => return fail(EXIT_USAGE, "usage", e.to_string()),
     };
+    if let BmcCommand::Media {
+        op: op @ (MediaOp::Show | MediaOp::Eject),
+        url: Some(url),
+        ..
+    } = &args.command
+    {
+        return fail(
+            EXIT_USAGE,
+            "usage",
+            format!(
+                "media {} takes no URL (got {url:?}); use `media insert URL`",
+                value_name(op)
+            ),
+        );
+    }
     let password = match env(&args.password_env) {
         Some(p) => Password::new(p),
         None => {
@@ -395,6 +429,16 @@ async fn dispatch(bmc: &dyn Bmc, command: &BmcCommand) -> Result<(Value, String)
             let text = boot_text(&b);
             (to_json(&b), text)
         }
+        BmcCommand::Media { op, url, kind } => {
+            match op {
+                MediaOp::Show => {}
+                MediaOp::Insert => bmc.set_virtual_media(*kind, url.clone()).await?,
+                MediaOp::Eject => bmc.set_virtual_media(*kind, None).await?,
+            }
+            let devices = bmc.virtual_media().await?;
+            let text = media_text(&devices);
+            (json!({"devices": devices}), text)
+        }
         BmcCommand::Inventory => {
             let inv = bmc.inventory().await?;
             let text = inventory_text(&inv);
@@ -438,6 +482,24 @@ fn boot_text(b: &BootOverride) -> String {
         b.raw_target.as_deref().unwrap_or("?"),
         if b.persistent { "persistent" } else { "once" }
     )
+}
+
+fn media_text(devices: &[MediaSlot]) -> String {
+    if devices.is_empty() {
+        return "no virtual media devices".into();
+    }
+    devices
+        .iter()
+        .map(|d| {
+            let holds = match (&d.image, d.inserted) {
+                (Some(image), true) => format!("inserted {image}"),
+                (Some(image), false) => format!("not inserted ({image})"),
+                (None, _) => "empty".into(),
+            };
+            format!("{} [{}]: {holds}", d.id, d.media_types.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn inventory_text(i: &Inventory) -> String {

@@ -215,3 +215,87 @@ async fn json_documents_and_exit_codes() {
     assert_eq!(code, 1);
     assert_eq!(json["error"]["kind"], "timeout");
 }
+
+#[tokio::test]
+async fn media_insert_show_and_eject() {
+    let fleet = Fleet::start(
+        FleetOptions::default(),
+        vec![BmcSpec {
+            vendor: Vendor::Hpe,
+            ..BmcSpec::default()
+        }],
+    )
+    .await
+    .unwrap();
+    let url = fleet.bmcs[0].url();
+    let image = "http://127.0.0.1:9/boot.iso";
+    let run_media = |extra: Vec<&'static str>| {
+        let url = url.clone();
+        async move {
+            let mut args = vec![
+                "--host",
+                &url,
+                "--user",
+                "admin",
+                "--password-env",
+                "BMC_PW",
+                "--json",
+                "media",
+            ];
+            args.extend(extra);
+            run(&args).await
+        }
+    };
+    let cd = |json: &Value| -> Value {
+        json["result"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| {
+                d["mediaTypes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|t| t == "CD")
+            })
+            .cloned()
+            .unwrap()
+    };
+
+    let (json, _, code) = run_media(vec!["insert", image]).await;
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["command"], "media insert");
+    assert_eq!(cd(&json)["image"], image);
+    assert_eq!(cd(&json)["inserted"], true);
+    // HPE keeps a floppy/USB device beside the CD: both are listed.
+    assert_eq!(json["result"]["devices"].as_array().unwrap().len(), 2);
+
+    let (json, _, code) = run_media(vec!["show"]).await;
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(cd(&json)["image"], image);
+
+    let (json, _, code) = run_media(vec!["eject", "--kind", "DVD"]).await;
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(cd(&json)["inserted"], false);
+    assert_eq!(
+        fleet.bmcs[0].state.media_log(),
+        vec![format!("insert 2 {image}"), "eject 2".to_owned()]
+    );
+
+    // Usage: insert needs a URL, eject takes none.
+    let insert_without_url = Top::try_parse_from([
+        "bmc",
+        "--host",
+        "h",
+        "--user",
+        "u",
+        "--password-env",
+        "P",
+        "media",
+        "insert",
+    ]);
+    assert!(insert_without_url.is_err());
+    let (json, text, code) = run_media(vec!["eject", image]).await;
+    assert_eq!(code, 2, "{json}");
+    assert!(text.contains("media eject takes no URL"), "{text}");
+}

@@ -247,6 +247,25 @@ async fn cli_over_ipmi_emulator_matches_the_redfish_json_shape() {
     assert_eq!(run("password", &i(&["sel"])).await["result"], j["result"]);
     same_shape(&j, &run("password", &http(r(&["sel"]))).await, "$");
 
+    // Virtual media: IPMI has none, and says so.
+    let (json, code) = cli(
+        "password",
+        &i(&["media", "show"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(code, 1, "{json}");
+    assert_eq!(json["error"]["kind"], "unsupported", "{json}");
+    assert!(
+        json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("virtual media over IPMI"),
+        "{json}"
+    );
+
     // Chassis controls the emulator executed: exactly power up, then power down.
     assert_eq!(bmc.stats().chassis_controls, vec![1, 0]);
 
