@@ -30,6 +30,23 @@ async fn run(args: &[&str]) -> (Value, String, u8) {
     (out.json, out.text, out.code)
 }
 
+/// `--host URL --user admin --password-env BMC_PW --json <command>`.
+fn json_command(url: &str, command: &[&str]) -> Vec<String> {
+    [
+        "--host",
+        url,
+        "--user",
+        "admin",
+        "--password-env",
+        "BMC_PW",
+        "--json",
+    ]
+    .iter()
+    .chain(command)
+    .map(|s| s.to_string())
+    .collect()
+}
+
 #[tokio::test]
 async fn json_documents_and_exit_codes() {
     let fleet = Fleet::start(
@@ -43,21 +60,7 @@ async fn json_documents_and_exit_codes() {
     .await
     .unwrap();
     let url = fleet.bmcs[0].url();
-    let base = [
-        "--host",
-        &url,
-        "--user",
-        "admin",
-        "--password-env",
-        "BMC_PW",
-        "--json",
-    ];
-    let with = |extra: &[&str]| -> Vec<String> {
-        base.iter()
-            .chain(extra.iter())
-            .map(|s| s.to_string())
-            .collect()
-    };
+    let with = |extra: &[&str]| json_command(&url, extra);
     fn args(v: &[String]) -> Vec<&str> {
         v.iter().map(String::as_str).collect()
     }
@@ -230,21 +233,8 @@ async fn media_insert_show_and_eject() {
     let url = fleet.bmcs[0].url();
     let image = "http://127.0.0.1:9/boot.iso";
     let run_media = |extra: Vec<&'static str>| {
-        let url = url.clone();
-        async move {
-            let mut args = vec![
-                "--host",
-                &url,
-                "--user",
-                "admin",
-                "--password-env",
-                "BMC_PW",
-                "--json",
-                "media",
-            ];
-            args.extend(extra);
-            run(&args).await
-        }
+        let args = json_command(&url, &[&["media"], extra.as_slice()].concat());
+        async move { run(&args.iter().map(String::as_str).collect::<Vec<_>>()).await }
     };
     let cd = |json: &Value| -> Value {
         json["result"]["devices"]

@@ -80,13 +80,12 @@ async fn check_job_shape(client: &kube::Client, ns: &str, job: &str, status: &Va
     }
 }
 
-#[tokio::test]
-async fn upstream_samples_on_sushy_over_tls_and_ipmi_sim() {
-    let _serial = SERIAL.lock().await;
-    let env = ingot_testenv::shared().await;
-    let client = env.client().unwrap();
-    let ns = env.namespace("rufio").await.unwrap();
-
+/// sushy-tools over TLS and OpenIPMI's ipmi_sim, both answering, and a Machine from upstream's
+/// sample on each: `machine-sample` (Redfish) and `machine-sample-ipmi`, with their Secrets.
+async fn sample_machines_on_sushy_and_ipmi_sim(
+    client: &kube::Client,
+    ns: &str,
+) -> (Sushy, openipmi::IpmiSim) {
     let sushy = start_sushy_tls(SAMPLE_USER, SAMPLE_PASSWORD);
     let sim = openipmi::start(&FruInfo::example(3).encode());
     poll_until("sushy over TLS", Duration::from_secs(30), || async {
@@ -101,55 +100,59 @@ async fn upstream_samples_on_sushy_over_tls_and_ipmi_sim() {
     .await;
 
     create_secret(
-        &client,
-        &ns,
+        client,
+        ns,
         "sample-machine-auth",
         SAMPLE_USER,
         SAMPLE_PASSWORD,
     )
     .await;
     create_secret(
-        &client,
-        &ns,
+        client,
+        ns,
         "ipmi-machine-auth",
         openipmi::USER,
         openipmi::PASSWORD,
     )
     .await;
     let redfish = machine_sample(
-        &ns,
+        ns,
         "machine-sample",
         "sample-machine-auth",
         "127.0.0.1",
         json!({"redfish": {"port": sushy.port}}),
     );
     let ipmi = machine_sample(
-        &ns,
+        ns,
         "machine-sample-ipmi",
         "ipmi-machine-auth",
         "127.0.0.1",
         json!({"ipmitool": {"port": sim.addr.port(), "cipherSuite": "3"}}),
     );
-    create(&client, &ns, &redfish).await;
-    create(&client, &ns, &ipmi).await;
+    create(client, ns, &redfish).await;
+    create(client, ns, &ipmi).await;
+
+    (sushy, sim)
+}
+
+/// Waits until both sample Machines are `Contactable` and read `on`.
+async fn wait_sample_machines(client: &kube::Client, ns: &str) {
+    for machine in ["machine-sample", "machine-sample-ipmi"] {
+        wait_contactable(client, ns, machine, "on", Duration::from_secs(60)).await;
+    }
+}
+
+#[tokio::test]
+async fn upstream_samples_on_sushy_over_tls_and_ipmi_sim() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio").await.unwrap();
+
+    let (sushy, sim) = sample_machines_on_sushy_and_ipmi_sim(&client, &ns).await;
 
     let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
-    wait_contactable(
-        &client,
-        &ns,
-        "machine-sample",
-        "on",
-        Duration::from_secs(60),
-    )
-    .await;
-    wait_contactable(
-        &client,
-        &ns,
-        "machine-sample-ipmi",
-        "on",
-        Duration::from_secs(60),
-    )
-    .await;
+    wait_sample_machines(&client, &ns).await;
 
     // The sample Job on sushy: off, PXE once, on. Watch the peer for the off in between.
     let saw_off = Arc::new(AtomicBool::new(false));
@@ -839,11 +842,12 @@ async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
     let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
     wait_contactable(&client, &ns, "m0", "off", Duration::from_secs(30)).await;
 
-    // on, then an action ingot refuses: the Job fails with the second Task's message.
+    // on, then an action the BMC cannot do (this emulated iDRAC has no floppy device): the
+    // Job fails with the second Task's message.
     let mut j = job_sample(&ns, "fails", "m0");
     j.spec.tasks = serde_json::from_value(json!([
         {"powerAction": "on"},
-        {"virtualMediaAction": {"kind": "CD", "mediaURL": "http://127.0.0.1:1/x.iso"}},
+        {"virtualMediaAction": {"kind": "Floppy", "mediaURL": "http://127.0.0.1:1/x.img"}},
         {"powerAction": "off"}
     ]))
     .unwrap();
@@ -857,7 +861,7 @@ async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
     assert_eq!(failed, "True");
     assert!(
         message.starts_with(&format!(
-            "task {ns}/fails-task-1 failed: virtualMediaAction"
+            "task {ns}/fails-task-1 failed: insert virtual media: not supported by this BMC: virtual media of kind Floppy (the BMC offers: CD, DVD, USBStick)"
         )),
         "{message}"
     );
@@ -1332,53 +1336,15 @@ async fn a_virtual_media_job_attaches_the_image_on_sushy_and_ipmi_has_none() {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     let ns = env.namespace("rufio-media").await.unwrap();
-    let sushy = start_sushy_tls(SAMPLE_USER, SAMPLE_PASSWORD);
-    let sim = openipmi::start(&FruInfo::example(3).encode());
+    let (sushy, _sim) = sample_machines_on_sushy_and_ipmi_sim(&client, &ns).await;
     let image = ingot_bmc_sim::ImageServer::start("hook.iso", b"hook image".to_vec())
         .await
         .unwrap();
-    poll_until("sushy over TLS", Duration::from_secs(30), || async {
-        sushy.system(SAMPLE_USER, SAMPLE_PASSWORD).await
-    })
-    .await;
-    create_secret(
-        &client,
-        &ns,
-        "sample-machine-auth",
-        SAMPLE_USER,
-        SAMPLE_PASSWORD,
-    )
-    .await;
-    create_secret(
-        &client,
-        &ns,
-        "ipmi-auth",
-        openipmi::USER,
-        openipmi::PASSWORD,
-    )
-    .await;
-    let redfish = machine_sample(
-        &ns,
-        "redfish",
-        "sample-machine-auth",
-        "127.0.0.1",
-        json!({"redfish": {"port": sushy.port}}),
-    );
-    let ipmi = machine_sample(
-        &ns,
-        "ipmi",
-        "ipmi-auth",
-        "127.0.0.1",
-        json!({"ipmitool": {"port": sim.addr.port(), "cipherSuite": "3"}}),
-    );
-    create(&client, &ns, &redfish).await;
-    create(&client, &ns, &ipmi).await;
     let ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
-    wait_contactable(&client, &ns, "redfish", "on", Duration::from_secs(60)).await;
-    wait_contactable(&client, &ns, "ipmi", "on", Duration::from_secs(60)).await;
+    wait_sample_machines(&client, &ns).await;
 
     // Attach the image and boot from it once, as a Tinkerbell ISO boot does.
-    let mut j = job_sample(&ns, "media-boot", "redfish");
+    let mut j = job_sample(&ns, "media-boot", "machine-sample");
     j.spec.tasks = serde_json::from_value(json!([
         {"virtualMediaAction": {"kind": "CD", "mediaURL": image.url}},
         {"oneTimeBootDeviceAction": {"device": ["cdrom"], "efiBoot": true}},
@@ -1397,7 +1363,7 @@ async fn a_virtual_media_job_attaches_the_image_on_sushy_and_ipmi_has_none() {
     assert_eq!(system["Boot"]["BootSourceOverrideTarget"], "Cd", "{system}");
 
     // No mediaURL: eject.
-    let mut j = job_sample(&ns, "media-eject", "redfish");
+    let mut j = job_sample(&ns, "media-eject", "machine-sample");
     j.spec.tasks = serde_json::from_value(json!([{"virtualMediaAction": {"kind": "CD"}}])).unwrap();
     create(&client, &ns, &j).await;
     wait_job(&client, &ns, "media-eject", Duration::from_secs(60), &ingot).await;
@@ -1408,7 +1374,7 @@ async fn a_virtual_media_job_attaches_the_image_on_sushy_and_ipmi_has_none() {
     assert_eq!(cd["Inserted"], false, "{cd}");
 
     // IPMI has no virtual media: the Task fails saying so, and the Job with it.
-    let mut j = job_sample(&ns, "media-ipmi", "ipmi");
+    let mut j = job_sample(&ns, "media-ipmi", "machine-sample-ipmi");
     j.spec.tasks = serde_json::from_value(json!([
         {"virtualMediaAction": {"kind": "CD", "mediaURL": image.url}},
     ]))
