@@ -684,3 +684,29 @@ async fn a_media_kind_no_device_takes_is_refused_with_what_the_bmc_offers() {
     );
     assert!(fleet.bmcs[0].state.media_log().is_empty());
 }
+
+#[tokio::test]
+async fn virtual_media_linked_but_not_served_is_looked_for_at_the_managers() {
+    // A Dell keeps its devices under the system; here that collection answers 404, and the
+    // managers have none: no devices, rather than the 404 (a BMC may link what it does not
+    // serve).
+    let fleet = fleet_of(&[Vendor::Dell], false).await;
+    let b = &fleet.bmcs[0];
+    b.state.set_quirks(Quirks {
+        fail_paths: vec![(
+            "/redfish/v1/Systems/System.Embedded.1/VirtualMedia".into(),
+            404,
+        )],
+        ..Quirks::default()
+    });
+    let c = client(b, options());
+    assert_eq!(c.virtual_media().await.unwrap(), Vec::new());
+    let e = c
+        .set_virtual_media(MediaKind::Cd, Some("http://127.0.0.1:9/a.iso".into()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, BmcError::Unsupported(_)) && e.to_string().contains("offers: none"),
+        "{e}"
+    );
+}

@@ -1244,9 +1244,14 @@ impl RedfishClient {
     async fn media_devices(&self) -> Result<Vec<Value>, BmcError> {
         let (_, system, _) = self.system().await?;
         if let Some(own) = link(&system, "VirtualMedia") {
-            let devices = self.members(&own).await?;
-            if !devices.is_empty() {
-                return Ok(devices);
+            match self.members(&own).await {
+                Ok(devices) if !devices.is_empty() => return Ok(devices),
+                Ok(_) => {}
+                Err(e) if e.is_auth() || e.is_transient() => return Err(e),
+                // Linked but not served (404, 501...): the managers may have them.
+                Err(e) => {
+                    tracing::debug!(bmc = %self.base, collection = %own, error = %e, "system virtual media unreadable; trying the managers");
+                }
             }
         }
         let mut managers: Vec<String> = system

@@ -257,7 +257,7 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
         Timestamp::now(),
         ctx.settings.task_timeout,
     );
-    // A repeatable action (power on / off, boot device) goes out together with its
+    // A repeatable action (power on / off, boot device, virtual media) goes out with its
     // `startTime`: sending it twice is harmless, so it need not wait for the API server's
     // answer. (The Job creates its next Task only once this one shows `Completed` in the
     // cache this copy came from, so a stale copy never replays an earlier step.) A Task
