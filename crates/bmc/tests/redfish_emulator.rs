@@ -619,6 +619,14 @@ async fn virtual_media_is_attached_and_ejected_on_every_vendor_profile() {
         let slot = cd(&c.virtual_media().await.unwrap());
         assert!(slot.inserted, "{vendor}: {slot:?}");
         assert_eq!(slot.image.as_deref(), Some(first.as_str()), "{vendor}");
+        // The BMC's own state, not only what the client reads back.
+        let held = b.state.media();
+        assert!(
+            held.iter().any(|m| m.inserted
+                && m.write_protected
+                && m.image.as_deref() == Some(first.as_str())),
+            "{vendor}: {held:?}"
+        );
 
         // The same image again: already attached, nothing is sent.
         c.set_virtual_media(MediaKind::Cd, Some(first.clone()))
