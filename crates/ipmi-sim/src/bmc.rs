@@ -476,17 +476,18 @@ impl Bmc {
                 .then(|| wire::seal(0x15, 0, 0, &rakp4.clone(), None))
                 .flatten();
         }
+        if status != 0 {
+            // The console gave up on a session being set up (e.g. our RAKP 2 did not verify,
+            // or it is the entry of a retransmitted Open Session Request): free the slot.
+            self.sessions.remove(&bmc_sid);
+            return None;
+        }
         let Phase::Challenged {
             rm, rc, role, name, ..
         } = &s.phase
         else {
             return None;
         };
-        if status != 0 {
-            // The console gave up (e.g. our RAKP 2 did not verify): free the slot.
-            self.sessions.remove(&bmc_sid);
-            return None;
-        }
         let suite = s.suite;
         let want = suite.mac(
             &password,
@@ -533,10 +534,11 @@ impl Bmc {
         let req = wire::parse_request(&plain)?;
         let priv_now = s.priv_now;
         let key = (req.rq_seq_lun, req.netfn, req.cmd, req.data.clone());
+        let dedup = !self.faults.no_dedup;
         let cached = s
             .last
             .as_ref()
-            .filter(|(k, _)| *k == key)
+            .filter(|(k, _)| dedup && *k == key)
             .map(|(_, answer)| answer.clone());
         self.commands.push((req.netfn, req.cmd));
         let (cc, data) = match cached {

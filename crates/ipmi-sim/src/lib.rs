@@ -90,6 +90,10 @@ pub struct Faults {
     /// Execute these in-session commands `(netfn, cmd)` but lose their
     /// answers (the client sees a timeout for a command that took effect).
     pub mute_commands: Vec<(u8, u8)>,
+    /// Carry out a retransmitted request again instead of answering it from
+    /// the last answer (no de-duplication by rqSeq), as many BMCs do: a
+    /// retransmitted Chassis Control resets the host twice.
+    pub no_dedup: bool,
 }
 
 /// One simulated BMC.

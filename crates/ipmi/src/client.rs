@@ -254,7 +254,7 @@ impl Client {
         cmd: u8,
         data: &[u8],
     ) -> Result<Response> {
-        self.call_with(name, netfn, cmd, data, true).await
+        self.call_with(name, netfn, cmd, data, Kind::Read).await
     }
 
     /// A request that changes the BMC (Chassis Control, boot options, SEL
@@ -268,7 +268,22 @@ impl Client {
         cmd: u8,
         data: &[u8],
     ) -> Result<Response> {
-        self.call_with(name, netfn, cmd, data, false).await
+        self.call_with(name, netfn, cmd, data, Kind::Write).await
+    }
+
+    /// A request that must never run twice (Chassis Control: a second hard reset is not
+    /// harmless): sent once, never retransmitted, its answer awaited for the whole
+    /// retransmission budget. A BMC that does not recognise a retransmission (same rqSeq,
+    /// new session sequence number) carries out every copy, and many do not.
+    pub(crate) async fn call_unrepeated(
+        &self,
+        name: &'static str,
+        netfn: u8,
+        cmd: u8,
+        data: &[u8],
+    ) -> Result<Response> {
+        self.call_with(name, netfn, cmd, data, Kind::Destructive)
+            .await
     }
 
     async fn call_with(
@@ -277,8 +292,9 @@ impl Client {
         netfn: u8,
         cmd: u8,
         data: &[u8],
-        idempotent: bool,
+        kind: Kind,
     ) -> Result<Response> {
+        let idempotent = kind == Kind::Read;
         let cfg = &self.inner.cfg;
         let mut conn = self.inner.conn.lock().await;
         if conn.closed {
@@ -291,7 +307,7 @@ impl Client {
         }
         let first = {
             let _permit = self.inner.permit().await?;
-            request_once(cfg, &mut conn, name, netfn, cmd, data, idempotent).await
+            request_once(cfg, &mut conn, name, netfn, cmd, data, kind).await
         };
         match first {
             Err(Error::Timeout { .. } | Error::Integrity(_)) if reused && idempotent => {
@@ -301,7 +317,7 @@ impl Client {
                 let _permit = self.inner.permit().await?;
                 drop_session(cfg, &mut conn).await;
                 ensure_session(cfg, &mut conn).await?;
-                request_once(cfg, &mut conn, name, netfn, cmd, data, idempotent).await
+                request_once(cfg, &mut conn, name, netfn, cmd, data, kind).await
             }
             other => other,
         }
@@ -317,6 +333,17 @@ impl Inner {
     }
 }
 
+/// How a request may be repeated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A read: hedged, retransmitted, repeated once on a new session.
+    Read,
+    /// A change that is harmless twice: retransmitted within its session only.
+    Write,
+    /// A change that must not run twice: sent once.
+    Destructive,
+}
+
 async fn request_once(
     cfg: &Config,
     conn: &mut Conn,
@@ -324,7 +351,7 @@ async fn request_once(
     netfn: u8,
     cmd: u8,
     data: &[u8],
-    idempotent: bool,
+    kind: Kind,
 ) -> Result<Response> {
     let Conn {
         socket, session, ..
@@ -333,8 +360,15 @@ async fn request_once(
         return Err(Error::Closed);
     };
     let mut retry = cfg.retry();
-    if !idempotent {
+    if kind != Kind::Read {
         retry.hedge = None;
+    }
+    if kind == Kind::Destructive {
+        retry = Retry {
+            timeout: cfg.timeout * (cfg.retries + 1),
+            retries: 0,
+            hedge: None,
+        };
     }
     let r = s.request(socket, retry, name, netfn, cmd, data).await;
     match &r {
@@ -436,7 +470,16 @@ async fn keepalive(inner: Weak<Inner>, every: Duration) {
         // Get Device ID: cheap and universally implemented.
         let r = match inner.permit().await {
             Ok(_permit) => {
-                request_once(&inner.cfg, &mut conn, "keep-alive", 0x06, 0x01, &[], true).await
+                request_once(
+                    &inner.cfg,
+                    &mut conn,
+                    "keep-alive",
+                    0x06,
+                    0x01,
+                    &[],
+                    Kind::Read,
+                )
+                .await
             }
             Err(e) => Err(e),
         };

@@ -423,10 +423,11 @@ impl Client {
 
     /// Chassis Control.
     pub async fn chassis_control(&self, c: ChassisControl) -> Result<()> {
-        // Never repeated on a new session after a timeout: the first one may
-        // have been carried out (a second power cycle is not harmless).
+        // Sent once: never retransmitted, nor repeated on a new session after a
+        // timeout. The first copy may have been carried out (a second power cycle
+        // is not harmless).
         let r = self
-            .call_once("Chassis Control", NETFN_CHASSIS, 0x02, &[c as u8])
+            .call_unrepeated("Chassis Control", NETFN_CHASSIS, 0x02, &[c as u8])
             .await?;
         check("Chassis Control", r).map(|_| ())
     }

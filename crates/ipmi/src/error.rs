@@ -56,9 +56,20 @@ pub enum Error {
         /// The completion code.
         code: u8,
     },
-    /// Local socket errors.
+    /// Local socket errors before anything was sent (the BMC never saw the request).
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// The request was sent, then the network failed (host unreachable, ...) before its
+    /// answer: the BMC may have carried it out.
+    #[error(
+        "the network failed after {command} was sent, which the BMC may have carried out: {source}"
+    )]
+    MaybeSent {
+        /// Name of the command.
+        command: &'static str,
+        /// The socket error.
+        source: std::io::Error,
+    },
     /// The client was closed.
     #[error("the client is closed")]
     Closed,
@@ -69,7 +80,10 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Error::Timeout { .. } | Error::SessionLimit { .. } | Error::Io(_)
+            Error::Timeout { .. }
+                | Error::SessionLimit { .. }
+                | Error::Io(_)
+                | Error::MaybeSent { .. }
         )
     }
 }

@@ -98,6 +98,49 @@ async fn recv_until(sock: &UdpSocket, buf: &mut [u8], deadline: Instant) -> Resu
     }
 }
 
+/// Table entries the BMC opened for retransmitted copies of one Open Session Request.
+struct Copies {
+    tag: u8,
+    console_sid: u32,
+    suite: CipherSuite,
+    /// The session the handshake goes on with.
+    chosen: u32,
+    orphans: Vec<u32>,
+}
+
+impl Copies {
+    /// Notes a late Open Session Response to a copy.
+    fn note(&mut self, payload_type: u8, p: &[u8]) {
+        if payload_type != payload::OPEN_SESSION_RESPONSE {
+            return;
+        }
+        if let Ok(Some(osr)) =
+            rakp::parse_open_session_response(p, self.tag, self.console_sid, self.suite)
+            && osr.bmc_sid != self.chosen
+            && !self.orphans.contains(&osr.bmc_sid)
+        {
+            self.orphans.push(osr.bmc_sid);
+        }
+    }
+
+    /// Tells the BMC to drop each orphan now: a RAKP 3 with an error status ends a session
+    /// that is being set up (as after a RAKP 2 that did not verify).
+    async fn release(&self, sock: &UdpSocket) {
+        for sid in &self.orphans {
+            // 0x12: illegal or unrecognized parameter (the copy was not wanted).
+            let mut abort = vec![self.tag, 0x12, 0, 0];
+            abort.extend_from_slice(&sid.to_le_bytes());
+            if let Ok(p) = packet::encode_v2(payload::RAKP3, 0, 0, &abort, None) {
+                let _ = sock.send(&p).await;
+            }
+            tracing::debug!(
+                bmc_sid = sid,
+                "released the session of a retransmitted Open Session Request"
+            );
+        }
+    }
+}
+
 /// Credentials and algorithms for one handshake.
 pub(crate) struct Login<'a> {
     pub suite: CipherSuite,
@@ -199,11 +242,11 @@ impl Session {
         // Open Session is not retransmitted early: some BMCs (OpenBMC) give
         // every copy its own session-table entry.
         let setup = retry.unhedged();
-        let kuid = login.password.key()?;
-        let kg = match login.bmc_key {
-            Some(k) => k.key()?,
-            None => kuid,
-        };
+        // Keys that cannot be used fail before anything is sent.
+        login.password.key()?;
+        if let Some(k) = login.bmc_key {
+            k.key()?;
+        }
         let console_sid = nonzero_u32();
         let tag: u8 = rand::random();
 
@@ -223,6 +266,51 @@ impl Session {
         )
         .await?;
 
+        // Each retransmitted Open Session Request may take a table entry of its own (OpenBMC
+        // does not recognise a copy): answers to the copies that arrive while the handshake
+        // goes on name them, and they are released at the end rather than left to the BMC's
+        // setup timer.
+        let mut copies = Copies {
+            tag,
+            console_sid,
+            suite,
+            chosen: osr.bmc_sid,
+            orphans: Vec::new(),
+        };
+        let r = Self::handshake(
+            sock,
+            login,
+            retry,
+            counters,
+            tag,
+            console_sid,
+            osr,
+            &mut copies,
+        )
+        .await;
+        copies.release(sock).await;
+        r
+    }
+
+    /// RAKP 1–4 and Set Session Privilege Level on the session the BMC opened.
+    #[allow(clippy::too_many_arguments)]
+    async fn handshake(
+        sock: &UdpSocket,
+        login: &Login<'_>,
+        retry: Retry,
+        counters: Arc<Counters>,
+        tag: u8,
+        console_sid: u32,
+        osr: rakp::OpenSessionResponse,
+        copies: &mut Copies,
+    ) -> Result<Session> {
+        let suite = login.suite;
+        let setup = retry.unhedged();
+        let kuid = login.password.key()?;
+        let kg = match login.bmc_key {
+            Some(k) => k.key()?,
+            None => kuid,
+        };
         let hs = Handshake {
             suite,
             console_sid,
@@ -239,6 +327,10 @@ impl Session {
             "RAKP 1/2",
             |buf| match packet::decode_v2(buf, None) {
                 Ok(p) if p.payload_type == payload::RAKP2 => hs.check_rakp2(&p.payload, tag, &kuid),
+                Ok(p) => {
+                    copies.note(p.payload_type, &p.payload);
+                    Ok(None)
+                }
                 _ => Ok(None),
             },
         )
@@ -268,6 +360,10 @@ impl Session {
             |buf| match packet::decode_v2(buf, None) {
                 Ok(p) if p.payload_type == payload::RAKP4 => {
                     hs.check_rakp4(&p.payload, tag, &sik, &guid)
+                }
+                Ok(p) => {
+                    copies.note(p.payload_type, &p.payload);
+                    Ok(None)
                 }
                 _ => Ok(None),
             },
@@ -369,7 +465,8 @@ impl Session {
     /// Send one IPMI request and wait for its response. Each retransmission
     /// carries a fresh session sequence number (the BMC's replay window would
     /// drop a repeated one) and the same IPMI rqSeq, so a late answer to an
-    /// earlier transmission is accepted too.
+    /// earlier transmission is accepted too. A socket error once the request
+    /// is out is [`Error::MaybeSent`]: the BMC may have carried it out.
     pub async fn request(
         &mut self,
         sock: &UdpSocket,
@@ -393,12 +490,26 @@ impl Session {
                 &msg,
                 Some((&self.keys, rand::random())),
             )?;
-            sock.send(&pkt).await?;
+            let lost = |e: Error| match e {
+                Error::Io(source) => Error::MaybeSent {
+                    command: phase,
+                    source,
+                },
+                other => other,
+            };
+            match sock.send(&pkt).await {
+                Ok(_) => {}
+                Err(e) if attempt == 0 => return Err(e.into()),
+                Err(e) => return Err(lost(e.into())),
+            }
             let deadline = Instant::now() + retry.wait(attempt);
-            while let Some(n) = recv_until(sock, &mut buf, deadline).await? {
+            while let Some(n) = recv_until(sock, &mut buf, deadline).await.map_err(lost)? {
                 match self.match_response(&buf[..n], netfn, cmd, rq_seq) {
                     Verdict::Done(r) => return Ok(r),
-                    Verdict::BadIntegrity => integrity_failures += 1,
+                    Verdict::BadIntegrity => {
+                        integrity_failures += 1;
+                        self.counters.integrity.fetch_add(1, Ordering::Relaxed);
+                    }
                     Verdict::Ignore => {}
                 }
             }

@@ -171,3 +171,105 @@ async fn retransmitted_open_sessions_never_give_the_client_two_sessions() {
     let stats = bmc.stats();
     assert!(stats.active_sessions <= 1, "{stats:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chassis_control_is_never_retransmitted_to_a_bmc_that_runs_every_copy() {
+    let fleet = serve(FleetConfig::uniform(1, PW)).await.unwrap();
+    let bmc = &fleet.bmcs()[0];
+    bmc.set_power(true);
+    let mut cfg = config(bmc.addr(), "admin", PW, &[CipherSuite::Suite17]);
+    cfg.timeout = Duration::from_millis(150);
+    cfg.retries = 3;
+    let client = Client::connect(cfg).await.unwrap();
+    // Without de-duplication a retransmission (same rqSeq, new session sequence number)
+    // is a second hard reset; the answers are lost, so a retransmitting client sends four.
+    bmc.set_faults(Faults {
+        no_dedup: true,
+        mute_commands: vec![(0x00, 0x02)],
+        ..Faults::default()
+    });
+    let err = client.power(PowerAction::Reset).await.unwrap_err();
+    assert!(matches!(err, Error::Timeout { attempts: 1, .. }), "{err:?}");
+    let stats = bmc.stats();
+    assert_eq!(stats.chassis_controls, vec![0x03], "hard resets executed");
+    // Reads are still retransmitted: the mode is not what stops the repeat.
+    bmc.set_faults(Faults {
+        no_dedup: true,
+        mute_commands: vec![(0x00, 0x01)],
+        ..Faults::default()
+    });
+    let before = bmc.stats().commands.len();
+    assert!(client.chassis_status().await.is_err());
+    let reads = bmc.stats().commands[before..]
+        .iter()
+        .filter(|c| **c == (0x00, 0x01))
+        .count();
+    assert!(reads >= 4, "{reads} Get Chassis Status received");
+    bmc.set_faults(Faults::default());
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_with_a_bad_integrity_code_are_counted() {
+    let fleet = serve(FleetConfig::uniform(1, PW)).await.unwrap();
+    let bmc = &fleet.bmcs()[0];
+    let mut cfg = config(bmc.addr(), "admin", PW, &[CipherSuite::Suite17]);
+    cfg.timeout = Duration::from_millis(150);
+    cfg.retries = 1;
+    cfg.keepalive = None;
+    let client = Client::connect(cfg).await.unwrap();
+    assert_eq!(client.stats().await.integrity_failures, 0);
+    bmc.set_faults(Faults {
+        corrupt_integrity: true,
+        ..Faults::default()
+    });
+    let err = client.device_id().await.unwrap_err();
+    let Error::Integrity(n) = err else {
+        panic!("{err:?}")
+    };
+    let stats = client.stats().await;
+    assert!(n >= 1);
+    assert!(
+        stats.integrity_failures >= u64::from(n),
+        "{n} in the error, {stats:?}"
+    );
+    bmc.set_faults(Faults::default());
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_entries_of_retransmitted_open_sessions_are_released() {
+    let fleet = serve(FleetConfig::uniform(1, PW)).await.unwrap();
+    let bmc = &fleet.bmcs()[0];
+    // Every answer comes after two retransmissions went out: the BMC (which, like OpenBMC,
+    // gives each copy of an Open Session Request its own entry) holds three entries.
+    bmc.set_faults(Faults {
+        delay: Duration::from_millis(250),
+        ..Faults::default()
+    });
+    let mut cfg = config(bmc.addr(), "admin", PW, &[CipherSuite::Suite17]);
+    cfg.timeout = Duration::from_millis(100);
+    cfg.retries = 6;
+    let client = Client::connect(cfg).await.unwrap();
+    bmc.set_faults(Faults::default());
+    assert!(
+        bmc.stats().peak_sessions >= 2,
+        "the copies took entries: {:?}",
+        bmc.stats()
+    );
+    // Released by the client, well before the emulator's 10 s setup timer would.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let stats = bmc.stats();
+        if stats.sessions == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "orphaned Open Session entries left: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(client.chassis_status().await.is_ok());
+    client.close().await;
+}
