@@ -50,7 +50,23 @@ pub enum Fault {
     SessionFull,
     /// Answer every request after `delay_ms`.
     Slow { delay_ms: u64 },
+    /// Carry out every request that changes something (POST, PATCH, PUT, DELETE; logins and
+    /// logouts excepted) and then close the connection without answering: the client cannot
+    /// tell whether it was done.
+    DropAfterAction,
+    /// Answer every GET but the service root's with 200 and a JSON body of `bytes` bytes
+    /// (streamed, without `Content-Length`).
+    HugeBody { bytes: u64 },
+    /// The event stream sends one event of `bytes` bytes that never ends.
+    HugeEvent { bytes: u64 },
+    /// The `Systems` collection lists `members` members in one page.
+    HugeCollection { members: usize },
 }
+
+/// Put into each request by the connection serving it: notified, the connection is closed
+/// without an answer ([`Fault::DropAfterAction`]).
+#[derive(Clone, Debug)]
+pub(crate) struct CloseConnection(pub(crate) Arc<tokio::sync::Notify>);
 
 /// Behaviours of real BMCs that are off by default, switched per BMC with
 /// [`BmcState::set_quirks`] (tests of clients that must cope with them).

@@ -1,6 +1,6 @@
 //! The Redfish resources of one emulated BMC, and the `/_sim/` admin endpoints.
 
-use crate::{BmcState, Fault, Inner, Session, media};
+use crate::{BmcState, CloseConnection, Fault, Inner, Session, media};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -273,6 +273,7 @@ async fn handle(State(b): State<Bmc>, req: Request) -> Response {
     let query = req.uri().query().unwrap_or_default().to_owned();
     let method = req.method().clone();
     let headers = req.headers().clone();
+    let close = req.extensions().get::<CloseConnection>().cloned();
     let body = match axum::body::to_bytes(req.into_body(), 1 << 20).await {
         Ok(b) => b,
         Err(_) => {
@@ -300,7 +301,71 @@ async fn handle(State(b): State<Bmc>, req: Request) -> Response {
     if let Some(r) = log_page(&b, &method, trimmed, &query) {
         return r;
     }
-    route(&b, method, trimmed, &headers, body, fault)
+    match &fault {
+        Some(Fault::HugeBody { bytes }) if method == Method::GET && trimmed != "/redfish/v1" => {
+            return huge_body(*bytes);
+        }
+        Some(Fault::HugeEvent { bytes }) if trimmed == "/redfish/v1/EventService/SSE" => {
+            return huge_event(*bytes);
+        }
+        Some(Fault::HugeCollection { members }) if trimmed == "/redfish/v1/Systems" => {
+            let sys = system_path(&b);
+            return ok(collection(
+                trimmed,
+                "ComputerSystemCollection",
+                "Computer System Collection",
+                (0..*members).map(|i| format!("{sys}-{i}")).collect(),
+            ));
+        }
+        _ => {}
+    }
+    // Logins and logouts are answered: the fault is about the actions on the system.
+    let changes =
+        method != Method::GET && method != Method::HEAD && !trimmed.starts_with(USUAL_SESSIONS);
+    let answer = route(&b, method, trimmed, &headers, body, fault.clone());
+    if fault == Some(Fault::DropAfterAction)
+        && changes
+        && let Some(close) = close
+    {
+        // Done; the answer never leaves.
+        close.0.notify_one();
+        std::future::pending::<()>().await;
+    }
+    answer
+}
+
+/// A JSON document of about `bytes` bytes, streamed in 64 KiB chunks.
+fn huge_body(bytes: u64) -> Response {
+    const CHUNK: usize = 64 << 10;
+    let chunks = bytes / CHUNK as u64 + 1;
+    let head = futures::stream::once(async {
+        Ok::<_, Infallible>(bytes::Bytes::from_static(b"{\"Padding\": \""))
+    });
+    let pad = futures::stream::iter(0..chunks).map(|_| Ok(bytes::Bytes::from(vec![b'x'; CHUNK])));
+    let tail = futures::stream::once(async { Ok(bytes::Bytes::from_static(b"\"}")) });
+    let mut r = Body::from_stream(head.chain(pad).chain(tail)).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// An event stream whose first event has one `data:` line of `bytes` bytes and never ends.
+fn huge_event(bytes: u64) -> Response {
+    const CHUNK: usize = 64 << 10;
+    let chunks = bytes / CHUNK as u64 + 1;
+    let head = futures::stream::once(async {
+        Ok::<_, Infallible>(bytes::Bytes::from_static(b"data: {\"Padding\": \""))
+    });
+    let pad = futures::stream::iter(0..chunks).map(|_| Ok(bytes::Bytes::from(vec![b'x'; CHUNK])));
+    let rest = futures::stream::pending();
+    let mut r = Body::from_stream(head.chain(pad).chain(rest)).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    r
 }
 
 /// The log entries in pages (quirk `log_page_size`): `$skip` / `$top`, and a nextLink.

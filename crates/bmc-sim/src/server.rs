@@ -1,6 +1,6 @@
 //! One listener per BMC: plain HTTP/1.1 or TLS, connections served by hyper.
 
-use crate::BmcState;
+use crate::{BmcState, CloseConnection};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
@@ -22,19 +22,29 @@ pub(crate) async fn serve(
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let _ = stream.set_nodelay(true);
-                let service = TowerToHyperService::new(app.clone());
+                let close = Arc::new(tokio::sync::Notify::new());
+                let service = TowerToHyperService::new(
+                    app.clone().layer(axum::Extension(CloseConnection(close.clone()))),
+                );
                 let acceptor = acceptor.clone();
                 let open = OpenConnection::new(state.clone());
                 connections.spawn(async move {
                     let _open = open;
                     let builder = hyper::server::conn::http1::Builder::new();
+                    // A request that asks for it ends the connection without an answer.
                     match acceptor {
                         Some(a) => {
                             let Ok(tls) = a.accept(stream).await else { return };
-                            let _ = builder.serve_connection(TokioIo::new(tls), service).await;
+                            tokio::select! {
+                                _ = builder.serve_connection(TokioIo::new(tls), service) => {}
+                                () = close.notified() => {}
+                            }
                         }
                         None => {
-                            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                            tokio::select! {
+                                _ = builder.serve_connection(TokioIo::new(stream), service) => {}
+                                () = close.notified() => {}
+                            }
                         }
                     }
                 });

@@ -18,9 +18,18 @@ pub enum BmcError {
     /// The BMC accepted a power action but the system did not reach the state in time.
     #[error("the system did not reach the requested power state within {0:?}")]
     TransitionTimeout(Duration),
-    /// Connection refused, reset, unroutable, DNS failure.
+    /// Connection refused, unroutable, DNS failure: the request never left.
     #[error("cannot reach the BMC")]
     Unreachable(#[source] Source),
+    /// The request left, then the connection was lost before its answer (reset by the BMC,
+    /// host unreachable after sending): the BMC may have carried it out.
+    #[error(
+        "the connection to the BMC was lost after the request was sent: the BMC may have carried it out"
+    )]
+    MaybeSent(#[source] Source),
+    /// An answer larger than the client reads (a body, an event, a collection page).
+    #[error("the BMC's answer is too large: {0}")]
+    TooLarge(String),
     /// The TLS handshake failed: untrusted or mismatched certificate, protocol error.
     #[error(
         "TLS handshake with the BMC failed (use a CA bundle, or --insecure to skip verification)"
@@ -68,6 +77,8 @@ impl BmcError {
             BmcError::Timeout(_) => "timeout",
             BmcError::TransitionTimeout(_) => "transition_timeout",
             BmcError::Unreachable(_) => "unreachable",
+            BmcError::MaybeSent(_) => "maybe_sent",
+            BmcError::TooLarge(_) => "too_large",
             BmcError::Tls(_) => "tls",
             BmcError::SessionLimit => "session_limit",
             BmcError::Unavailable { .. } => "unavailable",
@@ -88,12 +99,21 @@ impl BmcError {
         )
     }
 
-    /// Whether retrying later may help (the operation itself is fine).
+    /// Whether a request that changes the BMC may have been carried out although no answer
+    /// came (none in time, or the connection lost after sending): a destructive action
+    /// (reset, cycle) must not be sent again; its outcome is read from the power state.
+    pub fn may_have_acted(&self) -> bool {
+        matches!(self, BmcError::Timeout(_) | BmcError::MaybeSent(_))
+    }
+
+    /// Whether retrying later may help (the operation itself is fine). A `MaybeSent` request
+    /// is transient for repeatable actions only: see [`BmcError::may_have_acted`].
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
             BmcError::Timeout(_)
                 | BmcError::Unreachable(_)
+                | BmcError::MaybeSent(_)
                 | BmcError::SessionLimit
                 | BmcError::Unavailable { .. }
                 | BmcError::Command {

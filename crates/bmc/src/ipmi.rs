@@ -105,25 +105,33 @@ impl IpmiBmc {
     }
 
     /// Sends a power-up instead of reset/cycle on a powered-off system, like the Redfish side.
+    /// `was_on`: the power state read just before.
     async fn control(
         &self,
         action: PowerAction,
         c: ipmi::ChassisControl,
+        was_on: bool,
     ) -> Result<PowerOutcome, BmcError> {
         match self.client.chassis_control(c).await {
             Ok(()) => {}
-            Err(e @ ipmi::Error::Timeout { .. }) => {
+            Err(e @ (ipmi::Error::Timeout { .. } | ipmi::Error::MaybeSent { .. })) => {
                 // The command may have been carried out and only its answer
-                // lost: it is never sent again. Re-read the state (a read may
-                // use a new session) so the log says where the host is.
-                let now = self.client.chassis_status().await;
+                // lost: it is never sent again. The power state (a read may use
+                // a new session) tells when it moved since just before; a hard
+                // reset, or a cycle that is over, leaves no trace there and the
+                // error stands.
+                let now = self.client.chassis_status().await.map(|s| s.power_on);
+                let acted = now.as_ref().is_ok_and(|on| *on != was_on);
                 tracing::warn!(
                     bmc = %self.client.peer(),
                     command = control_name(c),
-                    power_on = ?now.as_ref().map(|s| s.power_on).ok(),
+                    power_on = ?now.as_ref().ok(),
+                    carried_out = acted,
                     "chassis control got no answer; not repeated"
                 );
-                return Err(map_error(e));
+                if !acted {
+                    return Err(map_error(e));
+                }
             }
             Err(e) => return Err(map_error(e)),
         }
@@ -182,7 +190,7 @@ impl Bmc for IpmiBmc {
             (PowerAction::Reset, true) => C::HardReset,
             (PowerAction::Cycle, true) => C::PowerCycle,
         };
-        self.control(action, control).await
+        self.control(action, control, on).await
     }
 
     async fn boot_override(&self) -> Result<BootOverride, BmcError> {
@@ -543,6 +551,7 @@ pub fn map_error(e: ipmi::Error) -> BmcError {
             },
         },
         E::Io(io) => BmcError::Unreachable(Box::new(io)),
+        E::MaybeSent { source, .. } => BmcError::MaybeSent(Box::new(source)),
         E::Closed => BmcError::Config("the IPMI session is closed".into()),
         other => BmcError::Malformed(other.to_string()),
     }

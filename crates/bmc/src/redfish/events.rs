@@ -1,6 +1,6 @@
 //! Redfish EventService server-sent events: a stream of `Event` documents.
 
-use super::{Auth, RedfishClient, check_status, json::string};
+use super::{Auth, RedfishClient, check_status, json::string, token_header};
 use crate::error::BmcError;
 use futures::{Stream, StreamExt};
 use reqwest::Method;
@@ -9,6 +9,9 @@ use std::time::Duration;
 
 /// How long the stream may stay silent (BMCs send keep-alive comments far more often).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Largest event (all its lines) read: a Redfish event is a few KiB. A stream that sends
+/// more without ending the event ends with an error rather than growing the buffer.
+pub const MAX_EVENT_BYTES: usize = 1 << 20;
 
 /// One SSE message's `data`, parsed as JSON.
 fn parse_message(block: &str) -> Option<Result<Value, BmcError>> {
@@ -101,7 +104,19 @@ impl RedfishClient {
                             };
                             return Some((Err(e), (bytes, buf, true)));
                         }
-                        Ok(Some(Ok(chunk))) => buf.push_str(&String::from_utf8_lossy(&chunk)),
+                        Ok(Some(Ok(chunk))) => {
+                            buf.push_str(&String::from_utf8_lossy(&chunk));
+                            // Complete events are taken above; what is left is one event.
+                            if !buf.replace("\r\n", "\n").contains("\n\n")
+                                && buf.len() > MAX_EVENT_BYTES
+                            {
+                                let e = BmcError::TooLarge(format!(
+                                    "an event of the event stream is larger than {} KiB",
+                                    MAX_EVENT_BYTES >> 10
+                                ));
+                                return Some((Err(e), (bytes, String::new(), true)));
+                            }
+                        }
                     }
                 }
             },
@@ -116,7 +131,7 @@ impl RedfishClient {
             // The stream is long-lived: no overall deadline, only the idle timeout above.
             .timeout(Duration::from_secs(365 * 24 * 3600));
         match auth {
-            Auth::Session { token, .. } => req = req.header("X-Auth-Token", token),
+            Auth::Session { token, .. } => req = req.header("X-Auth-Token", token_header(token)),
             Auth::Basic => req = req.basic_auth(&self.user, Some(self.password.expose())),
             Auth::None => {}
         }

@@ -240,7 +240,7 @@ pub fn http_client(options: &RedfishOptions) -> Result<reqwest::Client, BmcError
         .map_err(|e| BmcError::Config(format!("HTTP client: {e}")))
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 enum Auth {
     #[default]
     None,
@@ -249,6 +249,28 @@ enum Auth {
         location: Option<String>,
     },
     Basic,
+}
+
+/// The session token is a credential: never printed.
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::None => f.write_str("None"),
+            Auth::Session { location, .. } => f
+                .debug_struct("Session")
+                .field("token", &"<redacted>")
+                .field("location", location)
+                .finish(),
+            Auth::Basic => f.write_str("Basic"),
+        }
+    }
+}
+
+/// `X-Auth-Token` marked sensitive, so that HTTP-level Debug output and logs leave it out.
+fn token_header(token: &str) -> HeaderValue {
+    let mut v = HeaderValue::from_str(token).unwrap_or(HeaderValue::from_static(""));
+    v.set_sensitive(true);
+    v
 }
 
 #[derive(Clone, Debug, Default)]
@@ -279,6 +301,11 @@ const RELOGIN_BACKOFF_MAX: Duration = Duration::from_secs(300);
 const PAGE_SIZE: usize = 200;
 /// Pages followed before a collection is returned as it is (partial).
 const MAX_PAGES: usize = 100;
+/// Largest answer body read: far above any Redfish resource (a 200-entry log page is a few
+/// hundred KiB), low enough that thousands of BMCs answering at once stay within memory.
+pub const MAX_BODY_BYTES: usize = 8 << 20;
+/// Most members one collection page may list (each may cost a GET of its own).
+pub const MAX_PAGE_MEMBERS: usize = 10_000;
 
 /// A Redfish BMC. One instance holds at most one session.
 pub struct RedfishClient {
@@ -448,7 +475,7 @@ impl RedfishClient {
             .header("Accept", "application/json")
             .header("OData-Version", "4.0");
         match auth {
-            Auth::Session { token, .. } => req = req.header("X-Auth-Token", token),
+            Auth::Session { token, .. } => req = req.header("X-Auth-Token", token_header(token)),
             Auth::Basic => req = req.basic_auth(&self.user, Some(self.password.expose())),
             Auth::None => {}
         }
@@ -673,6 +700,7 @@ impl RedfishClient {
                 Err(
                     e @ (BmcError::Timeout(_)
                     | BmcError::Unreachable(_)
+                    | BmcError::MaybeSent(_)
                     | BmcError::Tls(_)
                     | BmcError::Unavailable { .. }
                     | BmcError::SessionLimit),
@@ -953,15 +981,13 @@ impl RedfishClient {
             let coll = match self.get(&p).await {
                 Ok(c) => c,
                 // A later page that fails: keep what the earlier pages gave.
-                Err(e) if pages > 1 && !e.is_auth() => {
+                Err(e) if pages > 1 && !e.is_auth() && !matches!(e, BmcError::TooLarge(_)) => {
                     tracing::warn!(bmc = %self.base, page = %p, error = %e, "collection page unreadable; returning what was read");
                     break;
                 }
                 Err(e) => return Err(e),
             };
-            let Some(members) = coll.get("Members").and_then(Value::as_array) else {
-                return Err(BmcError::Malformed(format!("{p} has no Members")));
-            };
+            let members = page_members(&coll, &p)?;
             for m in members {
                 let Some(id) = string(m, "@odata.id") else {
                     continue;
@@ -1002,15 +1028,13 @@ impl RedfishClient {
             let url = format!("{entries}{sep}$top={PAGE_SIZE}&$skip={}", out.len());
             let coll = match self.get(&url).await {
                 Ok(c) => c,
-                Err(e) if page > 0 && !e.is_auth() => {
+                Err(e) if page > 0 && !e.is_auth() && !matches!(e, BmcError::TooLarge(_)) => {
                     tracing::warn!(bmc = %self.base, log = %entries, error = %e, "log page unreadable; returning what was read");
                     return Ok(out);
                 }
                 Err(e) => return Err(e),
             };
-            let Some(members) = coll.get("Members").and_then(Value::as_array) else {
-                return Err(BmcError::Malformed(format!("{entries} has no Members")));
-            };
+            let members = page_members(&coll, entries)?;
             if members.is_empty() {
                 return Ok(out);
             }
@@ -1046,10 +1070,7 @@ impl RedfishClient {
 
     async fn member_links(&self, path: &str) -> Result<Vec<String>, BmcError> {
         let coll = self.get(path).await?;
-        let members = coll
-            .get("Members")
-            .and_then(Value::as_array)
-            .ok_or_else(|| BmcError::Malformed(format!("{path} has no Members")))?;
+        let members = page_members(&coll, path)?;
         Ok(members
             .iter()
             .filter_map(|m| string(m, "@odata.id"))
@@ -1181,6 +1202,36 @@ impl RedfishClient {
                 other => return other,
             }
         }
+    }
+
+    /// A reset sent once. When its answer is lost (`may_have_acted`), the power state of the
+    /// system at `path` tells whether the BMC carried it out: it did when the state moved
+    /// away from `before`, the state read just before sending (a reset or cycle of a running
+    /// system reads `PoweringOff`, `Off` or `PoweringOn` for a while). When it has not moved,
+    /// nothing tells, and the error stands: the reset is not sent again.
+    async fn reset_once(
+        &self,
+        path: &str,
+        target: &str,
+        reset_type: &str,
+        before: PowerState,
+    ) -> Result<(), BmcError> {
+        let e = match self.reset(target, reset_type).await {
+            Err(e) if e.may_have_acted() => e,
+            other => return other,
+        };
+        let after = match self.get(path).await {
+            Ok(v) => string(&v, "PowerState")
+                .map(|s| PowerState::from_redfish(&s))
+                .unwrap_or(PowerState::Unknown),
+            Err(read) => {
+                tracing::debug!(bmc = %self.base, error = %read, "power state unreadable after a lost reset");
+                PowerState::Unknown
+            }
+        };
+        let acted = after != before && after != PowerState::Unknown;
+        tracing::warn!(bmc = %self.base, reset_type, error = %e, ?before, ?after, carried_out = acted, "the answer to a reset was lost; not sent again");
+        if acted { Ok(()) } else { Err(e) }
     }
 
     async fn reset(&self, target: &str, reset_type: &str) -> Result<(), BmcError> {
@@ -1342,6 +1393,21 @@ impl RedfishClient {
     }
 }
 
+/// The `Members` of one collection page, at most [`MAX_PAGE_MEMBERS`] of them.
+fn page_members<'a>(coll: &'a Value, path: &str) -> Result<&'a Vec<Value>, BmcError> {
+    let members = coll
+        .get("Members")
+        .and_then(Value::as_array)
+        .ok_or_else(|| BmcError::Malformed(format!("{path} has no Members")))?;
+    if members.len() > MAX_PAGE_MEMBERS {
+        return Err(BmcError::TooLarge(format!(
+            "{path} lists {} members in one page (at most {MAX_PAGE_MEMBERS} are read)",
+            members.len()
+        )));
+    }
+    Ok(members)
+}
+
 /// A fleet permit (`None` without a fleet limit).
 type Permit = Option<tokio::sync::OwnedSemaphorePermit>;
 
@@ -1370,7 +1436,8 @@ async fn delete_session(
         let Ok(_permit) = acquire(gate).await else {
             return false;
         };
-        match execute(http.delete(url).header("X-Auth-Token", token), timeout).await {
+        let req = http.delete(url).header("X-Auth-Token", token_header(token));
+        match execute(req, timeout).await {
             Ok(_) => return true,
             Err(BmcError::Timeout(_)) => continue,
             Err(_) => return false,
@@ -1380,30 +1447,75 @@ async fn delete_session(
 }
 
 fn map_send_error(e: reqwest::Error, timeout: Duration) -> BmcError {
+    map_error_of(e, timeout, &Method::GET)
+}
+
+/// A transport error in ingot's form. A connection that could not be made means the request
+/// never left; one lost after connecting means a request that changes the BMC (anything but
+/// GET and HEAD) may have been carried out.
+fn map_error_of(e: reqwest::Error, timeout: Duration, method: &Method) -> BmcError {
     if e.is_timeout() {
         return BmcError::Timeout(timeout);
     }
-    if is_tls_error(&e) {
-        return BmcError::Tls(Box::new(e));
+    // The handshake is part of connecting; a TLS connection closed later (no close_notify)
+    // is a connection lost after sending, not a handshake failure.
+    if e.is_connect() {
+        if is_tls_error(&e) {
+            return BmcError::Tls(Box::new(e));
+        }
+        return BmcError::Unreachable(Box::new(e));
     }
     if e.is_decode() || e.is_body() {
         return BmcError::Malformed(format!("unreadable body ({e})"));
     }
-    // Connect failures, resets, protocol errors below HTTP.
-    BmcError::Unreachable(Box::new(e))
+    if *method == Method::GET || *method == Method::HEAD {
+        return BmcError::Unreachable(Box::new(e));
+    }
+    // Reset or closed after the request was written (or while writing it).
+    BmcError::MaybeSent(Box::new(e))
 }
 
-/// Sends a built request and reads the whole answer, bounded by `timeout`.
+/// Sends a built request and reads the whole answer (at most [`MAX_BODY_BYTES`]), bounded by
+/// `timeout`.
 async fn execute(req: reqwest::RequestBuilder, timeout: Duration) -> Result<Response, BmcError> {
     let call = async {
-        let resp = req.send().await.map_err(|e| map_send_error(e, timeout))?;
+        let (http, req) = req.build_split();
+        let req = req.map_err(|e| BmcError::Config(format!("invalid request: {e}")))?;
+        let method = req.method().clone();
+        let path = req.url().path().to_owned();
+        let too_large = || {
+            BmcError::TooLarge(format!(
+                "{method} {path}: the body is larger than {} MiB",
+                MAX_BODY_BYTES >> 20
+            ))
+        };
+        let mut resp = http
+            .execute(req)
+            .await
+            .map_err(|e| map_error_of(e, timeout, &method))?;
         let status = resp.status();
         let headers = resp.headers().clone();
-        let body = resp.bytes().await.map_err(|e| map_send_error(e, timeout))?;
+        if resp
+            .content_length()
+            .is_some_and(|n| n > MAX_BODY_BYTES as u64)
+        {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| map_error_of(e, timeout, &method))?
+        {
+            if body.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
         Ok::<_, BmcError>(Response {
             status,
             headers,
-            body: body.to_vec(),
+            body,
         })
     };
     // reqwest's own timeout covers the request; this outer bound is a second line for
@@ -1596,7 +1708,7 @@ impl Bmc for RedfishClient {
         if matches!(action, PowerAction::Reset | PowerAction::Cycle) && state == PowerState::Off {
             let t = pick(reset_candidates(PowerAction::On), allowed.as_deref())
                 .ok_or_else(|| BmcError::Unsupported("ResetType On".into()))?;
-            self.reset(&target, t).await?;
+            self.reset_once(&path, &target, t, state).await?;
             sent.push(t.to_owned());
             return Ok(PowerOutcome {
                 action,
@@ -1606,7 +1718,7 @@ impl Bmc for RedfishClient {
         }
         match pick(reset_candidates(action), allowed.as_deref()) {
             Some(t) => {
-                self.reset(&target, t).await?;
+                self.reset_once(&path, &target, t, state).await?;
                 sent.push(t.to_owned());
             }
             None if action == PowerAction::Cycle => {
@@ -1615,7 +1727,7 @@ impl Bmc for RedfishClient {
                     .ok_or_else(|| BmcError::Unsupported("ResetType ForceOff".into()))?;
                 let on = pick(reset_candidates(PowerAction::On), allowed.as_deref())
                     .ok_or_else(|| BmcError::Unsupported("ResetType On".into()))?;
-                self.reset(&target, off).await?;
+                self.reset_once(&path, &target, off, state).await?;
                 sent.push(off.to_owned());
                 // Whatever the wait gives, On is attempted: a cycle must not leave the
                 // host off because the BMC was busy answering.
@@ -2118,12 +2230,7 @@ impl Drop for RedfishClient {
         let req = self
             .http
             .delete(self.url(&loc))
-            .header(
-                "X-Auth-Token",
-                HeaderValue::from_str(&token)
-                    .ok()
-                    .unwrap_or(HeaderValue::from_static("")),
-            )
+            .header("X-Auth-Token", token_header(&token))
             .timeout(self.options.timeout);
         let stats = self.stats.clone();
         handle.spawn(async move {
@@ -2138,6 +2245,30 @@ impl Drop for RedfishClient {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_session_token_never_reaches_debug_output() {
+        let token = "tok-5ecret-0123456789";
+        let auth = Auth::Session {
+            token: token.into(),
+            location: Some("/redfish/v1/SessionService/Sessions/7".into()),
+        };
+        let shown = format!("{auth:?}");
+        assert!(!shown.contains(token), "{shown}");
+        assert!(shown.contains("Sessions/7"), "{shown}");
+        let ep = Endpoint::parse("https://bmc.example:8443", None).unwrap();
+        let c = RedfishClient::new(&ep, "admin", Password::new("pw"), RedfishOptions::default())
+            .unwrap();
+        let req = c
+            .build(Method::GET, "/redfish/v1/Systems", None, &auth, &[])
+            .build()
+            .unwrap();
+        let header = req.headers().get("X-Auth-Token").unwrap();
+        assert!(header.is_sensitive());
+        assert_eq!(header.to_str().unwrap(), token);
+        let shown = format!("{req:?} {:?}", req.headers());
+        assert!(!shown.contains(token), "{shown}");
+    }
 
     #[test]
     fn a_link_names_the_usual_sessions_uri_with_or_without_host_and_slash() {
