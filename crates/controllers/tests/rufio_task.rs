@@ -1,6 +1,7 @@
 //! The Task reconciler against a real API server and an emulated Redfish BMC, called directly
 //! with the copies a watch cache could hand it: a copy that is behind never sends a reboot
-//! again, and a send interrupted half-way is never replayed.
+//! again, a send interrupted half-way is never replayed, and a reboot whose connection dropped
+//! after the BMC carried it out is not sent again.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ingot_api::rufio::Task;
-use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions};
+use ingot_bmc_sim::{BmcSpec, Fault, Fleet, FleetOptions};
 use ingot_controllers::Metrics;
 use ingot_controllers::rufio::task::{SENT_ANNOTATION, reconcile};
 use ingot_controllers::rufio::{RufioContext, Settings};
@@ -24,6 +25,10 @@ struct Setup {
 }
 
 async fn setup(action: &str) -> Setup {
+    setup_with(action, Duration::from_millis(50)).await
+}
+
+async fn setup_with(action: &str, power_delay: Duration) -> Setup {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     let ns = env.namespace("rufio-task").await.unwrap();
@@ -36,7 +41,7 @@ async fn setup(action: &str) -> Setup {
         BmcSpec {
             username: "admin".into(),
             password: "pw".into(),
-            power_delay: Duration::from_millis(50),
+            power_delay,
             ..BmcSpec::default()
         },
     )
@@ -172,4 +177,41 @@ async fn an_interrupted_reboot_is_not_replayed_and_fails_with_the_reason() {
     let snap = s.fleet.bmcs[0].state.snapshot();
     assert_eq!(snap.resets, 0, "{snap:?}");
     assert_eq!(snap.power_state, "On");
+}
+
+/// The `type` condition of a Task, if set.
+fn condition(t: &Task, kind: &str) -> Option<serde_json::Value> {
+    let status = serde_json::to_value(&t.status).unwrap();
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind && c["status"] == "True")
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_whose_answer_is_lost_runs_once_and_completes_from_the_power_state() {
+    // The reboot lasts long enough that the state read after the lost answer shows it.
+    let s = setup_with("reset", Duration::from_secs(2)).await;
+    // The BMC carries the reset out and drops the connection instead of answering.
+    s.fleet.bmcs[0]
+        .state
+        .set_fault(Some(Fault::DropAfterAction));
+    for _ in 0..100 {
+        let t = s.tasks.get("j-task-0").await.unwrap();
+        if let Some(done) = condition(&t, "Completed") {
+            let snap = s.fleet.bmcs[0].state.snapshot();
+            assert_eq!(snap.resets, 1, "{snap:?} {done}");
+            assert_eq!(s.fleet.bmcs[0].state.reset_requests(), vec!["ForceRestart"]);
+            assert_eq!(
+                t.annotations().get(SENT_ANNOTATION).map(String::as_str),
+                Some("sent")
+            );
+            return;
+        }
+        assert!(condition(&t, "Failed").is_none(), "{:?}", t.status);
+        run(&s, &t).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the Task did not complete");
 }

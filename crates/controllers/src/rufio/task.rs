@@ -4,7 +4,9 @@
 //! then read the BMC every `task_poll` until the state is reached (`Completed`) or
 //! `task_timeout` passes (`Failed`, Rufio's `bmc task timeout: <ns>`). Transient errors
 //! (unreachable, busy) are retried with backoff. A destructive action (`cycle`, `reset`) whose
-//! sending was interrupted or timed out is never sent again: the Task fails and says so.
+//! sending was interrupted, or whose answer was lost (timeout, connection lost after sending)
+//! without the power state showing that the BMC carried it out, is never sent again: the Task
+//! fails and says so.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -371,9 +373,11 @@ async fn send_phase(
             info!(task = %key, action = describe(op), "BMC accepted the action");
             Next::Again(ctx.settings.task_poll)
         }
-        // No answer: the BMC may have acted. A reboot is never sent twice.
-        Err(e) if op.destructive() && matches!(e, BmcError::Timeout(_)) => Next::Fail(format!(
-            "{}: {}; it is not sent again, as it may have reached the BMC",
+        // No answer, or the connection lost after sending: the BMC may have acted. The BMC
+        // layer already read the power state, which did not show it: a reboot is never sent
+        // twice.
+        Err(e) if op.destructive() && e.may_have_acted() => Next::Fail(format!(
+            "{}: {}; the power state does not show whether the BMC carried it out, so it is not sent again: check the machine, then create a new Job",
             describe(op),
             error_chain(&e)
         )),
@@ -431,7 +435,8 @@ fn describe(op: &Op) -> &'static str {
     }
 }
 
-/// Errors that show the request never reached the BMC (connection refused, busy).
+/// Errors that show the request never reached the BMC (no connection made, busy). A connection
+/// lost after sending is `MaybeSent`, not one of these.
 fn surely_not_sent(e: &BmcError) -> bool {
     matches!(
         e,
