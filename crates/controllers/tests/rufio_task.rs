@@ -210,6 +210,8 @@ async fn a_reset_whose_answer_is_lost_runs_once_and_completes_from_the_power_sta
             return;
         }
         assert!(condition(&t, "Failed").is_none(), "{:?}", t.status);
+        let sent = s.fleet.bmcs[0].state.reset_requests();
+        assert!(sent.len() <= 1, "the reset was sent again: {sent:?}");
         run(&s, &t).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
