@@ -347,3 +347,85 @@ async fn ipmi_sim_rejects_bad_credentials_and_suite_17() {
     c.device_id().await.unwrap();
     c.close().await;
 }
+
+/// A UDP relay between a client and a BMC that can lose every answer.
+struct Relay {
+    addr: SocketAddr,
+    lose_answers: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn relay(to: SocketAddr) -> Relay {
+    use std::sync::atomic::Ordering;
+    let front = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let back = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    back.connect(to).await.unwrap();
+    let addr = front.local_addr().unwrap();
+    let lose_answers = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lose = lose_answers.clone();
+    let task = tokio::spawn(async move {
+        let mut client = None;
+        let (mut up, mut down) = (vec![0u8; 2048], vec![0u8; 2048]);
+        loop {
+            tokio::select! {
+                Ok((n, from)) = front.recv_from(&mut up) => {
+                    client = Some(from);
+                    let _ = back.send(&up[..n]).await;
+                }
+                Ok(n) = back.recv(&mut down) => {
+                    if let Some(c) = client.filter(|_| !lose.load(Ordering::SeqCst)) {
+                        let _ = front.send_to(&down[..n], c).await;
+                    }
+                }
+            }
+        }
+    });
+    Relay {
+        addr,
+        lose_answers,
+        task,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hard_reset_whose_answer_is_lost_runs_once_on_ipmi_sim() {
+    let sim = start();
+    // Ready, then through a relay that can lose ipmi_sim's answers.
+    connect_when_ready(
+        config(sim.addr, USER, PW, &[CipherSuite::Suite3]),
+        Duration::from_secs(15),
+    )
+    .await
+    .close()
+    .await;
+    let relay = relay(sim.addr).await;
+    let mut cfg = config(relay.addr, USER, PW, &[CipherSuite::Suite3]);
+    cfg.timeout = Duration::from_millis(300);
+    let client = Client::connect(cfg).await.unwrap();
+    assert!(client.chassis_status().await.unwrap().power_on);
+    relay
+        .lose_answers
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = client.power(PowerAction::Reset).await.unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    relay
+        .lose_answers
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    // ipmi_sim ran its chassis script once per hard reset it carried out; a read after the
+    // budget has passed was answered after them.
+    assert!(client.chassis_status().await.unwrap().power_on);
+    let read = || std::fs::read_to_string(sim.dir.join("resets")).unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while read().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let resets = read();
+    assert_eq!(resets.lines().count(), 1, "hard resets run: {resets:?}");
+    client.close().await;
+}
