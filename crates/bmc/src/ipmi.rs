@@ -650,6 +650,18 @@ mod tests {
             per_attempt: Duration::from_millis(250),
         });
         assert!(matches!(t, BmcError::Timeout(d) if d == Duration::from_secs(1)));
+        // A socket error before sending: nothing left. After: the BMC may have acted.
+        let before = map_error(ipmi::Error::Io(std::io::Error::from(
+            std::io::ErrorKind::HostUnreachable,
+        )));
+        assert_eq!(before.kind(), "unreachable");
+        assert!(!before.may_have_acted());
+        let after = map_error(ipmi::Error::MaybeSent {
+            command: "Chassis Control",
+            source: std::io::Error::from(std::io::ErrorKind::HostUnreachable),
+        });
+        assert_eq!(after.kind(), "maybe_sent");
+        assert!(after.may_have_acted());
         assert_eq!(
             map_error(ipmi::Error::AuthFailed("rakp 2")).kind(),
             "unauthorized"
