@@ -334,16 +334,22 @@ async fn handle(State(b): State<Bmc>, req: Request) -> Response {
     answer
 }
 
-/// A JSON document of about `bytes` bytes, streamed in 64 KiB chunks.
-fn huge_body(bytes: u64) -> Response {
+/// `head`, then at least `bytes` bytes of `x` in 64 KiB chunks, generated as they are sent.
+fn padded(
+    head: &'static [u8],
+    bytes: u64,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, Infallible>> + Send + 'static {
     const CHUNK: usize = 64 << 10;
     let chunks = bytes / CHUNK as u64 + 1;
-    let head = futures::stream::once(async {
-        Ok::<_, Infallible>(bytes::Bytes::from_static(b"{\"Padding\": \""))
-    });
-    let pad = futures::stream::iter(0..chunks).map(|_| Ok(bytes::Bytes::from(vec![b'x'; CHUNK])));
+    futures::stream::once(async move { Ok(bytes::Bytes::from_static(head)) })
+        .chain(futures::stream::iter(0..chunks).map(|_| Ok(bytes::Bytes::from(vec![b'x'; CHUNK]))))
+}
+
+/// A JSON document of about `bytes` bytes, streamed without `Content-Length`.
+fn huge_body(bytes: u64) -> Response {
     let tail = futures::stream::once(async { Ok(bytes::Bytes::from_static(b"\"}")) });
-    let mut r = Body::from_stream(head.chain(pad).chain(tail)).into_response();
+    let body = padded(b"{\"Padding\": \"", bytes).chain(tail);
+    let mut r = Body::from_stream(body).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -353,14 +359,8 @@ fn huge_body(bytes: u64) -> Response {
 
 /// An event stream whose first event has one `data:` line of `bytes` bytes and never ends.
 fn huge_event(bytes: u64) -> Response {
-    const CHUNK: usize = 64 << 10;
-    let chunks = bytes / CHUNK as u64 + 1;
-    let head = futures::stream::once(async {
-        Ok::<_, Infallible>(bytes::Bytes::from_static(b"data: {\"Padding\": \""))
-    });
-    let pad = futures::stream::iter(0..chunks).map(|_| Ok(bytes::Bytes::from(vec![b'x'; CHUNK])));
-    let rest = futures::stream::pending();
-    let mut r = Body::from_stream(head.chain(pad).chain(rest)).into_response();
+    let body = padded(b"data: {\"Padding\": \"", bytes).chain(futures::stream::pending());
+    let mut r = Body::from_stream(body).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),

@@ -107,8 +107,8 @@ impl RedfishClient {
                         Ok(Some(Ok(chunk))) => {
                             buf.push_str(&String::from_utf8_lossy(&chunk));
                             // Complete events are taken above; what is left is one event.
-                            if !buf.replace("\r\n", "\n").contains("\n\n")
-                                && buf.len() > MAX_EVENT_BYTES
+                            if buf.len() > MAX_EVENT_BYTES
+                                && !buf.replace("\r\n", "\n").contains("\n\n")
                             {
                                 let e = BmcError::TooLarge(format!(
                                     "an event of the event stream is larger than {} KiB",
