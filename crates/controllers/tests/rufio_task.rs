@@ -1,7 +1,7 @@
 //! The Task reconciler against a real API server and an emulated Redfish BMC, called directly
 //! with the copies a watch cache could hand it: a copy that is behind never sends a reboot
-//! again, a send interrupted half-way is never replayed, and a reboot whose connection dropped
-//! after the BMC carried it out is not sent again.
+//! again, a send interrupted half-way is never replayed, and a reboot whose answer was lost
+//! after the BMC carried it out is not sent again (over Redfish and over IPMI).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -216,4 +216,78 @@ async fn a_reset_whose_answer_is_lost_runs_once_and_completes_from_the_power_sta
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("the Task did not complete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ipmi_hard_reset_without_answer_runs_once_and_the_task_fails_saying_why() {
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-task-ipmi").await.unwrap();
+    let mut icfg = ingot_ipmi_sim::FleetConfig::uniform(1, "pw");
+    icfg.bmcs[0].power_on = true;
+    let fleet = ingot_ipmi_sim::serve(icfg).await.unwrap();
+    let bmc = &fleet.bmcs()[0];
+    // The BMC carries out every copy it receives (no de-duplication) and its answers to
+    // Chassis Control are lost; a hard reset reboots in place, so the power state stays on.
+    bmc.set_faults(ingot_ipmi_sim::Faults {
+        no_dedup: true,
+        mute_commands: vec![(0x00, 0x02)],
+        ..ingot_ipmi_sim::Faults::default()
+    });
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "auth"},
+        "stringData": {"username": "admin", "password": "pw"}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let tasks: Api<Task> = Api::namespaced(client.clone(), &ns);
+    let task: Task = serde_json::from_value(json!({
+        "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Task",
+        "metadata": {"name": "j-task-0"},
+        "spec": {"task": {"powerAction": "reset"}, "connection": {
+            "host": "127.0.0.1", "insecureTLS": false,
+            "authSecretRef": {"name": "auth", "namespace": ns},
+            "providerOptions": {
+                "preferredOrder": ["ipmitool"],
+                "ipmitool": {"port": bmc.addr().port(), "cipherSuite": "17"}
+            }
+        }}
+    }))
+    .unwrap();
+    tasks.create(&PostParams::default(), &task).await.unwrap();
+    let ctx = Arc::new(RufioContext::new(
+        client.clone(),
+        Arc::new(Metrics::default()),
+        "test".into(),
+        Settings {
+            task_poll: Duration::from_millis(100),
+            ipmi_timeout: Duration::from_millis(200),
+            ..Settings::default()
+        },
+    ));
+    for _ in 0..50 {
+        let t = tasks.get("j-task-0").await.unwrap();
+        if let Some(failed) = condition(&t, "Failed") {
+            let message = failed["message"].as_str().unwrap();
+            assert!(
+                message.starts_with("power reset: ")
+                    && message.contains("the power state does not show whether the BMC carried it out, so it is not sent again"),
+                "{message}"
+            );
+            assert_eq!(bmc.stats().chassis_controls, vec![0x03], "hard resets run");
+            return;
+        }
+        assert!(condition(&t, "Completed").is_none(), "{:?}", t.status);
+        let controls = bmc.stats().chassis_controls;
+        assert!(
+            controls.len() <= 1,
+            "the hard reset ran again: {controls:?}"
+        );
+        reconcile(Arc::new(t), ctx.clone()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the Task did not fail");
 }
