@@ -626,8 +626,50 @@ async fn slow_silent_and_crowding_clients_are_cut_off() {
     )
     .await;
     // Two connections held open, each once answered (so each holds its slot).
-    let held = async || loop {
-        let mut stream = TcpStream::connect(("127.0.0.1", http)).await.unwrap();
+    let first = tokio::time::timeout(bound, held_connection(http))
+        .await
+        .expect("a first connection served");
+    let _second = tokio::time::timeout(bound, held_connection(http))
+        .await
+        .expect("a second connection served");
+    let mut third = TcpStream::connect(("127.0.0.1", http)).await.unwrap();
+    assert!(
+        closed_by_server(&mut third, b"", bound).await,
+        "a third connection with 2 allowed"
+    );
+    drop(first);
+    wait_until("a freed connection slot", bound, async || {
+        healthz().await.filter(|(code, _)| *code == 200)
+    })
+    .await;
+    drop(ingot);
+
+    // A connection at the end of its life is closed (after its answer), however patient the
+    // header deadline.
+    let mut ingot = Ingot::start(
+        env.kubeconfig_path(),
+        &ns,
+        "servers-lifetime",
+        "rufio",
+        &[
+            "--connection-lifetime-seconds=1",
+            "--request-header-timeout-seconds=60",
+        ],
+    );
+    ingot.wait_serving().await;
+    let mut kept = tokio::time::timeout(bound, held_connection(ingot.http))
+        .await
+        .expect("a connection served");
+    assert!(
+        closed_by_server(&mut kept, b"", bound).await,
+        "a kept-alive connection past --connection-lifetime-seconds"
+    );
+}
+
+/// A connection to `port` answered once and kept open (HTTP/1.1 keep-alive).
+async fn held_connection(port: u16) -> TcpStream {
+    loop {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
         stream
             .write_all(b"GET /healthz HTTP/1.1\r\nHost: ingot\r\n\r\n")
             .await
@@ -647,23 +689,7 @@ async fn slow_silent_and_crowding_clients_are_cut_off() {
         if answered == Ok(true) {
             return stream;
         }
-    };
-    let first = tokio::time::timeout(bound, held())
-        .await
-        .expect("a first connection served");
-    let _second = tokio::time::timeout(bound, held())
-        .await
-        .expect("a second connection served");
-    let mut third = TcpStream::connect(("127.0.0.1", http)).await.unwrap();
-    assert!(
-        closed_by_server(&mut third, b"", bound).await,
-        "a third connection with 2 allowed"
-    );
-    drop(first);
-    wait_until("a freed connection slot", bound, async || {
-        healthz().await.filter(|(code, _)| *code == 200)
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
