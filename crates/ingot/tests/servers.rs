@@ -418,7 +418,11 @@ async fn the_power_permission_is_its_own_the_answers_are_cached_and_a_body_is_re
         &ns,
         "servers-a",
         "seeder",
-        &["--power-api-tls-secret=power-api-tls", tls_names],
+        &[
+            "--power-api-tls-secret=power-api-tls",
+            tls_names,
+            "--request-header-timeout-seconds=3",
+        ],
     );
     ingot.wait_serving().await;
     let port = ingot.power;
@@ -492,6 +496,38 @@ async fn the_power_permission_is_its_own_the_answers_are_cached_and_a_body_is_re
             token.is_some()
         );
     }
+    // A permitted caller's small body, never finished: 408 once the deadline passes.
+    let mut stream = tls(port).await;
+    let head = format!(
+        "{path}\r\nContent-Type: application/json\r\nContent-Length: 22\r\n\
+         Authorization: Bearer {harvester}"
+    );
+    let answer = exchange(
+        &mut stream,
+        &head,
+        b"{\"operation\"",
+        Duration::from_secs(15),
+    )
+    .await;
+    assert_eq!(
+        answer.map(|(code, _)| code),
+        Some(408),
+        "a permitted request whose 22-byte body stops after 12"
+    );
+
+    // Harvester's own ServiceAccount is the chart's default caller.
+    let defaults = chart_support::render(
+        "ingot",
+        "ingot-system",
+        &["controllers={seeder}".to_owned()],
+        &["--show-only", "templates/power-callers.yaml"],
+    );
+    assert!(
+        defaults.contains(
+            r#"- {"kind":"ServiceAccount","name":"harvester","namespace":"harvester-system"}"#
+        ),
+        "{defaults}"
+    );
 
     // A second replica: the same certificate (the Secret's), and a token for its audience only.
     let mut second = Ingot::start(
