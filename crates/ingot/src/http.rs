@@ -1,6 +1,8 @@
 //! The operator's HTTP endpoints: `/healthz` (the process and its lease task are alive),
 //! `/readyz` (the API server answered and the replica leads or stands by), `/metrics`, and
-//! `/ipxe/instances/<name>.ipxe`, the script a server chain-loads to install Harvester.
+//! `/ipxe/instances/<name>.ipxe`, the script a server chain-loads to install Harvester, answered
+//! from a watched store of the Instances (a request costs the API server nothing: these paths
+//! are unauthenticated).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,23 +13,28 @@ use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use futures::FutureExt;
 use ingot_api::equinix::Instance;
 use ingot_controllers::Metrics;
 use ingot_controllers::pools::PoolsShared;
 use ingot_controllers::pools::instance::install_script as install_script_for;
-use kube::{Api, Client};
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::serve::Limits;
 
 #[derive(Clone)]
 pub struct Health {
     pub metrics: Arc<Metrics>,
     pub ready: Arc<AtomicBool>,
     pub pools: Arc<PoolsShared>,
-    pub client: Client,
+    /// The Instances, watched (with the pools controllers); `None`: no scripts are served.
+    pub instances: Option<Store<Instance>>,
 }
 
 pub async fn serve(
     addr: SocketAddr,
     health: Health,
+    limits: Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -40,14 +47,7 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/ipxe/instances/{file}", get(install_script))
         .with_state(health);
-    Ok(tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(%error, "the health and metrics server stopped");
-        }
-    }))
+    Ok(crate::serve::spawn(listener, None, app, limits, shutdown))
 }
 
 async fn readyz(State(health): State<Health>) -> impl IntoResponse {
@@ -84,18 +84,23 @@ async fn install_script(
         )
             .into_response();
     };
-    let instances: Api<Instance> = Api::all(health.client.clone());
-    let instance = match instances.get_opt(name).await {
-        Ok(Some(instance)) => instance,
-        Ok(None) => return (StatusCode::NOT_FOUND, format!("no Instance {name}")).into_response(),
-        Err(error) => {
-            tracing::warn!(%error, instance = name, "reading an Instance for its iPXE script");
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the Kubernetes API is unavailable".to_owned(),
-            )
-                .into_response();
-        }
+    let Some(instances) = &health.instances else {
+        return (
+            StatusCode::NOT_FOUND,
+            "install scripts are served with --controllers pools".to_owned(),
+        )
+            .into_response();
+    };
+    // Until the first list is in, a missing Instance may only be not yet seen.
+    if !matches!(instances.wait_until_ready().now_or_never(), Some(Ok(()))) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the Instances are not read yet".to_owned(),
+        )
+            .into_response();
+    }
+    let Some(instance) = instances.get(&ObjectRef::new(name)) else {
+        return (StatusCode::NOT_FOUND, format!("no Instance {name}")).into_response();
     };
     match install_script_for(&health.pools.settings, &instance) {
         Ok(script) => (

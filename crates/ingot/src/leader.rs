@@ -30,7 +30,8 @@ pub struct LeaderElector {
     config: LeaseConfig,
     /// The record last seen and when this replica saw it change.
     observed: Option<(ObservedRecord, Instant)>,
-    /// When this replica last renewed its own lease.
+    /// When this replica sent its last successful renewal: the lease runs from then, however
+    /// late the answer came.
     last_renewed: Option<Instant>,
 }
 
@@ -163,6 +164,9 @@ impl LeaderElector {
 
     /// One round: create, renew or take over the lease. Returns whether this replica holds it.
     async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+        // The renewal counts from before it is sent: the API server may have stored it (and
+        // the others started counting) long before a slow answer comes back.
+        let sent = Instant::now();
         let now = Timestamp::now();
         let duration_seconds =
             i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
@@ -183,7 +187,7 @@ impl LeaderElector {
             };
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(_) => {
-                    self.last_renewed = Some(Instant::now());
+                    self.last_renewed = Some(sent);
                     Ok(true)
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
@@ -229,11 +233,138 @@ impl LeaderElector {
             .await
         {
             Ok(_) => {
-                self.last_renewed = Some(Instant::now());
+                self.last_renewed = Some(sent);
                 Ok(true)
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
             Err(error) => Err(error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used, clippy::unwrap_used)]
+
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll};
+
+    use futures::future::BoxFuture;
+
+    use super::*;
+
+    /// What the API server's answers go through: unchanged, then one Lease update answered
+    /// late (recorded when it was sent), then no answer at all.
+    #[derive(Debug)]
+    enum Plan {
+        Pass,
+        SlowNextUpdate(Duration),
+        Hang,
+    }
+
+    #[derive(Clone)]
+    struct Slowed<S> {
+        inner: S,
+        plan: Arc<Mutex<Plan>>,
+        slow_update_sent: Arc<Mutex<Option<Instant>>>,
+    }
+
+    impl<S, B> tower::Service<http::Request<B>> for Slowed<S>
+    where
+        S: tower::Service<http::Request<B>>,
+        S::Future: Send + 'static,
+        S::Response: Send + 'static,
+        S::Error: Send + 'static,
+    {
+        type Response = S::Response;
+        type Error = S::Error;
+        type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        fn call(&mut self, request: http::Request<B>) -> Self::Future {
+            let lease_update =
+                request.method() == http::Method::PUT && request.uri().path().contains("/leases/");
+            let mut plan = self.plan.lock().unwrap();
+            match *plan {
+                Plan::Hang => Box::pin(futures::future::pending()),
+                Plan::SlowNextUpdate(delay) if lease_update => {
+                    *plan = Plan::Hang;
+                    *self.slow_update_sent.lock().unwrap() = Some(Instant::now());
+                    let answer = self.inner.call(request);
+                    Box::pin(async move {
+                        let answer = answer.await;
+                        tokio::time::sleep(delay).await;
+                        answer
+                    })
+                }
+                _ => Box::pin(self.inner.call(request)),
+            }
+        }
+    }
+
+    /// A renewal the API server stores at once but answers late must count from when it was
+    /// sent: the other replicas count the lease from when they saw it change, so a replica
+    /// counting from the late answer would lead for as long as the answer was late after
+    /// another took over.
+    #[tokio::test]
+    async fn a_late_answer_to_a_renewal_does_not_extend_the_lease() {
+        let env = ingot_testenv::shared().await;
+        let namespace = env.namespace("leader-slow").await.unwrap();
+        let plan = Arc::new(Mutex::new(Plan::Pass));
+        let slow_update_sent = Arc::new(Mutex::new(None));
+        let layer = {
+            let plan = plan.clone();
+            let slow_update_sent = slow_update_sent.clone();
+            tower::layer::layer_fn(move |inner| Slowed {
+                inner,
+                plan: plan.clone(),
+                slow_update_sent: slow_update_sent.clone(),
+            })
+        };
+        let client = kube::client::ClientBuilder::try_from(env.config())
+            .unwrap()
+            .with_layer(&layer)
+            .build();
+        let mut elector = LeaderElector::new(
+            client,
+            LeaseConfig {
+                namespace,
+                name: "slow-renewal".to_owned(),
+                identity: "replica-a".to_owned(),
+                lease_duration: Duration::from_secs(4),
+                retry_period: Duration::from_millis(500),
+                renew_deadline: Duration::from_secs(3),
+            },
+        );
+        tokio::time::timeout(Duration::from_secs(30), elector.acquire())
+            .await
+            .expect("the lease within 30 s");
+
+        // One renewal answered 1.5 s late (within the deadline, so it succeeds), then the API
+        // server is unreachable.
+        let acquired = elector.last_renewed.expect("acquired");
+        *plan.lock().unwrap() = Plan::SlowNextUpdate(Duration::from_millis(1500));
+        let lost = tokio::time::timeout(Duration::from_secs(30), elector.hold())
+            .await
+            .expect("the lease lost within 30 s");
+        assert!(
+            matches!(lost, LeaseLost::RenewDeadline { .. }),
+            "lost as {lost:?}"
+        );
+        let sent = slow_update_sent
+            .lock()
+            .unwrap()
+            .expect("the slow renewal went through");
+        let renewed = elector.last_renewed.expect("renewed once at least");
+        assert!(renewed > acquired, "the slow renewal did not succeed");
+        assert!(
+            renewed <= sent,
+            "the lease was counted from {:?} after the slow renewal was sent (its answer), \
+             not from before it was sent",
+            renewed - sent
+        );
     }
 }

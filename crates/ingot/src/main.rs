@@ -7,6 +7,7 @@ mod leader;
 mod power;
 mod power_api;
 mod run;
+mod serve;
 mod telemetry;
 
 use std::process::ExitCode;
@@ -41,7 +42,8 @@ enum Command {
     /// --protocol is given; --json prints one stable JSON document (see docs/bmc.md).
     Bmc(ingot_bmc::cli::BmcArgs),
     /// Request a power action on a Harvester Node through its Inventory, as Harvester's node
-    /// action does: allowed when you may update the Node and it is in maintenance.
+    /// action does: allowed when you hold the power permission on the Node (create on
+    /// nodes/poweraction in seeder.ingot.dev) and it is in maintenance.
     ///
     /// Example: `ingot power node-1 reboot`. The action is carried out by `ingot run
     /// --controllers seeder` (see docs/seeder.md).

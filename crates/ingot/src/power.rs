@@ -1,6 +1,6 @@
 //! `ingot power NODE OPERATION`: Harvester's node power action from the command line, under the
-//! rules of the HTTPS API (the caller, here the kubeconfig's identity, may update the Node; the
-//! Node is in maintenance; its Inventory is ready; the last request has its answer).
+//! rules of the HTTPS API (the caller, here the kubeconfig's identity, holds the power permission
+//! on the Node; the Node is in maintenance; its Inventory is ready; the last request has its answer).
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use ingot_controllers::metrics::LeaderTransition;
 use ingot_controllers::{Context, ControllerKind, Metrics, pools, rufio, seeder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -55,6 +55,20 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 10)]
     lease_duration_seconds: u64,
 
+    /// Connections open at once on --http-addr; one more is closed at once.
+    #[arg(long, default_value_t = 256)]
+    http_max_connections: usize,
+
+    /// Seconds a client of either server has for the TLS handshake and for each request's
+    /// headers (and a power action caller for its body); then the connection is closed.
+    #[arg(long, default_value_t = 10.0)]
+    request_header_timeout_seconds: f64,
+
+    /// Seconds after which a connection to either server is closed, once its request in
+    /// flight is answered (clients reconnect).
+    #[arg(long, default_value_t = 120.0)]
+    connection_lifetime_seconds: f64,
+
     /// Log format.
     #[arg(long, value_enum, default_value = "text", env = "INGOT_LOG_FORMAT")]
     log_format: LogFormat,
@@ -86,14 +100,39 @@ struct SeederArgs {
 
     /// Serve Harvester's node power actions over HTTPS on this address (with `seeder`):
     /// `POST /v1/harvester/nodes/<node>?action=powerActionPossible|powerAction`, for callers
-    /// with a Kubernetes token who may update the Node, on Nodes in maintenance.
+    /// with a Kubernetes token who hold the power permission on the Node (create on
+    /// nodes/poweraction in seeder.ingot.dev), on Nodes in maintenance.
     #[arg(long)]
     power_api_addr: Option<SocketAddr>,
 
-    /// The power action API's certificate (PEM chain); without it, a self-signed certificate
-    /// is made at start.
-    #[arg(long, requires = "power_api_tls_key")]
+    /// Connections open at once on --power-api-addr; one more is closed at once.
+    #[arg(long, default_value_t = 64)]
+    power_api_max_connections: usize,
+
+    /// Audiences a caller's token must carry (TokenReview audiences), comma-separated; empty:
+    /// the API server's own (a ServiceAccount's mounted token).
+    #[arg(long, value_delimiter = ',', env = "INGOT_POWER_API_AUDIENCES")]
+    power_api_audiences: Vec<String>,
+
+    /// The power action API's certificate (PEM chain); without it or --power-api-tls-secret, a
+    /// self-signed certificate is made at start.
+    #[arg(
+        long,
+        requires = "power_api_tls_key",
+        conflicts_with = "power_api_tls_secret"
+    )]
     power_api_tls_cert: Option<PathBuf>,
+
+    /// The kubernetes.io/tls Secret (in --lease-namespace) holding the power action API's
+    /// certificate: read at start, or made self-signed for --power-api-tls-names by the first
+    /// replica that finds it missing, so that every replica and every start present the same.
+    #[arg(long)]
+    power_api_tls_secret: Option<String>,
+
+    /// The names the certificate made for --power-api-tls-secret is for (the Service's DNS
+    /// names), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "localhost")]
+    power_api_tls_names: Vec<String>,
 
     /// The private key (PEM) of --power-api-tls-cert.
     #[arg(long, requires = "power_api_tls_cert")]
@@ -353,21 +392,56 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         pools::PoolsShared::new(args.pools.settings(), connector)
             .with_eviction_client(eviction_client),
     );
+    // The Instances for the iPXE scripts, watched by every replica (a script request reads
+    // the store, not the API server).
+    let instances = if controllers.contains(&ControllerKind::Pools) {
+        let (store, events) = ingot_controllers::lean_reflector(
+            kube::Api::<ingot_api::equinix::Instance>::all(client.clone()),
+            kube::runtime::watcher::Config::default(),
+        );
+        let mut rx = stop_rx.clone();
+        tokio::spawn(async move {
+            let feed = events.for_each(|event| {
+                if let Err(error) = event {
+                    warn!(%error, "the Instance watch of the iPXE scripts failed; listing again");
+                }
+                std::future::ready(())
+            });
+            tokio::select! {
+                () = feed => {}
+                _ = rx.wait_for(|stop| *stop) => {}
+            }
+        });
+        Some(store)
+    } else {
+        None
+    };
     let health = Health {
         metrics: metrics.clone(),
         ready: ready.clone(),
         pools: pools_shared.clone(),
-        client: client.clone(),
+        instances,
+    };
+    let server_limits = |max_connections: usize| crate::serve::Limits {
+        max_connections,
+        header_timeout: Duration::from_secs_f64(args.request_header_timeout_seconds.max(0.1)),
+        connection_lifetime: Duration::from_secs_f64(args.connection_lifetime_seconds.max(1.0)),
     };
     let power_api = match args.seeder.power_api_addr {
         Some(addr) if controllers.contains(&ControllerKind::Seeder) => {
             let certificate = match (
                 &args.seeder.power_api_tls_cert,
                 &args.seeder.power_api_tls_key,
+                &args.seeder.power_api_tls_secret,
             ) {
-                (Some(cert), Some(key)) => power_api::Certificate::Files {
+                (Some(cert), Some(key), _) => power_api::Certificate::Files {
                     cert: cert.clone(),
                     key: key.clone(),
+                },
+                (_, _, Some(name)) => power_api::Certificate::Secret {
+                    namespace: args.lease_namespace.clone(),
+                    name: name.clone(),
+                    names: args.seeder.power_api_tls_names.clone(),
                 },
                 _ => power_api::Certificate::SelfSigned(vec![
                     "localhost".to_owned(),
@@ -384,14 +458,39 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             let stop = async move {
                 let _ = rx.wait_for(|stop| *stop).await;
             };
-            Some(power_api::serve(addr, certificate, client.clone(), namespace, stop).await?)
+            let reviews = power_api::Reviews::new(
+                client.clone(),
+                args.seeder
+                    .power_api_audiences
+                    .iter()
+                    .filter(|a| !a.is_empty())
+                    .cloned()
+                    .collect(),
+            );
+            Some(
+                power_api::serve(
+                    addr,
+                    certificate,
+                    reviews,
+                    namespace,
+                    server_limits(args.seeder.power_api_max_connections),
+                    stop,
+                )
+                .await?,
+            )
         }
         Some(_) => anyhow::bail!(
             "--power-api-addr serves Seeder's power actions: add seeder to --controllers"
         ),
         None => None,
     };
-    let server = http::serve(args.http_addr, health, stopped).await?;
+    let server = http::serve(
+        args.http_addr,
+        health,
+        server_limits(args.http_max_connections),
+        stopped,
+    )
+    .await?;
 
     let lease = LeaseConfig {
         namespace: args.lease_namespace.clone(),

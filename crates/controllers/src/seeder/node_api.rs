@@ -33,6 +33,20 @@ pub enum Caller {
         extra: BTreeMap<String, Vec<String>>,
     },
     Myself,
+    /// A caller whose power permission the server has already checked (and cached).
+    Permitted {
+        name: String,
+    },
+}
+
+impl Caller {
+    /// The user's name, as logged.
+    pub fn name(&self) -> &str {
+        match self {
+            Caller::User { name, .. } | Caller::Permitted { name } => name,
+            Caller::Myself => "the kubeconfig's user",
+        }
+    }
 }
 
 /// An answer other than success: the HTTP status Harvester gives, and its message.
@@ -89,7 +103,7 @@ pub async fn power_action_possible(
     }
 }
 
-/// `powerAction {operation}`: checks the operation, the caller's right to update the Node, the
+/// `powerAction {operation}`: checks the operation, the caller's power permission on the Node, the
 /// Node's maintenance and `powerActionPossible`, refuses while the last request has no answer,
 /// then writes the request as Harvester does: `spec.powerActionRequested`, then
 /// `status.powerAction.lastJobName` cleared (what arms the Seeder controller).
@@ -110,7 +124,7 @@ pub async fn request_power_action(
             ),
         ));
     }
-    may_update_node(client, node, caller).await?;
+    ensure_may_power(client, node, caller).await?;
     let nodes: Api<Node> = Api::all(client.clone());
     let found = match nodes.get_opt(node).await {
         Ok(Some(found)) => found,
@@ -190,15 +204,25 @@ pub async fn request_power_action(
     Ok(())
 }
 
-/// Whether the caller may update the Node, asked of the API server's authorizer.
-async fn may_update_node(client: &Client, node: &str, caller: &Caller) -> Result<(), Refusal> {
+/// The permission a power action needs, checked on the API server's authorizer for the Node's
+/// name: `create` on `nodes/poweraction` in the API group `seeder.ingot.dev` (no such resource
+/// is served; it exists in RBAC only). Updating a Node is not enough: many DaemonSets and every
+/// kubelet may do that.
+pub const POWER_PERMISSION: (&str, &str, &str, &str) =
+    ("create", "seeder.ingot.dev", "nodes", "poweraction");
+
+/// Whether the caller holds `POWER_PERMISSION` on `node`, asked of the API server's authorizer.
+pub async fn may_power(client: &Client, node: &str, caller: &Caller) -> Result<bool, Refusal> {
+    let (verb, group, resource, subresource) = POWER_PERMISSION;
     let attributes = ResourceAttributes {
-        verb: Some("update".to_owned()),
-        resource: Some("nodes".to_owned()),
+        verb: Some(verb.to_owned()),
+        group: Some(group.to_owned()),
+        resource: Some(resource.to_owned()),
+        subresource: Some(subresource.to_owned()),
         name: Some(node.to_owned()),
         ..Default::default()
     };
-    let (allowed, who) = match caller {
+    let allowed = match caller {
         Caller::User {
             name,
             uid,
@@ -220,7 +244,7 @@ async fn may_update_node(client: &Client, node: &str, caller: &Caller) -> Result
                 .create(&PostParams::default(), &review)
                 .await
                 .map_err(|e| Refusal::api("asking the authorizer", &e))?;
-            (answer.status.is_some_and(|s| s.allowed), name.as_str())
+            answer.status.is_some_and(|s| s.allowed)
         }
         Caller::Myself => {
             let review = SelfSubjectAccessReview {
@@ -234,15 +258,33 @@ async fn may_update_node(client: &Client, node: &str, caller: &Caller) -> Result
                 .create(&PostParams::default(), &review)
                 .await
                 .map_err(|e| Refusal::api("asking the authorizer", &e))?;
-            (answer.status.is_some_and(|s| s.allowed), "you")
+            answer.status.is_some_and(|s| s.allowed)
         }
+        Caller::Permitted { .. } => true,
     };
-    if allowed {
+    Ok(allowed)
+}
+
+/// The 403 of a caller without `POWER_PERMISSION` on `node`.
+pub fn power_refused(caller: &Caller, node: &str) -> Refusal {
+    let (verb, group, resource, subresource) = POWER_PERMISSION;
+    let who = match caller {
+        Caller::Myself => "you",
+        other => other.name(),
+    };
+    Refusal::new(
+        403,
+        format!(
+            "{who} may not request power actions on node {node}: that needs {verb} on \
+             {resource}/{subresource} in the API group {group} (updating the Node is not enough)"
+        ),
+    )
+}
+
+async fn ensure_may_power(client: &Client, node: &str, caller: &Caller) -> Result<(), Refusal> {
+    if may_power(client, node, caller).await? {
         Ok(())
     } else {
-        Err(Refusal::new(
-            403,
-            format!("{who} may not update node {node}: power actions need that right"),
-        ))
+        Err(power_refused(caller, node))
     }
 }
