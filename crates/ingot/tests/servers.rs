@@ -466,10 +466,11 @@ async fn the_power_permission_is_its_own_the_answers_are_cached_and_a_body_is_re
     let access_reviews = ingot
         .counter(r#"ingot_kube_requests_total{verb="create",resource="subjectaccessreviews"}"#)
         .await;
-    assert_eq!(
-        (reviews, access_reviews),
-        (2.0, 2.0),
-        "TokenReviews, SubjectAccessReviews for 2 callers, 11 requests"
+    // Two of each when every answer is reused (11 and 10 without the cache); a refusal is kept
+    // for 10 s, so a loaded machine that stalls between requests may ask once or twice more.
+    assert!(
+        (2.0..=4.0).contains(&reviews) && (2.0..=4.0).contains(&access_reviews),
+        "TokenReviews {reviews}, SubjectAccessReviews {access_reviews} for 2 callers, 11 requests"
     );
 
     // A body announced but not sent: without a token, from a caller without the permission and
