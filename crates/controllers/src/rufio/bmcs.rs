@@ -48,6 +48,8 @@ pub enum ConnectionError {
         "providerOptions.ipmitool.cipherSuite {0:?} is not supported: use \"3\" or \"17\" (suite 0 has no authentication)"
     )]
     CipherSuite(String),
+    #[error("{0}")]
+    Refused(#[from] super::tenancy::Refusal),
     #[error(
         "providerOptions.rpc is not supported by ingot (no RPC provider): remove it and reach the BMC over Redfish or IPMI"
     )]

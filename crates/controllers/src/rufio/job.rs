@@ -21,7 +21,9 @@ use serde_json::json;
 use tracing::debug;
 
 use super::task::SENT_ANNOTATION;
+use super::tenancy;
 use super::{Error, RufioContext};
+use kube::runtime::events::EventType;
 
 const CONTROLLER: &str = "rufio-job";
 pub const RUNNING: &str = "Running";
@@ -74,6 +76,9 @@ fn send_on_sight(ctx: &Arc<RufioContext>, job: &Job) {
     }
     let namespace = job.namespace().unwrap_or_default();
     let (machine_ns, machine_name) = machine_of(job, &namespace);
+    if !ctx.settings.cross_namespace.allows(&namespace, &machine_ns) {
+        return;
+    }
     let Some(machine) = ctx.cached_machine(&machine_ns, &machine_name) else {
         return;
     };
@@ -265,6 +270,17 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
         set(&mut status.conditions, RUNNING, None);
     }
     let (machine_ns, machine_name) = machine_of(job, &namespace);
+    // A Machine of another namespace only when the operator allowed it: the Job fails, and
+    // the Machine is neither read nor its BMC driven.
+    if let Err(refusal) =
+        tenancy::check_machine_ref(&namespace, &machine_ns, &ctx.settings.cross_namespace)
+    {
+        set(&mut status.conditions, FAILED, Some(refusal.to_string()));
+        write(&jobs, &name, &status, &before).await?;
+        let note = refusal.to_string();
+        super::publish(ctx, job, EventType::Warning, refusal.reason(), "GetMachine", note).await;
+        return Ok(Action::await_change());
+    }
     let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &machine_ns);
     // Read from the Machine controller's cache (as controller-runtime's client reads); a
     // Machine created a moment ago may not be there yet.
@@ -393,7 +409,8 @@ async fn write(
     Ok(())
 }
 
-/// The Task `<job>-task-<index>`, controlled by the Job, with the Machine's connection.
+/// The Task `<job>-task-<index>`, controlled by the Job, with the Machine's connection (and
+/// its acceptance of a `http://` BMC).
 fn task_for(job: &Job, index: usize, machine: &Machine) -> Result<Task, kube::Error> {
     let Some(action) = job.spec.tasks.get(index) else {
         return Err(kube::Error::Service(
@@ -412,6 +429,10 @@ fn task_for(job: &Job, index: usize, machine: &Machine) -> Result<Task, kube::Er
                 controller: Some(true),
                 block_owner_deletion: None,
             }]),
+            annotations: machine
+                .annotations()
+                .get_key_value(tenancy::ALLOW_HTTP_ANNOTATION)
+                .map(|(k, v)| [(k.clone(), v.clone())].into()),
             ..ObjectMeta::default()
         },
         spec: TaskSpec {

@@ -45,6 +45,7 @@ use super::conditions::{
 use super::power::{self, JobOutcome, PowerStep};
 use super::{Error, MEMBERSHIP_FINALIZER, SeederContext, cluster};
 use crate::rufio::machine::CONTACTABLE;
+use crate::rufio::tenancy::ALLOW_HTTP_ANNOTATION;
 
 const CONTROLLER: &str = "seeder-inventory";
 /// The HEP's spellings of the two annotations (Seeder renamed them before release; the HEP and
@@ -387,9 +388,15 @@ pub fn desired_machine(inventory: &Inventory) -> Machine {
         namespace: inventory.namespace(),
         finalizers: Some(vec![INVENTORY_FINALIZER.to_owned()]),
         owner_references: Some(vec![controller_reference(inventory)]),
+        annotations: allow_http(inventory).map(|v| [(ALLOW_HTTP_ANNOTATION.to_owned(), v)].into()),
         ..ObjectMeta::default()
     };
     machine
+}
+
+/// The Inventory's acceptance of a `http://` BMC, which its Machine carries too.
+fn allow_http(inventory: &Inventory) -> Option<String> {
+    inventory.annotations().get(ALLOW_HTTP_ANNOTATION).cloned()
 }
 
 fn controller_reference(inventory: &Inventory) -> OwnerReference {
@@ -409,6 +416,13 @@ pub fn machine_patch(inventory: &Inventory, machine: &Machine) -> Option<serde_j
         patch.insert("spec".into(), json!(inventory.spec.baseboard_spec));
     }
     let mut metadata = serde_json::Map::new();
+    let wanted = allow_http(inventory);
+    if machine.annotations().get(ALLOW_HTTP_ANNOTATION) != wanted.as_ref() {
+        metadata.insert(
+            "annotations".into(),
+            json!({ ALLOW_HTTP_ANNOTATION: wanted }),
+        );
+    }
     if let Some(finalizers) = with_finalizers(machine.finalizers(), &[INVENTORY_FINALIZER]) {
         metadata.insert("finalizers".into(), json!(finalizers));
     }
@@ -875,6 +889,30 @@ mod tests {
         changed.spec.baseboard_spec.connection.host = "10.0.0.9".into();
         let patch = machine_patch(&changed, &desired_machine(&i)).unwrap();
         assert_eq!(patch["spec"]["connection"]["host"], "10.0.0.9");
+    }
+
+    #[test]
+    fn the_machine_carries_the_inventorys_acceptance_of_plain_http() {
+        let mut i = inventory(json!({}));
+        i.annotations_mut()
+            .insert(ALLOW_HTTP_ANNOTATION.into(), "true".into());
+        let m = desired_machine(&i);
+        assert_eq!(
+            m.annotations().get(ALLOW_HTTP_ANNOTATION).map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(machine_patch(&i, &m), None);
+        // Added to a Machine without it, and taken away with the Inventory's.
+        let patch = machine_patch(&i, &desired_machine(&inventory(json!({})))).unwrap();
+        assert_eq!(
+            patch["metadata"]["annotations"],
+            json!({ALLOW_HTTP_ANNOTATION: "true"})
+        );
+        let patch = machine_patch(&inventory(json!({})), &m).unwrap();
+        assert_eq!(
+            patch["metadata"]["annotations"],
+            json!({ALLOW_HTTP_ANNOTATION: null})
+        );
     }
 
     fn machine_status(v: serde_json::Value) -> MachineStatus {
