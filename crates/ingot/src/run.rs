@@ -203,6 +203,7 @@ fn read_ca_bundle(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
         tls: ingot_bmc::redfish::TlsOptions {
             insecure: false,
             ca_bundle_pem: Some(pem.clone()),
+            pinned_sha256: None,
         },
         ..ingot_bmc::redfish::RedfishOptions::default()
     };

@@ -25,6 +25,34 @@ const USER: &str = "admin";
 const PASSWORD: &str = "t0p-Secret";
 const SECRET: &str = "bmc-auth";
 const ALLOW_HTTP: &str = "rufio.ingot.dev/allow-insecure-http";
+const PIN: &str = "rufio.ingot.dev/tls-sha256-fingerprint";
+
+/// The SHA-256 fingerprint (`AB:CD:...`) of the certificate the TLS server on `port` presents,
+/// as openssl reads it.
+fn served_fingerprint(port: u16) -> String {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect 127.0.0.1:{port} </dev/null 2>/dev/null | openssl x509 -noout -fingerprint -sha256"
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let fingerprint = text.rsplit('=').next().unwrap_or_default().to_owned();
+    assert_eq!(fingerprint.len(), 95, "openssl printed {text:?}");
+    fingerprint
+}
+
+async fn annotate(client: &Client, ns: &str, name: &str, key: &str, value: &str) {
+    Api::<Machine>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .unwrap();
+}
 
 async fn fleet(n: usize, tls: bool) -> Fleet {
     Fleet::uniform(
@@ -331,5 +359,75 @@ async fn the_bmc_ca_bundle_lets_a_machine_verify_its_bmc() {
     );
     wait_contactable(&client, &ns, "verified", "on", Duration::from_secs(30)).await;
     drop(ingot);
+    delete_all(&client, &ns).await;
+}
+
+/// A Machine with `insecureTLS: false` and no CA for its BMC is trusted by the certificate
+/// fingerprint it pins, on sushy-tools over TLS and on the project's emulator; a Job on the
+/// pinned sushy Machine runs (its Tasks carry the pin); a wrong pin fails naming both
+/// fingerprints and the emulated BMC sees no request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_certificate_fingerprint_is_the_only_trust_needed() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("tenancy-pin").await.unwrap();
+    let sushy = start_sushy_tls(USER, PASSWORD);
+    let fleet = fleet(2, true).await;
+    create_secret(&client, &ns, SECRET, USER, PASSWORD).await;
+    let verified = |name: &str, port: u16| {
+        let mut m = machine(&ns, name, &ns, "127.0.0.1", port);
+        m.spec.connection.insecure_tls = false;
+        m
+    };
+    create(&client, &ns, &verified("sushy", sushy.port)).await;
+    create(&client, &ns, &verified("emulated", fleet.bmcs[0].addr.port())).await;
+    create(&client, &ns, &verified("mispinned", fleet.bmcs[1].addr.port())).await;
+    let kubeconfig = narrowed_kubeconfig(env.kubeconfig_path(), &ns, &[]);
+    let ingot = start_ingot_as(&kubeconfig, &ns, &ns, &[]);
+    // Not trusted without a pin (no CA names them, and insecureTLS is false).
+    for name in ["sushy", "emulated"] {
+        wait_contactable_is(&client, &ns, name, "False").await;
+    }
+
+    let sushy_pin = served_fingerprint(sushy.port);
+    annotate(&client, &ns, "sushy", PIN, &sushy_pin).await;
+    let emulated_pin = served_fingerprint(fleet.bmcs[0].addr.port());
+    annotate(&client, &ns, "emulated", PIN, &emulated_pin.replace(':', "").to_lowercase()).await;
+    let wrong = ["00"; 32].join(":");
+    annotate(&client, &ns, "mispinned", PIN, &wrong).await;
+    wait_contactable(&client, &ns, "sushy", "on", Duration::from_secs(30)).await;
+    wait_contactable(&client, &ns, "emulated", "on", Duration::from_secs(30)).await;
+    let message = poll_until(
+        "the mispinned Machine to name the fingerprints",
+        Duration::from_secs(30),
+        || async {
+            let status = machine_status(&client, &ns, "mispinned").await;
+            condition(&status, "Contactable")
+                .filter(|c| c.0 == "False" && c.1.contains("not the pinned"))
+                .map(|c| c.1)
+        },
+    )
+    .await;
+    let other_pin = served_fingerprint(fleet.bmcs[1].addr.port());
+    assert!(message.contains(&other_pin) && message.contains(&wrong), "{message}");
+    assert_eq!(fleet.bmcs[1].state.snapshot().requests, 0);
+
+    create(&client, &ns, &job_sample(&ns, "cycle", "sushy")).await;
+    wait_job(&client, &ns, "cycle", Duration::from_secs(60), &ingot).await;
+    for task in tasks_of(&client, &ns).await {
+        assert_eq!(
+            task.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(PIN))
+                .map(String::as_str),
+            Some(sushy_pin.as_str())
+        );
+    }
+    assert_eq!(
+        sushy.system(USER, PASSWORD).await.unwrap()["PowerState"],
+        "On"
+    );
     delete_all(&client, &ns).await;
 }

@@ -410,7 +410,7 @@ async fn write(
 }
 
 /// The Task `<job>-task-<index>`, controlled by the Job, with the Machine's connection (and
-/// its acceptance of a `http://` BMC).
+/// its acceptance of a `http://` BMC and its pinned certificate).
 fn task_for(job: &Job, index: usize, machine: &Machine) -> Result<Task, kube::Error> {
     let Some(action) = job.spec.tasks.get(index) else {
         return Err(kube::Error::Service(
@@ -429,10 +429,8 @@ fn task_for(job: &Job, index: usize, machine: &Machine) -> Result<Task, kube::Er
                 controller: Some(true),
                 block_owner_deletion: None,
             }]),
-            annotations: machine
-                .annotations()
-                .get_key_value(tenancy::ALLOW_HTTP_ANNOTATION)
-                .map(|(k, v)| [(k.clone(), v.clone())].into()),
+            annotations: Some(tenancy::carried(machine.annotations()))
+                .filter(|carried| !carried.is_empty()),
             ..ObjectMeta::default()
         },
         spec: TaskSpec {

@@ -335,7 +335,8 @@ impl RufioContext {
 
     /// Where and how to reach the BMC of an object's `connection`: refused before its Secret
     /// is read when the object may not use it ([`tenancy::check_connection`]), else its
-    /// credentials (kept, or read) in the target, with the operator's CA bundle.
+    /// credentials (kept, or read) in the target, with the operator's CA bundle and the
+    /// object's pinned certificate.
     pub(crate) async fn target_for(
         &self,
         field: tenancy::ConnectionField,
@@ -357,6 +358,7 @@ impl RufioContext {
             .await?;
         let mut target = bmcs::target(connection, &creds)?;
         target.redfish.ca_bundle_pem = self.settings.ca_bundle_pem.clone();
+        target.redfish.pinned_sha256 = tenancy::pinned_sha256(&annotations)?;
         Ok(target)
     }
 

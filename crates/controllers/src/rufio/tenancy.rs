@@ -17,6 +17,55 @@ use ingot_bmc::{Endpoint, Scheme};
 /// password then goes over the network in clear). Jobs copy it from their Machine to their Tasks.
 pub const ALLOW_HTTP_ANNOTATION: &str = "rufio.ingot.dev/allow-insecure-http";
 
+/// The SHA-256 fingerprint of the only certificate to accept from the BMC (64 hex digits,
+/// colons allowed, as `openssl x509 -noout -fingerprint -sha256` prints it), on a Machine, Task
+/// or Seeder Inventory: the BMC is then trusted by that certificate alone, without
+/// `insecureTLS`. Jobs copy it from their Machine to their Tasks.
+pub const TLS_FINGERPRINT_ANNOTATION: &str = "rufio.ingot.dev/tls-sha256-fingerprint";
+
+/// The annotations of a Machine that its Tasks (and of an Inventory that its Machine) carry.
+pub const CARRIED_ANNOTATIONS: [&str; 2] = [ALLOW_HTTP_ANNOTATION, TLS_FINGERPRINT_ANNOTATION];
+
+/// Those of `annotations` that are carried to the objects made from them.
+pub fn carried(annotations: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    annotations
+        .iter()
+        .filter(|(k, _)| CARRIED_ANNOTATIONS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// A [`TLS_FINGERPRINT_ANNOTATION`] that is not a SHA-256 fingerprint.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "annotation {TLS_FINGERPRINT_ANNOTATION} {0:?} is not a SHA-256 fingerprint: give the 64 hex digits of the BMC certificate's (colons allowed), as `openssl x509 -noout -fingerprint -sha256` prints them"
+)]
+pub struct FingerprintError(pub String);
+
+/// The pinned certificate's SHA-256, if the object pins one.
+pub fn pinned_sha256(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<[u8; 32]>, FingerprintError> {
+    let Some(text) = annotations.get(TLS_FINGERPRINT_ANNOTATION) else {
+        return Ok(None);
+    };
+    let digits: Vec<u8> = text
+        .trim()
+        .bytes()
+        .filter(|b| *b != b':')
+        .collect();
+    let bad = || FingerprintError(text.clone());
+    if digits.len() != 64 {
+        return Err(bad());
+    }
+    let mut sha256 = [0u8; 32];
+    for (byte, pair) in sha256.iter_mut().zip(digits.chunks(2)) {
+        let pair = std::str::from_utf8(pair).map_err(|_| bad())?;
+        *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+    }
+    Ok(Some(sha256))
+}
+
 /// The Event reason of a reference to another namespace that the operator did not allow.
 pub const CROSS_NAMESPACE_REFUSED: &str = "CrossNamespaceRefused";
 /// The Event reason of a `http://` BMC without [`ALLOW_HTTP_ANNOTATION`].
@@ -259,6 +308,34 @@ mod tests {
         for tls in ["10.0.0.5", "https://10.0.0.5", "bmc.example:8443"] {
             assert!(!plain_http(&conn(tls, None)), "{tls}");
         }
+    }
+
+    #[test]
+    fn a_pinned_fingerprint_is_64_hex_digits_with_or_without_colons() {
+        let mut annotations = BTreeMap::new();
+        assert_eq!(pinned_sha256(&annotations), Ok(None));
+        let plain = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF";
+        annotations.insert(TLS_FINGERPRINT_ANNOTATION.to_owned(), plain.to_owned());
+        let sha = pinned_sha256(&annotations).unwrap().unwrap();
+        assert_eq!(sha[1], 0x11);
+        assert_eq!(sha[31], 0xff);
+        let colons: Vec<String> = plain
+            .as_bytes()
+            .chunks(2)
+            .map(|c| String::from_utf8(c.to_vec()).unwrap())
+            .collect();
+        annotations.insert(TLS_FINGERPRINT_ANNOTATION.to_owned(), colons.join(":"));
+        assert_eq!(pinned_sha256(&annotations).unwrap(), Some(sha));
+        for bad in ["", "00:11", &plain.replace('0', "g"), &format!("{plain}00")] {
+            annotations.insert(TLS_FINGERPRINT_ANNOTATION.to_owned(), bad.to_owned());
+            let e = pinned_sha256(&annotations).unwrap_err();
+            assert!(e.to_string().contains(TLS_FINGERPRINT_ANNOTATION), "{e}");
+        }
+        annotations.insert("other".to_owned(), "x".to_owned());
+        assert_eq!(
+            carried(&annotations).keys().collect::<Vec<_>>(),
+            [TLS_FINGERPRINT_ANNOTATION]
+        );
     }
 
     #[test]

@@ -45,7 +45,7 @@ use super::conditions::{
 use super::power::{self, JobOutcome, PowerStep};
 use super::{Error, MEMBERSHIP_FINALIZER, SeederContext, cluster};
 use crate::rufio::machine::CONTACTABLE;
-use crate::rufio::tenancy::ALLOW_HTTP_ANNOTATION;
+use crate::rufio::tenancy;
 
 const CONTROLLER: &str = "seeder-inventory";
 /// The HEP's spellings of the two annotations (Seeder renamed them before release; the HEP and
@@ -388,16 +388,13 @@ pub fn desired_machine(inventory: &Inventory) -> Machine {
         namespace: inventory.namespace(),
         finalizers: Some(vec![INVENTORY_FINALIZER.to_owned()]),
         owner_references: Some(vec![controller_reference(inventory)]),
-        annotations: allow_http(inventory).map(|v| [(ALLOW_HTTP_ANNOTATION.to_owned(), v)].into()),
+        annotations: Some(tenancy::carried(inventory.annotations())).filter(|a| !a.is_empty()),
         ..ObjectMeta::default()
     };
     machine
 }
 
-/// The Inventory's acceptance of a `http://` BMC, which its Machine carries too.
-fn allow_http(inventory: &Inventory) -> Option<String> {
-    inventory.annotations().get(ALLOW_HTTP_ANNOTATION).cloned()
-}
+
 
 fn controller_reference(inventory: &Inventory) -> OwnerReference {
     OwnerReference {
@@ -416,12 +413,16 @@ pub fn machine_patch(inventory: &Inventory, machine: &Machine) -> Option<serde_j
         patch.insert("spec".into(), json!(inventory.spec.baseboard_spec));
     }
     let mut metadata = serde_json::Map::new();
-    let wanted = allow_http(inventory);
-    if machine.annotations().get(ALLOW_HTTP_ANNOTATION) != wanted.as_ref() {
-        metadata.insert(
-            "annotations".into(),
-            json!({ ALLOW_HTTP_ANNOTATION: wanted }),
-        );
+    // The Inventory's acceptance of a `http://` BMC and its pinned certificate, which its
+    // Machine carries too (removed from the Machine with the Inventory's).
+    let wanted = tenancy::carried(inventory.annotations());
+    let changed: serde_json::Map<String, serde_json::Value> = tenancy::CARRIED_ANNOTATIONS
+        .iter()
+        .filter(|k| machine.annotations().get(**k) != wanted.get(**k))
+        .map(|k| ((*k).to_owned(), json!(wanted.get(*k))))
+        .collect();
+    if !changed.is_empty() {
+        metadata.insert("annotations".into(), serde_json::Value::Object(changed));
     }
     if let Some(finalizers) = with_finalizers(machine.finalizers(), &[INVENTORY_FINALIZER]) {
         metadata.insert("finalizers".into(), json!(finalizers));
@@ -761,6 +762,7 @@ async fn release_machine(inventory: &Inventory, ctx: &SeederContext) -> Result<(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::rufio::tenancy::ALLOW_HTTP_ANNOTATION;
     use ingot_api::seeder::InventorySpec;
 
     fn inventory(annotations: serde_json::Value) -> Inventory {
