@@ -166,10 +166,15 @@ fn secret_verbs(role: &serde_yaml::Value) -> Option<Vec<String>> {
 #[test]
 fn with_rufio_namespace_set_secrets_are_read_through_roles_only() {
     let documents = |sets: &[String]| -> Vec<serde_yaml::Value> {
-        render("ingot", "ingot-system", sets, &["--show-only", "templates/rbac.yaml"])
-            .split("\n---")
-            .map(|d| serde_yaml::from_str(d).unwrap())
-            .collect()
+        render(
+            "ingot",
+            "ingot-system",
+            sets,
+            &["--show-only", "templates/rbac.yaml"],
+        )
+        .split("\n---")
+        .map(|d| serde_yaml::from_str(d).unwrap())
+        .collect()
     };
     let cluster_role = |docs: &[serde_yaml::Value]| {
         docs.iter()
@@ -205,7 +210,10 @@ fn with_rufio_namespace_set_secrets_are_read_through_roles_only() {
     assert_eq!(
         roles,
         [
-            ("team-a".to_owned(), vec!["get".into(), "list".into(), "watch".into()]),
+            (
+                "team-a".to_owned(),
+                vec!["get".into(), "list".into(), "watch".into()]
+            ),
             ("bmc-secrets".to_owned(), vec!["get".into()]),
         ]
     );
@@ -237,8 +245,14 @@ fn the_bmc_ca_bundle_is_mounted_and_passed_to_ingot_run() {
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    assert!(args.contains(&"--bmc-ca-bundle=/etc/ingot/bmc-ca/ca.crt"), "{args:?}");
-    assert!(args.contains(&"--rufio-allow-cross-namespace=a=b,c=d"), "{args:?}");
+    assert!(
+        args.contains(&"--bmc-ca-bundle=/etc/ingot/bmc-ca/ca.crt"),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--rufio-allow-cross-namespace=a=b,c=d"),
+        "{args:?}"
+    );
     assert_eq!(pod["volumes"][0]["configMap"]["name"], "bmc-ca");
     let mount = &pod["containers"][0]["volumeMounts"][0];
     assert_eq!(mount["mountPath"], "/etc/ingot/bmc-ca");

@@ -76,7 +76,12 @@ fn machine(ns: &str, name: &str, secret_ns: &str, host: &str, port: u16) -> Mach
     // IPMI at a port where nothing answers: only the Redfish emulator is this BMC.
     let options = json!({"redfish": {"port": port}, "ipmitool": {"port": free_port()}});
     let mut m = machine_sample(ns, name, SECRET, host, options);
-    m.spec.connection.auth_secret_ref.as_mut().unwrap().namespace = Some(secret_ns.into());
+    m.spec
+        .connection
+        .auth_secret_ref
+        .as_mut()
+        .unwrap()
+        .namespace = Some(secret_ns.into());
     m
 }
 
@@ -151,9 +156,21 @@ async fn references_across_namespaces_are_refused_unless_the_operator_allows_the
     let fleet = fleet(2, true).await;
     let (stolen_bmc, victim_bmc) = (&fleet.bmcs[0], &fleet.bmcs[1]);
     create_secret(&client, &other, SECRET, USER, PASSWORD).await;
-    let stolen = machine(&tenant, "stolen", &other, "127.0.0.1", stolen_bmc.addr.port());
+    let stolen = machine(
+        &tenant,
+        "stolen",
+        &other,
+        "127.0.0.1",
+        stolen_bmc.addr.port(),
+    );
     create(&client, &tenant, &stolen).await;
-    let victim = machine(&other, "victim", &other, "127.0.0.1", victim_bmc.addr.port());
+    let victim = machine(
+        &other,
+        "victim",
+        &other,
+        "127.0.0.1",
+        victim_bmc.addr.port(),
+    );
     create(&client, &other, &victim).await;
     let job = job_sample(&tenant, "power-victim", "victim");
     let mut job: ingot_api::rufio::Job = job;
@@ -163,7 +180,8 @@ async fn references_across_namespaces_are_refused_unless_the_operator_allows_the
     // The chart as the operator installs it for `tenant` with the pair allowed (a Role reading
     // Secrets of `other`), run first without the flag: the Roles do not decide, ingot does.
     let allow = format!("{tenant}={other}");
-    let kubeconfig = narrowed_kubeconfig(env.kubeconfig_path(), &tenant, &[allow.clone()]);
+    let kubeconfig =
+        narrowed_kubeconfig(env.kubeconfig_path(), &tenant, std::slice::from_ref(&allow));
     let port = free_port();
     let http_addr = format!("--http-addr=127.0.0.1:{port}");
     let mut ingot = start_ingot_as(&kubeconfig, &tenant, &tenant, &[&http_addr]);
@@ -182,7 +200,9 @@ async fn references_across_namespaces_are_refused_unless_the_operator_allows_the
     );
     let status = poll_until("the Job to fail", Duration::from_secs(30), || async {
         let s = job_status(&client, &tenant, "power-victim").await;
-        condition(&s, "Failed").filter(|c| c.0 == "True").map(|c| c.1)
+        condition(&s, "Failed")
+            .filter(|c| c.0 == "True")
+            .map(|c| c.1)
     })
     .await;
     assert!(
@@ -297,7 +317,13 @@ async fn a_plain_http_bmc_is_used_only_when_the_machine_asks_for_it() {
     let note = wait_event(&client, &ns, "plain", "PlainHttpRefused").await;
     assert!(note.contains("in clear"), "{note}");
     assert_eq!(bmc.state.snapshot().requests, 0);
-    assert!(condition(&machine_status(&client, &ns, "plain").await, "PlaintextCredentials").is_none());
+    assert!(
+        condition(
+            &machine_status(&client, &ns, "plain").await,
+            "PlaintextCredentials"
+        )
+        .is_none()
+    );
 
     Api::<Machine>::namespaced(client.clone(), &ns)
         .patch(
@@ -346,7 +372,10 @@ async fn the_bmc_ca_bundle_lets_a_machine_verify_its_bmc() {
 
     let mut ingot = start_ingot_as(&kubeconfig, &ns, &ns, &[]);
     let message = wait_contactable_is(&client, &ns, "verified", "False").await;
-    assert!(message.to_lowercase().contains("tls") || message.contains("certificate"), "{message}");
+    assert!(
+        message.to_lowercase().contains("tls") || message.contains("certificate"),
+        "{message}"
+    );
     ingot.stop();
 
     let ca = temp_dir("tenancy-ca").join("bmc-ca.pem");
@@ -381,8 +410,18 @@ async fn a_pinned_certificate_fingerprint_is_the_only_trust_needed() {
         m
     };
     create(&client, &ns, &verified("sushy", sushy.port)).await;
-    create(&client, &ns, &verified("emulated", fleet.bmcs[0].addr.port())).await;
-    create(&client, &ns, &verified("mispinned", fleet.bmcs[1].addr.port())).await;
+    create(
+        &client,
+        &ns,
+        &verified("emulated", fleet.bmcs[0].addr.port()),
+    )
+    .await;
+    create(
+        &client,
+        &ns,
+        &verified("mispinned", fleet.bmcs[1].addr.port()),
+    )
+    .await;
     let kubeconfig = narrowed_kubeconfig(env.kubeconfig_path(), &ns, &[]);
     let ingot = start_ingot_as(&kubeconfig, &ns, &ns, &[]);
     // Not trusted without a pin (no CA names them, and insecureTLS is false).
@@ -393,7 +432,14 @@ async fn a_pinned_certificate_fingerprint_is_the_only_trust_needed() {
     let sushy_pin = served_fingerprint(sushy.port);
     annotate(&client, &ns, "sushy", PIN, &sushy_pin).await;
     let emulated_pin = served_fingerprint(fleet.bmcs[0].addr.port());
-    annotate(&client, &ns, "emulated", PIN, &emulated_pin.replace(':', "").to_lowercase()).await;
+    annotate(
+        &client,
+        &ns,
+        "emulated",
+        PIN,
+        &emulated_pin.replace(':', "").to_lowercase(),
+    )
+    .await;
     let wrong = ["00"; 32].join(":");
     annotate(&client, &ns, "mispinned", PIN, &wrong).await;
     wait_contactable(&client, &ns, "sushy", "on", Duration::from_secs(30)).await;
@@ -410,7 +456,10 @@ async fn a_pinned_certificate_fingerprint_is_the_only_trust_needed() {
     )
     .await;
     let other_pin = served_fingerprint(fleet.bmcs[1].addr.port());
-    assert!(message.contains(&other_pin) && message.contains(&wrong), "{message}");
+    assert!(
+        message.contains(&other_pin) && message.contains(&wrong),
+        "{message}"
+    );
     assert_eq!(fleet.bmcs[1].state.snapshot().requests, 0);
 
     create(&client, &ns, &job_sample(&ns, "cycle", "sushy")).await;

@@ -261,12 +261,22 @@ struct PinnedCertificate {
 /// SHA-256 of `data`, with the TLS stack's own hash.
 fn sha256(data: &[u8]) -> Option<[u8; 32]> {
     let suite = rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256.tls13()?;
-    suite.common.hash_provider.hash(data).as_ref().try_into().ok()
+    suite
+        .common
+        .hash_provider
+        .hash(data)
+        .as_ref()
+        .try_into()
+        .ok()
 }
 
 /// `AB:CD:...`, as `openssl x509 -fingerprint -sha256` prints it.
 pub fn fingerprint_text(sha256: &[u8; 32]) -> String {
-    sha256.iter().map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":")
+    sha256
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 impl rustls::client::danger::ServerCertVerifier for PinnedCertificate {
@@ -284,7 +294,8 @@ impl rustls::client::danger::ServerCertVerifier for PinnedCertificate {
             }
             seen => Err(rustls::Error::General(format!(
                 "the BMC's certificate has SHA-256 fingerprint {}, not the pinned {}",
-                seen.as_ref().map_or_else(|| "(unknown)".to_owned(), fingerprint_text),
+                seen.as_ref()
+                    .map_or_else(|| "(unknown)".to_owned(), fingerprint_text),
                 fingerprint_text(&self.sha256)
             ))),
         }

@@ -278,7 +278,15 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
         set(&mut status.conditions, FAILED, Some(refusal.to_string()));
         write(&jobs, &name, &status, &before).await?;
         let note = refusal.to_string();
-        super::publish(ctx, job, EventType::Warning, refusal.reason(), "GetMachine", note).await;
+        super::publish(
+            ctx,
+            job,
+            EventType::Warning,
+            refusal.reason(),
+            "GetMachine",
+            note,
+        )
+        .await;
         return Ok(Action::await_change());
     }
     let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &machine_ns);

@@ -115,7 +115,8 @@ async fn reconcile_inner(machine: &Machine, ctx: &RufioContext) -> Result<Action
     let now = Time(Timestamp::now());
     let plain = tenancy::plain_http(&machine.spec.connection)
         && tenancy::http_allowed(machine.annotations());
-    let changed = apply(&mut status, &outcome, now.clone()) | apply_plain_http(&mut status, plain, now);
+    let changed =
+        apply(&mut status, &outcome, now.clone()) | apply_plain_http(&mut status, plain, now);
     if changed {
         let api: Api<Machine> = Api::namespaced(
             ctx.client.clone(),

@@ -464,7 +464,11 @@ enum NotReached {
 /// Where and how to reach the Task's BMC (its Secret read, or kept).
 async fn target_of(task: &Task, ctx: &RufioContext) -> Result<bmcs::Target, NotReached> {
     match ctx
-        .target_for(ConnectionField::Rufio, &task.metadata, &task.spec.connection)
+        .target_for(
+            ConnectionField::Rufio,
+            &task.metadata,
+            &task.spec.connection,
+        )
         .await
     {
         Ok(target) => Ok(target),
@@ -501,8 +505,15 @@ async fn connect(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, Next> {
         Err(NotReached::Misconfigured(message)) => Err(Next::Fail(message)),
         Err(NotReached::Refused(refusal)) => {
             let message = format!("Failed to connect to BMC: {refusal}");
-            publish(ctx, task, EventType::Warning, refusal.reason(), "Connect", message.clone())
-                .await;
+            publish(
+                ctx,
+                task,
+                EventType::Warning,
+                refusal.reason(),
+                "Connect",
+                message.clone(),
+            )
+            .await;
             Err(Next::Fail(message))
         }
     }

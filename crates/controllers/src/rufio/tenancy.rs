@@ -49,11 +49,7 @@ pub fn pinned_sha256(
     let Some(text) = annotations.get(TLS_FINGERPRINT_ANNOTATION) else {
         return Ok(None);
     };
-    let digits: Vec<u8> = text
-        .trim()
-        .bytes()
-        .filter(|b| *b != b':')
-        .collect();
+    let digits: Vec<u8> = text.trim().bytes().filter(|b| *b != b':').collect();
     let bad = || FingerprintError(text.clone());
     if digits.len() != 64 {
         return Err(bad());
@@ -252,7 +248,8 @@ mod tests {
 
     #[test]
     fn the_allow_list_is_pairs_and_the_own_namespace_is_always_allowed() {
-        let allowed = CrossNamespace::parse(&["team-a=bmc-secrets", " team-b = shared ", ""]).unwrap();
+        let allowed =
+            CrossNamespace::parse(&["team-a=bmc-secrets", " team-b = shared ", ""]).unwrap();
         assert!(allowed.allows("team-a", "team-a"));
         assert!(allowed.allows("team-a", "bmc-secrets"));
         assert!(allowed.allows("team-b", "shared"));
@@ -272,19 +269,34 @@ mod tests {
         let none = CrossNamespace::default();
         let annotations = BTreeMap::new();
         let c = conn("10.0.0.5", Some("other"));
-        let e = check_connection(ConnectionField::Rufio, "mine", &annotations, &c, &none)
-            .unwrap_err();
+        let e =
+            check_connection(ConnectionField::Rufio, "mine", &annotations, &c, &none).unwrap_err();
         assert_eq!(e.reason(), CROSS_NAMESPACE_REFUSED);
         let text = e.to_string();
-        assert!(text.contains("spec.connection.authSecretRef.namespace \"other\""), "{text}");
-        assert!(text.contains("--rufio-allow-cross-namespace mine=other"), "{text}");
+        assert!(
+            text.contains("spec.connection.authSecretRef.namespace \"other\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("--rufio-allow-cross-namespace mine=other"),
+            "{text}"
+        );
         let e = check_connection(ConnectionField::Inventory, "mine", &annotations, &c, &none)
             .unwrap_err();
-        assert!(e.to_string().contains("spec.baseboardSpec.connection.authSecretRef"));
+        assert!(
+            e.to_string()
+                .contains("spec.baseboardSpec.connection.authSecretRef")
+        );
         // Its own namespace, said or not, and an allowed pair.
         for ns in [Some("mine"), Some(""), None] {
-            check_connection(ConnectionField::Rufio, "mine", &annotations, &conn("h", ns), &none)
-                .unwrap();
+            check_connection(
+                ConnectionField::Rufio,
+                "mine",
+                &annotations,
+                &conn("h", ns),
+                &none,
+            )
+            .unwrap();
         }
         let allowed = CrossNamespace::parse(&["mine=other"]).unwrap();
         check_connection(ConnectionField::Rufio, "mine", &annotations, &c, &allowed).unwrap();
@@ -295,8 +307,8 @@ mod tests {
         let none = CrossNamespace::default();
         let mut annotations = BTreeMap::new();
         let c = conn("http://10.0.0.5:8000", None);
-        let e = check_connection(ConnectionField::Rufio, "ns", &annotations, &c, &none)
-            .unwrap_err();
+        let e =
+            check_connection(ConnectionField::Rufio, "ns", &annotations, &c, &none).unwrap_err();
         assert_eq!(e.reason(), PLAIN_HTTP_REFUSED);
         assert!(e.to_string().contains("spec.connection.host"), "{e}");
         assert!(e.to_string().contains(ALLOW_HTTP_ANNOTATION), "{e}");
@@ -344,7 +356,10 @@ mod tests {
         check_machine_ref("a", "a", &none).unwrap();
         let e = check_machine_ref("a", "b", &none).unwrap_err();
         assert_eq!(e.reason(), CROSS_NAMESPACE_REFUSED);
-        assert!(e.to_string().contains("spec.machineRef.namespace \"b\""), "{e}");
+        assert!(
+            e.to_string().contains("spec.machineRef.namespace \"b\""),
+            "{e}"
+        );
         check_machine_ref("a", "b", &CrossNamespace::parse(&["a=b"]).unwrap()).unwrap();
     }
 }

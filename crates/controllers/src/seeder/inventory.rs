@@ -394,8 +394,6 @@ pub fn desired_machine(inventory: &Inventory) -> Machine {
     machine
 }
 
-
-
 fn controller_reference(inventory: &Inventory) -> OwnerReference {
     OwnerReference {
         controller: Some(true),
@@ -900,7 +898,9 @@ mod tests {
             .insert(ALLOW_HTTP_ANNOTATION.into(), "true".into());
         let m = desired_machine(&i);
         assert_eq!(
-            m.annotations().get(ALLOW_HTTP_ANNOTATION).map(String::as_str),
+            m.annotations()
+                .get(ALLOW_HTTP_ANNOTATION)
+                .map(String::as_str),
             Some("true")
         );
         assert_eq!(machine_patch(&i, &m), None);
