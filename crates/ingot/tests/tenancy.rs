@@ -480,3 +480,36 @@ async fn a_pinned_certificate_fingerprint_is_the_only_trust_needed() {
     );
     delete_all(&client, &ns).await;
 }
+
+/// `ingot run` stops at start, naming the flag and the fix, on an allow-list entry that is not
+/// FROM=TO and on a CA bundle without a certificate (before it reaches any cluster).
+#[test]
+fn ingot_run_refuses_a_bad_allow_list_and_a_bundle_without_certificates() {
+    let not_pem = temp_dir("tenancy-bad-ca").join("not-a-bundle.pem");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    let bad_ca = format!("--bmc-ca-bundle={}", not_pem.display());
+    for (args, expected) in [
+        (
+            vec!["--rufio-allow-cross-namespace=team-a=ok,team-b"],
+            "--rufio-allow-cross-namespace \"team-b\": write FROM=TO",
+        ),
+        (vec![bad_ca.as_str()], "give a file of PEM certificates"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ingot"))
+            .arg("run")
+            .arg("--controllers=rufio")
+            .arg("--kubeconfig=/nonexistent/kubeconfig")
+            .args(&args)
+            .env_remove("INGOT_RUFIO_ALLOW_CROSS_NAMESPACE")
+            .env_remove("INGOT_BMC_CA_BUNDLE")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("kubeconfig"),
+            "stopped before connecting: {stderr}"
+        );
+    }
+}
