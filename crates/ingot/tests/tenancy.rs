@@ -354,8 +354,9 @@ async fn a_plain_http_bmc_is_used_only_when_the_machine_asks_for_it() {
     delete_all(&client, &ns).await;
 }
 
-/// With `insecureTLS: false` the emulated BMC's certificate (from its own CA) is refused, and
-/// trusted once `ingot run --bmc-ca-bundle` names that CA.
+/// With `insecureTLS: false`, sushy-tools over TLS and the emulated BMC (each with a
+/// certificate from a CA of its own) are refused, and trusted once `ingot run --bmc-ca-bundle`
+/// names both CAs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bmc_ca_bundle_lets_a_machine_verify_its_bmc() {
     let _serial = SERIAL.lock().await;
@@ -363,30 +364,43 @@ async fn the_bmc_ca_bundle_lets_a_machine_verify_its_bmc() {
     let client = env.client().unwrap();
     let ns = env.namespace("tenancy-ca").await.unwrap();
     let fleet = fleet(1, true).await;
-    let bmc = &fleet.bmcs[0];
+    let sushy = start_sushy_tls(USER, PASSWORD);
     create_secret(&client, &ns, SECRET, USER, PASSWORD).await;
-    let mut m = machine(&ns, "verified", &ns, "127.0.0.1", bmc.addr.port());
-    m.spec.connection.insecure_tls = false;
-    create(&client, &ns, &m).await;
+    for (name, port) in [
+        ("emulated", fleet.bmcs[0].addr.port()),
+        ("sushy", sushy.port),
+    ] {
+        let mut m = machine(&ns, name, &ns, "127.0.0.1", port);
+        m.spec.connection.insecure_tls = false;
+        create(&client, &ns, &m).await;
+    }
     let kubeconfig = narrowed_kubeconfig(env.kubeconfig_path(), &ns, &[]);
 
     let mut ingot = start_ingot_as(&kubeconfig, &ns, &ns, &[]);
-    let message = wait_contactable_is(&client, &ns, "verified", "False").await;
-    assert!(
-        message.to_lowercase().contains("tls") || message.contains("certificate"),
-        "{message}"
-    );
+    for name in ["emulated", "sushy"] {
+        let message = wait_contactable_is(&client, &ns, name, "False").await;
+        assert!(
+            message.contains("TLS handshake") && message.contains("UnknownIssuer"),
+            "{name}: {message}"
+        );
+    }
     ingot.stop();
 
-    let ca = temp_dir("tenancy-ca").join("bmc-ca.pem");
-    std::fs::write(&ca, &fleet.tls.as_ref().unwrap().ca_pem).unwrap();
+    let bundle = temp_dir("tenancy-ca").join("bmc-ca.pem");
+    let sushy_ca = std::fs::read_to_string(&sushy.ca).unwrap();
+    std::fs::write(
+        &bundle,
+        format!("{}\n{sushy_ca}", fleet.tls.as_ref().unwrap().ca_pem),
+    )
+    .unwrap();
     let ingot = start_ingot_as(
         &kubeconfig,
         &ns,
         &ns,
-        &[&format!("--bmc-ca-bundle={}", ca.display())],
+        &[&format!("--bmc-ca-bundle={}", bundle.display())],
     );
-    wait_contactable(&client, &ns, "verified", "on", Duration::from_secs(30)).await;
+    wait_contactable(&client, &ns, "emulated", "on", Duration::from_secs(30)).await;
+    wait_contactable(&client, &ns, "sushy", "on", Duration::from_secs(30)).await;
     drop(ingot);
     delete_all(&client, &ns).await;
 }
