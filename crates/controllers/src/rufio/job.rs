@@ -417,6 +417,19 @@ async fn write(
     Ok(())
 }
 
+/// The Machine's connection for its Task, its Secret's namespace written out: a Task made for a
+/// Machine of another namespace (allowed) reads the Machine's Secret, not one of the same name
+/// in the Task's own namespace.
+fn connection_of(machine: &Machine) -> ingot_api::rufio::Connection {
+    let mut connection = machine.spec.connection.clone();
+    if let Some(secret) = connection.auth_secret_ref.as_mut()
+        && secret.namespace.as_deref().is_none_or(str::is_empty)
+    {
+        secret.namespace = machine.namespace();
+    }
+    connection
+}
+
 /// The Task `<job>-task-<index>`, controlled by the Job, with the Machine's connection (and
 /// its acceptance of a `http://` BMC and its pinned certificate).
 fn task_for(job: &Job, index: usize, machine: &Machine) -> Result<Task, kube::Error> {
@@ -443,7 +456,7 @@ fn task_for(job: &Job, index: usize, machine: &Machine) -> Result<Task, kube::Er
         },
         spec: TaskSpec {
             task: action.clone(),
-            connection: machine.spec.connection.clone(),
+            connection: connection_of(machine),
         },
         status: None,
     })
@@ -550,6 +563,27 @@ mod tests {
             task_state(Some(&task("u2", json!([]))), &j),
             TaskState::Foreign
         );
+    }
+
+    #[test]
+    fn a_task_names_its_machines_secret_with_the_machines_namespace() {
+        let machine: Machine = serde_json::from_value(json!({
+            "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Machine",
+            "metadata": {"name": "m", "namespace": "machines",
+                "annotations": {"rufio.ingot.dev/allow-insecure-http": "true", "other": "x"}},
+            "spec": {"connection": {"host": "h", "insecureTLS": false,
+                "authSecretRef": {"name": "bmc"}}}
+        }))
+        .unwrap();
+        let mut j = job("u1");
+        j.spec.machine_ref.namespace = Some("machines".into());
+        let t = task_for(&j, 0, &machine).unwrap();
+        let secret = t.spec.connection.auth_secret_ref.unwrap();
+        assert_eq!(secret.namespace.as_deref(), Some("machines"));
+        assert_eq!(secret.name.as_deref(), Some("bmc"));
+        let annotations = t.metadata.annotations.unwrap();
+        assert_eq!(annotations.len(), 1, "{annotations:?}");
+        assert_eq!(annotations[tenancy::ALLOW_HTTP_ANNOTATION], "true");
     }
 
     #[test]
