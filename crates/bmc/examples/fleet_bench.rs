@@ -200,6 +200,7 @@ async fn ipmi_bench(
             protocol: Some(ingot_bmc::Protocol::Ipmi),
             insecure_tls: false,
             ca_bundle_pem: None,
+            pinned_sha256: None,
             system_name: None,
             basic_auth: false,
         }));
@@ -316,6 +317,7 @@ async fn main() -> anyhow::Result<()> {
                 protocol: None,
                 insecure_tls: false,
                 ca_bundle_pem: None,
+                pinned_sha256: None,
                 system_name: None,
                 basic_auth: false,
             }));

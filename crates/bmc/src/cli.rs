@@ -293,6 +293,7 @@ pub async fn execute_with(
         protocol: args.protocol,
         insecure_tls: args.insecure,
         ca_bundle_pem,
+        pinned_sha256: None,
         system_name: None,
         basic_auth: false,
     });

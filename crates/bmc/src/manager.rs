@@ -87,6 +87,8 @@ pub struct BmcConfig {
     pub insecure_tls: bool,
     /// Extra trusted roots (PEM).
     pub ca_bundle_pem: Option<Arc<Vec<u8>>>,
+    /// Trust only the certificate with this SHA-256 fingerprint (Redfish over HTTPS).
+    pub pinned_sha256: Option<[u8; 32]>,
     /// The Redfish computer system to manage, by its `Name` (or `Id`), on a BMC that has
     /// several (rufio `providerOptions.redfish.systemName`); `None`: the first one.
     pub system_name: Option<String>,
@@ -159,8 +161,8 @@ impl Default for ManagerOptions {
     }
 }
 
-/// HTTP clients by TLS setting (insecure, CA bundle).
-type Pools = Mutex<HashMap<(bool, Option<Arc<Vec<u8>>>), reqwest::Client>>;
+/// HTTP clients by TLS setting (insecure, CA bundle, pinned certificate).
+type Pools = Mutex<HashMap<(bool, Option<Arc<Vec<u8>>>, Option<[u8; 32]>), reqwest::Client>>;
 
 /// The built-in Redfish connector; HTTP clients (connection pools) are shared per TLS setting.
 pub struct RedfishConnector {
@@ -191,12 +193,17 @@ impl RedfishConnector {
         options.tls = TlsOptions {
             insecure: config.insecure_tls,
             ca_bundle_pem: config.ca_bundle_pem.as_deref().cloned(),
+            pinned_sha256: config.pinned_sha256,
         };
         options.system_name = config.system_name.clone();
         if config.basic_auth {
             options.auth = AuthMode::Basic;
         }
-        let key = (config.insecure_tls, config.ca_bundle_pem.clone());
+        let key = (
+            config.insecure_tls,
+            config.ca_bundle_pem.clone(),
+            config.pinned_sha256,
+        );
         let http = {
             let mut pools = self
                 .pools
@@ -326,6 +333,7 @@ impl SessionManager {
                     if e.config.password == config.password
                         && e.config.insecure_tls == config.insecure_tls
                         && e.config.ca_bundle_pem == config.ca_bundle_pem
+                        && e.config.pinned_sha256 == config.pinned_sha256
                         && (config.protocol.is_none()
                             || e.config.protocol.is_none()
                             || e.config.protocol == config.protocol) =>

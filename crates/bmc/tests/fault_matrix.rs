@@ -91,6 +91,7 @@ async fn every_fault_gives_its_typed_error() {
         tls: TlsOptions {
             insecure: false,
             ca_bundle_pem: Some(ca),
+            pinned_sha256: None,
         },
         ..RedfishOptions::default()
     };

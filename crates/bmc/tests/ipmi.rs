@@ -419,6 +419,7 @@ async fn detection_picks_ipmi_when_redfish_is_closed_and_remembers_it() {
         protocol: None,
         insecure_tls: false,
         ca_bundle_pem: None,
+        pinned_sha256: None,
         system_name: None,
         basic_auth: false,
     };
@@ -536,6 +537,7 @@ async fn the_power_contract_holds_over_redfish_and_ipmi() {
         protocol: Some(protocol),
         insecure_tls: false,
         ca_bundle_pem: None,
+        pinned_sha256: None,
         system_name: None,
         basic_auth: false,
     };

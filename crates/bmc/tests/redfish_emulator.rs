@@ -322,6 +322,7 @@ async fn tls_is_verified_unless_told_otherwise() {
     o.tls = TlsOptions {
         insecure: false,
         ca_bundle_pem: Some(ca),
+        pinned_sha256: None,
     };
     assert_eq!(client(b, o).power_state().await.unwrap(), PowerState::On);
     // Opt-in insecure: accepted.

@@ -189,12 +189,34 @@ struct RufioArgs {
     /// Seconds between sweeps that log out of BMCs no Machine or Task refers to any more.
     #[arg(long, default_value_t = 60.0)]
     rufio_evict_interval_seconds: f64,
+
+    /// Namespace pairs FROM=TO, comma-separated: Machines, Jobs and Tasks in FROM may name
+    /// Secrets (`authSecretRef.namespace`) and Machines (`machineRef.namespace`) in TO. Without
+    /// a pair, a reference to another namespace is refused, and nothing is read or sent.
+    #[arg(
+        long,
+        env = "INGOT_RUFIO_ALLOW_CROSS_NAMESPACE",
+        value_delimiter = ',',
+        value_name = "FROM=TO"
+    )]
+    rufio_allow_cross_namespace: Vec<String>,
+
+    /// PEM file of CA certificates trusted for BMC certificates (Redfish over HTTPS), besides
+    /// the system roots.
+    #[arg(long, env = "INGOT_BMC_CA_BUNDLE", value_name = "FILE")]
+    bmc_ca_bundle: Option<PathBuf>,
 }
 
 impl RufioArgs {
-    fn settings(&self) -> rufio::Settings {
+    fn settings(&self) -> anyhow::Result<rufio::Settings> {
         let secs = |s: f64| Duration::from_secs_f64(s.max(0.01));
-        rufio::Settings {
+        let cross_namespace =
+            rufio::tenancy::CrossNamespace::parse(&self.rufio_allow_cross_namespace)?;
+        let ca_bundle_pem = match &self.bmc_ca_bundle {
+            Some(path) => Some(Arc::new(read_ca_bundle(path)?)),
+            None => None,
+        };
+        Ok(rufio::Settings {
             namespace: self.rufio_namespace.clone().filter(|n| !n.is_empty()),
             machine_interval: secs(self.rufio_machine_interval_seconds),
             task_timeout: secs(self.rufio_task_timeout_seconds),
@@ -205,9 +227,32 @@ impl RufioArgs {
             redfish_timeout: secs(self.rufio_redfish_timeout_seconds),
             ipmi_timeout: secs(self.rufio_ipmi_timeout_seconds),
             evict_interval: secs(self.rufio_evict_interval_seconds),
+            cross_namespace,
+            ca_bundle_pem,
             ..rufio::Settings::default()
-        }
+        })
     }
+}
+
+/// The `--bmc-ca-bundle` file, checked to hold at least one PEM certificate.
+fn read_ca_bundle(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let pem = std::fs::read(path)
+        .with_context(|| format!("--bmc-ca-bundle: reading {}", path.display()))?;
+    let options = ingot_bmc::redfish::RedfishOptions {
+        tls: ingot_bmc::redfish::TlsOptions {
+            insecure: false,
+            ca_bundle_pem: Some(pem.clone()),
+            pinned_sha256: None,
+        },
+        ..ingot_bmc::redfish::RedfishOptions::default()
+    };
+    ingot_bmc::redfish::http_client(&options).map_err(|e| {
+        anyhow::anyhow!(
+            "--bmc-ca-bundle {}: {e}; give a file of PEM certificates (-----BEGIN CERTIFICATE-----)",
+            path.display()
+        )
+    })?;
+    Ok(pem)
 }
 
 /// Settings of the pools controllers (InstancePool, Instance).
@@ -345,6 +390,7 @@ impl From<ControllerArg> for ControllerKind {
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     telemetry::init(args.log_format, &args.log_level);
     let controllers = chosen_controllers(&args.controllers);
+    let rufio_settings = args.rufio.settings()?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     info!(version = env!("CARGO_PKG_VERSION"), %identity, controllers = ?controllers, "starting ingot");
 
@@ -539,7 +585,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         identity.clone(),
         rufio::Settings {
             crash_point: args.pools.crash_point.clone().filter(|p| !p.is_empty()),
-            ..args.rufio.settings()
+            ..rufio_settings
         },
     ));
     let mut tasks = Vec::new();

@@ -145,6 +145,120 @@ fn the_pods_run_restricted() {
     assert!(container["resources"]["requests"]["memory"].is_string());
 }
 
+/// The Secrets rule of a rendered Role or ClusterRole: its verbs.
+fn secret_verbs(role: &serde_yaml::Value) -> Option<Vec<String>> {
+    role["rules"].as_sequence()?.iter().find_map(|rule| {
+        let secrets = rule["resources"]
+            .as_sequence()?
+            .iter()
+            .any(|r| r.as_str() == Some("secrets"));
+        secrets.then(|| {
+            rule["verbs"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect()
+        })
+    })
+}
+
+#[test]
+fn with_rufio_namespace_set_secrets_are_read_through_roles_only() {
+    let documents = |sets: &[String]| -> Vec<serde_yaml::Value> {
+        render(
+            "ingot",
+            "ingot-system",
+            sets,
+            &["--show-only", "templates/rbac.yaml"],
+        )
+        .split("\n---")
+        .map(|d| serde_yaml::from_str(d).unwrap())
+        .collect()
+    };
+    let cluster_role = |docs: &[serde_yaml::Value]| {
+        docs.iter()
+            .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "ingot-rufio")
+            .cloned()
+            .unwrap()
+    };
+    // Every namespace reconciled: each object's own namespace may be any, so cluster-wide.
+    let everywhere = documents(&["controllers={rufio}".to_owned()]);
+    assert_eq!(
+        secret_verbs(&cluster_role(&everywhere)),
+        Some(vec!["get".into(), "list".into(), "watch".into()])
+    );
+    let narrowed = documents(&[
+        "controllers={rufio}".to_owned(),
+        "rufio.namespace=team-a".to_owned(),
+        "rufio.allowCrossNamespace[0]=team-a=bmc-secrets".to_owned(),
+        // Another namespace's pair and the watched namespace itself add nothing.
+        "rufio.allowCrossNamespace[1]=team-b=shared".to_owned(),
+        "rufio.allowCrossNamespace[2]=team-a=team-a".to_owned(),
+    ]);
+    assert_eq!(secret_verbs(&cluster_role(&narrowed)), None);
+    let roles: Vec<(String, Vec<String>)> = narrowed
+        .iter()
+        .filter(|d| d["kind"] == "Role" && d["metadata"]["name"] == "ingot-rufio-secrets")
+        .map(|d| {
+            (
+                d["metadata"]["namespace"].as_str().unwrap().to_owned(),
+                secret_verbs(d).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            (
+                "team-a".to_owned(),
+                vec!["get".into(), "list".into(), "watch".into()]
+            ),
+            ("bmc-secrets".to_owned(), vec!["get".into()]),
+        ]
+    );
+    let bindings = narrowed
+        .iter()
+        .filter(|d| d["kind"] == "RoleBinding" && d["metadata"]["name"] == "ingot-rufio-secrets")
+        .count();
+    assert_eq!(bindings, 2);
+}
+
+#[test]
+fn the_bmc_ca_bundle_is_mounted_and_passed_to_ingot_run() {
+    let deployment = render(
+        "ingot",
+        "ingot-system",
+        &[
+            "controllers={rufio}".to_owned(),
+            "rufio.bmcCaBundle.configMap=bmc-ca".to_owned(),
+            "rufio.allowCrossNamespace[0]=a=b".to_owned(),
+            "rufio.allowCrossNamespace[1]=c=d".to_owned(),
+        ],
+        &["--show-only", "templates/deployment.yaml"],
+    );
+    let deployment: serde_yaml::Value = serde_yaml::from_str(&deployment).unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    let args: Vec<&str> = pod["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.contains(&"--bmc-ca-bundle=/etc/ingot/bmc-ca/ca.crt"),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--rufio-allow-cross-namespace=a=b,c=d"),
+        "{args:?}"
+    );
+    assert_eq!(pod["volumes"][0]["configMap"]["name"], "bmc-ca");
+    let mount = &pod["containers"][0]["volumeMounts"][0];
+    assert_eq!(mount["mountPath"], "/etc/ingot/bmc-ca");
+    assert_eq!(mount["readOnly"], true);
+}
+
 #[tokio::test]
 async fn every_rendering_applies_to_the_api_server() {
     let env = ingot_testenv::shared().await;

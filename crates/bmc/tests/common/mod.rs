@@ -102,6 +102,7 @@ pub fn bmc_config(url: &str) -> ingot_bmc::manager::BmcConfig {
         protocol: None,
         insecure_tls: false,
         ca_bundle_pem: None,
+        pinned_sha256: None,
         system_name: None,
         basic_auth: false,
     }

@@ -48,6 +48,10 @@ pub enum ConnectionError {
         "providerOptions.ipmitool.cipherSuite {0:?} is not supported: use \"3\" or \"17\" (suite 0 has no authentication)"
     )]
     CipherSuite(String),
+    #[error("{0}")]
+    Refused(#[from] super::tenancy::Refusal),
+    #[error("{0}")]
+    Fingerprint(#[from] super::tenancy::FingerprintError),
     #[error(
         "providerOptions.rpc is not supported by ingot (no RPC provider): remove it and reach the BMC over Redfish or IPMI"
     )]
@@ -211,6 +215,7 @@ pub fn target(connection: &Connection, creds: &Credentials) -> Result<Target, Co
         protocol: Some(protocol),
         insecure_tls: connection.insecure_tls,
         ca_bundle_pem: None,
+        pinned_sha256: None,
         system_name: None,
         basic_auth: false,
     };
@@ -483,6 +488,15 @@ pub fn error_chain(e: &BmcError) -> String {
             // reqwest's message names the URL, which the caller already said.
             if let Some(inner) = cause.source() {
                 text = inner.to_string();
+            }
+            // A TLS failure says why at the bottom (an unknown issuer, a pin that does not
+            // match), under layers that only say "connect".
+            if matches!(e, BmcError::Tls(_)) {
+                let mut deepest: &dyn std::error::Error = cause;
+                while let Some(inner) = deepest.source() {
+                    deepest = inner;
+                }
+                text = deepest.to_string();
             }
             format!("{e} ({text})")
         }

@@ -21,7 +21,9 @@ use serde_json::json;
 use tracing::debug;
 
 use super::task::SENT_ANNOTATION;
+use super::tenancy;
 use super::{Error, RufioContext};
+use kube::runtime::events::EventType;
 
 const CONTROLLER: &str = "rufio-job";
 pub const RUNNING: &str = "Running";
@@ -74,6 +76,9 @@ fn send_on_sight(ctx: &Arc<RufioContext>, job: &Job) {
     }
     let namespace = job.namespace().unwrap_or_default();
     let (machine_ns, machine_name) = machine_of(job, &namespace);
+    if !ctx.settings.cross_namespace.allows(&namespace, &machine_ns) {
+        return;
+    }
     let Some(machine) = ctx.cached_machine(&machine_ns, &machine_name) else {
         return;
     };
@@ -265,6 +270,25 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
         set(&mut status.conditions, RUNNING, None);
     }
     let (machine_ns, machine_name) = machine_of(job, &namespace);
+    // A Machine of another namespace only when the operator allowed it: the Job fails, and
+    // the Machine is neither read nor its BMC driven.
+    if let Err(refusal) =
+        tenancy::check_machine_ref(&namespace, &machine_ns, &ctx.settings.cross_namespace)
+    {
+        set(&mut status.conditions, FAILED, Some(refusal.to_string()));
+        write(&jobs, &name, &status, &before).await?;
+        let note = refusal.to_string();
+        super::publish(
+            ctx,
+            job,
+            EventType::Warning,
+            refusal.reason(),
+            "GetMachine",
+            note,
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
     let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &machine_ns);
     // Read from the Machine controller's cache (as controller-runtime's client reads); a
     // Machine created a moment ago may not be there yet.
@@ -393,7 +417,21 @@ async fn write(
     Ok(())
 }
 
-/// The Task `<job>-task-<index>`, controlled by the Job, with the Machine's connection.
+/// The Machine's connection for its Task, its Secret's namespace written out: a Task made for a
+/// Machine of another namespace (allowed) reads the Machine's Secret, not one of the same name
+/// in the Task's own namespace.
+fn connection_of(machine: &Machine) -> ingot_api::rufio::Connection {
+    let mut connection = machine.spec.connection.clone();
+    if let Some(secret) = connection.auth_secret_ref.as_mut()
+        && secret.namespace.as_deref().is_none_or(str::is_empty)
+    {
+        secret.namespace = machine.namespace();
+    }
+    connection
+}
+
+/// The Task `<job>-task-<index>`, controlled by the Job, with the Machine's connection (and
+/// its acceptance of a `http://` BMC and its pinned certificate).
 fn task_for(job: &Job, index: usize, machine: &Machine) -> Result<Task, kube::Error> {
     let Some(action) = job.spec.tasks.get(index) else {
         return Err(kube::Error::Service(
@@ -412,11 +450,13 @@ fn task_for(job: &Job, index: usize, machine: &Machine) -> Result<Task, kube::Er
                 controller: Some(true),
                 block_owner_deletion: None,
             }]),
+            annotations: Some(tenancy::carried(machine.annotations()))
+                .filter(|carried| !carried.is_empty()),
             ..ObjectMeta::default()
         },
         spec: TaskSpec {
             task: action.clone(),
-            connection: machine.spec.connection.clone(),
+            connection: connection_of(machine),
         },
         status: None,
     })
@@ -523,6 +563,27 @@ mod tests {
             task_state(Some(&task("u2", json!([]))), &j),
             TaskState::Foreign
         );
+    }
+
+    #[test]
+    fn a_task_names_its_machines_secret_with_the_machines_namespace() {
+        let machine: Machine = serde_json::from_value(json!({
+            "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Machine",
+            "metadata": {"name": "m", "namespace": "machines",
+                "annotations": {"rufio.ingot.dev/allow-insecure-http": "true", "other": "x"}},
+            "spec": {"connection": {"host": "h", "insecureTLS": false,
+                "authSecretRef": {"name": "bmc"}}}
+        }))
+        .unwrap();
+        let mut j = job("u1");
+        j.spec.machine_ref.namespace = Some("machines".into());
+        let t = task_for(&j, 0, &machine).unwrap();
+        let secret = t.spec.connection.auth_secret_ref.unwrap();
+        assert_eq!(secret.namespace.as_deref(), Some("machines"));
+        assert_eq!(secret.name.as_deref(), Some("bmc"));
+        let annotations = t.metadata.annotations.unwrap();
+        assert_eq!(annotations.len(), 1, "{annotations:?}");
+        assert_eq!(annotations[tenancy::ALLOW_HTTP_ANNOTATION], "true");
     }
 
     #[test]

@@ -24,12 +24,15 @@ use rand::Rng;
 use serde_json::json;
 use tracing::{debug, warn};
 
-use super::bmcs::{self, error_chain};
+use super::bmcs::{ConnectionError, error_chain};
+use super::tenancy::{self, ALLOW_HTTP_ANNOTATION, ConnectionField};
 use super::{Error, RufioContext, key_of, publish};
 
 const CONTROLLER: &str = "rufio-machine";
 /// Rufio's Machine condition type.
 pub const CONTACTABLE: &str = "Contactable";
+/// ingot's Machine condition: True while the BMC's password goes over plain HTTP.
+pub const PLAINTEXT_CREDENTIALS: &str = "PlaintextCredentials";
 
 pub async fn run(
     ctx: Arc<RufioContext>,
@@ -105,10 +108,15 @@ async fn reconcile_inner(machine: &Machine, ctx: &RufioContext) -> Result<Action
     {
         return Ok(Action::requeue(interval.saturating_sub(at.elapsed())));
     }
-    let outcome = read_power(machine, ctx).await;
+    let read = read_power(machine, ctx).await;
     ctx.record_poll(key, machine.metadata.generation);
+    let outcome = read.as_ref().map(|s| *s).map_err(|u| u.message.clone());
     let mut status = machine.status.clone().unwrap_or_default();
-    let changed = apply(&mut status, &outcome, Time(Timestamp::now()));
+    let now = Time(Timestamp::now());
+    let plain = tenancy::plain_http(&machine.spec.connection)
+        && tenancy::http_allowed(machine.annotations());
+    let changed =
+        apply(&mut status, &outcome, now.clone()) | apply_plain_http(&mut status, plain, now);
     if changed {
         let api: Api<Machine> = Api::namespaced(
             ctx.client.clone(),
@@ -120,14 +128,14 @@ async fn reconcile_inner(machine: &Machine, ctx: &RufioContext) -> Result<Action
             &Patch::Merge(json!({ "status": status })),
         )
         .await?;
-        if let Err(message) = &outcome {
+        if let Err(unread) = &read {
             publish(
                 ctx,
                 machine,
                 EventType::Warning,
-                "GetPowerStateFailed",
+                unread.reason,
                 "GetPowerState",
-                message.clone(),
+                unread.message.clone(),
             )
             .await;
         }
@@ -135,16 +143,35 @@ async fn reconcile_inner(machine: &Machine, ctx: &RufioContext) -> Result<Action
     Ok(Action::requeue(jittered(interval)))
 }
 
+/// Why the power state was not read: the `Contactable=False` message, and the reason of the
+/// Warning Event that reports it.
+struct Unread {
+    message: String,
+    reason: &'static str,
+}
+
+impl Unread {
+    fn failed(message: String) -> Self {
+        Unread {
+            message,
+            reason: "GetPowerStateFailed",
+        }
+    }
+}
+
 /// Reads the power state, or says why it cannot (the `Contactable=False` message).
-async fn read_power(machine: &Machine, ctx: &RufioContext) -> Result<PowerState, String> {
-    let namespace = machine.namespace().unwrap_or_default();
+async fn read_power(machine: &Machine, ctx: &RufioContext) -> Result<PowerState, Unread> {
     let connection = &machine.spec.connection;
-    let creds = ctx
-        .secrets
-        .credentials(&ctx.client, connection, &namespace)
+    let target = ctx
+        .target_for(ConnectionField::Rufio, &machine.metadata, connection)
         .await
-        .map_err(|e| e.to_string())?;
-    let target = bmcs::target(connection, &creds).map_err(|e| e.to_string())?;
+        .map_err(|e| match &e {
+            ConnectionError::Refused(refusal) => Unread {
+                reason: refusal.reason(),
+                message: e.to_string(),
+            },
+            _ => Unread::failed(e.to_string()),
+        })?;
     if !target.ignored.is_empty() && machine.status.is_none() {
         publish(
             ctx,
@@ -160,13 +187,40 @@ async fn read_power(machine: &Machine, ctx: &RufioContext) -> Result<PowerState,
         .bmcs
         .reach_for(&key_of(machine), &target)
         .await
-        .map_err(|e| e.0)?;
+        .map_err(|e| Unread::failed(e.0))?;
     match reached.power {
         Some(state) => Ok(state),
         None => reached.bmc.power_state().await.map_err(|e| {
             warn!(machine = %machine.name_any(), error = %e, "reading the power state failed");
-            format!("get power state: {}", error_chain(&e))
+            Unread::failed(format!("get power state: {}", error_chain(&e)))
         }),
+    }
+}
+
+/// Sets or clears ingot's `PlaintextCredentials` condition (True while the Machine's BMC is
+/// spoken to over `http://`, as its annotation allowed). Returns whether anything changed.
+pub fn apply_plain_http(status: &mut MachineStatus, plain: bool, now: Time) -> bool {
+    let at = status
+        .conditions
+        .iter()
+        .position(|c| c.type_ == PLAINTEXT_CREDENTIALS);
+    match (plain, at) {
+        (true, None) => {
+            status.conditions.push(MachineCondition {
+                type_: PLAINTEXT_CREDENTIALS.to_owned(),
+                status: "True".to_owned(),
+                last_update_time: Some(now),
+                message: Some(format!(
+                    "connection.host is http:// ({ALLOW_HTTP_ANNOTATION}: \"true\"): the BMC password crosses the network in clear"
+                )),
+            });
+            true
+        }
+        (false, Some(i)) => {
+            status.conditions.remove(i);
+            true
+        }
+        _ => false,
     }
 }
 
@@ -264,6 +318,26 @@ mod tests {
         }))
         .unwrap();
         assert!(!apply(&mut s, &Ok(PowerState::On), t(9)));
+    }
+
+    #[test]
+    fn plain_http_is_a_condition_of_its_own_beside_contactable() {
+        let mut s = MachineStatus::default();
+        apply(&mut s, &Ok(PowerState::On), t(1));
+        assert!(!apply_plain_http(&mut s, false, t(2)));
+        assert!(apply_plain_http(&mut s, true, t(2)));
+        let c = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == PLAINTEXT_CREDENTIALS)
+            .unwrap();
+        assert_eq!(c.status, "True");
+        assert!(c.message.as_deref().unwrap().contains("in clear"), "{c:?}");
+        // Written once; Contactable untouched.
+        assert!(!apply_plain_http(&mut s, true, t(3)));
+        assert_eq!(s.conditions[0].type_, CONTACTABLE);
+        assert!(apply_plain_http(&mut s, false, t(4)));
+        assert_eq!(s.conditions.len(), 1);
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod job;
 pub mod machine;
 pub mod secrets;
 pub mod task;
+pub mod tenancy;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -62,6 +63,11 @@ pub struct Settings {
     pub evict_interval: Duration,
     /// Test hook (`INGOT_CRASH_POINT`): `rufio-after-send-ahead`, `rufio-after-destructive-send`.
     pub crash_point: Option<String>,
+    /// Namespace pairs whose objects may refer to Secrets and Machines across (`FROM=TO`);
+    /// every other reference stays in the object's namespace.
+    pub cross_namespace: tenancy::CrossNamespace,
+    /// CA certificates (PEM) trusted for BMC certificates besides the system roots.
+    pub ca_bundle_pem: Option<Arc<Vec<u8>>>,
 }
 
 impl Default for Settings {
@@ -79,6 +85,8 @@ impl Default for Settings {
             ipmi_retries: 3,
             evict_interval: Duration::from_secs(60),
             crash_point: None,
+            cross_namespace: tenancy::CrossNamespace::default(),
+            ca_bundle_pem: None,
         }
     }
 }
@@ -323,6 +331,35 @@ impl RufioContext {
             return Err(CacheNotReady);
         }
         Ok(tasks.get(&ObjectRef::new(name).within(namespace)))
+    }
+
+    /// Where and how to reach the BMC of an object's `connection`: refused before its Secret
+    /// is read when the object may not use it ([`tenancy::check_connection`]), else its
+    /// credentials (kept, or read) in the target, with the operator's CA bundle and the
+    /// object's pinned certificate.
+    pub(crate) async fn target_for(
+        &self,
+        field: tenancy::ConnectionField,
+        meta: &kube::api::ObjectMeta,
+        connection: &ingot_api::rufio::Connection,
+    ) -> Result<bmcs::Target, bmcs::ConnectionError> {
+        let namespace = meta.namespace.as_deref().unwrap_or_default();
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        tenancy::check_connection(
+            field,
+            namespace,
+            &annotations,
+            connection,
+            &self.settings.cross_namespace,
+        )?;
+        let creds = self
+            .secrets
+            .credentials(&self.client, connection, namespace)
+            .await?;
+        let mut target = bmcs::target(connection, &creds)?;
+        target.redfish.ca_bundle_pem = self.settings.ca_bundle_pem.clone();
+        target.redfish.pinned_sha256 = tenancy::pinned_sha256(&annotations)?;
+        Ok(target)
     }
 
     /// Closes every BMC session (logout).

@@ -29,7 +29,9 @@ use tracing::{debug, info};
 
 use super::bmcs::{self, ConnectionError, error_chain};
 use super::job::{COMPLETED, FAILED, has_true, set};
-use super::{Error, RufioContext, key_of};
+use super::tenancy::{ConnectionField, Refusal};
+use super::{Error, RufioContext, key_of, publish};
+use kube::runtime::events::EventType;
 
 const CONTROLLER: &str = "rufio-task";
 /// Where ingot notes how far it got sending a Task's action: `sending`, then `sent`.
@@ -460,31 +462,29 @@ enum NotReached {
     Transient(String),
     /// The connection is misconfigured: the Task fails with this message.
     Misconfigured(String),
+    /// The Task may not use this connection (tenancy): it fails, nothing read or sent.
+    Refused(Refusal),
 }
 
 /// Where and how to reach the Task's BMC (its Secret read, or kept).
 async fn target_of(task: &Task, ctx: &RufioContext) -> Result<bmcs::Target, NotReached> {
-    let namespace = task.namespace().unwrap_or_default();
-    let connection = &task.spec.connection;
-    let creds = match ctx
-        .secrets
-        .credentials(&ctx.client, connection, &namespace)
+    match ctx
+        .target_for(
+            ConnectionField::Rufio,
+            &task.metadata,
+            &task.spec.connection,
+        )
         .await
     {
-        Ok(c) => c,
-        Err(e @ (ConnectionError::SecretRead { .. } | ConnectionError::SecretKey { .. })) => {
-            return Err(NotReached::Transient(format!(
-                "secret not readable yet: {e}"
-            )));
-        }
-        Err(e) => {
-            return Err(NotReached::Misconfigured(format!(
-                "Failed to connect to BMC: {e}"
-            )));
-        }
-    };
-    bmcs::target(connection, &creds)
-        .map_err(|e| NotReached::Misconfigured(format!("Failed to connect to BMC: {e}")))
+        Ok(target) => Ok(target),
+        Err(e @ (ConnectionError::SecretRead { .. } | ConnectionError::SecretKey { .. })) => Err(
+            NotReached::Transient(format!("secret not readable yet: {e}")),
+        ),
+        Err(ConnectionError::Refused(refusal)) => Err(NotReached::Refused(refusal)),
+        Err(e) => Err(NotReached::Misconfigured(format!(
+            "Failed to connect to BMC: {e}"
+        ))),
+    }
 }
 
 /// A handle on the Task's BMC, without side effects on the Task's backoff.
@@ -508,6 +508,19 @@ async fn connect(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, Next> {
             Err(Next::Again(ctx.backoff(&key)))
         }
         Err(NotReached::Misconfigured(message)) => Err(Next::Fail(message)),
+        Err(NotReached::Refused(refusal)) => {
+            let message = format!("Failed to connect to BMC: {refusal}");
+            publish(
+                ctx,
+                task,
+                EventType::Warning,
+                refusal.reason(),
+                "Connect",
+                message.clone(),
+            )
+            .await;
+            Err(Next::Fail(message))
+        }
     }
 }
 

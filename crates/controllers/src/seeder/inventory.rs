@@ -45,6 +45,7 @@ use super::conditions::{
 use super::power::{self, JobOutcome, PowerStep};
 use super::{Error, MEMBERSHIP_FINALIZER, SeederContext, cluster};
 use crate::rufio::machine::CONTACTABLE;
+use crate::rufio::tenancy;
 
 const CONTROLLER: &str = "seeder-inventory";
 /// The HEP's spellings of the two annotations (Seeder renamed them before release; the HEP and
@@ -387,6 +388,7 @@ pub fn desired_machine(inventory: &Inventory) -> Machine {
         namespace: inventory.namespace(),
         finalizers: Some(vec![INVENTORY_FINALIZER.to_owned()]),
         owner_references: Some(vec![controller_reference(inventory)]),
+        annotations: Some(tenancy::carried(inventory.annotations())).filter(|a| !a.is_empty()),
         ..ObjectMeta::default()
     };
     machine
@@ -409,6 +411,17 @@ pub fn machine_patch(inventory: &Inventory, machine: &Machine) -> Option<serde_j
         patch.insert("spec".into(), json!(inventory.spec.baseboard_spec));
     }
     let mut metadata = serde_json::Map::new();
+    // The Inventory's acceptance of a `http://` BMC and its pinned certificate, which its
+    // Machine carries too (removed from the Machine with the Inventory's).
+    let wanted = tenancy::carried(inventory.annotations());
+    let changed: serde_json::Map<String, serde_json::Value> = tenancy::CARRIED_ANNOTATIONS
+        .iter()
+        .filter(|k| machine.annotations().get(**k) != wanted.get(**k))
+        .map(|k| ((*k).to_owned(), json!(wanted.get(*k))))
+        .collect();
+    if !changed.is_empty() {
+        metadata.insert("annotations".into(), serde_json::Value::Object(changed));
+    }
     if let Some(finalizers) = with_finalizers(machine.finalizers(), &[INVENTORY_FINALIZER]) {
         metadata.insert("finalizers".into(), json!(finalizers));
     }
@@ -747,6 +760,7 @@ async fn release_machine(inventory: &Inventory, ctx: &SeederContext) -> Result<(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::rufio::tenancy::ALLOW_HTTP_ANNOTATION;
     use ingot_api::seeder::InventorySpec;
 
     fn inventory(annotations: serde_json::Value) -> Inventory {
@@ -875,6 +889,32 @@ mod tests {
         changed.spec.baseboard_spec.connection.host = "10.0.0.9".into();
         let patch = machine_patch(&changed, &desired_machine(&i)).unwrap();
         assert_eq!(patch["spec"]["connection"]["host"], "10.0.0.9");
+    }
+
+    #[test]
+    fn the_machine_carries_the_inventorys_acceptance_of_plain_http() {
+        let mut i = inventory(json!({}));
+        i.annotations_mut()
+            .insert(ALLOW_HTTP_ANNOTATION.into(), "true".into());
+        let m = desired_machine(&i);
+        assert_eq!(
+            m.annotations()
+                .get(ALLOW_HTTP_ANNOTATION)
+                .map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(machine_patch(&i, &m), None);
+        // Added to a Machine without it, and taken away with the Inventory's.
+        let patch = machine_patch(&i, &desired_machine(&inventory(json!({})))).unwrap();
+        assert_eq!(
+            patch["metadata"]["annotations"],
+            json!({ALLOW_HTTP_ANNOTATION: "true"})
+        );
+        let patch = machine_patch(&inventory(json!({})), &m).unwrap();
+        assert_eq!(
+            patch["metadata"]["annotations"],
+            json!({ALLOW_HTTP_ANNOTATION: null})
+        );
     }
 
     fn machine_status(v: serde_json::Value) -> MachineStatus {

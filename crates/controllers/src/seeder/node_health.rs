@@ -36,6 +36,7 @@ use tracing::{debug, info, warn};
 use super::inventory::{is_local, node_name};
 use super::{Error, SeederContext, hardware, health};
 use crate::rufio::bmcs;
+use crate::rufio::tenancy::ConnectionField;
 
 const CONTROLLER: &str = "seeder-hardware";
 /// Namespace of the Events of cluster-scoped objects.
@@ -182,15 +183,15 @@ async fn read_bmc(
     inventory: &Inventory,
     ctx: &SeederContext,
 ) -> Result<(ingot_bmc::Inventory, Vec<LogEntry>), String> {
-    let namespace = inventory.namespace().unwrap_or_default();
-    let connection = &inventory.spec.baseboard_spec.connection;
-    let creds = ctx
+    let target = ctx
         .rufio
-        .secrets
-        .credentials(&ctx.client, connection, &namespace)
+        .target_for(
+            ConnectionField::Inventory,
+            &inventory.metadata,
+            &inventory.spec.baseboard_spec.connection,
+        )
         .await
         .map_err(|e| e.to_string())?;
-    let target = bmcs::target(connection, &creds).map_err(|e| e.to_string())?;
     let reached = ctx.rufio.bmcs.reach(&target).await.map_err(|e| e.0)?;
     let facts = reached
         .bmc

@@ -84,12 +84,23 @@ pub fn kubectl_apply(kubeconfig: &Path, yaml: &str, extra: &[&str]) -> String {
 /// credentials namespace `namespace`) and returns a kubeconfig holding a token of that
 /// ServiceAccount, issued by the API server (TokenRequest).
 pub fn service_account_kubeconfig(admin: &Path, namespace: &str, controllers: &str) -> PathBuf {
+    service_account_kubeconfig_with(admin, namespace, controllers, &[])
+}
+
+/// [`service_account_kubeconfig`] with more chart values (`--set`).
+pub fn service_account_kubeconfig_with(
+    admin: &Path,
+    namespace: &str,
+    controllers: &str,
+    more: &[String],
+) -> PathBuf {
     let release = format!("ingot-{namespace}");
-    let sets = vec![
+    let mut sets = vec![
         format!("controllers={{{controllers}}}"),
         format!("pools.credentialsSecret.namespace={namespace}"),
         format!("gardener.namespace={namespace}"),
     ];
+    sets.extend(more.iter().cloned());
     let identity = render(
         &release,
         namespace,

@@ -312,12 +312,14 @@ pub async fn delete_all(client: &Client, ns: &str) {
         .await;
 }
 
-/// sushy-tools' emulator over TLS (a self-signed certificate): the fake system `fake` (on),
-/// then any others it was started with.
+/// sushy-tools' emulator over TLS (a certificate from a CA of its own, `ca`): the fake system
+/// `fake` (on), then any others it was started with.
 pub struct Sushy {
     _child: ChildGuard,
     pub port: u16,
     pub dir: PathBuf,
+    /// PEM of the CA that signed sushy's certificate.
+    pub ca: PathBuf,
 }
 
 /// A fake system besides the first: its `Name`, `Id` (a UUID) and power state.
@@ -355,27 +357,73 @@ pub fn start_sushy_tls_with(user: &str, password: &str, more: &[SushySystem]) ->
     );
     let digest = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     std::fs::write(dir.join("htpasswd"), format!("{user}:{digest}\n")).unwrap();
+    // A CA of its own signs the certificate, so that clients can trust sushy by that CA
+    // (`--bmc-ca-bundle`) as well as skip verification.
+    let ca = dir.join("ca.pem");
+    let ca_key = dir.join("ca-key.pem");
     let cert = dir.join("cert.pem");
     let key = dir.join("key.pem");
-    let status = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl");
-    assert!(status.success(), "openssl req failed");
+    let csr = dir.join("cert.csr");
+    let extensions = dir.join("cert.ext");
+    std::fs::write(
+        &extensions,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    let openssl = |args: &[&std::ffi::OsStr]| {
+        let status = Command::new("openssl")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl");
+        assert!(status.success(), "openssl {args:?} failed");
+    };
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    openssl(&[
+        os("req"),
+        os("-x509"),
+        os("-newkey"),
+        os("rsa:2048"),
+        os("-nodes"),
+        os("-days"),
+        os("1"),
+        os("-keyout"),
+        ca_key.as_os_str(),
+        os("-out"),
+        ca.as_os_str(),
+        os("-subj"),
+        os("/CN=sushy test CA"),
+    ]);
+    openssl(&[
+        os("req"),
+        os("-newkey"),
+        os("rsa:2048"),
+        os("-nodes"),
+        os("-keyout"),
+        key.as_os_str(),
+        os("-out"),
+        csr.as_os_str(),
+        os("-subj"),
+        os("/CN=127.0.0.1"),
+    ]);
+    openssl(&[
+        os("x509"),
+        os("-req"),
+        os("-days"),
+        os("1"),
+        os("-in"),
+        csr.as_os_str(),
+        os("-CA"),
+        ca.as_os_str(),
+        os("-CAkey"),
+        ca_key.as_os_str(),
+        os("-CAcreateserial"),
+        os("-extfile"),
+        extensions.as_os_str(),
+        os("-out"),
+        cert.as_os_str(),
+    ]);
     let port = free_port();
     let conf = format!(
         r#"
@@ -423,6 +471,7 @@ SUSHY_EMULATOR_FAKE_SYSTEMS = [{{
     Sushy {
         _child: child,
         port,
+        ca: dir.join("ca.pem"),
         dir,
     }
 }

@@ -28,3 +28,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "ingot.powerApi" -}}
 {{- if and (include "ingot.enabled" (list . "seeder")) .Values.seeder.powerApi.enabled -}}true{{- end -}}
 {{- end -}}
+
+{{/* Whether the Rufio controllers trust a BMC CA bundle: rufio or seeder, with rufio.bmcCaBundle's Secret or ConfigMap. */}}
+{{- define "ingot.bmcCa" -}}
+{{- if and (or (include "ingot.enabled" (list . "rufio")) (include "ingot.enabled" (list . "seeder"))) (or .Values.rufio.bmcCaBundle.secret .Values.rufio.bmcCaBundle.configMap) -}}true{{- end -}}
+{{- end -}}
