@@ -322,7 +322,7 @@ struct PoolsArgs {
     /// Test hook: abort the process at these points (comma-separated: after-create,
     /// before-reinstall, after-reinstall, during-finalize; gardener-after-create,
     /// gardener-during-drain, gardener-during-delete; rufio-after-send-ahead,
-    /// rufio-after-destructive-send).
+    /// rufio-after-destructive-send; seeder-after-job-create).
     #[arg(long, env = "INGOT_CRASH_POINT", hide = true)]
     crash_point: Option<String>,
 

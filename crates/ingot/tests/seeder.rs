@@ -215,7 +215,43 @@ async fn wait_ready(client: &Client, name: &str, within: Duration, ingot: &Proc)
 
 /// Harvester's `powerAction` handler: refuses while the last action has no answer, then sets
 /// `spec.powerActionRequested` and clears `status.powerAction.lastJobName` (two writes).
+/// Puts the Node in Harvester's maintenance mode, or takes it out.
+async fn set_maintenance(client: &Client, node: &str, on: bool) {
+    let value = if on { json!("completed") } else { Value::Null };
+    Api::<Node>::all(client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"harvesterhci.io/maintain-status": value}}}),
+            ),
+        )
+        .await
+        .unwrap();
+}
+
+/// The Jobs of this Inventory's requests of this action.
+async fn jobs_of(client: &Client, name: &str, operation: &str) -> Vec<String> {
+    let prefix = format!("{name}-{operation}-");
+    Api::<Job>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().labels(&format!("inventory.metal.harvesterhci.io={name}")))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|j| j.name_any())
+        .filter(|n| n.starts_with(&prefix))
+        .collect()
+}
+
+/// Harvester's request, on a Node in maintenance (as its UI offers power actions only then).
 async fn request_power(client: &Client, name: &str, operation: &str) {
+    set_maintenance(client, name, true).await;
+    request_power_anyway(client, name, operation).await;
+}
+
+/// Harvester's request, whatever the Node's maintenance.
+async fn request_power_anyway(client: &Client, name: &str, operation: &str) {
     let api: Api<Inventory> = Api::namespaced(client.clone(), NS);
     let current = inventory(client, name).await;
     let pa = current.status.clone().unwrap_or_default().power_action;
@@ -272,6 +308,18 @@ async fn wait_power(client: &Client, name: &str, operation: &str, ingot: &Proc) 
         .await
         .unwrap();
     check_job_shape(&job, name, operation, &inventory(client, name).await);
+    if job.spec.tasks.len() > 1 {
+        // The Job recorded its first Task's completion as it created the next (with the
+        // chart's RBAC: the operator may patch Jobs).
+        assert_eq!(
+            job.annotations()
+                .get("rufio.ingot.dev/tasks-completed")
+                .map(String::as_str),
+            Some(format!("{}:1", job.uid().unwrap()).as_str()),
+            "{:?}",
+            job.metadata.annotations
+        );
+    }
     (s, job)
 }
 
@@ -313,6 +361,21 @@ async fn node_patches(http_port: u16) -> f64 {
         .find_map(|l| {
             l.strip_prefix(r#"ingot_kube_requests_total{verb="patch",resource="nodes"} "#)
         })
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_default()
+}
+
+/// How many requests of this verb on this resource ingot has sent (`ingot_kube_requests_total`).
+async fn kube_requests(http_port: u16, verb: &str, resource: &str) -> f64 {
+    let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let prefix = format!(r#"ingot_kube_requests_total{{verb="{verb}",resource="{resource}"}} "#);
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .map(|v| v.trim().parse().unwrap())
         .unwrap_or_default()
 }
@@ -392,9 +455,22 @@ fn labels(manufacturer: &str, model: &str, serial: &str) -> BTreeMap<String, Str
 
 /// `ingot run --controllers seeder` on harvester-system (rufio comes with it), scaled intervals.
 fn start_ingot(kubeconfig: &std::path::Path, http_port: u16, power_api_port: u16) -> Proc {
+    start_ingot_crashing(kubeconfig, http_port, power_api_port, None)
+}
+
+/// `ingot run`, aborting at `crash_point` when one is given.
+fn start_ingot_crashing(
+    kubeconfig: &std::path::Path,
+    http_port: u16,
+    power_api_port: u16,
+    crash_point: Option<&str>,
+) -> Proc {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
-    cmd.arg("run")
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+    cmd.arg("run");
+    if let Some(point) = crash_point {
+        cmd.arg(format!("--crash-point={point}"));
+    }
+    cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
         .arg(format!("--http-addr=127.0.0.1:{http_port}"))
         .arg(format!("--power-api-addr=127.0.0.1:{power_api_port}"))
         // As the manifests run it: the certificate of a Secret ingot makes (first start) and
@@ -416,6 +492,28 @@ fn start_ingot(kubeconfig: &std::path::Path, http_port: u16, power_api_port: u16
         .arg("--rufio-ipmi-timeout-seconds=0.5")
         .env("RUST_LOG", "info,ingot_controllers=debug");
     spawn_logged(&mut cmd, "ingot-seeder")
+}
+
+/// Waits until the operator aborted at its crash point.
+async fn wait_crashed(ingot: &mut Proc, point: &str) {
+    let child = ingot.child.as_mut().expect("a running operator");
+    // Generous: the new process first waits out the killed one's Lease, on a busy machine.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the operator did not abort at {point} within 90 s:\n{}",
+            ingot.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = std::fs::read_to_string(&ingot.log).unwrap_or_default();
+    assert!(
+        log.contains(point),
+        "the operator exited, but not at {point}:\n{}",
+        ingot.log_tail()
+    );
+    ingot.child = None;
 }
 
 /// An Inventory, its Machine and a running Job as the Go Seeder leaves them, and its entry in a
@@ -1043,6 +1141,167 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     );
 
     eprintln!("{:?}: power actions done", test_started.elapsed());
+    // A request whose Node left maintenance before it was taken fails, and reaches no BMC.
+    set_maintenance(&client, IPMI_NAME, false).await;
+    let jobs_before = jobs_of(&client, IPMI_NAME, "shutdown").await;
+    request_power_anyway(&client, IPMI_NAME, "shutdown").await;
+    let refused = poll_until(
+        "the request out of maintenance refused",
+        Duration::from_secs(20),
+        || async {
+            // The request cleared `lastJobName`; its answer sets it again.
+            let s = status(&client, IPMI_NAME).await;
+            let answered = s["powerAction"]["lastJobName"]
+                .as_str()
+                .is_some_and(|j| !j.is_empty());
+            answered.then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(
+        refused["powerAction"]["actionStatus"], "failed",
+        "{refused}"
+    );
+    let (error, _, message) = wrangler(&refused, "bmcJobErrorr").unwrap();
+    assert_eq!(error, "True", "{refused}");
+    assert!(
+        message.contains(&format!("node {IPMI_NAME} is not in maintenance mode")),
+        "{message}"
+    );
+    assert_eq!(jobs_of(&client, IPMI_NAME, "shutdown").await, jobs_before);
+    assert_eq!(ipmi_power(), "Chassis Power is on");
+
+    // A request taken, its Job created, then the operator stopped before recording the Job's
+    // name, by an operator whose clock ran an hour ahead of the API server's: the Job is found
+    // by the name recorded when the request was taken, and not created (or sent) again.
+    set_maintenance(&client, IPMI_NAME, true).await;
+    let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
+    let ipmi_inventory = inventory(&client, IPMI_NAME).await;
+    let taken = format!("{IPMI_NAME}-shutdown-x7k2p");
+    let owner = json!([{"apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+        "name": IPMI_NAME, "uid": ipmi_inventory.uid().unwrap()}]);
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Job",
+        "metadata": {"name": taken, "namespace": NS, "generateName": format!("{IPMI_NAME}-shutdown-"),
+            "labels": {"inventory.metal.harvesterhci.io": IPMI_NAME}, "ownerReferences": owner},
+        "spec": {"machineRef": {"name": IPMI_NAME, "namespace": NS}, "tasks": [{"powerAction": "off"}]}
+    }))
+    .unwrap();
+    create(&client, NS, &job).await;
+    let ahead = (k8s_openapi::jiff::Timestamp::now()
+        + k8s_openapi::jiff::SignedDuration::from_hours(1))
+    .strftime("%Y-%m-%dT%H:%M:%SZ")
+    .to_string();
+    poll_until(
+        "the taken request written",
+        Duration::from_secs(10),
+        || async {
+            let mut current = inventory(&client, IPMI_NAME).await;
+            let status = current.status.as_mut().unwrap();
+            for c in &mut status.conditions {
+                let (value, message) = match c.type_.as_str() {
+                    "bmcJobSubmitted" => ("True", Some(format!("creating bmc job {taken}"))),
+                    "bmcJobErrorr" | "bmcJobCompleted" => ("False", None),
+                    _ => continue,
+                };
+                c.status = value.into();
+                c.message = message;
+                c.reason = None;
+                c.last_update_time = Some(ahead.clone());
+            }
+            status.power_action.action_status = None;
+            status.power_action.last_job_name = None;
+            inventories
+                .replace_status(IPMI_NAME, &PostParams::default(), &current)
+                .await
+                .ok()
+        },
+    )
+    .await;
+    let (_, job) = wait_power(&client, IPMI_NAME, "shutdown", &ingot).await;
+    assert_eq!(job.name_any(), taken);
+    let mut want = jobs_before.clone();
+    want.push(taken.clone());
+    want.sort();
+    let mut have = jobs_of(&client, IPMI_NAME, "shutdown").await;
+    have.sort();
+    assert_eq!(have, want, "a second Job was created for the taken request");
+    assert_eq!(ipmi_power(), "Chassis Power is off");
+    request_power(&client, IPMI_NAME, "poweron").await;
+    wait_power(&client, IPMI_NAME, "poweron", &ingot).await;
+    assert_eq!(ipmi_power(), "Chassis Power is on");
+
+    // The operator killed right after creating a request's Job, before recording its name: the
+    // next one records that Job and creates no other; the BMC is switched off by it.
+    ingot.stop();
+    ingot = start_ingot_crashing(
+        &kubeconfig,
+        http_port,
+        power_api_port,
+        Some("seeder-after-job-create"),
+    );
+    let jobs_before = jobs_of(&client, IPMI_NAME, "shutdown").await;
+    request_power(&client, IPMI_NAME, "shutdown").await;
+    wait_crashed(&mut ingot, "seeder-after-job-create").await;
+    let crashed = status(&client, IPMI_NAME).await;
+    assert_eq!(wrangler(&crashed, "bmcJobSubmitted").unwrap().0, "True");
+    assert!(
+        crashed["powerAction"]["lastJobName"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty(),
+        "{crashed}"
+    );
+    let mut made: Vec<String> = jobs_of(&client, IPMI_NAME, "shutdown")
+        .await
+        .into_iter()
+        .filter(|j| !jobs_before.contains(j))
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    ingot = start_ingot(&kubeconfig, http_port, power_api_port);
+    let (_, job) = wait_power(&client, IPMI_NAME, "shutdown", &ingot).await;
+    assert_eq!(job.name_any(), made.remove(0));
+    assert_eq!(
+        jobs_of(&client, IPMI_NAME, "shutdown").await.len(),
+        jobs_before.len() + 1,
+        "a second Job was created after the restart"
+    );
+    assert_eq!(ipmi_power(), "Chassis Power is off");
+    request_power(&client, IPMI_NAME, "poweron").await;
+    wait_power(&client, IPMI_NAME, "poweron", &ingot).await;
+    assert_eq!(ipmi_power(), "Chassis Power is on");
+
+    // In steady state (no request open), the checks of a request read nothing: no Job is read
+    // or listed while the Inventories are reconciled and their hardware read three times.
+    let reads = || async {
+        let mut n = Vec::new();
+        for (verb, resource) in [
+            ("get", "jobs"),
+            ("list", "jobs"),
+            ("get", "inventories"),
+            ("list", "inventories"),
+            ("get", "nodes"),
+        ] {
+            n.push(kube_requests(http_port, verb, resource).await);
+        }
+        n
+    };
+    let polls = hardware_polls(http_port).await;
+    let before = reads().await;
+    poll_until(
+        "three more hardware polls",
+        Duration::from_secs(30),
+        || async { (hardware_polls(http_port).await >= polls + 3.0).then_some(()) },
+    )
+    .await;
+    let after = reads().await;
+    eprintln!(
+        "steady state, three hardware polls: get/list jobs, get/list inventories, get nodes: {before:?} -> {after:?}"
+    );
+    assert_eq!(after[..2], before[..2], "Jobs read in steady state");
+
+    // The power API finds the Node out of maintenance first.
+    set_maintenance(&client, HEP_NAME, false).await;
     power_api_and_cli(env, &client, power_api_port, &ingot).await;
     assert_eq!(
         sushy.system(&user, &password).await.unwrap()["PowerState"],

@@ -5,6 +5,13 @@
 //! `Failed` (with the Task's message) ends it.
 //!
 //! Tasks are found by their deterministic names, so Tasks the Go Rufio created are continued.
+//!
+//! A Job records how many of its Tasks completed ([`TASKS_COMPLETED_ANNOTATION`]) when it
+//! creates the next one: a completed Task deleted afterwards (by hand, by a cleanup) counts as
+//! done and its action is not sent again. Before it creates a destructive Task (a power cycle
+//! or reset) it records that too ([`DESTRUCTIVE_TASK_ANNOTATION`]): such a Task gone before it
+//! ended fails the Job instead of being created (and sent) again. Without those records (a Job
+//! of the Go Rufio), a missing Task is created, as Rufio does.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +37,13 @@ pub const RUNNING: &str = "Running";
 pub const COMPLETED: &str = "Completed";
 pub const FAILED: &str = "Failed";
 const API_VERSION: &str = "bmc.tinkerbell.org/v1alpha1";
+/// Annotation on a Job: how many of its Tasks, in order, completed (`<job uid>:<count>`, so
+/// that a Job created from a copy of another does not inherit it). Written with the creation
+/// of the next Task, so it only ever states what the Job saw.
+pub const TASKS_COMPLETED_ANNOTATION: &str = "rufio.ingot.dev/tasks-completed";
+/// Annotation on a Job: the index of the destructive Task it is creating or created
+/// (`<job uid>:<index>`), written before the Task is created.
+pub const DESTRUCTIVE_TASK_ANNOTATION: &str = "rufio.ingot.dev/destructive-task";
 /// How long a Job waits for its caches to show a write of this process (a Task it created,
 /// its own `Running`) before it acts without it (they normally show it within a second).
 const OWN_WRITE_WAIT: Duration = Duration::from_secs(30);
@@ -208,6 +222,29 @@ pub enum Step {
     Fail(String),
 }
 
+/// How many of the Job's Tasks it recorded as completed (at most its number of Tasks; a
+/// record of another Job, or unreadable, counts as none).
+pub fn recorded_completed(job: &Job) -> usize {
+    own_record(job, TASKS_COMPLETED_ANNOTATION)
+        .unwrap_or(0)
+        .min(job.spec.tasks.len())
+}
+
+/// Whether the Job recorded creating its destructive Task of this index.
+pub fn recorded_destructive(job: &Job, index: usize) -> bool {
+    own_record(job, DESTRUCTIVE_TASK_ANNOTATION) == Some(index)
+}
+
+/// A `<job uid>:<number>` annotation of this very Job.
+fn own_record(job: &Job, annotation: &str) -> Option<usize> {
+    let uid = job.metadata.uid.as_deref().unwrap_or_default();
+    job.annotations()
+        .get(annotation)
+        .and_then(|v| v.rsplit_once(':'))
+        .filter(|(of, _)| !uid.is_empty() && *of == uid)
+        .and_then(|(_, n)| n.parse::<usize>().ok())
+}
+
 /// Decides from the Tasks' states (index order, stopping at the first that is not complete).
 pub fn next_step(namespace: &str, job: &str, states: &[TaskState], total: usize) -> Step {
     for (i, state) in states.iter().enumerate() {
@@ -307,8 +344,10 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
         }
     };
     let tasks: Api<Task> = Api::namespaced(ctx.client.clone(), &namespace);
-    let mut states = Vec::new();
-    for i in 0..job.spec.tasks.len() {
+    // Tasks the Job saw complete stay done, whether or not they still exist.
+    let completed = recorded_completed(job);
+    let mut states: Vec<TaskState> = (0..completed).map(|_| TaskState::Completed).collect();
+    for i in completed..job.spec.tasks.len() {
         // The Task cache is the one whose changes wake this Job: what woke it is there. A
         // Task missing from it is created, and an existing one answers 409.
         let task = match ctx.cached_task(&namespace, &task_name(&name, i)) {
@@ -335,15 +374,35 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
     {
         return Ok(Action::requeue(OWN_WRITE_WAIT - ago));
     }
+    let destructive = |i: usize| {
+        job.spec
+            .tasks
+            .get(i)
+            .and_then(|a| super::task::parse(a).ok())
+            .is_some_and(|op| op.destructive())
+    };
+    // A destructive Task this Job created (or was creating when it stopped) that is gone
+    // before it ended: whether it reached the BMC is unknown, so it is not sent again.
+    let step = match step {
+        Step::Create(i) if destructive(i) && recorded_destructive(job, i) => Step::Fail(format!(
+            "task {namespace}/{} was created and is gone before it ended: its power cycle or \
+             reset may have reached the BMC and is not sent again; create a new Job to run it",
+            task_name(&name, i)
+        )),
+        other => other,
+    };
     match step {
         Step::Wait => {}
         Step::Create(i) => {
+            if destructive(i) {
+                record(&jobs, &name, DESTRUCTIVE_TASK_ANNOTATION, &uid, i).await?;
+            }
             // The Task and the Job's `Running` status are written at once: neither needs the
             // other. A repeatable action is sent to the BMC before its Task is created, so it
             // does not wait for the API server to store the Task (`task::send_ahead`); a new
             // Job's first one was sent when the Job was seen (`send_on_sight`).
             let running = status.clone();
-            let (created, written) = tokio::join!(
+            let (created, written, recorded) = tokio::join!(
                 async {
                     let mut task = task_for(job, i, &machine)?;
                     let sent = match ctx.take_send_ahead(&super::key_of(&task)).await {
@@ -366,9 +425,16 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
                     }
                     created
                 },
-                write(&jobs, &name, &running, &before)
+                write(&jobs, &name, &running, &before),
+                async {
+                    if i > completed {
+                        record(&jobs, &name, TASKS_COMPLETED_ANNOTATION, &uid, i).await?;
+                    }
+                    Ok::<(), Error>(())
+                }
             );
             written?;
+            recorded?;
             if !has_true(&before.conditions, RUNNING) {
                 ctx.wrote(running_write.clone(), &uid);
             }
@@ -398,6 +464,25 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
     }
     write(&jobs, &name, &status, &before).await?;
     Ok(Action::await_change())
+}
+
+/// Writes one of the Job's own records (`<job uid>:<value>`).
+async fn record(
+    jobs: &Api<Job>,
+    name: &str,
+    annotation: &str,
+    uid: &str,
+    value: usize,
+) -> Result<(), Error> {
+    jobs.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({
+            "metadata": {"annotations": {annotation: format!("{uid}:{value}")}}
+        })),
+    )
+    .await?;
+    Ok(())
 }
 
 async fn write(
@@ -584,6 +669,27 @@ mod tests {
         let annotations = t.metadata.annotations.unwrap();
         assert_eq!(annotations.len(), 1, "{annotations:?}");
         assert_eq!(annotations[tenancy::ALLOW_HTTP_ANNOTATION], "true");
+    }
+
+    #[test]
+    fn the_completed_record_is_the_jobs_own() {
+        let mut j = job("u1");
+        j.spec.tasks.push(j.spec.tasks[0].clone());
+        assert_eq!(recorded_completed(&j), 0);
+        j.annotations_mut()
+            .insert(TASKS_COMPLETED_ANNOTATION.into(), "u1:1".into());
+        assert_eq!(recorded_completed(&j), 1);
+        // Never more than the Job has.
+        j.annotations_mut()
+            .insert(TASKS_COMPLETED_ANNOTATION.into(), "u1:9".into());
+        assert_eq!(recorded_completed(&j), 2);
+        // Copied from another Job, or garbage: none.
+        j.annotations_mut()
+            .insert(TASKS_COMPLETED_ANNOTATION.into(), "u0:1".into());
+        assert_eq!(recorded_completed(&j), 0);
+        j.annotations_mut()
+            .insert(TASKS_COMPLETED_ANNOTATION.into(), "u1:x".into());
+        assert_eq!(recorded_completed(&j), 0);
     }
 
     #[test]

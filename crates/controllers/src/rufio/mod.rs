@@ -61,7 +61,8 @@ pub struct Settings {
     pub ipmi_retries: u32,
     /// How often the sessions of BMCs no Machine or Task refers to any more are logged out.
     pub evict_interval: Duration,
-    /// Test hook (`INGOT_CRASH_POINT`): `rufio-after-send-ahead`, `rufio-after-destructive-send`.
+    /// Test hook (`INGOT_CRASH_POINT`): `rufio-after-send-ahead`, `rufio-after-destructive-send`;
+    /// the Seeder controller's `seeder-after-job-create`.
     pub crash_point: Option<String>,
     /// Namespace pairs whose objects may refer to Secrets and Machines across (`FROM=TO`);
     /// every other reference stays in the object's namespace.
@@ -255,6 +256,30 @@ impl RufioContext {
     fn forget_stale(&self, older_than: Duration) {
         Self::lock(&self.sent_ahead).retain(|_, (at, _)| at.elapsed() < older_than);
         Self::lock(&self.own_writes).retain(|_, (at, _)| at.elapsed() < older_than);
+        self.forget_ended_attempts();
+    }
+
+    /// Forgets the backoff of Tasks that ended or are gone: a Task deleted while it failed
+    /// is never reconciled again to reset it. Skipped until the Task cache holds its first
+    /// list (an empty cache would look like every Task gone).
+    fn forget_ended_attempts(&self) {
+        let Some(tasks) = self.tasks.get() else {
+            return;
+        };
+        if tasks
+            .wait_until_ready()
+            .now_or_never()
+            .is_none_or(|r| r.is_err())
+        {
+            return;
+        }
+        let going_on: HashSet<String> = tasks
+            .state()
+            .iter()
+            .filter(|t| !task_ended(t))
+            .map(|t| key_of(t.as_ref()))
+            .collect();
+        Self::lock(&self.attempts).retain(|key, _| going_on.contains(key));
     }
 
     /// Records a write of this process for the Job with this UID (`what`: `Kind ns/name`).
@@ -408,6 +433,18 @@ pub async fn run(
     tracing::info!(sessions = closed, "closed the BMC sessions");
 }
 
+/// Whether a Task is being deleted, completed or failed: it needs no backoff any more.
+fn task_ended(task: &Task) -> bool {
+    let conditions = task
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    task.metadata.deletion_timestamp.is_some()
+        || job::has_true(conditions, job::COMPLETED)
+        || job::has_true(conditions, job::FAILED)
+}
+
 /// Task changes a controller may fall behind by before the watch waits for it.
 const TASK_FEED_BUFFER: usize = 1024;
 
@@ -487,5 +524,54 @@ impl Error {
             Error::Connection(_) => "connection",
             Error::Other(_) => "other",
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher::Event as WatchEvent;
+    use serde_json::json;
+
+    fn task(name: &str, conditions: serde_json::Value) -> Task {
+        serde_json::from_value(json!({
+            "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Task",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"task": {"powerAction": "on"}, "connection": {"host": "h", "insecureTLS": true}},
+            "status": {"conditions": conditions}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_backoff_of_gone_or_ended_tasks_is_forgotten() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let ctx = RufioContext::new(
+            Client::try_from(config).unwrap(),
+            Arc::new(Metrics::default()),
+            "test".into(),
+            Settings::default(),
+        );
+        let (store, mut writer) = reflector::store();
+        ctx.tasks.set(store).unwrap();
+        for key in ["ns/failing", "ns/gone", "ns/completed"] {
+            ctx.backoff(key);
+        }
+        // Before the cache holds its first list nothing is forgotten.
+        ctx.forget_stale(Duration::from_secs(60));
+        assert_eq!(RufioContext::lock(&ctx.attempts).len(), 3);
+        writer.apply_watcher_event(&WatchEvent::Init);
+        writer.apply_watcher_event(&WatchEvent::InitApply(task("failing", json!([]))));
+        writer.apply_watcher_event(&WatchEvent::InitApply(task(
+            "completed",
+            json!([{"type": "Completed", "status": "True"}]),
+        )));
+        writer.apply_watcher_event(&WatchEvent::InitDone);
+        ctx.forget_stale(Duration::from_secs(60));
+        let left: Vec<String> = RufioContext::lock(&ctx.attempts).keys().cloned().collect();
+        assert_eq!(left, vec!["ns/failing".to_owned()]);
+        // The Task still failing keeps its backoff (2 s after 1 s).
+        assert_eq!(ctx.backoff("ns/failing"), Duration::from_secs(2));
     }
 }

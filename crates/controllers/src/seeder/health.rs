@@ -56,6 +56,20 @@ pub const DEFAULT_POLLING_INTERVAL: Duration = Duration::from_secs(3600);
 pub const MAX_LOG_EVENTS_PER_CYCLE: usize = 20;
 /// events.k8s.io limits a note to 1 KiB; core Events are cut to the same size.
 const MAX_MESSAGE: usize = 1024;
+/// The longest value of a fact annotation on a Node. A BMC's strings (versions, models, one
+/// MAC per NIC) go there: a longer fact is left out, with [`FactTooLong`], rather than
+/// filling the Node's 256 KiB of annotations.
+pub const MAX_FACT_BYTES: usize = 1024;
+
+/// A fact whose value, from the BMC's strings, is longer than [`MAX_FACT_BYTES`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "annotation {annotation} is left off the Node: {field} reported by the BMC would take more than {MAX_FACT_BYTES} bytes; check the BMC's inventory (its firmware may report garbage)"
+)]
+pub struct FactTooLong {
+    pub annotation: &'static str,
+    pub field: &'static str,
+}
 
 /// One thing to say about the hardware.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -354,20 +368,45 @@ fn count_prefix(n: usize, what: String) -> String {
     format!("{n}x {what}")
 }
 
-/// Groups equal descriptions, in first-seen order: `2x A, 1x B`.
-fn grouped(items: impl IntoIterator<Item = String>) -> String {
+/// Groups equal descriptions, in first-seen order: `2x A, 1x B`; `None` once the result would
+/// be longer than [`MAX_FACT_BYTES`] (the groups stop growing there, however many items come).
+fn grouped(items: impl IntoIterator<Item = String>) -> Option<String> {
     let mut order: Vec<(String, usize)> = Vec::new();
+    // What the groups take at least: each description, and ", " between them.
+    let mut length = 0usize;
     for item in items {
         match order.iter_mut().find(|(d, _)| *d == item) {
             Some((_, n)) => *n += 1,
-            None => order.push((item, 1)),
+            None => {
+                length = length.saturating_add(item.len() + 2);
+                if length > MAX_FACT_BYTES {
+                    return None;
+                }
+                order.push((item, 1));
+            }
         }
     }
-    order
+    let joined = order
         .into_iter()
         .map(|(d, n)| count_prefix(n, d))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    (joined.len() <= MAX_FACT_BYTES).then_some(joined)
+}
+
+/// Joins the items with `,`; `None` once the result would be longer than [`MAX_FACT_BYTES`].
+fn joined_within_cap<'a>(items: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let mut out = String::new();
+    for item in items {
+        if out.len() + 1 + item.len() > MAX_FACT_BYTES {
+            return None;
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(item);
+    }
+    Some(out)
 }
 
 fn gib(mib: u64) -> String {
@@ -385,72 +424,126 @@ fn bytes(b: u64) -> String {
     format!("{}{}", go_float((v * 10.0).round() / 10.0), UNITS[i])
 }
 
-/// The fact annotations these facts give (a fact the BMC does not report is absent).
-pub fn fact_annotations(facts: &Facts) -> BTreeMap<&'static str, String> {
+/// The fact annotations these facts give (a fact the BMC does not report is absent), and the
+/// facts left out because the BMC's strings make them longer than [`MAX_FACT_BYTES`].
+pub fn fact_annotations(facts: &Facts) -> (BTreeMap<&'static str, String>, Vec<FactTooLong>) {
     let mut out = BTreeMap::new();
-    let cpus = grouped(facts.cpus.iter().map(|c| {
-        let model = c.model.clone().unwrap_or_else(|| "CPU".into());
-        match (c.cores, c.threads) {
-            (Some(cores), Some(threads)) => format!("{model} ({cores}C/{threads}T)"),
-            (Some(cores), None) => format!("{model} ({cores}C)"),
-            _ => model,
+    let mut too_long = Vec::new();
+    let mut put = |annotation: &'static str, field: &'static str, value: Option<String>| match value
+    {
+        Some(v) => {
+            out.insert(annotation, v);
         }
-    }));
-    if !cpus.is_empty() {
-        out.insert(CPU_ANNOTATION, cpus);
+        None => too_long.push(FactTooLong { annotation, field }),
+    };
+    if !facts.cpus.is_empty() {
+        let cpus = grouped(facts.cpus.iter().map(|c| {
+            let model = c.model.as_deref().unwrap_or("CPU");
+            let model = bounded(model);
+            match (c.cores, c.threads) {
+                (Some(cores), Some(threads)) => format!("{model} ({cores}C/{threads}T)"),
+                (Some(cores), None) => format!("{model} ({cores}C)"),
+                _ => model.to_owned(),
+            }
+        }));
+        put(CPU_ANNOTATION, "the processors' models", cpus);
     }
-    let dimm_total: u64 = facts.memory.iter().filter_map(|m| m.capacity_mib).sum();
+    let dimm_total: u64 = facts
+        .memory
+        .iter()
+        .filter_map(|m| m.capacity_mib)
+        .fold(0, u64::saturating_add);
     let total = facts
         .total_memory_gib
         .filter(|g| *g > 0.0)
         .map(|g| format!("{}GiB", go_float((g * 10.0).round() / 10.0)))
         .or_else(|| (dimm_total > 0).then(|| gib(dimm_total)));
     if let Some(total) = total {
-        let dimms = grouped(facts.memory.iter().filter_map(|m| m.capacity_mib.map(gib)));
-        out.insert(
+        let memory =
+            grouped(facts.memory.iter().filter_map(|m| m.capacity_mib.map(gib))).map(|dimms| {
+                if dimms.is_empty() {
+                    total
+                } else {
+                    format!("{total} ({dimms})")
+                }
+            });
+        put(
             MEMORY_ANNOTATION,
-            if dimms.is_empty() {
-                total
-            } else {
-                format!("{total} ({dimms})")
-            },
+            "the memory modules",
+            memory.filter(|m| m.len() <= MAX_FACT_BYTES),
         );
     }
-    for (key, value) in [
-        (BIOS_VERSION_ANNOTATION, &facts.bios_version),
-        (BMC_FIRMWARE_ANNOTATION, &facts.bmc_firmware_version),
+    for (key, field, value) in [
+        (
+            BIOS_VERSION_ANNOTATION,
+            "the BIOS version",
+            &facts.bios_version,
+        ),
+        (
+            BMC_FIRMWARE_ANNOTATION,
+            "the BMC firmware version",
+            &facts.bmc_firmware_version,
+        ),
     ] {
         if let Some(v) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
-            out.insert(key, v.to_owned());
+            put(
+                key,
+                field,
+                (v.len() <= MAX_FACT_BYTES).then(|| v.to_owned()),
+            );
         }
     }
-    let macs: Vec<&str> = facts
+    let mut macs = facts
         .nics
         .iter()
         .filter_map(|n| n.mac_address.as_deref())
         .filter(|m| !m.is_empty())
-        .collect();
-    if !macs.is_empty() {
-        out.insert(NIC_MACS_ANNOTATION, macs.join(","));
+        .peekable();
+    if macs.peek().is_some() {
+        put(
+            NIC_MACS_ANNOTATION,
+            "the network interfaces' MAC addresses",
+            joined_within_cap(macs),
+        );
     }
-    let disks = grouped(facts.disks.iter().map(|d| {
-        [
-            d.capacity_bytes.map(bytes),
-            d.media_type.clone(),
-            d.model.clone().or_else(|| d.name.clone()),
-        ]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join(" ")
-    }));
-    if !disks.is_empty() {
-        out.insert(DISKS_ANNOTATION, disks);
+    if !facts.disks.is_empty() {
+        let disks = grouped(facts.disks.iter().map(|d| {
+            [
+                d.capacity_bytes.map(bytes),
+                d.media_type.as_deref().map(bounded).map(str::to_owned),
+                d.model
+                    .as_deref()
+                    .or(d.name.as_deref())
+                    .map(bounded)
+                    .map(str::to_owned),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" ")
+        }));
+        match disks {
+            Some(d) if d.is_empty() => {}
+            other => put(DISKS_ANNOTATION, "the disks' models and sizes", other),
+        }
     }
     if let Some(h) = overall_health(facts) {
         out.insert(HEALTH_ANNOTATION, health_word(h).to_owned());
     }
-    out
+    (out, too_long)
+}
+
+/// A BMC string as long as a fact may be, plus a character: a longer one is not copied whole
+/// (its fact will not fit either, and is left out).
+fn bounded(s: &str) -> &str {
+    if s.len() <= MAX_FACT_BYTES {
+        return s;
+    }
+    let mut end = MAX_FACT_BYTES + 1;
+    while !s.is_char_boundary(end) {
+        end += 1;
+    }
+    &s[..end]
 }
 
 /// The worst health the BMC reports anywhere.
@@ -794,7 +887,8 @@ mod tests {
             fans: vec![part("Fan1", Health::Warning)],
             ..Facts::default()
         };
-        let wanted = fact_annotations(&facts);
+        let (wanted, too_long) = fact_annotations(&facts);
+        assert_eq!(too_long, vec![]);
         let w = |k: &str| wanted.get(k).map(String::as_str);
         assert_eq!(w(CPU_ANNOTATION), Some("2x Intel Xeon Gold 6230 (20C/40T)"));
         assert_eq!(w(MEMORY_ANNOTATION), Some("384GiB (12x 32GiB)"));
@@ -822,11 +916,71 @@ mod tests {
         upgraded.bios_version = Some("2.20.0".into());
         upgraded.disks.clear();
         let patch =
-            annotation_patch(&current, &fact_annotations(&upgraded), &FACT_ANNOTATIONS).unwrap();
+            annotation_patch(&current, &fact_annotations(&upgraded).0, &FACT_ANNOTATIONS).unwrap();
         assert_eq!(
             Value::Object(patch),
             json!({BIOS_VERSION_ANNOTATION: "2.20.0", DISKS_ANNOTATION: null})
         );
-        assert!(fact_annotations(&Facts::default()).is_empty());
+        assert!(fact_annotations(&Facts::default()).0.is_empty());
+    }
+
+    #[test]
+    fn a_fact_longer_than_the_cap_is_left_out_with_an_error_naming_it() {
+        let nic = |i: usize| Nic {
+            id: i.to_string(),
+            mac_address: Some(format!("52:54:00:00:{:02x}:{:02x}", i / 256, i % 256)),
+            ..Nic::default()
+        };
+        let facts = Facts {
+            // A firmware that answers a megabyte where a version belongs.
+            bios_version: Some("x".repeat(1 << 20)),
+            bmc_firmware_version: Some("7.00.00".into()),
+            // 10,000 NICs: 18 bytes each joined would be 180 KB.
+            nics: (0..10_000).map(nic).collect(),
+            disks: (0..5_000)
+                .map(|i| Disk {
+                    id: i.to_string(),
+                    model: Some(format!("model-{i}")),
+                    ..Disk::default()
+                })
+                .collect(),
+            cpus: vec![Cpu {
+                id: "CPU1".into(),
+                model: Some("y".repeat(MAX_FACT_BYTES + 1)),
+                ..Cpu::default()
+            }],
+            ..Facts::default()
+        };
+        let (wanted, too_long) = fact_annotations(&facts);
+        let left_out: Vec<&str> = too_long.iter().map(|t| t.annotation).collect();
+        assert_eq!(
+            left_out,
+            vec![
+                CPU_ANNOTATION,
+                BIOS_VERSION_ANNOTATION,
+                NIC_MACS_ANNOTATION,
+                DISKS_ANNOTATION
+            ]
+        );
+        assert_eq!(
+            wanted.get(BMC_FIRMWARE_ANNOTATION).map(String::as_str),
+            Some("7.00.00")
+        );
+        assert!(wanted.values().all(|v| v.len() <= MAX_FACT_BYTES));
+        for t in &too_long {
+            assert!(!wanted.contains_key(t.annotation));
+        }
+        assert_eq!(
+            too_long[1].to_string(),
+            "annotation seeder.ingot.dev/bios-version is left off the Node: the BIOS version reported by the BMC would take more than 1024 bytes; check the BMC's inventory (its firmware may report garbage)"
+        );
+        // Right at the cap a fact is still written.
+        let at_cap = Facts {
+            bios_version: Some("v".repeat(MAX_FACT_BYTES)),
+            ..Facts::default()
+        };
+        let (wanted, too_long) = fact_annotations(&at_cap);
+        assert!(too_long.is_empty());
+        assert_eq!(wanted[BIOS_VERSION_ANNOTATION].len(), MAX_FACT_BYTES);
     }
 }

@@ -30,7 +30,7 @@ use ingot_api::seeder::{
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
@@ -43,7 +43,7 @@ use super::conditions::{
     self, BMC_OBJECT_CREATED, INVENTORY_ALLOCATED_TO_CLUSTER, MACHINE_NOT_CONTACTABLE,
 };
 use super::power::{self, JobOutcome, PowerStep};
-use super::{Error, MEMBERSHIP_FINALIZER, SeederContext, cluster};
+use super::{Error, MEMBERSHIP_FINALIZER, SeederContext, cluster, node_api};
 use crate::rufio::machine::CONTACTABLE;
 use crate::rufio::tenancy;
 
@@ -591,8 +591,32 @@ async fn update_status(
         ready,
     );
     let mut events = Vec::new();
+    // A request is taken only while its Node (when it has one) is in maintenance, checked
+    // now rather than when it was made: it may have waited hours for its BMC to answer.
+    let step = match step {
+        PowerStep::Submit(action) => match node.filter(|n| !node_api::in_maintenance(n)) {
+            Some(node) => PowerStep::Refuse(
+                action,
+                power::outside_maintenance_message(&node.name_any(), action),
+            ),
+            None => PowerStep::Submit(action),
+        },
+        other => other,
+    };
+    let mut job_name = None;
     match &step {
-        PowerStep::Idle | PowerStep::WaitReady | PowerStep::Recover(_) => {}
+        PowerStep::Idle | PowerStep::WaitReady | PowerStep::Recover(..) => {}
+        PowerStep::Refuse(action, message) => {
+            let name = power::new_job_name(inventory, *action);
+            power::mark_refused(&mut status, &name, message, &now);
+            events.push((EventType::Warning, "PowerActionRefused", message.clone()));
+        }
+        PowerStep::Unrecorded(action) => {
+            let message = power::unrecorded_message(inventory);
+            let name = power::new_job_name(inventory, *action);
+            power::mark_refused(&mut status, &name, &message, &now);
+            events.push((EventType::Warning, "PowerActionFailed", message));
+        }
         PowerStep::Unknown(unknown) => {
             let before = status.clone();
             power::mark_unknown(&mut status, unknown, &now);
@@ -604,7 +628,11 @@ async fn update_status(
                 ));
             }
         }
-        PowerStep::Submit(_) => power::mark_submitted(&mut status, &now),
+        PowerStep::Submit(action) => {
+            let name = power::new_job_name(inventory, *action);
+            power::mark_submitted(&mut status, &name, &now);
+            job_name = Some(name);
+        }
         PowerStep::Track(job) => {
             let outcome = power::job_outcome(read_job(inventory, job, ctx).await?.as_ref());
             if power::apply_outcome(&mut status, job, &outcome, &now) {
@@ -616,9 +644,9 @@ async fn update_status(
     for (type_, reason, note) in events {
         ctx.publish(&inventory, type_, reason, note).await;
     }
-    match step {
-        PowerStep::Submit(action) | PowerStep::Recover(action) => {
-            submit_job(&inventory, action, ctx).await
+    match (step, job_name) {
+        (PowerStep::Submit(action), Some(name)) | (PowerStep::Recover(action, name), _) => {
+            submit_job(&inventory, action, &name, ctx).await
         }
         _ => Ok(()),
     }
@@ -676,39 +704,40 @@ async fn write_status(
     Ok(written)
 }
 
-/// Finds the Job of a taken request or creates it, then records its name.
+/// Creates the Job of a taken request under the name recorded when it was taken (an existing
+/// Job of that name is the one an earlier try created), then records its name.
 async fn submit_job(
     inventory: &Inventory,
     action: power::PowerAction,
+    name: &str,
     ctx: &SeederContext,
 ) -> Result<(), Error> {
     let namespace = inventory.namespace().unwrap_or_default();
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
-    let status = inventory.status.clone().unwrap_or_default();
-    let since = conditions::find(&status.conditions, conditions::BMC_JOB_SUBMITTED)
-        .and_then(|c| c.last_update_time.clone())
-        .unwrap_or_default();
-    let listed = api
-        .list(
-            &ListParams::default()
-                .labels(&format!("{JOB_INVENTORY_LABEL}={}", inventory.name_any())),
-        )
-        .await?;
-    let name = match power::find_submitted_job(&listed.items, inventory, action, &since) {
-        Some(name) => name,
-        None => {
-            let job = api
-                .create(
-                    &PostParams::default(),
-                    &power::generate_job(inventory, action),
-                )
-                .await?;
-            info!(inventory = %inventory.name_any(), %namespace, job = %job.name_any(), %action, "created the power action job");
-            job.name_any()
+    let mut status = inventory.status.clone().unwrap_or_default();
+    let job = power::generate_job(inventory, action, name);
+    match api.create(&PostParams::default(), &job).await {
+        Ok(_) => {
+            info!(inventory = %inventory.name_any(), %namespace, job = %name, %action, "created the power action job");
+            ctx.rufio.crash_point("seeder-after-job-create");
         }
-    };
-    let mut status = status;
-    status.power_action.last_job_name = Some(name.clone());
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let existing = api.get_opt(name).await?;
+            if !existing.is_some_and(|j| power::is_inventory_job(&j, inventory)) {
+                let message = format!(
+                    "job {namespace}/{name} exists but was not created for this inventory: request again"
+                );
+                power::mark_refused(&mut status, name, &message, &now());
+                let inventory = write_status(inventory, status, ctx).await?;
+                ctx.publish(&inventory, EventType::Warning, "PowerActionFailed", message)
+                    .await;
+                return Ok(());
+            }
+            info!(inventory = %inventory.name_any(), %namespace, job = %name, %action, "found the power action job created before");
+        }
+        Err(e) => return Err(e.into()),
+    }
+    status.power_action.last_job_name = Some(name.to_owned());
     let inventory = write_status(inventory, status, ctx).await?;
     ctx.publish(
         &inventory,

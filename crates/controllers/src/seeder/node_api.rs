@@ -6,15 +6,17 @@
 
 use std::collections::BTreeMap;
 
-use ingot_api::seeder::{INVENTORY_NODE_READY, Inventory};
+use ingot_api::seeder::{INVENTORY_NODE_READY, Inventory, LOCAL_NODE_NAME_ANNOTATION};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
     SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+
+use super::inventory::node_name;
 
 /// The Node annotation Harvester sets while a Node is in maintenance (any non-empty value).
 pub const MAINTAIN_STATUS_ANNOTATION: &str = "harvesterhci.io/maintain-status";
@@ -70,24 +72,20 @@ impl Refusal {
     }
 }
 
-/// `powerActionPossible`: 204 when the Node's Inventory (same name, in `namespace`) is
-/// `inventoryNodeReady`; 424 without an Inventory; 409 with Harvester's messages otherwise.
+/// `powerActionPossible`: 204 when the Node's Inventory (the one in `namespace` that maps to
+/// the Node, [`inventory_of_node`]) is `inventoryNodeReady`; 424 without an Inventory; 409
+/// with Harvester's messages otherwise.
 pub async fn power_action_possible(
     client: &Client,
     namespace: &str,
     node: &str,
 ) -> Result<(), Refusal> {
-    let inventories: Api<Inventory> = Api::namespaced(client.clone(), namespace);
-    let inventory = match inventories.get_opt(node).await {
-        Ok(Some(inventory)) => inventory,
-        Ok(None) => {
-            return Err(Refusal::new(
-                424,
-                format!("no inventory {namespace}/{node}: the node has no BMC known to ingot"),
-            ));
-        }
-        Err(error) => return Err(Refusal::api("reading the inventory", &error)),
-    };
+    let inventory = inventory_of_node(client, namespace, node).await?;
+    ready(&inventory, node)
+}
+
+/// Harvester's readiness check of the Node's Inventory.
+fn ready(inventory: &Inventory, node: &str) -> Result<(), Refusal> {
     match inventory.status.as_ref().and_then(|s| s.status.as_deref()) {
         None => Err(Refusal::new(
             409,
@@ -98,6 +96,64 @@ pub async fn power_action_possible(
             409,
             format!(
                 "expected to find inventory {node} status {INVENTORY_NODE_READY}, but current status is: {other}"
+            ),
+        )),
+    }
+}
+
+/// Whether Harvester has the Node in maintenance (its annotation, any non-empty value).
+pub fn in_maintenance(node: &Node) -> bool {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MAINTAIN_STATUS_ANNOTATION))
+        .is_some_and(|v| !v.is_empty())
+}
+
+/// The Inventory in `namespace` that maps to the Node by Seeder's annotation
+/// `metal.harvesterhci.io/local-node-name` (Harvester's UI names it after the Node too, and
+/// that one is read first). An Inventory that only shares the Node's name is not the Node's.
+pub async fn inventory_of_node(
+    client: &Client,
+    namespace: &str,
+    node: &str,
+) -> Result<Inventory, Refusal> {
+    let inventories: Api<Inventory> = Api::namespaced(client.clone(), namespace);
+    let namesake = inventories
+        .get_opt(node)
+        .await
+        .map_err(|e| Refusal::api("reading the inventory", &e))?;
+    if let Some(inventory) = namesake.filter(|i| node_name(i) == Some(node)) {
+        return Ok(inventory);
+    }
+    let listed = inventories
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Refusal::api("listing the inventories", &e))?;
+    let mut mapped: Vec<Inventory> = listed
+        .items
+        .into_iter()
+        .filter(|i| node_name(i) == Some(node))
+        .collect();
+    match mapped.len() {
+        0 => Err(Refusal::new(
+            424,
+            format!(
+                "no inventory in {namespace} maps to node {node} (annotation \
+                 {LOCAL_NODE_NAME_ANNOTATION}): the node has no BMC known to ingot"
+            ),
+        )),
+        1 => Ok(mapped.remove(0)),
+        _ => Err(Refusal::new(
+            409,
+            format!(
+                "inventories {} in {namespace} all map to node {node} (annotation \
+                 {LOCAL_NODE_NAME_ANNOTATION}): keep it on one of them",
+                mapped
+                    .iter()
+                    .map(|i| i.name_any())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         )),
     }
@@ -131,13 +187,7 @@ pub async fn request_power_action(
         Ok(None) => return Err(Refusal::new(404, format!("node {node} not found"))),
         Err(error) => return Err(Refusal::api("reading the node", &error)),
     };
-    let in_maintenance = found
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(MAINTAIN_STATUS_ANNOTATION))
-        .is_some_and(|v| !v.is_empty());
-    if !in_maintenance {
+    if !in_maintenance(&found) {
         return Err(Refusal::new(
             409,
             format!(
@@ -146,13 +196,10 @@ pub async fn request_power_action(
             ),
         ));
     }
-    power_action_possible(client, namespace, node).await?;
-
+    let inventory = inventory_of_node(client, namespace, node).await?;
+    ready(&inventory, node)?;
+    let name = inventory.name_any();
     let inventories: Api<Inventory> = Api::namespaced(client.clone(), namespace);
-    let inventory = inventories
-        .get(node)
-        .await
-        .map_err(|e| Refusal::api("reading the inventory", &e))?;
     let mut power_action = inventory
         .status
         .as_ref()
@@ -177,7 +224,7 @@ pub async fn request_power_action(
     let resource_version = inventory.metadata.resource_version.clone();
     inventories
         .patch(
-            node,
+            &name,
             &PatchParams::default(),
             &Patch::Merge(json!({
                 "metadata": {"resourceVersion": resource_version},
@@ -188,14 +235,14 @@ pub async fn request_power_action(
         .map_err(|e| match e {
             kube::Error::Api(status) if status.code == 409 => Refusal::new(
                 409,
-                format!("inventory {node} changed while the request was made: try again"),
+                format!("inventory {name} changed while the request was made: try again"),
             ),
             other => Refusal::api("writing the request", &other),
         })?;
     power_action.last_job_name = Some(String::new());
     inventories
         .patch_status(
-            node,
+            &name,
             &PatchParams::default(),
             &Patch::Merge(json!({"status": {"powerAction": power_action}})),
         )

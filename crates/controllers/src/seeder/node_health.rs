@@ -146,7 +146,16 @@ async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result
         .map(String::as_str);
     let (entries, new_cursor) = health::new_log_entries(&log, cursor);
 
-    let mut wanted = health::fact_annotations(&facts);
+    let (mut wanted, too_long) = health::fact_annotations(&facts);
+    for fact in too_long {
+        ctx.publish(
+            inventory,
+            EventType::Warning,
+            "HardwareFactTooLong",
+            fact.to_string(),
+        )
+        .await;
+    }
     wanted.insert(health::READINGS_ANNOTATION, fingerprints);
     if let Some(c) = new_cursor {
         wanted.insert(health::EVENT_LOG_CURSOR_ANNOTATION, c);

@@ -7,10 +7,13 @@
 //! request is set and `lastJobName` is empty. `actionStatus` is absent while the Job runs (the
 //! UI reads its absence as "in progress"), then `complete` or `failed`.
 //!
-//! One step more than Seeder, so that a Job is never created twice: `bmcJobSubmitted` is written
-//! (with the resourceVersion read) *before* the Job is created, and `lastJobName` after. A
-//! reconcile that finds `bmcJobSubmitted` True without `lastJobName` (the process stopped in
-//! between) looks for the Job it created instead of creating another.
+//! One step more than Seeder, so that a Job is never created twice: the Job's name is chosen
+//! and written with `bmcJobSubmitted` (its message `creating bmc job <name>`, with the
+//! resourceVersion read) *before* the Job is created under that name, and `lastJobName` after.
+//! A reconcile that finds `bmcJobSubmitted` True without `lastJobName` (the process stopped in
+//! between, or the create timed out) creates the Job of the recorded name, which the API
+//! server refuses (409) when it exists: the Job is found by the name ingot wrote, never by
+//! comparing the API server's clock with the operator's.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -103,15 +106,60 @@ pub fn pxe_on_reboot(inventory: &Inventory) -> bool {
         .is_some_and(|v| v == "true")
 }
 
+/// The `message` of `bmcJobSubmitted` that records the name of the Job being created.
+const CREATING_JOB: &str = "creating bmc job ";
+
+/// The longest generateName prefix the API server keeps (63 minus its 5 random characters).
+const MAX_GENERATED_PREFIX: usize = 58;
+
+/// A new Job name as the API server makes one from Seeder's generateName `<inventory>-<action>-`:
+/// the prefix (cut to 58 characters) and 5 random characters of its alphabet.
+pub fn new_job_name(inventory: &Inventory, action: PowerAction) -> String {
+    // The API server's alphabet (no vowels, no 0 1 3: no words, no look-alikes).
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut prefix = format!("{}-{action}-", inventory.name_any());
+    // Object names are ASCII; the boundary check only keeps a bad one from panicking.
+    let mut cut = prefix.len().min(MAX_GENERATED_PREFIX);
+    while !prefix.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    prefix.truncate(cut);
+    let random = uuid::Uuid::new_v4();
+    let suffix: String = random.as_bytes()[..5]
+        .iter()
+        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+        .collect();
+    prefix + &suffix
+}
+
+/// The name of the Job a taken request creates, as recorded when it was taken.
+pub fn recorded_job(status: &InventoryStatus) -> Option<&str> {
+    conditions::find(&status.conditions, BMC_JOB_SUBMITTED)
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.message.as_deref())
+        .and_then(|m| m.strip_prefix(CREATING_JOB))
+        .filter(|name| !name.is_empty())
+}
+
+/// Whether this Job is the one `generate_job` made for this Inventory (its label and its
+/// owner reference to this very Inventory), not another object that took the name.
+pub fn is_inventory_job(job: &Job, inventory: &Inventory) -> bool {
+    let uid = inventory.uid().unwrap_or_default();
+    job.labels().get(JOB_INVENTORY_LABEL) == Some(&inventory.name_any())
+        && job.owner_references().iter().any(|o| o.uid == uid)
+}
+
 /// Seeder's `GenerateJob`: generateName `<inventory>-<action>-`, the label
 /// `inventory.metal.harvesterhci.io: <inventory>`, an owner reference to the Inventory (not a
 /// controller reference, as `controllerutil.SetOwnerReference` writes), and the Machine of the
-/// same name.
-pub fn generate_job(inventory: &Inventory, action: PowerAction) -> Job {
+/// same name. The name itself is the one recorded when the request was taken
+/// ([`new_job_name`]), so that the Job can be found again after a crash or a timeout.
+pub fn generate_job(inventory: &Inventory, action: PowerAction, job_name: &str) -> Job {
     let name = inventory.name_any();
     let namespace = inventory.namespace().unwrap_or_default();
     Job {
         metadata: ObjectMeta {
+            name: Some(job_name.to_owned()),
             generate_name: Some(format!("{name}-{action}-")),
             namespace: Some(namespace.clone()),
             labels: Some(BTreeMap::from([(
@@ -155,10 +203,16 @@ pub enum PowerStep {
     Unknown(UnknownAction),
     /// Mark the request taken, then create its Job.
     Submit(PowerAction),
-    /// The request was taken but its Job's name not recorded: find that Job, or create it.
-    Recover(PowerAction),
+    /// The request was taken but `lastJobName` not written: create the Job of the recorded
+    /// name (found when it exists), then record it.
+    Recover(PowerAction, String),
+    /// The request was taken without recording its Job's name (by an earlier ingot): which
+    /// Job it made is unknown, so it fails rather than sending the action again.
+    Unrecorded(PowerAction),
     /// The Job of the request runs; follow it.
     Track(String),
+    /// The request is not taken, for this reason (its Node left maintenance).
+    Refuse(PowerAction, String),
 }
 
 /// Seeder's `triggerPowerAction` / `reconcileBMCJob` gate, plus the recovery step.
@@ -173,9 +227,10 @@ pub fn next_step(requested: Option<&str>, status: &InventoryStatus, ready: bool)
         if !job.is_empty() {
             return PowerStep::Track(job.to_owned());
         }
-        return match PowerAction::parse(requested) {
-            Ok(action) => PowerStep::Recover(action),
-            Err(unknown) => PowerStep::Unknown(unknown),
+        return match (PowerAction::parse(requested), recorded_job(status)) {
+            (Ok(action), Some(job)) => PowerStep::Recover(action, job.to_owned()),
+            (Ok(action), None) => PowerStep::Unrecorded(action),
+            (Err(unknown), _) => PowerStep::Unknown(unknown),
         };
     }
     if requested.is_empty() || !job.is_empty() {
@@ -188,25 +243,58 @@ pub fn next_step(requested: Option<&str>, status: &InventoryStatus, ready: bool)
     }
 }
 
-/// The request is taken: Seeder's status for a submitted Job, before the Job exists.
-pub fn mark_submitted(status: &mut InventoryStatus, now: &str) {
+/// The request is taken: Seeder's status for a submitted Job, before the Job exists, with the
+/// name the Job will have.
+pub fn mark_submitted(status: &mut InventoryStatus, job: &str, now: &str) {
     status.power_action.action_status = None;
     status.power_action.last_job_name = None;
-    conditions::set_true(&mut status.conditions, BMC_JOB_SUBMITTED, None, now);
+    conditions::set_true(
+        &mut status.conditions,
+        BMC_JOB_SUBMITTED,
+        Some(&format!("{CREATING_JOB}{job}")),
+        now,
+    );
     conditions::set_false(&mut status.conditions, BMC_JOB_ERROR, now);
     conditions::set_false(&mut status.conditions, BMC_JOB_COMPLETED, now);
 }
 
 /// A request naming no power action fails at once, so that Harvester accepts the next one.
 pub fn mark_unknown(status: &mut InventoryStatus, unknown: &UnknownAction, now: &str) {
+    mark_failed(status, &unknown.to_string(), now);
+}
+
+/// The request fails without a Job (or without following one): `actionStatus: failed` and
+/// the reason in `bmcJobErrorr`, so that Harvester accepts the next request.
+pub fn mark_failed(status: &mut InventoryStatus, message: &str, now: &str) {
     status.power_action.action_status = Some(ACTION_FAILED.to_owned());
     conditions::set_false(&mut status.conditions, BMC_JOB_SUBMITTED, now);
-    conditions::set_true(
-        &mut status.conditions,
-        BMC_JOB_ERROR,
-        Some(&unknown.to_string()),
-        now,
-    );
+    conditions::set_true(&mut status.conditions, BMC_JOB_ERROR, Some(message), now);
+}
+
+/// The request fails without a Job ever created for it: as [`mark_failed`], and `lastJobName`
+/// names the Job it would have had (none exists), so that the request counts as answered until
+/// Harvester makes the next one (which clears `lastJobName`): it is never taken later.
+pub fn mark_refused(status: &mut InventoryStatus, job: &str, message: &str, now: &str) {
+    mark_failed(status, message, now);
+    status.power_action.last_job_name = Some(job.to_owned());
+}
+
+/// Why a request whose Node is not in maintenance when it would be taken fails.
+pub fn outside_maintenance_message(node: &str, action: PowerAction) -> String {
+    format!(
+        "node {node} is not in maintenance mode: the {action} request is not sent; enable \
+         maintenance mode (annotation {}) and request again",
+        super::node_api::MAINTAIN_STATUS_ANNOTATION
+    )
+}
+
+/// Why a request taken by an earlier ingot, which recorded no Job name, fails.
+pub fn unrecorded_message(inventory: &Inventory) -> String {
+    format!(
+        "the request was taken without recording the name of its bmc job, so it is not sent again: \
+         check the Jobs labelled {JOB_INVENTORY_LABEL}={} and request again",
+        inventory.name_any()
+    )
 }
 
 /// Where a Job stands.
@@ -271,34 +359,12 @@ pub fn apply_outcome(
     true
 }
 
-/// The Job a recovering request created: labelled for the Inventory, owned by it, named for the
-/// action, created no earlier than the request was marked (`since`, RFC 3339). The newest wins.
-pub fn find_submitted_job<'a>(
-    jobs: impl IntoIterator<Item = &'a Job>,
-    inventory: &Inventory,
-    action: PowerAction,
-    since: &str,
-) -> Option<String> {
-    let prefix = format!("{}-{action}-", inventory.name_any());
-    let uid = inventory.uid().unwrap_or_default();
-    jobs.into_iter()
-        .filter(|j| j.name_any().starts_with(&prefix))
-        .filter(|j| j.owner_references().iter().any(|o| o.uid == uid))
-        .filter_map(|j| {
-            let created = j.creation_timestamp()?.0.strftime("%Y-%m-%dT%H:%M:%SZ");
-            (created.to_string().as_str() >= since).then(|| (created.to_string(), j.name_any()))
-        })
-        .max()
-        .map(|(_, name)| name)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use ingot_api::rufio::{ActionCondition, JobStatus};
     use ingot_api::seeder::{InventorySpec, LOCAL_INVENTORY_ANNOTATION};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
     fn inventory(annotations: &[(&str, &str)]) -> Inventory {
@@ -317,7 +383,7 @@ mod tests {
     #[test]
     fn the_job_is_shaped_as_seeders_generate_job() {
         let i = inventory(&[(LOCAL_INVENTORY_ANNOTATION, "true")]);
-        let job = generate_job(&i, PowerAction::Shutdown);
+        let job = generate_job(&i, PowerAction::Shutdown, "harvester-659jw-shutdown-x7k2p");
         let v = serde_json::to_value(&job).unwrap();
         assert_eq!(
             v,
@@ -325,6 +391,7 @@ mod tests {
                 "apiVersion": "bmc.tinkerbell.org/v1alpha1",
                 "kind": "Job",
                 "metadata": {
+                    "name": "harvester-659jw-shutdown-x7k2p",
                     "generateName": "harvester-659jw-shutdown-",
                     "namespace": "harvester-system",
                     "labels": {"inventory.metal.harvesterhci.io": "harvester-659jw"},
@@ -341,7 +408,7 @@ mod tests {
                 }
             })
         );
-        let on = generate_job(&i, PowerAction::PowerOn);
+        let on = generate_job(&i, PowerAction::PowerOn, "harvester-659jw-poweron-b2c4d");
         assert_eq!(on.spec.tasks[0].power_action.as_deref(), Some("on"));
         assert_eq!(
             on.metadata.generate_name.as_deref(),
@@ -351,7 +418,7 @@ mod tests {
 
     #[test]
     fn reboot_is_off_then_on_and_pxe_only_when_asked() {
-        let plain = generate_job(&inventory(&[]), PowerAction::Reboot);
+        let plain = generate_job(&inventory(&[]), PowerAction::Reboot, "j");
         let tasks = serde_json::to_value(&plain.spec.tasks).unwrap();
         assert_eq!(
             tasks,
@@ -360,6 +427,7 @@ mod tests {
         let pxe = generate_job(
             &inventory(&[(REBOOT_PXE_ANNOTATION, "true")]),
             PowerAction::Reboot,
+            "j",
         );
         let tasks = serde_json::to_value(&pxe.spec.tasks).unwrap();
         assert_eq!(
@@ -414,17 +482,81 @@ mod tests {
             next_step(Some("reboot"), &running, false),
             PowerStep::Track("n-reboot-abcde".into())
         );
-        let marked = status(json!({"conditions": [{"type": "bmcJobSubmitted", "status": "True"}]}));
+        let mut marked = InventoryStatus::default();
+        mark_submitted(&mut marked, "n-shutdown-b2c4d", "t1");
         assert_eq!(
             next_step(Some("shutdown"), &marked, true),
-            PowerStep::Recover(PowerAction::Shutdown)
+            PowerStep::Recover(PowerAction::Shutdown, "n-shutdown-b2c4d".into())
         );
+        // Taken by an earlier ingot that recorded no name: not sent again.
+        let unrecorded =
+            status(json!({"conditions": [{"type": "bmcJobSubmitted", "status": "True"}]}));
+        assert_eq!(
+            next_step(Some("shutdown"), &unrecorded, true),
+            PowerStep::Unrecorded(PowerAction::Shutdown)
+        );
+    }
+
+    #[test]
+    fn a_refused_request_stays_answered() {
+        let mut s = InventoryStatus::default();
+        s.power_action.last_job_name = Some(String::new());
+        mark_refused(
+            &mut s,
+            "n-shutdown-b2c4d",
+            "node n is not in maintenance mode",
+            "t1",
+        );
+        assert_eq!(s.power_action.action_status.as_deref(), Some("failed"));
+        assert!(conditions::is_true(&s.conditions, BMC_JOB_ERROR));
+        // The Node in maintenance later (or the next pass): the request is not taken again.
+        assert_eq!(next_step(Some("shutdown"), &s, true), PowerStep::Idle);
+        // Harvester's next request clears lastJobName, and that one is taken.
+        s.power_action.last_job_name = Some(String::new());
+        assert_eq!(
+            next_step(Some("shutdown"), &s, true),
+            PowerStep::Submit(PowerAction::Shutdown)
+        );
+    }
+
+    #[test]
+    fn new_job_names_are_generate_names_and_differ() {
+        let i = inventory(&[]);
+        let a = new_job_name(&i, PowerAction::Reboot);
+        let b = new_job_name(&i, PowerAction::Reboot);
+        assert_ne!(a, b);
+        let suffix = a.strip_prefix("harvester-659jw-reboot-").unwrap();
+        assert_eq!(suffix.len(), 5);
+        assert!(
+            suffix
+                .chars()
+                .all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)),
+            "{a}"
+        );
+        // A long Inventory name is cut as the API server cuts a generateName.
+        let long = Inventory::new(&"n".repeat(70), InventorySpec::default());
+        let name = new_job_name(&long, PowerAction::Shutdown);
+        assert_eq!(name.len(), 63);
+        assert!(name.starts_with(&"n".repeat(58)));
+    }
+
+    #[test]
+    fn the_job_is_recognised_by_its_label_and_owner() {
+        let i = inventory(&[]);
+        let job = generate_job(&i, PowerAction::Reboot, "harvester-659jw-reboot-b2c4d");
+        assert!(is_inventory_job(&job, &i));
+        let mut other_owner = job.clone();
+        other_owner.metadata.owner_references.as_mut().unwrap()[0].uid = "uid-2".into();
+        assert!(!is_inventory_job(&other_owner, &i));
+        let mut unlabelled = job.clone();
+        unlabelled.metadata.labels = None;
+        assert!(!is_inventory_job(&unlabelled, &i));
     }
 
     #[test]
     fn the_answer_follows_the_job() {
         let mut s = InventoryStatus::default();
-        mark_submitted(&mut s, "t1");
+        mark_submitted(&mut s, "j", "t1");
         assert!(conditions::is_true(&s.conditions, BMC_JOB_SUBMITTED));
         s.power_action.last_job_name = Some("j".into());
         assert!(!apply_outcome(&mut s, "j", &JobOutcome::Running, "t2"));
@@ -454,7 +586,7 @@ mod tests {
         assert_eq!(gone.power_action.action_status.as_deref(), Some("failed"));
 
         // The next request clears the answer and the old error.
-        mark_submitted(&mut failed, "t4");
+        mark_submitted(&mut failed, "j2", "t4");
         assert_eq!(failed.power_action.action_status, None);
         assert!(!conditions::is_true(&failed.conditions, BMC_JOB_ERROR));
     }
@@ -462,7 +594,7 @@ mod tests {
     #[test]
     fn job_outcomes_read_rufio_conditions() {
         let job = |conds: Vec<(&str, &str, Option<&str>)>| {
-            let mut j = generate_job(&inventory(&[]), PowerAction::PowerOn);
+            let mut j = generate_job(&inventory(&[]), PowerAction::PowerOn, "j");
             j.status = Some(JobStatus {
                 conditions: conds
                     .into_iter()
@@ -503,47 +635,5 @@ mod tests {
         mark_unknown(&mut s, &unknown, "t2");
         assert_eq!(s, before);
         assert_eq!(s.power_action.action_status.as_deref(), Some("failed"));
-    }
-
-    #[test]
-    fn the_recovered_job_is_the_newest_one_made_since_the_mark() {
-        let i = inventory(&[]);
-        let job = |name: &str, at: &str, uid: &str| {
-            let mut j = generate_job(&i, PowerAction::Reboot);
-            j.metadata.name = Some(name.into());
-            j.metadata.creation_timestamp = Some(Time(at.parse().unwrap()));
-            j.metadata.owner_references.as_mut().unwrap()[0].uid = uid.into();
-            j
-        };
-        let jobs = [
-            job(
-                "harvester-659jw-reboot-old",
-                "2026-01-01T00:00:00Z",
-                "uid-1",
-            ),
-            job(
-                "harvester-659jw-reboot-new",
-                "2026-01-01T00:05:00Z",
-                "uid-1",
-            ),
-            job(
-                "harvester-659jw-reboot-other",
-                "2026-01-01T00:06:00Z",
-                "uid-2",
-            ),
-            job(
-                "harvester-659jw-shutdown-x",
-                "2026-01-01T00:07:00Z",
-                "uid-1",
-            ),
-        ];
-        assert_eq!(
-            find_submitted_job(&jobs, &i, PowerAction::Reboot, "2026-01-01T00:04:59Z"),
-            Some("harvester-659jw-reboot-new".into())
-        );
-        assert_eq!(
-            find_submitted_job(&jobs, &i, PowerAction::Reboot, "2026-01-01T00:05:01Z"),
-            None
-        );
     }
 }
