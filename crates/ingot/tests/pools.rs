@@ -631,6 +631,9 @@ async fn scale_out_and_in_then_replace_an_unhealthy_node() {
     let name = format!("scale-{}", ingot_testenv::random_suffix(4));
     let mut manifest = readme_pool();
     manifest["spec"]["nodeCleanupWaitInterval"] = json!("3s");
+    // The workload evicted from the unreachable Node is waited for until then: nothing there
+    // confirms its deletion.
+    manifest["spec"]["drainTimeout"] = json!("5s");
     stack.create_pool(manifest, &name).await;
     stack.wait_ready(&name, 1, Duration::from_secs(60)).await;
     let first = stack.pool_instances(&name).await[0].clone();
@@ -1743,7 +1746,11 @@ async fn a_node_that_recovers_while_its_drain_is_blocked_is_uncordoned_and_kept(
     pdbs.delete("guard", &DeleteParams::default())
         .await
         .unwrap();
+    // Deleting the pool drains the Node first: the evicted pod's deletion is confirmed as its
+    // kubelet would.
+    let kubelet = stack.confirm_pod_deletions();
     stack.delete_pools_and_expect_no_devices(&[name]).await;
+    kubelet.abort();
 }
 
 #[tokio::test]
