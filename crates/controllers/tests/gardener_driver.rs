@@ -259,7 +259,9 @@ async fn delete_by_provider_id_refuses_a_device_without_the_cluster_tag() {
     assert_eq!(
         f.devices()
             .iter()
-            .filter(|d| d["state"] == "active" || d["state"] == "provisioning" || d["state"] == "queued")
+            .filter(|d| d["state"] == "active"
+                || d["state"] == "provisioning"
+                || d["state"] == "queued")
             .count(),
         1,
         "the other cluster's device stays: {:?}",

@@ -1194,8 +1194,10 @@ async fn with_no_evict_retries_pods_are_still_evicted_first() {
     pdbs.patch_status(
         "refused",
         &PatchParams::default(),
-        &Patch::Merge(&json!({"status": {"observedGeneration": 1, "disruptionsAllowed": 0,
-            "currentHealthy": 1, "desiredHealthy": 2, "expectedPods": 2}})),
+        &Patch::Merge(
+            &json!({"status": {"observedGeneration": 1, "disruptionsAllowed": 0,
+            "currentHealthy": 1, "desiredHealthy": 2, "expectedPods": 2}}),
+        ),
     )
     .await
     .unwrap();
@@ -1221,7 +1223,11 @@ async fn with_no_evict_retries_pods_are_still_evicted_first() {
         },
     )
     .await;
-    let free = pods.get_opt("free").await.unwrap().expect("evicted, still terminating");
+    let free = pods
+        .get_opt("free")
+        .await
+        .unwrap()
+        .expect("evicted, still terminating");
     assert!(free.metadata.deletion_timestamp.is_some(), "evicted");
     assert_eq!(
         free.metadata.deletion_grace_period_seconds,
@@ -1232,7 +1238,13 @@ async fn with_no_evict_retries_pods_are_still_evicted_first() {
     wait_for(
         "the refused pod to be deleted after the retry interval",
         Duration::from_secs(40),
-        async || pods.get_opt("refused").await.unwrap().is_none().then_some(()),
+        async || {
+            pods.get_opt("refused")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
     )
     .await;
     let _ = pods

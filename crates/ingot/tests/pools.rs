@@ -362,11 +362,7 @@ impl Stack {
     /// Deletes every pool named and waits until the emulator holds no device.
     async fn delete_pools_and_expect_no_devices(&self, names: &[String]) {
         for name in names {
-            match self
-                .pools()
-                .delete(name, &DeleteParams::background())
-                .await
-            {
+            match self.pools().delete(name, &DeleteParams::background()).await {
                 Ok(_) => {}
                 // Deleted by the test already.
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
@@ -2283,7 +2279,10 @@ async fn deleting_a_pool_drains_its_nodes_one_at_a_time_before_the_servers_go() 
         "no server goes while its Node is not drained"
     );
     let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
-    assert!(pods.get_opt("free").await.unwrap().is_some(), "not its turn");
+    assert!(
+        pods.get_opt("free").await.unwrap().is_some(),
+        "not its turn"
+    );
 
     // The budget goes: each Node is drained, then its server deleted, one at a time.
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
@@ -2415,14 +2414,16 @@ async fn an_unreachable_node_s_evicted_pods_are_waited_for_until_drain_timeout()
     )
     .await;
     // Evicted, not gone: the Instance (and its server) stay.
-    let instance = stack.instances().get(&lost).await.unwrap();
+    let instance = stack.instances().get_opt(&lost).await.unwrap();
     assert!(
-        instance.metadata.deletion_timestamp.is_none(),
+        instance.is_some_and(|i| i.metadata.deletion_timestamp.is_none()),
         "removed while its evicted pod was still there"
     );
     stack
         .expect_event("InstancePool", &name, |e| {
-            e.1 == "DrainTimeout" && e.2.contains(&lost) && e.2.contains("1 pods are still terminating")
+            e.1 == "DrainTimeout"
+                && e.2.contains(&lost)
+                && e.2.contains("1 pods are still terminating")
         })
         .await;
     wait_for(
@@ -2478,7 +2479,8 @@ async fn a_person_s_cordon_is_never_taken_over_or_lifted() {
     .await;
     let node = nodes.get(&victim).await.unwrap();
     assert_eq!(
-        node.annotations().get("equinix.harvesterhci.io/cordoned-by"),
+        node.annotations()
+            .get("equinix.harvesterhci.io/cordoned-by"),
         None,
         "the person's cordon was taken over"
     );
@@ -2546,10 +2548,7 @@ async fn scale_up_creates_a_bounded_number_of_instances_per_pass() {
         }
     }
     assert_eq!(needed.first(), Some(&15), "statuses seen: {needed:?}");
-    assert!(
-        needed.windows(2).all(|w| w[0] - w[1] <= 10),
-        "{needed:?}"
-    );
+    assert!(needed.windows(2).all(|w| w[0] - w[1] <= 10), "{needed:?}");
     assert_eq!(stack.pool_instances(&name).await.len(), 25);
 
     // Nothing was made outside: the Instances go without their finalizer.
@@ -2627,20 +2626,23 @@ async fn a_server_that_is_not_the_instance_s_is_never_deleted() {
     let device = |id: String| {
         let base = base.clone();
         async move {
-        let found: Value = reqwest::Client::new()
-            .get(format!("{base}/devices/{id}"))
-            .header("X-Auth-Token", METAL_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        found["state"].as_str().unwrap_or_default().to_owned()
+            let found: Value = reqwest::Client::new()
+                .get(format!("{base}/devices/{id}"))
+                .header("X-Auth-Token", METAL_TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            found["state"].as_str().unwrap_or_default().to_owned()
         }
     };
     assert!(
-        !matches!(device(foreign.clone()).await.as_str(), "deprovisioning" | "deleted" | ""),
+        !matches!(
+            device(foreign.clone()).await.as_str(),
+            "deprovisioning" | "deleted" | ""
+        ),
         "the foreign server was deleted"
     );
     assert!(
@@ -2660,10 +2662,17 @@ async fn a_server_that_is_not_the_instance_s_is_never_deleted() {
         .unwrap();
     stack.delete_pools_and_expect_no_devices(&[name]).await;
     assert!(
-        !matches!(device(foreign.clone()).await.as_str(), "deprovisioning" | "deleted" | ""),
+        !matches!(
+            device(foreign.clone()).await.as_str(),
+            "deprovisioning" | "deleted" | ""
+        ),
         "the foreign server was deleted"
     );
     stack
-        .metal(reqwest::Method::DELETE, &format!("/devices/{foreign}"), Value::Null)
+        .metal(
+            reqwest::Method::DELETE,
+            &format!("/devices/{foreign}"),
+            Value::Null,
+        )
         .await;
 }

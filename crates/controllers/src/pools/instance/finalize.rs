@@ -247,7 +247,12 @@ mod tests {
         );
         // One whose drain started goes on first, whatever its name.
         assert_eq!(
-            turn("p-a", false, &others(&[("p-c", true), ("p-b", false)]), None),
+            turn(
+                "p-a",
+                false,
+                &others(&[("p-c", true), ("p-b", false)]),
+                None
+            ),
             Turn::After("p-c".into())
         );
     }
