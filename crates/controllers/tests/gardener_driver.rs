@@ -226,6 +226,59 @@ async fn delete_is_ok_for_a_missing_device_and_finds_one_without_provider_id() {
         .unwrap();
 }
 
+/// A provider id that names a device of another cluster (edited, or copied from another
+/// Machine) is refused, and the device stays.
+#[tokio::test]
+async fn delete_by_provider_id_refuses_a_device_without_the_cluster_tag() {
+    let f = fixture().await;
+    let mut other_spec = provider_spec();
+    other_spec["tags"] = json!(["kubernetes.io/cluster/shoot--other: 1", ROLE_TAG]);
+    let other = class(other_spec);
+    let theirs = machine("theirs-0", None);
+    let created = f
+        .driver
+        .create_machine(MachineRequest {
+            machine: &theirs,
+            class: &other,
+            secret: &f.secret,
+        })
+        .await
+        .unwrap();
+    let error = f
+        .driver
+        .delete_machine(f.req(&machine("machine-0", Some(&created.provider_id))))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, Code::FailedPrecondition, "{error:?}");
+    assert!(
+        error.message.contains(device_uuid(&created.provider_id))
+            && error.message.contains("cluster tag"),
+        "{error:?}"
+    );
+    f.sim.sim().tick();
+    assert_eq!(
+        f.devices()
+            .iter()
+            .filter(|d| d["state"] == "active"
+                || d["state"] == "provisioning"
+                || d["state"] == "queued")
+            .count(),
+        1,
+        "the other cluster's device stays: {:?}",
+        f.devices()
+    );
+    // Its own Machine still deletes it.
+    let theirs_with_id = machine("theirs-0", Some(&created.provider_id));
+    f.driver
+        .delete_machine(MachineRequest {
+            machine: &theirs_with_id,
+            class: &other,
+            secret: &f.secret,
+        })
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn list_machines_returns_the_cluster_and_role_devices_only() {
     let f = fixture().await;

@@ -1156,6 +1156,103 @@ async fn drain_honours_pod_disruption_budgets_and_forces_after_the_timeout() {
     );
 }
 
+/// With no eviction retries (`--machine-max-evict-retries=0`), every pod is still evicted
+/// first: one no budget guards leaves gracefully (its grace period kept), and one its budget
+/// refuses is deleted only after the retry interval, never in the first pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_evict_retries_pods_are_still_evicted_first() {
+    let stack = Stack::start(&[
+        "--machine-drain-timeout=10m",
+        "--machine-max-evict-retries=0",
+    ])
+    .await;
+    let md = "eqx-md-noretry";
+    stack.create_deployment(md, 1).await;
+    let machine = stack
+        .wait_running(1, Duration::from_secs(120))
+        .await
+        .remove(0);
+    let node = machine.name_any();
+    let pods: Api<Pod> = Api::namespaced(stack.target.clone(), &stack.namespace);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.target.clone(), &stack.namespace);
+    // "refused": one of its budget's two pods is down, so none may go for now.
+    let refused: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "refused", "labels": {"app": "refused"}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &refused).await.unwrap();
+    pods.patch_status("refused", &PatchParams::default(), &Patch::Merge(&json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})))
+        .await
+        .unwrap();
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "refused"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "refused"}}},
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    pdbs.patch_status(
+        "refused",
+        &PatchParams::default(),
+        &Patch::Merge(
+            &json!({"status": {"observedGeneration": 1, "disruptionsAllowed": 0,
+            "currentHealthy": 1, "desiredHealthy": 2, "expectedPods": 2}}),
+        ),
+    )
+    .await
+    .unwrap();
+    // "free": no budget, a 30 s grace period.
+    let free: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "free"},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 30, "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &free).await.unwrap();
+
+    stack.scale(md, 0).await;
+    wait_for(
+        "the drain to be refused once",
+        Duration::from_secs(60),
+        async || {
+            let m = stack.machines_api().get_opt(&node).await.unwrap()?;
+            let op = last_operation(&m);
+            let d = op["description"].as_str().unwrap_or("").to_owned();
+            (op["state"] == "Failed"
+                && d.contains("refused: eviction refused by a PodDisruptionBudget (1 of 0 tries)"))
+            .then_some(())
+        },
+    )
+    .await;
+    let free = pods
+        .get_opt("free")
+        .await
+        .unwrap()
+        .expect("evicted, still terminating");
+    assert!(free.metadata.deletion_timestamp.is_some(), "evicted");
+    assert_eq!(
+        free.metadata.deletion_grace_period_seconds,
+        Some(30),
+        "evicted with its grace period, not deleted with none"
+    );
+    // 20 s after the refusal the refused pod is deleted, and the machine goes.
+    wait_for(
+        "the refused pod to be deleted after the retry interval",
+        Duration::from_secs(40),
+        async || {
+            pods.get_opt("refused")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    let _ = pods
+        .delete("free", &DeleteParams::default().grace_period(0))
+        .await;
+    stack.delete_deployment_and_expect_nothing_left(md).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_chosen_and_random_moments_leaves_no_orphan_or_duplicate() {
     // No orphan collection: a duplicate device must not be hidden by the collector.

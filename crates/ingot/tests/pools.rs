@@ -362,10 +362,12 @@ impl Stack {
     /// Deletes every pool named and waits until the emulator holds no device.
     async fn delete_pools_and_expect_no_devices(&self, names: &[String]) {
         for name in names {
-            self.pools()
-                .delete(name, &DeleteParams::background())
-                .await
-                .unwrap();
+            match self.pools().delete(name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                // Deleted by the test already.
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => panic!("deleting pool {name}: {error}"),
+            }
         }
         let pools: Vec<&str> = names.iter().map(String::as_str).collect();
         wait_for(
@@ -625,6 +627,9 @@ async fn scale_out_and_in_then_replace_an_unhealthy_node() {
     let name = format!("scale-{}", ingot_testenv::random_suffix(4));
     let mut manifest = readme_pool();
     manifest["spec"]["nodeCleanupWaitInterval"] = json!("3s");
+    // The workload evicted from the unreachable Node is waited for until then: nothing there
+    // confirms its deletion.
+    manifest["spec"]["drainTimeout"] = json!("5s");
     stack.create_pool(manifest, &name).await;
     stack.wait_ready(&name, 1, Duration::from_secs(60)).await;
     let first = stack.pool_instances(&name).await[0].clone();
@@ -1737,7 +1742,11 @@ async fn a_node_that_recovers_while_its_drain_is_blocked_is_uncordoned_and_kept(
     pdbs.delete("guard", &DeleteParams::default())
         .await
         .unwrap();
+    // Deleting the pool drains the Node first: the evicted pod's deletion is confirmed as its
+    // kubelet would.
+    let kubelet = stack.confirm_pod_deletions();
     stack.delete_pools_and_expect_no_devices(&[name]).await;
+    kubelet.abort();
 }
 
 #[tokio::test]
@@ -2058,4 +2067,612 @@ async fn a_pool_the_go_addon_made_is_adopted_after_installing_from_the_manifests
     )
     .await;
     stack.kill_operator();
+}
+
+impl Stack {
+    /// An Instance's condition of this type: (status, reason, message).
+    async fn instance_condition(
+        &self,
+        instance: &str,
+        type_: &str,
+    ) -> Option<(String, String, String)> {
+        self.instances()
+            .get_opt(instance)
+            .await
+            .ok()??
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status, c.reason, c.message))
+    }
+
+    /// Waits for the Instance's `Ready` condition to be False with this reason; its message.
+    async fn wait_blocked(&self, instance: &str, reason: &str, timeout: Duration) -> String {
+        wait_for(
+            &format!("Instance {instance} Ready=False {reason}"),
+            timeout,
+            async || {
+                self.instance_condition(instance, "Ready")
+                    .await
+                    .filter(|c| c.0 == "False" && c.1 == reason)
+                    .map(|c| c.2)
+            },
+        )
+        .await
+    }
+
+    /// A Running, Ready pod on `node` (as its kubelet would report), optionally guarded by a
+    /// PodDisruptionBudget that refuses every eviction.
+    async fn running_pod(&self, name: &str, node: &str, guarded: bool) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.invalid/app"}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+        if guarded {
+            let pdbs: Api<PodDisruptionBudget> =
+                Api::namespaced(self.client.clone(), &self.namespace);
+            let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": name}}}
+            }))
+            .unwrap();
+            pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+        }
+    }
+
+    /// Stands in for the kubelets (none runs on these Nodes): confirms every pod deletion.
+    fn confirm_pod_deletions(&self) -> tokio::task::JoinHandle<()> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        tokio::spawn(async move {
+            loop {
+                if let Ok(list) = pods.list(&ListParams::default()).await {
+                    for pod in list.items {
+                        if pod.metadata.deletion_timestamp.is_some() {
+                            let _ = pods
+                                .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+                                .await;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    }
+
+    /// Nodes of the pool that are unschedulable.
+    async fn cordoned(&self, pool: &str) -> Vec<String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+            .map(|n| n.name_any())
+            .filter(|n| n.starts_with(pool))
+            .collect()
+    }
+
+    /// The pool's Instance that scale-down removes first (all healthy: the newest, then by
+    /// name).
+    async fn newest(&self, pool: &str) -> String {
+        let mut order: Vec<(std::cmp::Reverse<k8s_openapi::jiff::Timestamp>, String)> = self
+            .pool_instances(pool)
+            .await
+            .into_iter()
+            .map(|i| {
+                (
+                    std::cmp::Reverse(i.metadata.creation_timestamp.clone().unwrap().0),
+                    i.name_any(),
+                )
+            })
+            .collect();
+        order.sort();
+        order.remove(0).1
+    }
+}
+
+/// An Instance whose `status.status` is none of the phases is blocked with a condition and an
+/// Event: its server, a live joined Node, is neither reinstalled nor replaced, and nothing is
+/// written over the status.
+#[tokio::test]
+async fn an_unknown_instance_status_is_blocked_and_the_server_left_alone() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("odd-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(1);
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 1, Duration::from_secs(120)).await;
+    let instance = stack.pool_instances(&name).await.remove(0);
+    let member = instance.name_any();
+    let server = instance.status.unwrap().instance_id;
+    let before = stack.sim.sim().metrics();
+
+    stack
+        .instances()
+        .patch_status(
+            &member,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"status": "installing-v2"}})),
+        )
+        .await
+        .unwrap();
+    let message = stack
+        .wait_blocked(&member, "UnknownStatus", Duration::from_secs(30))
+        .await;
+    assert!(
+        message.contains("installing-v2") && message.contains(&server),
+        "{message}"
+    );
+    stack
+        .expect_event("Instance", &member, |e| {
+            e.0 == "Warning" && e.1 == "UnknownStatus"
+        })
+        .await;
+    let status = stack
+        .instances()
+        .get(&member)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(
+        (status.status.as_str(), status.instance_id.as_str()),
+        ("installing-v2", server.as_str())
+    );
+    let after = stack.sim.sim().metrics();
+    for op in ["createDevice", "deleteDevice", "performAction"] {
+        assert_eq!(after.requests(op), before.requests(op), "{op} was sent");
+    }
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+/// Deleting a pool drains its Nodes before their servers go, one Node at a time: a pod a
+/// PodDisruptionBudget guards holds its Node's server, the others wait their turn, and each
+/// Instance's `Ready` condition says why.
+#[tokio::test]
+async fn deleting_a_pool_drains_its_nodes_one_at_a_time_before_the_servers_go() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("bye-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(3);
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 3, Duration::from_secs(120)).await;
+    let members: Vec<String> = stack.names(&name).await.into_iter().collect();
+    // The first by name drains first: its pod is guarded; the second's is not.
+    stack.running_pod("held", &members[0], true).await;
+    stack.running_pod("free", &members[1], false).await;
+    let kubelet = stack.confirm_pod_deletions();
+    let servers = stack.devices(&[name.as_str()]);
+    assert_eq!(servers.len(), 3);
+
+    stack
+        .pools()
+        .delete(&name, &DeleteParams::background())
+        .await
+        .unwrap();
+    let message = stack
+        .wait_blocked(&members[0], "DrainBlocked", Duration::from_secs(60))
+        .await;
+    assert!(message.contains("held"), "{message}");
+    for waiting in &members[1..] {
+        let message = stack
+            .wait_blocked(waiting, "WaitingForDrain", Duration::from_secs(30))
+            .await;
+        assert!(message.contains(&members[0]), "{message}");
+    }
+    assert_eq!(stack.cordoned(&name).await, vec![members[0].clone()]);
+    assert_eq!(
+        stack.devices(&[name.as_str()]).len(),
+        3,
+        "no server goes while its Node is not drained"
+    );
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    assert!(
+        pods.get_opt("free").await.unwrap().is_some(),
+        "not its turn"
+    );
+
+    // The budget goes: each Node is drained, then its server deleted, one at a time.
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    pdbs.delete("held", &DeleteParams::default()).await.unwrap();
+    let started = Instant::now();
+    while !stack.devices(&[name.as_str()]).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "timed out deleting the servers"
+        );
+        assert!(
+            stack.cordoned(&name).await.len() <= 1,
+            "one drain at a time"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    kubelet.abort();
+    for pod in ["held", "free"] {
+        assert!(pods.get_opt(pod).await.unwrap().is_none(), "{pod} evicted");
+    }
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+/// Deleting an Instance whose Node is a control-plane Node waits while another control-plane
+/// Node is not Ready, and says so.
+#[tokio::test]
+async fn a_control_plane_node_is_not_deleted_while_another_is_not_ready() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("cp-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(2);
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 2, Duration::from_secs(120)).await;
+    let members: Vec<String> = stack.names(&name).await.into_iter().collect();
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    for member in &members {
+        nodes
+            .patch(
+                member,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"labels": {
+                    "node-role.kubernetes.io/control-plane": "true"}}})),
+            )
+            .await
+            .unwrap();
+    }
+    let (going, sick) = (&members[0], &members[1]);
+    stack
+        .booter
+        .set_not_ready(sick, NotReady::False)
+        .await
+        .unwrap();
+    let server = stack
+        .instances()
+        .get(going)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .instance_id;
+
+    stack
+        .instances()
+        .delete(going, &DeleteParams::default())
+        .await
+        .unwrap();
+    let message = stack
+        .wait_blocked(going, "ControlPlaneHeld", Duration::from_secs(30))
+        .await;
+    assert!(message.contains(sick.as_str()), "{message}");
+    stack
+        .expect_event("Instance", going, |e| e.1 == "ControlPlaneHeld")
+        .await;
+    assert!(
+        stack.devices(&[name.as_str()]).contains_key(&server),
+        "the server stays"
+    );
+    assert!(stack.cordoned(&name).await.is_empty(), "not even cordoned");
+
+    // The other control-plane Node is Ready again: the deletion goes on.
+    stack.booter.set_ready(sick).await.unwrap();
+    wait_for(
+        "the Instance and its server to be gone",
+        Duration::from_secs(60),
+        async || {
+            (stack.instances().get_opt(going).await.unwrap().is_none()
+                && !stack.devices(&[name.as_str()]).contains_key(&server))
+            .then_some(())
+        },
+    )
+    .await;
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+/// On an unreachable Node, an evicted pod nothing confirms the deletion of still counts: the
+/// removal waits for it until `drainTimeout`, and then goes on with an Event.
+#[tokio::test]
+async fn an_unreachable_node_s_evicted_pods_are_waited_for_until_drain_timeout() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("lost-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(2);
+    manifest["spec"]["nodeCleanupWaitInterval"] = json!("2s");
+    manifest["spec"]["drainTimeout"] = json!("10s");
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 2, Duration::from_secs(120)).await;
+    let lost: String = stack.names(&name).await.into_iter().next().unwrap();
+    stack.running_pod("stranded", &lost, false).await;
+
+    stack
+        .booter
+        .set_not_ready(&lost, NotReady::Unknown)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    wait_for(
+        "the pod on the unreachable Node to be evicted",
+        Duration::from_secs(30),
+        async || {
+            pods.get_opt("stranded")
+                .await
+                .unwrap()?
+                .metadata
+                .deletion_timestamp
+                .map(|_| ())
+        },
+    )
+    .await;
+    // Evicted, not gone: the Instance (and its server) stay.
+    let instance = stack.instances().get_opt(&lost).await.unwrap();
+    assert!(
+        instance.is_some_and(|i| i.metadata.deletion_timestamp.is_none()),
+        "removed while its evicted pod was still there"
+    );
+    stack
+        .expect_event("InstancePool", &name, |e| {
+            e.1 == "DrainTimeout"
+                && e.2.contains(&lost)
+                && e.2.contains("1 pods are still terminating")
+        })
+        .await;
+    wait_for(
+        "the unreachable Node's Instance to be replaced",
+        Duration::from_secs(120),
+        async || {
+            let names = stack.names(&name).await;
+            (names.len() == 2 && !names.contains(&lost)).then_some(())
+        },
+    )
+    .await;
+    stack.wait_ready(&name, 2, Duration::from_secs(120)).await;
+    let _ = pods
+        .delete("stranded", &DeleteParams::default().grace_period(0))
+        .await;
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
+/// A Node a person cordoned is drained on scale-down without its cordon becoming ingot's, and
+/// when the pool grows back that cordon stays.
+#[tokio::test]
+async fn a_person_s_cordon_is_never_taken_over_or_lifted() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("mine-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(2);
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 2, Duration::from_secs(120)).await;
+    let victim = stack.newest(&name).await;
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    nodes
+        .patch(
+            &victim,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    stack.running_pod("kept", &victim, true).await;
+
+    stack.set_count(&name, 1).await;
+    wait_for(
+        "DrainingSucceeded=False DrainBlocked",
+        Duration::from_secs(30),
+        async || {
+            stack
+                .pool_condition(&name, "DrainingSucceeded")
+                .await
+                .filter(|c| c.0 == "False" && c.1 == "DrainBlocked" && c.2.contains(&victim))
+        },
+    )
+    .await;
+    let node = nodes.get(&victim).await.unwrap();
+    assert_eq!(
+        node.annotations()
+            .get("equinix.harvesterhci.io/cordoned-by"),
+        None,
+        "the person's cordon was taken over"
+    );
+    assert_eq!(node.spec.unwrap().unschedulable, Some(true));
+
+    // The pool grows back: the Node stays, and so does the person's cordon.
+    stack.set_count(&name, 2).await;
+    stack.wait_ready(&name, 2, Duration::from_secs(60)).await;
+    assert!(stack.names(&name).await.contains(&victim));
+    let node = nodes.get(&victim).await.unwrap();
+    assert_eq!(
+        node.spec.unwrap().unschedulable,
+        Some(true),
+        "the person's cordon was lifted"
+    );
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
+    pdbs.delete("kept", &DeleteParams::default()).await.unwrap();
+    let kubelet = stack.confirm_pod_deletions();
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+    kubelet.abort();
+}
+
+/// A pool asked for many Instances creates them in bounded steps: the first status written
+/// counts at most ten created.
+#[tokio::test]
+async fn scale_up_creates_a_bounded_number_of_instances_per_pass() {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::api::{WatchEvent, WatchParams};
+    let _serial = SERIAL.lock().await;
+    // No credentials: Instances are created but no server is.
+    let mut stack = Stack::start(false).await;
+    let name = format!("many-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(25);
+    manifest["metadata"]["name"] = json!(name);
+    let pool: InstancePool = serde_json::from_value(manifest).unwrap();
+    let created = stack
+        .pools()
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap();
+    let mut events = stack
+        .pools()
+        .watch(
+            &WatchParams::default().fields(&format!("metadata.name={name}")),
+            &created.resource_version().unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    let mut needed = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while needed.last() != Some(&0) {
+        assert!(Instant::now() < deadline, "statuses seen: {needed:?}");
+        let event = tokio::time::timeout(Duration::from_secs(30), events.try_next())
+            .await
+            .expect("a pool status")
+            .unwrap()
+            .expect("the watch ends");
+        if let WatchEvent::Modified(pool) = event
+            && let Some(status) = pool.status
+            && status.requested == 25
+        {
+            needed.push(status.needed);
+        }
+    }
+    assert_eq!(needed.first(), Some(&15), "statuses seen: {needed:?}");
+    assert!(needed.windows(2).all(|w| w[0] - w[1] <= 10), "{needed:?}");
+    assert_eq!(stack.pool_instances(&name).await.len(), 25);
+
+    // Nothing was made outside: the Instances go without their finalizer.
+    stack.kill_operator();
+    for instance in stack.pool_instances(&name).await {
+        stack
+            .instances()
+            .patch(
+                &instance.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .unwrap();
+    }
+    stack
+        .pools()
+        .delete(&name, &DeleteParams::background())
+        .await
+        .unwrap();
+    wait_for(
+        "the pool's Instances to be gone",
+        Duration::from_secs(60),
+        async || stack.pool_instances(&name).await.is_empty().then_some(()),
+    )
+    .await;
+}
+
+/// A server named in `status.instanceID` that is not the Instance's (no tag of its, another
+/// hostname) is never deleted: the deletion waits with a condition until the id is corrected.
+#[tokio::test]
+async fn a_server_that_is_not_the_instance_s_is_never_deleted() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("tag-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["count"] = json!(1);
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 1, Duration::from_secs(120)).await;
+    let instance = stack.pool_instances(&name).await.remove(0);
+    let member = instance.name_any();
+    let own = instance.status.unwrap().instance_id;
+    let foreign = stack
+        .metal(
+            reqwest::Method::POST,
+            &format!("/projects/{PROJECT}/devices"),
+            json!({"hostname": "someone-elses", "plan": "c3.small.x86", "metro": "SG",
+                   "operating_system": "custom_ipxe", "billing_cycle": "hourly",
+                   "ipxe_script_url": "https://example.invalid/x.ipxe"}),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    stack
+        .instances()
+        .patch_status(
+            &member,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"instanceID": foreign}})),
+        )
+        .await
+        .unwrap();
+
+    stack
+        .pools()
+        .delete(&name, &DeleteParams::background())
+        .await
+        .unwrap();
+    let message = stack
+        .wait_blocked(&member, "ServerNotOwned", Duration::from_secs(60))
+        .await;
+    assert!(message.contains(&foreign), "{message}");
+    let base = stack.sim.base_url();
+    let device = |id: String| {
+        let base = base.clone();
+        async move {
+            let found: Value = reqwest::Client::new()
+                .get(format!("{base}/devices/{id}"))
+                .header("X-Auth-Token", METAL_TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            found["state"].as_str().unwrap_or_default().to_owned()
+        }
+    };
+    assert!(
+        !matches!(
+            device(foreign.clone()).await.as_str(),
+            "deprovisioning" | "deleted" | ""
+        ),
+        "the foreign server was deleted"
+    );
+    assert!(
+        stack.devices(&[name.as_str()]).contains_key(&own),
+        "nothing is deleted while the refusal stands"
+    );
+
+    // The id corrected: the Instance's own server goes, the other stays.
+    stack
+        .instances()
+        .patch_status(
+            &member,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"instanceID": own}})),
+        )
+        .await
+        .unwrap();
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+    assert!(
+        !matches!(
+            device(foreign.clone()).await.as_str(),
+            "deprovisioning" | "deleted" | ""
+        ),
+        "the foreign server was deleted"
+    );
+    stack
+        .metal(
+            reqwest::Method::DELETE,
+            &format!("/devices/{foreign}"),
+            Value::Null,
+        )
+        .await;
 }

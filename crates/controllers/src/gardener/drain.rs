@@ -54,16 +54,17 @@ pub enum PodAction {
     Evict,
     /// Refused less than [`EVICTION_RETRY`] ago: not yet.
     Wait(Duration),
-    /// Evictions exhausted (or none allowed): delete with no grace period.
+    /// Evictions exhausted: delete with no grace period.
     Delete,
 }
 
 /// Upstream's loop per pod, one step at a time: evict; after a refusal wait 20 s; once
-/// `max` evictions were refused (after the last wait), delete.
+/// `max` evictions were refused (after the last wait), delete. The first step is always an
+/// eviction, also with `max` 0 (a `maxEvictRetries: 0`, or a drain timeout under 20 s): a pod
+/// whose budget lets it go leaves gracefully, and only a refused one is deleted, 20 s later.
+/// Deleting every pod at once is the forced drain's, after the drain timeout or with the
+/// `force-deletion` label, as upstream.
 pub fn next_action(refusals: Option<Refusals>, max: u32, now: Instant) -> PodAction {
-    if max == 0 {
-        return PodAction::Delete;
-    }
     let Some(refusals) = refusals else {
         return PodAction::Evict;
     };
@@ -315,6 +316,21 @@ mod tests {
     }
 
     #[test]
+    fn with_no_retries_a_pod_is_still_evicted_first_and_deleted_only_once_refused() {
+        let t0 = Instant::now();
+        assert_eq!(next_action(None, 0, t0), PodAction::Evict);
+        let once = Refusals { count: 1, last: t0 };
+        assert_eq!(
+            next_action(Some(once), 0, t0 + Duration::from_secs(1)),
+            PodAction::Wait(Duration::from_secs(19))
+        );
+        assert_eq!(
+            next_action(Some(once), 0, t0 + EVICTION_RETRY),
+            PodAction::Delete
+        );
+    }
+
+    #[test]
     fn retries_are_capped_by_the_drain_timeout() {
         let plain = machine(json!({}));
         let hour = Duration::from_secs(3600);
@@ -335,7 +351,6 @@ mod tests {
     #[test]
     fn a_pod_is_evicted_max_times_20s_apart_then_deleted() {
         let t0 = Instant::now();
-        assert_eq!(next_action(None, 0, t0), PodAction::Delete);
         assert_eq!(next_action(None, 2, t0), PodAction::Evict);
         let once = Refusals { count: 1, last: t0 };
         assert_eq!(

@@ -1,7 +1,8 @@
 //! Cordoning and draining a Node before its server goes: pods are evicted through the eviction
-//! API (PodDisruptionBudgets honoured), DaemonSet and mirror pods stay. A cordon made here is
-//! marked on the Node, so that it can be undone when the Node recovers and never confused with
-//! a cordon made by a person.
+//! API (PodDisruptionBudgets honoured), DaemonSet and mirror pods stay, and an evicted pod
+//! counts until it is gone, as `kubectl drain` waits for it, on an unreachable Node too. A
+//! cordon made here is marked on the Node, so that it can be undone when the Node recovers; a
+//! Node a person cordoned is drained without taking that cordon over, so it is never lifted.
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -41,20 +42,26 @@ pub fn drain_started(node: &Node) -> Option<Timestamp> {
 }
 
 /// Cordons the Node and marks the cordon and the drain's start as ingot's (kept if already
-/// there, so that the deadline does not move).
+/// there, so that the deadline does not move). A Node a person already cordoned keeps that
+/// cordon as theirs: only the drain's start is marked, so the cordon is never lifted here.
 pub async fn cordon(client: &Client, node: &Node, now: Timestamp) -> Result<(), kube::Error> {
-    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) && cordoned_by_us(node) {
+    let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+    if unschedulable && (cordoned_by_us(node) || drain_started(node).is_some()) {
         return Ok(());
     }
     let started = drain_started(node).unwrap_or(now);
     let nodes: Api<Node> = Api::all(client.clone());
-    let patch = json!({
-        "metadata": {"annotations": {
-            CORDONED_BY_ANNOTATION: CORDONED_BY,
-            DRAIN_STARTED_ANNOTATION: started.to_string(),
-        }},
-        "spec": {"unschedulable": true},
-    });
+    let patch = if unschedulable {
+        json!({"metadata": {"annotations": {DRAIN_STARTED_ANNOTATION: started.to_string()}}})
+    } else {
+        json!({
+            "metadata": {"annotations": {
+                CORDONED_BY_ANNOTATION: CORDONED_BY,
+                DRAIN_STARTED_ANNOTATION: started.to_string(),
+            }},
+            "spec": {"unschedulable": true},
+        })
+    };
     nodes
         .patch(
             &node.name_any(),
@@ -65,16 +72,20 @@ pub async fn cordon(client: &Client, node: &Node, now: Timestamp) -> Result<(), 
     Ok(())
 }
 
-/// Undoes ingot's cordon (never a person's).
+/// Undoes ingot's cordon (never a person's: on a Node a person cordoned, only the drain's
+/// start is forgotten).
 pub async fn uncordon(client: &Client, node: &Node) -> Result<(), kube::Error> {
-    if !cordoned_by_us(node) {
+    let patch = if cordoned_by_us(node) {
+        json!({
+            "metadata": {"annotations": {CORDONED_BY_ANNOTATION: null, DRAIN_STARTED_ANNOTATION: null}},
+            "spec": {"unschedulable": null},
+        })
+    } else if drain_started(node).is_some() {
+        json!({"metadata": {"annotations": {DRAIN_STARTED_ANNOTATION: null}}})
+    } else {
         return Ok(());
-    }
+    };
     let nodes: Api<Node> = Api::all(client.clone());
-    let patch = json!({
-        "metadata": {"annotations": {CORDONED_BY_ANNOTATION: null, DRAIN_STARTED_ANNOTATION: null}},
-        "spec": {"unschedulable": null},
-    });
     nodes
         .patch(
             &node.name_any(),
@@ -100,13 +111,10 @@ pub fn must_leave(pod: &Pod) -> bool {
     !(daemon || mirror || finished)
 }
 
-/// One round of draining: evicts the pods that must leave and are not yet terminating.
-/// On an unreachable Node no kubelet confirms a deletion, so a terminating pod counts as gone.
-pub async fn drain(
-    client: &Client,
-    node: &str,
-    unreachable: bool,
-) -> Result<DrainState, kube::Error> {
+/// One round of draining: evicts the pods that must leave and are not yet terminating. A pod
+/// evicted or terminating still counts until it is gone: on an unreachable Node nothing may
+/// confirm it, and the drain deadline decides then (see `removal`), never this pass.
+pub async fn drain(client: &Client, node: &str) -> Result<DrainState, kube::Error> {
     let pods: Api<Pod> = Api::all(client.clone());
     let on_node = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
@@ -114,19 +122,13 @@ pub async fn drain(
     let mut terminating = 0;
     for pod in on_node.items.iter().filter(|p| must_leave(p)) {
         if pod.metadata.deletion_timestamp.is_some() {
-            if !unreachable {
-                terminating += 1;
-            }
+            terminating += 1;
             continue;
         }
         let namespace = pod.namespace().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
         match api.evict(&pod.name_any(), &EvictParams::default()).await {
-            Ok(_) => {
-                if !unreachable {
-                    terminating += 1;
-                }
-            }
+            Ok(_) => terminating += 1,
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(kube::Error::Api(status)) if status.code == 429 => {
                 return Ok(DrainState::Refused {

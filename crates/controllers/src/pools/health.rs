@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::budget::MaxUnhealthy;
-use super::drain::cordoned_by_us;
+use super::drain::{cordoned_by_us, drain_started};
 
 /// Harvester's maintenance mode annotation on a Node.
 pub const MAINTENANCE_ANNOTATION: &str = "harvesterhci.io/maintain-status";
@@ -33,6 +33,8 @@ pub struct NodeFacts {
     pub ready_since: Option<Timestamp>,
     pub unschedulable: bool,
     pub cordoned_by_us: bool,
+    /// ingot started draining it (on a Node a person cordoned, without taking the cordon over).
+    pub draining: bool,
     pub maintenance: bool,
     pub skip: bool,
     pub control_plane: bool,
@@ -57,6 +59,7 @@ impl NodeFacts {
             ready_since: condition.and_then(|c| c.last_transition_time.as_ref().map(|t| t.0)),
             unschedulable: node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
             cordoned_by_us: cordoned_by_us(node),
+            draining: drain_started(node).is_some(),
             maintenance: annotations
                 .get(MAINTENANCE_ANNOTATION)
                 .is_some_and(|v| !v.is_empty()),
@@ -210,7 +213,7 @@ pub fn scale_down(members: &[Member]) -> Option<ScaleDown> {
     order.sort_by_key(|m| {
         let node = m.node.as_ref();
         (
-            !node.is_some_and(|n| n.cordoned_by_us),
+            !node.is_some_and(|n| n.cordoned_by_us || n.draining),
             m.managed && node.is_some(),
             node.is_some_and(|n| n.ready),
             node.is_some_and(|n| n.control_plane),

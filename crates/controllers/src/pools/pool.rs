@@ -2,7 +2,8 @@
 //! labelled `instancePool=<pool>` and owned by the pool, and reports the original's status.
 //!
 //! Scale-down removes one Instance at a time (cordon, drain, then delete): those that never
-//! joined first, then unhealthy ones, then workers, then the newest. Unhealthy Nodes are
+//! joined first, then unhealthy ones, then workers, then the newest; scale-up creates at most
+//! [`MAX_CREATES_PER_PASS`] Instances per pass. Unhealthy Nodes are
 //! replaced here, one at a time within `maxUnhealthy` (see [`super::health`]). Instances being
 //! deleted do not count as present. Spec changes reach Instances
 //! created afterwards; existing Instances keep the spec they were created with, as upstream.
@@ -35,6 +36,10 @@ const CONTROLLER: &str = "instancepool";
 const RESYNC: Duration = Duration::from_secs(60);
 /// How soon a pool waiting for the cache to show its own writes looks again.
 const EXPECTATION_POLL: Duration = Duration::from_millis(500);
+/// The most Instances (so servers) one pass creates: a pool asked for hundreds grows in steps
+/// that each wait for the cache to show the last one, and a mistyped count is seen, and can be
+/// corrected, before it is all ordered.
+pub const MAX_CREATES_PER_PASS: i64 = 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -202,7 +207,7 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
     let mut plan = Plan::default();
     if have < count {
         let instances: Api<Instance> = Api::all(ctx.client.clone());
-        for _ in have..count {
+        for _ in have..count.min(have.saturating_add(MAX_CREATES_PER_PASS)) {
             let instance = new_instance(pool);
             let instance_name = instance.name_any();
             instances
@@ -220,6 +225,10 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
                 format!("created Instance {instance_name}"),
             ));
             present.push(instance);
+        }
+        if i64::try_from(present.len()).unwrap_or(i64::MAX) < count {
+            // The rest in the next pass, once the cache shows these.
+            plan.look_again(EXPECTATION_POLL);
         }
     } else if have > count {
         removal::scale_down_step(ctx, pool, &members, &nodes, count, &mut plan).await?;

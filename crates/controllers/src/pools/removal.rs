@@ -29,13 +29,13 @@ pub const DRAIN_CONDITION: &str = "DrainingSucceeded";
 /// `drainTimeout` when the pool sets none.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
 /// How often a drain in progress is looked at.
-const DRAIN_POLL: Duration = Duration::from_secs(2);
+pub(crate) const DRAIN_POLL: Duration = Duration::from_secs(2);
 /// The `controller` label of the pools' drains.
 const DRAIN_METRIC: &str = "pools";
 /// Event reason of the removal of an unhealthy member.
 const REPLACING_UNHEALTHY_NODE: &str = "ReplacingUnhealthyNode";
 
-fn drain_timeout(pool: &InstancePool) -> Duration {
+pub(crate) fn drain_timeout(pool: &InstancePool) -> Duration {
     pool.spec
         .drain_timeout
         .as_deref()
@@ -272,6 +272,84 @@ fn drain_verdict(
     }
 }
 
+/// Where draining a Node before its server goes stands.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum DrainStep {
+    /// Drained, or unreachable past `drainTimeout` (`timed_out` says so, for an Event): the
+    /// server may go.
+    Proceed { timed_out: Option<String> },
+    /// Not yet: why, and whether it is blocked (a refusal, or the deadline passed on a
+    /// reachable Node) rather than pods still terminating.
+    Wait { message: String, blocked: bool },
+}
+
+/// One pass of draining `node` (a member's) before its server goes: cordon, evict, and the
+/// verdict within `timeout`. Going on without a finished drain is decided on the Node as it is
+/// now, read live: a cached copy may not show that it came back.
+pub(crate) async fn drain_step(
+    ctx: &Context,
+    node: &Node,
+    timeout: Duration,
+    why: &str,
+) -> Result<DrainStep, kube::Error> {
+    let member = node.name_any();
+    let now = Timestamp::now();
+    drain::cordon(&ctx.client, node, now).await?;
+    let evictions = ctx.pools.eviction_client.as_ref().unwrap_or(&ctx.client);
+    let state = drain::drain(evictions, &member).await?;
+    if state == DrainState::Done {
+        ctx.metrics
+            .drain_finished(DRAIN_METRIC, DrainOutcome::Drained);
+        return Ok(DrainStep::Proceed { timed_out: None });
+    }
+    let started = drain::drain_started(node).unwrap_or(now);
+    let draining = Duration::try_from(now.duration_since(started)).unwrap_or_default();
+    let waiting = match &state {
+        DrainState::Refused { pod } => {
+            format!("evicting pod {pod} is refused by a PodDisruptionBudget")
+        }
+        DrainState::Terminating { remaining } => {
+            format!("{remaining} pods are still terminating")
+        }
+        DrainState::Done => String::new(),
+    };
+    let mut unreachable = NodeFacts::of(node).unreachable;
+    if unreachable && draining > timeout {
+        let nodes: Api<Node> = Api::all(ctx.client.clone());
+        unreachable = match nodes.get_opt(&member).await? {
+            Some(live) => NodeFacts::of(&live).unreachable,
+            None => true,
+        };
+    }
+    match drain_verdict(&state, draining, timeout, unreachable) {
+        DrainVerdict::Proceed => Ok(DrainStep::Proceed { timed_out: None }),
+        DrainVerdict::GoOnWithoutIt => {
+            ctx.metrics
+                .drain_finished(DRAIN_METRIC, DrainOutcome::TimedOut);
+            Ok(DrainStep::Proceed {
+                timed_out: Some(format!(
+                    "draining unreachable Node {member} did not finish within {}s ({waiting}): going on without it",
+                    timeout.as_secs()
+                )),
+            })
+        }
+        DrainVerdict::Wait { blocked, expired } => {
+            let message = if expired {
+                format!(
+                    "draining Node {member} did not finish within drainTimeout {}s ({waiting}); the Node is reachable, so it stays cordoned and is not removed",
+                    timeout.as_secs()
+                )
+            } else {
+                format!("draining Node {member} before removing it {why}: {waiting}")
+            };
+            if blocked {
+                ctx.metrics.drain_blocked(DRAIN_METRIC);
+            }
+            Ok(DrainStep::Wait { message, blocked })
+        }
+    }
+}
+
 /// Cordon, drain within the deadline, then delete the Instance.
 async fn remove(
     ctx: &Context,
@@ -283,66 +361,25 @@ async fn remove(
     plan: &mut Plan,
 ) -> Result<(), Error> {
     plan.target = Some(member.to_owned());
-    let drain_error = |source| Error::Drain {
-        node: member.to_owned(),
-        source,
-    };
     if let Some(node) = node {
-        let facts = NodeFacts::of(node);
-        let now = Timestamp::now();
-        drain::cordon(&ctx.client, node, now)
+        let step = drain_step(ctx, node, drain_timeout(pool), why)
             .await
-            .map_err(drain_error)?;
-        let evictions = ctx.pools.eviction_client.as_ref().unwrap_or(&ctx.client);
-        let state = drain::drain(evictions, member, facts.unreachable)
-            .await
-            .map_err(drain_error)?;
-        if state == DrainState::Done {
-            ctx.metrics
-                .drain_finished(DRAIN_METRIC, DrainOutcome::Drained);
-        } else {
-            let timeout = drain_timeout(pool);
-            let started = drain::drain_started(node).unwrap_or(now);
-            let draining = Duration::try_from(now.duration_since(started)).unwrap_or_default();
-            let waiting = match &state {
-                DrainState::Refused { pod } => {
-                    format!("evicting pod {pod} is refused by a PodDisruptionBudget")
+            .map_err(|source| Error::Drain {
+                node: member.to_owned(),
+                source,
+            })?;
+        match step {
+            DrainStep::Proceed { timed_out } => {
+                if let Some(message) = timed_out {
+                    plan.event(false, "DrainTimeout", message);
                 }
-                DrainState::Terminating { remaining } => {
-                    format!("{remaining} pods are still terminating")
+            }
+            DrainStep::Wait { message, blocked } => {
+                if blocked {
+                    plan.condition(DRAIN_CONDITION, false, "DrainBlocked", message);
                 }
-                DrainState::Done => String::new(),
-            };
-            match drain_verdict(&state, draining, timeout, facts.unreachable) {
-                DrainVerdict::Proceed => {}
-                DrainVerdict::GoOnWithoutIt => {
-                    ctx.metrics
-                        .drain_finished(DRAIN_METRIC, DrainOutcome::TimedOut);
-                    plan.event(
-                        false,
-                        "DrainTimeout",
-                        format!(
-                            "draining unreachable Node {member} did not finish within {}s ({waiting}): going on without it",
-                            timeout.as_secs()
-                        ),
-                    );
-                }
-                DrainVerdict::Wait { blocked, expired } => {
-                    let message = if expired {
-                        format!(
-                            "draining Node {member} did not finish within drainTimeout {}s ({waiting}); the Node is reachable, so it stays cordoned and is not removed",
-                            timeout.as_secs()
-                        )
-                    } else {
-                        format!("draining Node {member} before removing it {why}: {waiting}")
-                    };
-                    if blocked {
-                        ctx.metrics.drain_blocked(DRAIN_METRIC);
-                        plan.condition(DRAIN_CONDITION, false, "DrainBlocked", message);
-                    }
-                    plan.look_again(DRAIN_POLL);
-                    return Ok(());
-                }
+                plan.look_again(DRAIN_POLL);
+                return Ok(());
             }
         }
         plan.condition(
@@ -398,7 +435,7 @@ pub(crate) async fn uncordon_recovered(
             continue;
         };
         let facts = NodeFacts::of(node);
-        if !facts.cordoned_by_us || !facts.ready {
+        if !(facts.cordoned_by_us || facts.draining) || !facts.ready {
             continue;
         }
         drain::uncordon(&ctx.client, node)
@@ -407,6 +444,10 @@ pub(crate) async fn uncordon_recovered(
                 node: member.name.clone(),
                 source,
             })?;
+        if !facts.cordoned_by_us {
+            // A person's cordon: it stays; only the drain's start was forgotten.
+            continue;
+        }
         plan.condition(
             DRAIN_CONDITION,
             true,

@@ -356,6 +356,17 @@ impl Driver for EquinixDriver {
             Err(s) if s.code == Code::NotFound => return Ok(DeleteMachineResponse::default()),
             Err(s) => return Err(s),
         };
+        // Found by the provider id, it may be any device of the project (the id edited, or
+        // copied from another Machine): only one with this cluster's tag is deleted.
+        if !server.tags.contains(&t.cluster_tag) {
+            return Err(Status::new(
+                Code::FailedPrecondition,
+                format!(
+                    "Device {} of machine {name} does not carry the cluster tag {:?}: not deleting a device of another cluster; correct spec.providerID",
+                    server.id, t.cluster_tag
+                ),
+            ));
+        }
         t.cloud
             .delete_server(&server.id)
             .await

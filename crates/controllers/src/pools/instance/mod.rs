@@ -169,17 +169,9 @@ impl Reconciler<'_> {
             };
         let cloud = self.ctx.pools.cloud(&credentials)?;
         let Some(phase) = Phase::parse(&self.status().status) else {
-            warn!(instance = %self.name(), status = %self.status().status, "unknown instance status; starting over");
-            let mut status = self.status();
-            status.status = instance_status::NEW.to_owned();
-            return self
-                .write(Transition {
-                    status,
-                    ready: None,
-                    note: None,
-                    requeue: Duration::ZERO,
-                })
-                .await;
+            // Starting over would reinstall a server that may be a live, joined Node.
+            warn!(instance = %self.name(), status = %self.status().status, "unknown instance status; blocked");
+            return self.blocked(phase::unknown_status(&self.status())).await;
         };
         let single_boot = self.instance.spec.single_boot == Some(true);
         let needs_join = match phase {

@@ -213,6 +213,25 @@ pub async fn step(
     }
 }
 
+/// A `status.status` that is none of the phases (written by hand, or by a newer or older
+/// version): nothing is done to the server, which may be a live, joined Node, until a person
+/// sets a known one.
+pub fn unknown_status(status: &InstanceStatus) -> Blocked {
+    Blocked {
+        reason: "UnknownStatus",
+        message: format!(
+            "status.status {:?} is not one of \"\", queued, submitted, reinstalling, ready, managed: server {} is left as it is until status.status is set to one of them (managed for a joined Node, \"\" to start over)",
+            status.status,
+            if status.instance_id.is_empty() {
+                "(none)"
+            } else {
+                status.instance_id.as_str()
+            }
+        ),
+        retry: Duration::from_secs(300),
+    }
+}
+
 /// `""`: adopt a server with our tag (deleting extras), else create one.
 pub async fn new(inputs: &Inputs<'_>, cloud: &dyn BareMetalCloud) -> Result<Outcome> {
     let tag = inputs.owner_tag();
@@ -671,7 +690,13 @@ async fn current_server(
         true
     } else {
         match cloud.get_server(&id).await {
-            Ok(server) if !server.state.is_gone() => return Ok(Ok(server)),
+            Ok(server) if !server.state.is_gone() => {
+                // Reinstalled, reconfigured or deleted from here on: only if it is ours.
+                if !owns(inputs.instance, &server) {
+                    return Ok(Err(Outcome::Blocked(not_owned(inputs.instance, &server))));
+                }
+                return Ok(Ok(server));
+            }
             Ok(_) | Err(ingot_metal::Error::NotFound { .. }) => true,
             Err(error) => return Err(error),
         }
@@ -685,6 +710,36 @@ async fn current_server(
             message: format!("server {id} is gone; creating a new one"),
         },
     ))))
+}
+
+/// Whether `server` is this Instance's: it carries the Instance's tag, or it carries no
+/// Instance's tag at all and has the Instance's name as hostname (a server the Go addon made,
+/// which tagged nothing). A server found by the id in `status.instanceID` is never reinstalled
+/// or deleted otherwise: the id may have been edited, or copied from another Instance.
+pub fn owns(instance: &Instance, server: &Server) -> bool {
+    let tag = format!(
+        "{OWNER_TAG_PREFIX}{}",
+        instance.metadata.uid.as_deref().unwrap_or_default()
+    );
+    if server.tags.contains(&tag) {
+        return true;
+    }
+    !server.tags.iter().any(|t| t.starts_with(OWNER_TAG_PREFIX))
+        && server.hostname == instance.name_any()
+}
+
+/// Why a server named in `status.instanceID` is left alone.
+pub fn not_owned(instance: &Instance, server: &Server) -> Blocked {
+    Blocked {
+        reason: "ServerNotOwned",
+        message: format!(
+            "server {} (hostname {:?}) named in status.instanceID carries neither the tag {OWNER_TAG_PREFIX}{} nor this Instance's hostname: it is not reinstalled or deleted; correct status.instanceID",
+            server.id,
+            server.hostname,
+            instance.metadata.uid.as_deref().unwrap_or_default()
+        ),
+        retry: Duration::from_secs(300),
+    }
 }
 
 /// Back to `""` (a new server is made), keeping nothing of the old one.

@@ -653,3 +653,45 @@ async fn a_server_in_an_unexpected_state_blocks_with_its_state() {
     };
     assert_eq!(reason, "UnexpectedServerState");
 }
+
+/// A server found by the id in `status.instanceID` is reinstalled or deleted only if it is the
+/// Instance's: its tag, or (the Go addon's, which tagged nothing) its hostname.
+#[tokio::test]
+async fn a_server_in_the_status_that_is_not_the_instance_s_is_left_alone() {
+    let settings = settings();
+    for foreign in [
+        server("a", ServerState::Active, "ingot-instance:someone-else"),
+        Server {
+            hostname: "someone-elses".to_owned(),
+            ..server("a", ServerState::Active, "harvester")
+        },
+    ] {
+        let cloud = FakeCloud::with(vec![foreign]);
+        for phase in ["queued", "reinstalling", "ready"] {
+            let instance = instance(InstanceStatus {
+                install_started_at: ago(7200),
+                ..status(phase, "a")
+            });
+            let outcome = run(&instance, &settings, &cloud, false).await.unwrap();
+            assert!(
+                matches!(
+                    outcome,
+                    Outcome::Blocked(Blocked {
+                        reason: "ServerNotOwned",
+                        ..
+                    })
+                ),
+                "{phase}: {outcome:?}"
+            );
+        }
+        assert!(cloud.deleted.lock().unwrap().is_empty());
+        assert!(cloud.boot_updates.lock().unwrap().is_empty());
+    }
+    // The Go addon's server: no tag, the Instance's hostname.
+    let cloud = FakeCloud::with(vec![server("a", ServerState::Active, "harvester")]);
+    let instance = instance(status("reinstalling", "a"));
+    assert!(matches!(
+        run(&instance, &settings, &cloud, false).await.unwrap(),
+        Outcome::Transition(_)
+    ));
+}
