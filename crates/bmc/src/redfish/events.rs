@@ -26,6 +26,31 @@ fn parse_message(block: &str) -> Option<Result<Value, BmcError>> {
     )
 }
 
+/// Splits the event stream into messages, however its bytes arrive.
+#[derive(Default)]
+pub(super) struct Framer {
+    buf: String,
+}
+
+impl Framer {
+    /// Bytes as one read of the stream returned them.
+    pub(super) fn push(&mut self, chunk: &[u8]) {
+        self.buf.push_str(&String::from_utf8_lossy(chunk));
+    }
+
+    /// The next complete message (comments skipped); `None` until a blank line ends one.
+    pub(super) fn next_message(&mut self) -> Option<Result<Value, BmcError>> {
+        loop {
+            let normalized = self.buf.replace("\r\n", "\n");
+            let end = normalized.find("\n\n")?;
+            self.buf = normalized[end + 2..].to_owned();
+            if let Some(item) = parse_message(&normalized[..end]) {
+                return Some(item);
+            }
+        }
+    }
+}
+
 impl RedfishClient {
     /// Opens the EventService's server-sent event stream (`ServerSentEventUri`). The stream
     /// holds its own connection and no session-manager permit; it ends with an error when the
@@ -65,7 +90,7 @@ impl RedfishClient {
         }
         let timeout = self.options.timeout;
         let bytes = resp.bytes_stream();
-        let state = (bytes, String::new(), false);
+        let state = (bytes, Framer::default(), false);
         Ok(futures::stream::unfold(
             state,
             move |(mut bytes, mut buf, done)| async move {
@@ -73,14 +98,8 @@ impl RedfishClient {
                     return None;
                 }
                 loop {
-                    let normalized = buf.replace("\r\n", "\n");
-                    if let Some(end) = normalized.find("\n\n") {
-                        let block = normalized[..end].to_owned();
-                        buf = normalized[end + 2..].to_owned();
-                        match parse_message(&block) {
-                            Some(item) => return Some((item, (bytes, buf, false))),
-                            None => continue,
-                        }
+                    if let Some(item) = buf.next_message() {
+                        return Some((item, (bytes, buf, false)));
                     }
                     match tokio::time::timeout(idle_timeout, bytes.next()).await {
                         Err(_) => {
@@ -101,7 +120,7 @@ impl RedfishClient {
                             };
                             return Some((Err(e), (bytes, buf, true)));
                         }
-                        Ok(Some(Ok(chunk))) => buf.push_str(&String::from_utf8_lossy(&chunk)),
+                        Ok(Some(Ok(chunk))) => buf.push(&chunk),
                     }
                 }
             },
