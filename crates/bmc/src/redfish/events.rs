@@ -26,29 +26,59 @@ fn parse_message(block: &str) -> Option<Result<Value, BmcError>> {
     )
 }
 
-/// Splits the event stream into messages, however its bytes arrive.
+/// Splits the event stream into messages, however its bytes arrive: the buffer holds bytes, so a
+/// character cut between two reads is decoded whole, and lines end with CRLF, LF or CR as the
+/// SSE format has it.
 #[derive(Default)]
 pub(super) struct Framer {
-    buf: String,
+    buf: Vec<u8>,
 }
 
 impl Framer {
     /// Bytes as one read of the stream returned them.
     pub(super) fn push(&mut self, chunk: &[u8]) {
-        self.buf.push_str(&String::from_utf8_lossy(chunk));
+        self.buf.extend_from_slice(chunk);
     }
 
     /// The next complete message (comments skipped); `None` until a blank line ends one.
     pub(super) fn next_message(&mut self) -> Option<Result<Value, BmcError>> {
         loop {
-            let normalized = self.buf.replace("\r\n", "\n");
-            let end = normalized.find("\n\n")?;
-            self.buf = normalized[end + 2..].to_owned();
-            if let Some(item) = parse_message(&normalized[..end]) {
+            let (len, consumed) = message_end(&self.buf)?;
+            let block = String::from_utf8_lossy(&self.buf[..len])
+                .replace("\r\n", "\n")
+                .replace('\r', "\n");
+            self.buf.drain(..consumed);
+            if let Some(item) = parse_message(&block) {
                 return Some(item);
             }
         }
     }
+}
+
+/// Where the first message of `buf` ends: its length (its lines and their ends) and the bytes
+/// to consume with the blank line after it. `None` while no blank line is complete (a CR last
+/// in `buf` may be the first half of a CRLF).
+fn message_end(buf: &[u8]) -> Option<(usize, usize)> {
+    let mut line_start = 0;
+    let mut i = 0;
+    while let Some(&b) = buf.get(i) {
+        let eol = match (b, buf.get(i + 1)) {
+            (b'\n', _) => 1,
+            (b'\r', Some(b'\n')) => 2,
+            (b'\r', Some(_)) => 1,
+            (b'\r', None) => return None,
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        if i == line_start {
+            return Some((line_start, i + eol));
+        }
+        i += eol;
+        line_start = i;
+    }
+    None
 }
 
 impl RedfishClient {
@@ -164,5 +194,39 @@ mod tests {
             parse_message("data: nope"),
             Some(Err(BmcError::Malformed(_)))
         ));
+    }
+
+    #[test]
+    fn a_character_cut_between_two_reads_is_kept() {
+        // Found by the redfish_sse fuzz target: each read was decoded on its own, so the two
+        // halves of a character became two U+FFFD.
+        let stream = "data: {\"Message\": \"Inlet at 45 \u{b0}C\"}\n\n".as_bytes();
+        let cut = stream.iter().position(|b| *b == 0xC2).unwrap() + 1;
+        let mut framer = Framer::default();
+        framer.push(&stream[..cut]);
+        assert!(framer.next_message().is_none());
+        framer.push(&stream[cut..]);
+        let event = framer.next_message().unwrap().unwrap();
+        assert_eq!(event["Message"], "Inlet at 45 \u{b0}C");
+    }
+
+    #[test]
+    fn lines_end_with_crlf_lf_or_cr_even_when_cut() {
+        // A CR last in what was read may be half a CRLF: the message ends at the next byte.
+        for stream in [
+            "data: 1\r\n\r\n",
+            "data: 1\n\n",
+            "data: 1\r\r: keep-alive\n\n",
+        ] {
+            for cut in 0..=stream.len() {
+                let mut framer = Framer::default();
+                framer.push(&stream.as_bytes()[..cut]);
+                let mut got: Vec<_> = std::iter::from_fn(|| framer.next_message()).collect();
+                framer.push(&stream.as_bytes()[cut..]);
+                got.extend(std::iter::from_fn(|| framer.next_message()));
+                assert_eq!(got.len(), 1, "{stream:?} cut at {cut}");
+                assert_eq!(got[0].as_ref().unwrap(), 1);
+            }
+        }
     }
 }
