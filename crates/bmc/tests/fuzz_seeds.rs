@@ -85,24 +85,42 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     vec![
         ("redfish_json", "service_root", answer(200, &service_root())),
         ("redfish_json", "system", answer(200, &system())),
-        ("redfish_json", "virtual_media", answer(200, &virtual_media())),
+        (
+            "redfish_json",
+            "virtual_media",
+            answer(200, &virtual_media()),
+        ),
         ("redfish_json", "session_limit", answer(503, &error())),
         (
             "redfish_json",
             "login",
-            answer(201, &json!({"@odata.id": "/redfish/v1/SessionService/Sessions/7", "Location": "/redfish/v1/SessionService/Sessions/7"})),
+            answer(
+                201,
+                &json!({"@odata.id": "/redfish/v1/SessionService/Sessions/7", "Location": "/redfish/v1/SessionService/Sessions/7"}),
+            ),
         ),
         ("redfish_sse", "event_stream", sse),
         ("bmc_endpoint", "host_port", b"bmc-1.example:8443".to_vec()),
-        ("bmc_endpoint", "url", b"https://10.0.0.5/redfish/v1/".to_vec()),
+        (
+            "bmc_endpoint",
+            "url",
+            b"https://10.0.0.5/redfish/v1/".to_vec(),
+        ),
         ("bmc_endpoint", "ipv6", b"[fe80::1]:623".to_vec()),
         ("redfish_join_url", "path", link(0, "/redfish/v1/Systems/1")),
         (
             "redfish_join_url",
             "absolute",
-            link(1, "https://other.example:443/redfish/v1/SessionService/Sessions/7?x=1"),
+            link(
+                1,
+                "https://other.example:443/redfish/v1/SessionService/Sessions/7?x=1",
+            ),
         ),
-        ("redfish_join_url", "relative", link(2, "redfish/v1//Managers/1")),
+        (
+            "redfish_join_url",
+            "relative",
+            link(2, "redfish/v1//Managers/1"),
+        ),
     ]
 }
 

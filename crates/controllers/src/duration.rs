@@ -78,7 +78,10 @@ mod tests {
     #[test]
     fn refuses_what_go_cannot_hold() {
         // Found by the go_duration fuzz target: a total beyond `Duration`'s range panicked.
-        assert_eq!(parse_go_duration("99999999999999999999999999992m2.us\t"), None);
+        assert_eq!(
+            parse_go_duration("99999999999999999999999999992m2.us\t"),
+            None
+        );
         assert_eq!(parse_go_duration("99999999999999999999h"), None);
         assert_eq!(parse_go_duration(&format!("{}s", "9".repeat(400))), None);
         // Go's limit: int64 nanoseconds.

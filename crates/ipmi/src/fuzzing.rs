@@ -210,9 +210,7 @@ impl Handshake {
         sik: &[u8],
         guid: &[u8; 16],
     ) -> Result<Option<Keys>> {
-        self.0
-            .check_rakp4(p, tag, sik, guid)
-            .map(|k| k.map(Keys))
+        self.0.check_rakp4(p, tag, sik, guid).map(|k| k.map(Keys))
     }
 }
 

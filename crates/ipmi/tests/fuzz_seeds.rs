@@ -23,8 +23,7 @@ const DEVICE_ID: [u8; 15] = [
     0x20, 0x81, 0x02, 0x15, 0x02, 0xBF, 0x57, 0x01, 0x00, 0x34, 0x12, 1, 2, 3, 4,
 ];
 const SEL_RECORD: [u8; 16] = [
-    0x01, 0x00, 0x02, 0x10, 0x32, 0x54, 0x76, 0x20, 0x00, 0x04, 0x0C, 0x01, 0x6F, 0x00, 0xFF,
-    0xFF,
+    0x01, 0x00, 0x02, 0x10, 0x32, 0x54, 0x76, 0x20, 0x00, 0x04, 0x0C, 0x01, 0x6F, 0x00, 0xFF, 0xFF,
 ];
 /// Get System Boot Options, parameter 5: valid, once, UEFI, PXE.
 const BOOT_FLAGS: [u8; 7] = [0x01, 0x05, 0xA0, 0x04, 0x00, 0x00, 0x00];
@@ -70,10 +69,7 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         out.push(("ipmi_rakp", name, m));
     }
     // The top bit makes the target write the correct code into the message.
-    for (head, name, code_len) in [
-        (0x82, "rakp2_suite3", 20),
-        (0x83, "rakp2_suite17", 32),
-    ] {
+    for (head, name, code_len) in [(0x82, "rakp2_suite3", 20), (0x83, "rakp2_suite17", 32)] {
         let mut m = vec![head, RAKP_TAG, 0, 0, 0];
         m.extend_from_slice(&RAKP_CONSOLE_SID.to_le_bytes());
         m.extend_from_slice(&[0x11; 16]); // Rc
