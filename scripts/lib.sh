@@ -113,3 +113,21 @@ build_rufio() {
   INGOT_RUFIO_032_BIN=$("$INGOT_ROOT/tools/rufio/build.sh" v0.3.2)
   export INGOT_RUFIO_BIN INGOT_RUFIO_032_BIN
 }
+
+# Cargo subcommands from scripts/deps/cargo.txt (`crate=version`, one a line), each built once
+# with `cargo install --locked` into its own directory of the cache, put first on PATH.
+install_cargo_tools() {
+  local record="$INGOT_ROOT/scripts/deps/cargo.txt" entry name version root
+  for entry in $(grep -vE '^\s*(#|$)' "$record" || true); do
+    name=${entry%%=*} version=${entry#*=}
+    root="$INGOT_CACHE_DIR/cargo-tools/$name-$version"
+    if [[ ! -f "$root/.complete" ]]; then
+      log "building $name $version (first use only; cached afterwards)"
+      # Its own target directory: the build shares nothing with the workspace's.
+      CARGO_TARGET_DIR="$root.build" cargo install --quiet --locked --root "$root" "$name" --version "$version" || return 1
+      rm -rf "$root.build"
+      touch "$root/.complete"
+    fi
+    export PATH="$root/bin:$PATH"
+  done
+}

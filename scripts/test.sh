@@ -45,3 +45,5 @@ log "cargo test --workspace"
 cargo test --workspace --locked --no-fail-fast "$@"
 log "least privilege: every permission of the chart was used by the tests above, none refused"
 cargo test --locked -p ingot --test rbac_coverage -- --ignored
+# Every fuzz target for a few seconds on its seed corpus (scripts/fuzz.sh is the long run).
+"$INGOT_ROOT/scripts/fuzz.sh" --smoke

@@ -29,7 +29,12 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
         rest = &rest[unit.len()..];
         total += number * seconds;
     }
-    Some(Duration::from_secs_f64(total))
+    // What Go refuses (more than its int64 nanoseconds, about 292 years) is refused too, rather
+    // than overflowing `Duration`.
+    const GO_MAX_NANOS: u128 = i64::MAX as u128;
+    Duration::try_from_secs_f64(total)
+        .ok()
+        .filter(|d| d.as_nanos() <= GO_MAX_NANOS)
 }
 
 /// A duration as Go prints it in messages (`20m0s`), whole seconds.
@@ -68,6 +73,23 @@ mod tests {
         assert_eq!(parse_go_duration("x"), None);
         assert_eq!(parse_go_duration("5"), None);
         assert_eq!(parse_go_duration(""), None);
+    }
+
+    #[test]
+    fn refuses_what_go_cannot_hold() {
+        // Found by the go_duration fuzz target: a total beyond `Duration`'s range panicked.
+        assert_eq!(
+            parse_go_duration("99999999999999999999999999992m2.us\t"),
+            None
+        );
+        assert_eq!(parse_go_duration("99999999999999999999h"), None);
+        assert_eq!(parse_go_duration(&format!("{}s", "9".repeat(400))), None);
+        // Go's limit: int64 nanoseconds.
+        assert_eq!(parse_go_duration("2562048h"), None);
+        assert_eq!(
+            parse_go_duration("2562047h"),
+            Some(Duration::from_secs(2562047 * 3600))
+        );
     }
 
     #[test]

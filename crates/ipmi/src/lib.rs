@@ -28,6 +28,9 @@ mod commands;
 mod crypto;
 mod error;
 pub mod fru;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod packet;
 mod rakp;
 mod session;

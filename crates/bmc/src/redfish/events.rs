@@ -29,6 +29,66 @@ fn parse_message(block: &str) -> Option<Result<Value, BmcError>> {
     )
 }
 
+/// Splits the event stream into messages, however its bytes arrive: the buffer holds bytes, so a
+/// character cut between two reads is decoded whole, and lines end with CRLF, LF or CR as the
+/// SSE format has it.
+#[derive(Default)]
+pub(super) struct Framer {
+    buf: Vec<u8>,
+}
+
+impl Framer {
+    /// Bytes as one read of the stream returned them.
+    pub(super) fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// Bytes held that do not yet make a complete message.
+    pub(super) fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next complete message (comments skipped); `None` until a blank line ends one.
+    pub(super) fn next_message(&mut self) -> Option<Result<Value, BmcError>> {
+        loop {
+            let (len, consumed) = message_end(&self.buf)?;
+            let block = String::from_utf8_lossy(&self.buf[..len])
+                .replace("\r\n", "\n")
+                .replace('\r', "\n");
+            self.buf.drain(..consumed);
+            if let Some(item) = parse_message(&block) {
+                return Some(item);
+            }
+        }
+    }
+}
+
+/// Where the first message of `buf` ends: its length (its lines and their ends) and the bytes
+/// to consume with the blank line after it. `None` while no blank line is complete (a CR last
+/// in `buf` may be the first half of a CRLF).
+fn message_end(buf: &[u8]) -> Option<(usize, usize)> {
+    let mut line_start = 0;
+    let mut i = 0;
+    while let Some(&b) = buf.get(i) {
+        let eol = match (b, buf.get(i + 1)) {
+            (b'\n', _) => 1,
+            (b'\r', Some(b'\n')) => 2,
+            (b'\r', Some(_)) => 1,
+            (b'\r', None) => return None,
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        if i == line_start {
+            return Some((line_start, i + eol));
+        }
+        i += eol;
+        line_start = i;
+    }
+    None
+}
+
 impl RedfishClient {
     /// Opens the EventService's server-sent event stream (`ServerSentEventUri`). The stream
     /// holds its own connection and no session-manager permit; it ends with an error when the
@@ -68,7 +128,7 @@ impl RedfishClient {
         }
         let timeout = self.options.timeout;
         let bytes = resp.bytes_stream();
-        let state = (bytes, String::new(), false);
+        let state = (bytes, Framer::default(), false);
         Ok(futures::stream::unfold(
             state,
             move |(mut bytes, mut buf, done)| async move {
@@ -76,14 +136,16 @@ impl RedfishClient {
                     return None;
                 }
                 loop {
-                    let normalized = buf.replace("\r\n", "\n");
-                    if let Some(end) = normalized.find("\n\n") {
-                        let block = normalized[..end].to_owned();
-                        buf = normalized[end + 2..].to_owned();
-                        match parse_message(&block) {
-                            Some(item) => return Some((item, (bytes, buf, false))),
-                            None => continue,
-                        }
+                    if let Some(item) = buf.next_message() {
+                        return Some((item, (bytes, buf, false)));
+                    }
+                    // Complete messages are taken above; what is left is one unfinished event.
+                    if buf.pending() > MAX_EVENT_BYTES {
+                        let e = BmcError::TooLarge(format!(
+                            "an event of the event stream is larger than {} KiB",
+                            MAX_EVENT_BYTES >> 10
+                        ));
+                        return Some((Err(e), (bytes, Framer::default(), true)));
                     }
                     match tokio::time::timeout(idle_timeout, bytes.next()).await {
                         Err(_) => {
@@ -104,19 +166,7 @@ impl RedfishClient {
                             };
                             return Some((Err(e), (bytes, buf, true)));
                         }
-                        Ok(Some(Ok(chunk))) => {
-                            buf.push_str(&String::from_utf8_lossy(&chunk));
-                            // Complete events are taken above; what is left is one event.
-                            if buf.len() > MAX_EVENT_BYTES
-                                && !buf.replace("\r\n", "\n").contains("\n\n")
-                            {
-                                let e = BmcError::TooLarge(format!(
-                                    "an event of the event stream is larger than {} KiB",
-                                    MAX_EVENT_BYTES >> 10
-                                ));
-                                return Some((Err(e), (bytes, String::new(), true)));
-                            }
-                        }
+                        Ok(Some(Ok(chunk))) => buf.push(&chunk),
                     }
                 }
             },
@@ -160,5 +210,39 @@ mod tests {
             parse_message("data: nope"),
             Some(Err(BmcError::Malformed(_)))
         ));
+    }
+
+    #[test]
+    fn a_character_cut_between_two_reads_is_kept() {
+        // Found by the redfish_sse fuzz target: each read was decoded on its own, so the two
+        // halves of a character became two U+FFFD.
+        let stream = "data: {\"Message\": \"Inlet at 45 \u{b0}C\"}\n\n".as_bytes();
+        let cut = stream.iter().position(|b| *b == 0xC2).unwrap() + 1;
+        let mut framer = Framer::default();
+        framer.push(&stream[..cut]);
+        assert!(framer.next_message().is_none());
+        framer.push(&stream[cut..]);
+        let event = framer.next_message().unwrap().unwrap();
+        assert_eq!(event["Message"], "Inlet at 45 \u{b0}C");
+    }
+
+    #[test]
+    fn lines_end_with_crlf_lf_or_cr_even_when_cut() {
+        // A CR last in what was read may be half a CRLF: the message ends at the next byte.
+        for stream in [
+            "data: 1\r\n\r\n",
+            "data: 1\n\n",
+            "data: 1\r\r: keep-alive\n\n",
+        ] {
+            for cut in 0..=stream.len() {
+                let mut framer = Framer::default();
+                framer.push(&stream.as_bytes()[..cut]);
+                let mut got: Vec<_> = std::iter::from_fn(|| framer.next_message()).collect();
+                framer.push(&stream.as_bytes()[cut..]);
+                got.extend(std::iter::from_fn(|| framer.next_message()));
+                assert_eq!(got.len(), 1, "{stream:?} cut at {cut}");
+                assert_eq!(got[0].as_ref().unwrap(), 1);
+            }
+        }
     }
 }

@@ -5,6 +5,9 @@
 //! verified by default; a timeout on every call.
 
 mod events;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod json;
 mod vendor;
 
