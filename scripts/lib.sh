@@ -6,7 +6,8 @@ export INGOT_CACHE_DIR=${INGOT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ingot}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$INGOT_CACHE_DIR/target}
 mkdir -p "$INGOT_CACHE_DIR"
 
-log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Each step with the time it starts (UTC), so a run's log shows where its time went.
+log() { printf '\033[1m==> %s %s\033[0m\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 # Debian packages from scripts/deps/apt.txt (`package=version`, one a line) at exactly the recorded
 # versions: installs the missing ones (apt-get runs only then), then checks every installed version.
