@@ -13,9 +13,13 @@ use std::path::Path;
 use std::process::Command;
 
 use chart_support::{chart_dir, helm, kubectl, kubectl_apply, render, run};
+use ingot_api::equinix::{Instance, InstancePool};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use std::time::{Duration, Instant};
 
 const GROUPS: [&str; 4] = ["pools", "rufio", "seeder", "gardener"];
 
@@ -666,17 +670,7 @@ fn the_documented_token_command_reads_the_rancherd_config() {
 /// Harvester.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readmes_helm_install_runs_a_pool_past_its_join_token() {
-    use ingot_api::equinix::{Instance, InstancePool};
-    use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::core::v1::{Secret, Service};
-    use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-    use std::time::{Duration, Instant};
-
-    const METAL_TOKEN: &str = "metal-token-readme";
-    const PROJECT: &str = "5b0e8a6c-3f1d-4e2a-8c7b-9d6e5f4a3b21";
-    const JOIN_TOKEN: &str = "K10-readme-join-token";
-    const VIP: &str = "192.0.2.45";
-
+    let _serial = HARVESTER_SYSTEM.lock().await;
     let env = ingot_testenv::shared().await;
     let admin = env.kubeconfig_path();
     let client = env.client().unwrap();
@@ -741,7 +735,97 @@ async fn the_readmes_helm_install_runs_a_pool_past_its_join_token() {
         "README.md's install block runs helm install: {commands:?}"
     );
 
-    // The pod as the installed Deployment describes it.
+    the_installed_pod_runs_a_pool_past_its_join_token(&client, admin, &namespace, &release).await;
+}
+
+/// The HelmChart's chart and values installed as helm-controller installs them (rendered, then
+/// applied server-side: release `ingot` in harvester-system, `pools.ipxeBaseUrl` set as the docs
+/// say), after the two Secrets docs/install.md has a Harvester user make in harvester-system.
+/// `ingot run` as the installed pod runs a pool past its join token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_helmcharts_chart_and_values_run_a_pool_on_harvester() {
+    let _serial = HARVESTER_SYSTEM.lock().await;
+    let env = ingot_testenv::shared().await;
+    let admin = env.kubeconfig_path();
+    let client = env.client().unwrap();
+    ensure_namespace(&client, "harvester-system").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "harvester-system");
+    let apply = PatchParams::apply("ingot-install-test").force();
+    for (name, data) in [
+        (
+            "equinix-addon",
+            serde_json::json!({"METAL_AUTH_TOKEN": METAL_TOKEN, "PROJECT_ID": PROJECT}),
+        ),
+        ("ingot-join-token", serde_json::json!({"token": JOIN_TOKEN})),
+    ] {
+        secrets
+            .patch(
+                name,
+                &apply,
+                &Patch::Apply(serde_json::json!({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": name, "namespace": "harvester-system"},
+                    "stringData": data
+                })),
+            )
+            .await
+            .unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!("ingot-helmchart-{}", std::process::id()));
+    let helmchart = unpack_inline_chart(&dir);
+    let name = helmchart["metadata"]["name"].as_str().unwrap();
+    let namespace = helmchart["spec"]["targetNamespace"].as_str().unwrap();
+    let values = dir.join("values.yaml");
+    std::fs::write(
+        &values,
+        helmchart["spec"]["valuesContent"].as_str().unwrap(),
+    )
+    .unwrap();
+    let rendered = run(
+        Command::new(helm())
+            .args(["template", name])
+            .arg(dir.join("chart.tgz"))
+            .args(["--namespace", namespace, "--include-crds", "--values"])
+            .arg(&values)
+            .args(["--set", "pools.ipxeBaseUrl=http://127.0.0.1:8080"]),
+        None,
+    );
+    kubectl_apply(
+        admin,
+        &rendered,
+        &[
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=ingot-install-test",
+        ],
+    );
+    the_installed_pod_runs_a_pool_past_its_join_token(&client, admin, namespace, name).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The two tests that install into harvester-system (its Secrets, kube-system/ingress-expose),
+/// one at a time.
+static HARVESTER_SYSTEM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const METAL_TOKEN: &str = "metal-token-install";
+const PROJECT: &str = "5b0e8a6c-3f1d-4e2a-8c7b-9d6e5f4a3b21";
+const JOIN_TOKEN: &str = "K10-install-join-token";
+const VIP: &str = "192.0.2.45";
+
+/// `ingot run` as the pod the installed Deployment `namespace/release` describes (its
+/// arguments, its environment resolved as the kubelet resolves it, a token of its
+/// ServiceAccount), with the Equinix Metal emulator for the API and kube-system/ingress-expose
+/// holding the VIP as on Harvester: a pool of one gets JoinReady=True (the token from the
+/// installed Secret) and CredentialsReady=True, and its server is created; the pool is then
+/// deleted with its server.
+async fn the_installed_pod_runs_a_pool_past_its_join_token(
+    client: &kube::Client,
+    admin: &Path,
+    namespace: &str,
+    release: &str,
+) {
+    let (namespace, release) = (namespace.to_owned(), release.to_owned());
+    let suffix = ingot_testenv::random_suffix(6);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
     let deployment = deployments.get(&release).await.unwrap();
     let pod = deployment.spec.unwrap().template.spec.unwrap();
@@ -840,7 +924,7 @@ async fn the_readmes_helm_install_runs_a_pool_past_its_join_token() {
     };
 
     let pools: Api<InstancePool> = Api::all(client.clone());
-    let name = format!("readme-{suffix}");
+    let name = format!("install-{suffix}");
     let mut manifest = ingot_compat::readme_pool();
     manifest["metadata"]["name"] = serde_json::json!(name);
     manifest["spec"]["count"] = serde_json::json!(1);
