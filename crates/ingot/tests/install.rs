@@ -1,7 +1,9 @@
 //! Installing ingot: the Helm chart lints clean, the plain manifests are what the chart
-//! renders, every rendering applies to the real API server (`--dry-run=server`), and the
-//! Harvester Addon applies with Harvester's own Addon CRD. (The chart's RBAC is proven by the
-//! pools and seeder end-to-end tests, which run `ingot run` as the chart's ServiceAccount.)
+//! renders, every rendering applies to the API server (`--dry-run=server`), README.md's install
+//! commands run a pool past its join token with `ingot run` as the installed pod, and the
+//! Harvester files (the chart inline in a HelmChart, byte for byte, and the Addon) apply with
+//! helm-controller's and Harvester's own CRDs. (The chart's RBAC is proven by the end-to-end
+//! tests, which run `ingot run` as the chart's ServiceAccount.)
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -11,9 +13,13 @@ use std::path::Path;
 use std::process::Command;
 
 use chart_support::{chart_dir, helm, kubectl, kubectl_apply, render, run};
+use ingot_api::equinix::{Instance, InstancePool};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use std::time::{Duration, Instant};
 
 const GROUPS: [&str; 4] = ["pools", "rufio", "seeder", "gardener"];
 
@@ -276,47 +282,753 @@ async fn every_rendering_applies_to_the_api_server() {
     }
 }
 
-#[tokio::test]
-async fn the_harvester_addon_applies_with_harvesters_addon_crd() {
-    let env = ingot_testenv::shared().await;
-    let client = env.client().unwrap();
-    ensure_namespace(&client, "harvester-system").await;
-    let crd =
-        ingot_testenv::shared_dir().join("fixtures/upstream-crds/harvesterhci.io_addons.yaml");
+fn repo_root() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Applies a CRD (server-side: some are larger than client-side apply's annotation allows) and
+/// waits until the API server serves it.
+fn apply_crd(kubeconfig: &Path, yaml: &str, name: &str) {
     kubectl_apply(
-        env.kubeconfig_path(),
-        &std::fs::read_to_string(crd).unwrap(),
-        &[],
+        kubeconfig,
+        yaml,
+        &[
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=ingot-install-test",
+        ],
     );
     run(
-        Command::new(chart_support::kubectl())
-            .arg(format!("--kubeconfig={}", env.kubeconfig_path().display()))
+        Command::new(kubectl())
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .args([
                 "wait",
                 "--for=condition=Established",
-                "crd/addons.harvesterhci.io",
-                "--timeout=30s",
+                &format!("crd/{name}"),
+                "--timeout=60s",
             ]),
         None,
     );
-    let addon = repo_file("deploy/harvester/addon.yaml");
-    kubectl_apply(env.kubeconfig_path(), &addon, &["--dry-run=server"]);
+}
 
-    // It installs this chart, at its version, with values the chart accepts.
-    let addon: serde_yaml::Value = serde_yaml::from_str(&addon).unwrap();
+/// helm-controller's HelmChart CRD as its Go module (pinned in tools/helm-controller) ships it.
+fn helmchart_crd() -> String {
+    let path = run(
+        Command::new("bash").arg(repo_root().join("tools/helm-controller/crd.sh")),
+        None,
+    );
+    std::fs::read_to_string(path.trim()).unwrap_or_else(|e| panic!("{}: {e}", path.trim()))
+}
+
+/// The chart archive deploy/harvester/helmchart.yaml carries, unpacked into `dir`.
+fn unpack_inline_chart(dir: &Path) -> serde_yaml::Value {
+    let file: serde_yaml::Value =
+        serde_yaml::from_str(&repo_file("deploy/harvester/helmchart.yaml")).unwrap();
+    let content = file["spec"]["chartContent"].as_str().unwrap().to_owned();
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("chart.tgz.b64"), &content).unwrap();
+    run(
+        Command::new("sh")
+            .arg("-c")
+            .arg("base64 -d chart.tgz.b64 >chart.tgz && mkdir unpacked && tar -xzf chart.tgz -C unpacked")
+            .current_dir(dir),
+        None,
+    );
+    file
+}
+
+/// Every file under `dir`, by path relative to it.
+fn files_under(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, into: &mut std::collections::BTreeMap<String, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, into);
+            } else {
+                let relative = path.strip_prefix(root).unwrap().display().to_string();
+                into.insert(relative, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut files = std::collections::BTreeMap::new();
+    walk(dir, dir, &mut files);
+    files
+}
+
+/// The HelmChart's `chartContent` is deploy/helm/ingot: every file, byte for byte, none missing
+/// and none extra (scripts/render-manifests.sh writes it).
+#[test]
+fn the_inline_chart_of_the_helmchart_is_the_chart_byte_for_byte() {
+    let dir = std::env::temp_dir().join(format!("ingot-inline-chart-{}", std::process::id()));
+    unpack_inline_chart(&dir);
+    let unpacked = dir.join("unpacked");
+    let top: Vec<String> = std::fs::read_dir(&unpacked)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        top,
+        ["ingot"],
+        "the archive holds one directory, the chart's"
+    );
+    let inline = files_under(&unpacked.join("ingot"));
+    let chart = files_under(&chart_dir());
+    let missing: Vec<&String> = chart.keys().filter(|k| !inline.contains_key(*k)).collect();
+    let extra: Vec<&String> = inline.keys().filter(|k| !chart.contains_key(*k)).collect();
+    let differ: Vec<&String> = chart
+        .iter()
+        .filter(|(k, v)| inline.get(*k).is_some_and(|i| i != *v))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty() && differ.is_empty(),
+        "deploy/harvester/helmchart.yaml is not deploy/helm/ingot (missing {missing:?}, extra \
+         {extra:?}, different {differ:?}): run scripts/render-manifests.sh"
+    );
+    assert!(chart.contains_key("templates/deployment.yaml") && chart.len() > 10);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The rendered Deployment's environment variable `name`.
+fn env_var<'a>(deployment: &'a serde_yaml::Value, name: &str) -> Option<&'a serde_yaml::Value> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_sequence()?
+        .iter()
+        .find(|e| e["name"] == name)
+}
+
+/// Renders `chart` (a directory or archive) with a values file's text; returns the Deployment.
+fn render_deployment_with_values(chart: &Path, namespace: &str, values: &str) -> serde_yaml::Value {
+    let values_file = std::env::temp_dir().join(format!(
+        "ingot-values-{}-{}.yaml",
+        std::process::id(),
+        ingot_testenv::random_suffix(6)
+    ));
+    std::fs::write(&values_file, values).unwrap();
+    let out = run(
+        Command::new(helm())
+            .args(["template", "ingot"])
+            .arg(chart)
+            .args(["--namespace", namespace, "--values"])
+            .arg(&values_file)
+            .args(["--show-only", "templates/deployment.yaml"]),
+        None,
+    );
+    let _ = std::fs::remove_file(&values_file);
+    serde_yaml::from_str(&out).unwrap()
+}
+
+/// Both Harvester files apply to the real API server (`dryRun=All`, the schema checked
+/// strictly) with the real CRDs: helm-controller's HelmChart (RKE2's, Harvester's) and
+/// Harvester's Addon; their values render the chart they install, the join token from the
+/// Secret the docs name.
+#[tokio::test]
+async fn the_harvester_files_apply_with_helm_controllers_and_harvesters_crds() {
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    ensure_namespace(&client, "harvester-system").await;
+    let addon_crd =
+        ingot_testenv::shared_dir().join("fixtures/upstream-crds/harvesterhci.io_addons.yaml");
+    apply_crd(
+        env.kubeconfig_path(),
+        &std::fs::read_to_string(addon_crd).unwrap(),
+        "addons.harvesterhci.io",
+    );
+    apply_crd(
+        env.kubeconfig_path(),
+        &helmchart_crd(),
+        "helmcharts.helm.cattle.io",
+    );
+    for (file, applied) in [
+        (
+            "deploy/harvester/helmchart.yaml",
+            "helmchart.helm.cattle.io/ingot",
+        ),
+        ("deploy/harvester/addon.yaml", "addon.harvesterhci.io/ingot"),
+    ] {
+        // As the docs say (`kubectl apply -f`), and as server-side apply: both a dry run on the
+        // server (`dryRun=All`), the fields checked against the CRD's schema.
+        for how in [
+            &["--dry-run=server"][..],
+            &["--server-side", "--dry-run=server"],
+        ] {
+            let out = kubectl_apply(env.kubeconfig_path(), &repo_file(file), how);
+            assert!(out.contains(applied), "{file}: {out}");
+        }
+    }
+
+    let dir = std::env::temp_dir().join(format!("ingot-harvester-{}", std::process::id()));
+    let helmchart = unpack_inline_chart(&dir);
+    let addon: serde_yaml::Value =
+        serde_yaml::from_str(&repo_file("deploy/harvester/addon.yaml")).unwrap();
     let chart: serde_yaml::Value =
         serde_yaml::from_str(&repo_file("deploy/helm/ingot/Chart.yaml")).unwrap();
+    // RKE2's helm-controller installs HelmCharts of kube-system; the release goes where the
+    // Secrets the docs make are.
+    assert_eq!(helmchart["metadata"]["namespace"], "kube-system");
+    assert_eq!(helmchart["spec"]["targetNamespace"], "harvester-system");
+    assert_eq!(addon["metadata"]["namespace"], "harvester-system");
+    // The Addon installs this chart at its version, from a repository the user sets: the
+    // placeholder resolves nowhere (a reserved name), Harvester's own repository has no ingot.
     assert_eq!(addon["spec"]["chart"], chart["name"]);
     assert_eq!(addon["spec"]["version"], chart["version"]);
-    let values = addon["spec"]["valuesContent"].as_str().unwrap();
-    let values_file = std::env::temp_dir().join("ingot-addon-values.yaml");
-    std::fs::write(&values_file, values).unwrap();
-    render(
-        "ingot",
-        "harvester-system",
-        &[],
-        &["--values", values_file.to_str().unwrap()],
+    let repo = addon["spec"]["repo"].as_str().unwrap();
+    assert!(
+        repo.contains(".invalid/") && !repo.contains("harvester-cluster-repo"),
+        "{repo}"
     );
+    let values = helmchart["spec"]["valuesContent"].as_str().unwrap();
+    assert_eq!(
+        Some(values),
+        addon["spec"]["valuesContent"].as_str(),
+        "the two files install with the same values"
+    );
+    for chart in [dir.join("chart.tgz"), chart_dir()] {
+        let deployment = render_deployment_with_values(&chart, "harvester-system", values);
+        let token = env_var(&deployment, "TOKEN").expect("TOKEN");
+        assert_eq!(
+            token["valueFrom"]["secretKeyRef"]["name"],
+            "ingot-join-token",
+            "{}",
+            chart.display()
+        );
+        assert_eq!(token["valueFrom"]["secretKeyRef"]["key"], "token");
+        assert_eq!(
+            env_var(&deployment, "NAMESPACE").unwrap()["value"],
+            "harvester-system"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without a join-token Secret the chart does not render pools (the pod cannot read the node's
+/// rancherd config): the message names the value and how to make the Secret. Other groups do
+/// not need it.
+#[test]
+fn without_a_join_token_secret_the_chart_refuses_pools_naming_the_value() {
+    let output = Command::new(helm())
+        .args(["template", "ingot"])
+        .arg(chart_dir())
+        .args(["--set", "pools.joinTokenSecret.name="])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for part in [
+        "pools.joinTokenSecret.name is empty",
+        "/etc/rancher/rancherd/config.yaml",
+        "kubectl create secret generic ingot-join-token --from-literal=token=<token>",
+    ] {
+        assert!(stderr.contains(part), "{part}: {stderr}");
+    }
+    let output = Command::new(helm())
+        .args(["template", "ingot"])
+        .arg(chart_dir())
+        .args(["--set", "pools.joinTokenSecret.key="])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("pools.joinTokenSecret.key is empty"));
+    for group in ["rufio", "seeder", "gardener"] {
+        let deployment: serde_yaml::Value = serde_yaml::from_str(&render(
+            "ingot",
+            "ingot-system",
+            &[
+                format!("controllers={{{group}}}"),
+                "pools.joinTokenSecret.name=".to_owned(),
+            ],
+            &["--show-only", "templates/deployment.yaml"],
+        ))
+        .unwrap();
+        assert!(env_var(&deployment, "TOKEN").is_none(), "{group}");
+    }
+}
+
+/// The commands of README.md's install block (the first `sh` block of "Install into a
+/// cluster"), comments dropped and continued lines joined, with its placeholders replaced.
+fn readme_install_commands(placeholders: &[(&str, &str)]) -> Vec<String> {
+    let readme = repo_file("README.md");
+    let section = &readme[readme
+        .find("## Install into a cluster")
+        .expect("README.md has an Install section")..];
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the Install section has an sh block");
+    let mut commands = Vec::new();
+    let mut current = String::new();
+    for line in block.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match line.strip_suffix('\\') {
+            Some(head) => current.push_str(head),
+            None => {
+                current.push_str(line);
+                commands.push(std::mem::take(&mut current));
+            }
+        }
+    }
+    commands
+        .into_iter()
+        .map(|mut command| {
+            for (placeholder, value) in placeholders {
+                command = command.replace(placeholder, value);
+            }
+            assert!(
+                !command.contains('<'),
+                "README.md's install line has a placeholder this test does not know: {command}"
+            );
+            command
+        })
+        .collect()
+}
+
+/// A command line split into words as sh splits it (single quotes; nothing else is used).
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let (mut quoted, mut started) = (false, false);
+    for c in line.chars() {
+        match c {
+            '\'' => (quoted, started) = (!quoted, true),
+            c if c.is_whitespace() && !quoted => {
+                if started {
+                    words.push(std::mem::take(&mut word));
+                    started = false;
+                }
+            }
+            c => {
+                assert!(
+                    quoted || !"\"$`|&;<>()\\".contains(c),
+                    "unexpected shell syntax in {line}"
+                );
+                word.push(c);
+                started = true;
+            }
+        }
+    }
+    assert!(!quoted, "unbalanced quote in {line}");
+    if started {
+        words.push(word);
+    }
+    words
+}
+
+/// docs/install.md's command that reads the join token from a node's rancherd config gives
+/// the token, quoted as Harvester's installer writes it or not.
+#[test]
+fn the_documented_token_command_reads_the_rancherd_config() {
+    let doc = repo_file("docs/install.md");
+    let section = &doc[doc.find("### The join token").unwrap()..];
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    let line = block
+        .lines()
+        .find(|l| l.starts_with("token=$("))
+        .expect("the block sets token");
+    let dir = std::env::temp_dir().join(format!("ingot-rancherd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.yaml");
+    for (written, token) in [
+        ("token: \"K10ab::server:cd\"\n", "K10ab::server:cd"),
+        ("token: plain-token\n", "plain-token"),
+    ] {
+        std::fs::write(
+            &config,
+            format!(
+                "server: https://192.0.2.1:443\n{written}role: cluster-init\nos:\n  hostname: n1\n"
+            ),
+        )
+        .unwrap();
+        let script = format!(
+            "{}\nprintf '%s' \"$token\"",
+            line.replace(
+                "/etc/rancher/rancherd/config.yaml",
+                &config.display().to_string()
+            )
+        );
+        let out = run(Command::new("sh").arg("-c").arg(script), None);
+        assert_eq!(out, token);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// README.md's install commands, as a newcomer types them, on the real API server: the
+/// namespace, the two Secrets, `helm install` of the chart. Then `ingot run` as the pod the
+/// installed Deployment describes (its arguments, its environment resolved as the kubelet does,
+/// a token of the installed ServiceAccount) runs a pool past its join token: JoinReady=True and
+/// a server created. Only what a cluster gives differs: the namespace and release are the
+/// test's own (the chart's cluster-wide names carry the release), the Equinix Metal API is the
+/// emulator, the HTTP address is loopback, and kube-system/ingress-expose has the VIP as on
+/// Harvester.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_helm_install_runs_a_pool_past_its_join_token() {
+    let _serial = HARVESTER_SYSTEM.lock().await;
+    let env = ingot_testenv::shared().await;
+    let admin = env.kubeconfig_path();
+    let client = env.client().unwrap();
+    let suffix = ingot_testenv::random_suffix(6);
+    let namespace = format!("readme-{suffix}");
+    let release = format!("ingot-readme-{suffix}");
+    // Harvester has harvester-system; a Secret another test left there would make the README's
+    // `kubectl create secret` fail.
+    ensure_namespace(&client, "harvester-system").await;
+    let credentials: Api<Secret> = Api::namespaced(client.clone(), "harvester-system");
+    let _ = credentials
+        .delete("equinix-addon", &DeleteParams::default())
+        .await;
+    wait_until("the old credentials Secret to be gone", async || {
+        credentials
+            .get_opt("equinix-addon")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+
+    let commands = readme_install_commands(&[
+        ("<Equinix Metal API token>", METAL_TOKEN),
+        ("<project ID>", PROJECT),
+        ("<join token>", JOIN_TOKEN),
+        (
+            "<address where servers reach the ingot Service>",
+            "127.0.0.1",
+        ),
+    ]);
+    let mut installed = false;
+    for command in &commands {
+        let mut words: Vec<String> = shell_words(command)
+            .into_iter()
+            .map(|w| {
+                if w == "ingot-system" {
+                    namespace.clone()
+                } else {
+                    w
+                }
+            })
+            .collect();
+        let mut process = match words[0].as_str() {
+            "kubectl" => Command::new(kubectl()),
+            "helm" => {
+                assert_eq!(words[1..3], ["install", "ingot"], "{command}");
+                words[2] = release.clone();
+                installed = true;
+                Command::new(helm())
+            }
+            other => panic!("README.md's install block runs {other}: {command}"),
+        };
+        process
+            .current_dir(repo_root())
+            .args(&words[1..])
+            .arg(format!("--kubeconfig={}", admin.display()));
+        run(&mut process, None);
+    }
+    assert!(
+        installed,
+        "README.md's install block runs helm install: {commands:?}"
+    );
+
+    the_installed_pod_runs_a_pool_past_its_join_token(&client, admin, &namespace, &release).await;
+}
+
+/// The HelmChart's chart and values installed as helm-controller installs them (rendered, then
+/// applied server-side: release `ingot` in harvester-system, `pools.ipxeBaseUrl` set as the docs
+/// say), after the two Secrets docs/install.md has a Harvester user make in harvester-system.
+/// `ingot run` as the installed pod runs a pool past its join token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_helmcharts_chart_and_values_run_a_pool_on_harvester() {
+    let _serial = HARVESTER_SYSTEM.lock().await;
+    let env = ingot_testenv::shared().await;
+    let admin = env.kubeconfig_path();
+    let client = env.client().unwrap();
+    ensure_namespace(&client, "harvester-system").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "harvester-system");
+    let apply = PatchParams::apply("ingot-install-test").force();
+    for (name, data) in [
+        (
+            "equinix-addon",
+            serde_json::json!({"METAL_AUTH_TOKEN": METAL_TOKEN, "PROJECT_ID": PROJECT}),
+        ),
+        ("ingot-join-token", serde_json::json!({"token": JOIN_TOKEN})),
+    ] {
+        secrets
+            .patch(
+                name,
+                &apply,
+                &Patch::Apply(serde_json::json!({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": name, "namespace": "harvester-system"},
+                    "stringData": data
+                })),
+            )
+            .await
+            .unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!("ingot-helmchart-{}", std::process::id()));
+    let helmchart = unpack_inline_chart(&dir);
+    let name = helmchart["metadata"]["name"].as_str().unwrap();
+    let namespace = helmchart["spec"]["targetNamespace"].as_str().unwrap();
+    let values = dir.join("values.yaml");
+    std::fs::write(
+        &values,
+        helmchart["spec"]["valuesContent"].as_str().unwrap(),
+    )
+    .unwrap();
+    let rendered = run(
+        Command::new(helm())
+            .args(["template", name])
+            .arg(dir.join("chart.tgz"))
+            .args(["--namespace", namespace, "--include-crds", "--values"])
+            .arg(&values)
+            .args(["--set", "pools.ipxeBaseUrl=http://127.0.0.1:8080"]),
+        None,
+    );
+    kubectl_apply(
+        admin,
+        &rendered,
+        &[
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=ingot-install-test",
+        ],
+    );
+    the_installed_pod_runs_a_pool_past_its_join_token(&client, admin, namespace, name).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The two tests that install into harvester-system (its Secrets, kube-system/ingress-expose),
+/// one at a time.
+static HARVESTER_SYSTEM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const METAL_TOKEN: &str = "metal-token-install";
+const PROJECT: &str = "5b0e8a6c-3f1d-4e2a-8c7b-9d6e5f4a3b21";
+const JOIN_TOKEN: &str = "K10-install-join-token";
+const VIP: &str = "192.0.2.45";
+
+/// `ingot run` as the pod the installed Deployment `namespace/release` describes (its
+/// arguments, its environment resolved as the kubelet resolves it, a token of its
+/// ServiceAccount), with the Equinix Metal emulator for the API and kube-system/ingress-expose
+/// holding the VIP as on Harvester: a pool of one gets JoinReady=True (the token from the
+/// installed Secret) and CredentialsReady=True, and its server is created; the pool is then
+/// deleted with its server.
+async fn the_installed_pod_runs_a_pool_past_its_join_token(
+    client: &kube::Client,
+    admin: &Path,
+    namespace: &str,
+    release: &str,
+) {
+    let (namespace, release) = (namespace.to_owned(), release.to_owned());
+    let suffix = ingot_testenv::random_suffix(6);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
+    let deployment = deployments.get(&release).await.unwrap();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some(release.as_str()));
+    let container = &pod.containers[0];
+    let http_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let sim = ingot_metal_sim::SimServer::start(
+        ingot_metal_sim::SimConfig::single(METAL_TOKEN, PROJECT),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_ingot"));
+    operator.env_clear();
+    for arg in container.args.clone().unwrap() {
+        if arg.starts_with("--http-addr=") {
+            operator.arg(format!("--http-addr=127.0.0.1:{http_port}"));
+        } else {
+            operator.arg(arg);
+        }
+    }
+    operator
+        .arg(format!(
+            "--kubeconfig={}",
+            chart_support::token_kubeconfig(admin, &release, &namespace, &release).display()
+        ))
+        .arg(format!("--metal-api-url={}", sim.base_url()));
+    let mut token_from_secret = false;
+    for var in container.env.clone().unwrap() {
+        let value = match (var.value, var.value_from) {
+            (Some(value), _) => value,
+            (None, Some(from)) => match (from.field_ref, from.secret_key_ref) {
+                (Some(field), _) if field.field_path == "metadata.name" => format!("{release}-pod"),
+                (Some(field), _) if field.field_path == "metadata.namespace" => namespace.clone(),
+                (None, Some(key)) => {
+                    // Required: the kubelet starts the container only once the Secret has it.
+                    assert_ne!(key.optional, Some(true), "{}", var.name);
+                    let secret = Api::<Secret>::namespaced(client.clone(), &namespace)
+                        .get(&key.name)
+                        .await
+                        .unwrap_or_else(|e| panic!("the pod's Secret {}: {e}", key.name));
+                    let bytes = secret.data.unwrap().remove(&key.key).unwrap().0;
+                    token_from_secret |= var.name == "TOKEN";
+                    String::from_utf8(bytes).unwrap()
+                }
+                other => panic!("{}: unexpected source {other:?}", var.name),
+            },
+            (None, None) => String::new(),
+        };
+        operator.env(var.name, value);
+    }
+    assert!(token_from_secret, "TOKEN comes from the README's Secret");
+
+    // The cluster VIP, where Harvester publishes it.
+    let services: Api<Service> = Api::namespaced(client.clone(), "kube-system");
+    let apply = PatchParams::apply("ingot-install-test").force();
+    services
+        .patch(
+            "ingress-expose",
+            &apply,
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "ingress-expose", "namespace": "kube-system"},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 443}]}
+            })),
+        )
+        .await
+        .unwrap();
+    services
+        .patch_status(
+            "ingress-expose",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "status": {"loadBalancer": {"ingress": [{"ip": VIP}]}}
+            })),
+        )
+        .await
+        .unwrap();
+
+    let log_path = std::env::temp_dir().join(format!("{release}.log"));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let child = KillOnDrop(
+        operator
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let log_tail = || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+    };
+
+    let pools: Api<InstancePool> = Api::all(client.clone());
+    let name = format!("install-{suffix}");
+    let mut manifest = ingot_compat::readme_pool();
+    manifest["metadata"]["name"] = serde_json::json!(name);
+    manifest["spec"]["count"] = serde_json::json!(1);
+    pools
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(manifest).unwrap(),
+        )
+        .await
+        .unwrap();
+    let condition = async |type_: &str| -> Option<(String, String)> {
+        let pool = serde_json::to_value(pools.get(&name).await.ok()?).unwrap();
+        pool["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == type_)
+            .map(|c| {
+                (
+                    c["status"].as_str().unwrap_or_default().to_owned(),
+                    c["message"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let join = condition("JoinReady").await;
+        if join.as_ref().is_some_and(|(status, _)| status == "True") {
+            let (_, message) = join.unwrap();
+            assert!(message.contains(VIP), "{message}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pool's JoinReady is {join:?}, not True\n{}",
+            log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        condition("CredentialsReady").await.map(|c| c.0).as_deref(),
+        Some("True")
+    );
+    let instances: Api<Instance> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let list = instances
+            .list(&ListParams::default().labels(&format!("instancePool={name}")))
+            .await
+            .unwrap();
+        if list
+            .items
+            .iter()
+            .any(|i| i.status.as_ref().is_some_and(|s| !s.instance_id.is_empty()))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no server created for the pool\n{}",
+            log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // Gone with its server, while the operator runs, so that no other test meets it.
+    pools
+        .delete(&name, &DeleteParams::background())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while pools.get_opt(&name).await.unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the pool was not deleted\n{}",
+            log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    drop(child);
+    let _ = services
+        .delete("ingress-expose", &DeleteParams::default())
+        .await;
+    let _ = std::fs::remove_file(&log_path);
+}
+
+/// A process killed when the test ends, also when it fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn wait_until(what: &str, mut probe: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !probe().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 }
 
 /// Builds the image from this test's ingot binary with scripts/build-image.sh; returns the
