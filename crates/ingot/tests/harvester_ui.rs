@@ -113,7 +113,12 @@ async fn power_action_possible(client: &Client, node: &str) -> Result<(), (u16, 
             format!("no field .status.status present in inventory object: {node}"),
         )),
         Some("inventoryNodeReady") => Ok(()),
-        Some(other) => Err((409, format!("expected to find inventory {node} status inventoryNodeReady, but current status is: {other}"))),
+        Some(other) => Err((
+            409,
+            format!(
+                "expected to find inventory {node} status inventoryNodeReady, but current status is: {other}"
+            ),
+        )),
     }
 }
 
@@ -217,7 +222,10 @@ async fn wait_answered(
         ingot.log_tail()
     );
     let state = sushy.system(USER, PASSWORD).await.unwrap()["PowerState"].clone();
-    assert_eq!(state, power_state, "sushy's own power state after {operation}");
+    assert_eq!(
+        state, power_state,
+        "sushy's own power state after {operation}"
+    );
 }
 
 async fn clean(client: &Client) {
@@ -235,7 +243,10 @@ async fn clean(client: &Client) {
     let _ = machines.delete(NODE, &dp).await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
     for j in jobs
-        .list(&kube::api::ListParams::default().labels(&format!("inventory.metal.harvesterhci.io={NODE}")))
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("inventory.metal.harvesterhci.io={NODE}")),
+        )
         .await
         .unwrap()
     {
@@ -248,11 +259,15 @@ async fn clean(client: &Client) {
     let _ = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &addon_resource())
         .delete("harvester-seeder", &dp)
         .await;
-    poll_until("the previous objects gone", Duration::from_secs(30), || async {
-        (inventories.get_opt(NODE).await.unwrap().is_none()
-            && machines.get_opt(NODE).await.unwrap().is_none())
-        .then_some(())
-    })
+    poll_until(
+        "the previous objects gone",
+        Duration::from_secs(30),
+        || async {
+            (inventories.get_opt(NODE).await.unwrap().is_none()
+                && machines.get_opt(NODE).await.unwrap().is_none())
+            .then_some(())
+        },
+    )
     .await;
 }
 
@@ -340,7 +355,11 @@ async fn the_ui_keeps_its_power_buttons_after_the_guide() {
     assert_eq!(stopped.data["spec"]["enabled"], json!(true), "{stopped:?}");
     let v = values(&stopped);
     assert_eq!(v["replicaCount"], serde_yaml::Value::from(0), "{v:?}");
-    assert_eq!(v["image"]["tag"], serde_yaml::Value::from("v0.1.1"), "{v:?}");
+    assert_eq!(
+        v["image"]["tag"],
+        serde_yaml::Value::from("v0.1.1"),
+        "{v:?}"
+    );
     assert_eq!(
         v["fullnameOverride"],
         serde_yaml::Value::from("harvester-seeder"),
@@ -349,9 +368,10 @@ async fn the_ui_keeps_its_power_buttons_after_the_guide() {
     assert_eq!(addon_verdict(Some(&stopped)), Ok(()));
 
     // Step 3: the plain manifests, run as their ServiceAccount (the command is the guide's).
-    assert!(guide_block("deploy/manifests/seeder.yaml").contains(
-        "kubectl apply --server-side -f deploy/manifests/seeder.yaml"
-    ));
+    assert!(
+        guide_block("deploy/manifests/seeder.yaml")
+            .contains("kubectl apply --server-side -f deploy/manifests/seeder.yaml")
+    );
     Api::<Inventory>::namespaced(client.clone(), NS)
         .create(&PostParams::default(), &inventory)
         .await

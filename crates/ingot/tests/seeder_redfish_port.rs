@@ -46,11 +46,15 @@ async fn clean(client: &Client) {
     let _ = Api::<Secret>::namespaced(client.clone(), NS)
         .delete(NAME, &dp)
         .await;
-    poll_until("the previous objects gone", Duration::from_secs(30), || async {
-        (inventories.get_opt(NAME).await.unwrap().is_none()
-            && machines.get_opt(NAME).await.unwrap().is_none())
-        .then_some(())
-    })
+    poll_until(
+        "the previous objects gone",
+        Duration::from_secs(30),
+        || async {
+            (inventories.get_opt(NAME).await.unwrap().is_none()
+                && machines.get_opt(NAME).await.unwrap().is_none())
+            .then_some(())
+        },
+    )
     .await;
 }
 
@@ -182,20 +186,24 @@ async fn the_hardware_is_read_at_the_labelled_redfish_port() {
         )
         .await
         .unwrap();
-    let note = poll_until("the Event naming the label", Duration::from_secs(60), || async {
-        Api::<Event>::namespaced(client.clone(), NS)
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NAME)
-                    && e.reason.as_deref() == Some("HardwareReadFailed")
-            })
-            .filter_map(|e| e.note)
-            .find(|n| n.contains(LABEL))
-    })
+    let note = poll_until(
+        "the Event naming the label",
+        Duration::from_secs(60),
+        || async {
+            Api::<Event>::namespaced(client.clone(), NS)
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NAME)
+                        && e.reason.as_deref() == Some("HardwareReadFailed")
+                })
+                .filter_map(|e| e.note)
+                .find(|n| n.contains(LABEL))
+        },
+    )
     .await;
     assert!(
         note.contains(r#"label redfishPort.harvesterhci.io "redfish" is not a port"#),

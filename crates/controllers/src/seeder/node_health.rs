@@ -234,10 +234,7 @@ async fn read_bmc(
         None => ctx.rufio.bmcs.reach(&target).await.map_err(|e| e.0)?.bmc,
     };
     debug!(inventory = %inventory.name_any(), redfish = %target.redfish.endpoint, labelled = redfish_port.is_some(), "reading the hardware");
-    let facts = bmc
-        .inventory()
-        .await
-        .map_err(|e| bmcs::error_chain(&e))?;
+    let facts = bmc.inventory().await.map_err(|e| bmcs::error_chain(&e))?;
     let log = match bmc.event_log().await {
         Ok(log) => log,
         Err(BmcError::Unsupported(_)) => Vec::new(),
@@ -346,7 +343,8 @@ mod tests {
         for bad in ["abc", "0", "65536", "-1", ""] {
             let why = redfish_port_label(&with(Some(bad))).unwrap_err();
             assert!(
-                why.contains("label redfishPort.harvesterhci.io") && why.contains(&format!("{bad:?}")),
+                why.contains("label redfishPort.harvesterhci.io")
+                    && why.contains(&format!("{bad:?}")),
                 "{why}"
             );
         }
