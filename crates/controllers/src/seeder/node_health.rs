@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use ingot_api::seeder::{INVENTORY_NODE_READY, Inventory};
-use ingot_bmc::{Bmc, BmcError, LogEntry};
+use ingot_bmc::{Bmc, BmcError, LogEntry, Scheme};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -187,12 +187,35 @@ async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result
     Ok(())
 }
 
+/// Seeder's label on the Inventory that sets the port of the hardware reads over Redfish.
+pub const REDFISH_PORT_LABEL: &str = "redfishPort.harvesterhci.io";
+
+/// The port the Inventory's label [`REDFISH_PORT_LABEL`] sets for the hardware reads (`None`
+/// without the label), or why its value is not a port.
+pub fn redfish_port_label(inventory: &Inventory) -> Result<Option<u16>, String> {
+    let Some(value) = inventory.labels().get(REDFISH_PORT_LABEL) else {
+        return Ok(None);
+    };
+    value
+        .parse::<u16>()
+        .ok()
+        .filter(|p| *p > 0)
+        .map(Some)
+        .ok_or_else(|| {
+            format!(
+                "label {REDFISH_PORT_LABEL} {value:?} is not a port: set it to the BMC's Redfish \
+                 port (1 to 65535) or remove it"
+            )
+        })
+}
+
 /// The BMC's inventory and event log (a BMC without one has an empty log).
 async fn read_bmc(
     inventory: &Inventory,
     ctx: &SeederContext,
 ) -> Result<(ingot_bmc::Inventory, Vec<LogEntry>), String> {
-    let target = ctx
+    let redfish_port = redfish_port_label(inventory)?;
+    let mut target = ctx
         .rufio
         .target_for(
             ConnectionField::Inventory,
@@ -201,13 +224,18 @@ async fn read_bmc(
         )
         .await
         .map_err(|e| e.to_string())?;
-    let reached = ctx.rufio.bmcs.reach(&target).await.map_err(|e| e.0)?;
-    let facts = reached
-        .bmc
-        .inventory()
-        .await
-        .map_err(|e| bmcs::error_chain(&e))?;
-    let log = match reached.bmc.event_log().await {
+    let bmc = match redfish_port {
+        // Seeder reads the hardware over Redfish only, at `https://<connection.host>:<label>`.
+        Some(port) => {
+            target.redfish.endpoint.scheme = Scheme::Https;
+            target.redfish.endpoint.port = Some(port);
+            ctx.rufio.bmcs.manager.bmc(target.redfish.clone())
+        }
+        None => ctx.rufio.bmcs.reach(&target).await.map_err(|e| e.0)?.bmc,
+    };
+    debug!(inventory = %inventory.name_any(), redfish = %target.redfish.endpoint, labelled = redfish_port.is_some(), "reading the hardware");
+    let facts = bmc.inventory().await.map_err(|e| bmcs::error_chain(&e))?;
+    let log = match bmc.event_log().await {
         Ok(log) => log,
         Err(BmcError::Unsupported(_)) => Vec::new(),
         Err(e) => {
@@ -294,6 +322,32 @@ mod tests {
             normal.metadata.name,
             core_event(&node, "", false, "p").metadata.name
         );
+    }
+
+    #[test]
+    fn the_redfish_port_label_is_a_port_or_an_error_naming_it() {
+        let with = |value: Option<&str>| -> Inventory {
+            let mut v = json!({
+                "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+                "metadata": {"name": "i"},
+                "spec": {"baseboardSpec": {"connection": {"host": "h", "insecureTLS": true}},
+                    "events": {"enabled": true, "pollingInterval": "1h"}}
+            });
+            if let Some(value) = value {
+                v["metadata"]["labels"] = json!({ REDFISH_PORT_LABEL: value });
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        assert_eq!(redfish_port_label(&with(None)), Ok(None));
+        assert_eq!(redfish_port_label(&with(Some("8443"))), Ok(Some(8443)));
+        for bad in ["abc", "0", "65536", "-1", ""] {
+            let why = redfish_port_label(&with(Some(bad))).unwrap_err();
+            assert!(
+                why.contains("label redfishPort.harvesterhci.io")
+                    && why.contains(&format!("{bad:?}")),
+                "{why}"
+            );
+        }
     }
 
     #[test]
