@@ -1,6 +1,7 @@
 //! The Equinix Metal driver against the Metal emulator (the real HTTP client underneath,
 //! injected through the driver's cloud factory): upstream's providerSpec and Secret keys,
-//! provider ids, idempotent create, error classes and orphan listing.
+//! provider ids, idempotent create, error classes, orphan listing, and the sample class with
+//! hardware reservations.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -12,7 +13,7 @@ use ingot_controllers::gardener::driver::{
     Code, Driver, EquinixDriver, MachineRequest, SecretData, device_uuid,
 };
 use ingot_metal::equinix::RateLimiter;
-use ingot_metal_sim::{EndpointFault, PlanMetro, SimConfig, SimServer};
+use ingot_metal_sim::{EndpointFault, HardwareReservationConfig, PlanMetro, SimConfig, SimServer};
 use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
@@ -462,4 +463,152 @@ async fn initialize_is_unimplemented_and_there_are_no_volumes() {
         Code::Unimplemented
     );
     assert!(f.driver.get_volume_ids(&[]).await.unwrap().is_empty());
+}
+
+/// The provider's sample class with reservations (`eqx-mc-ny-reserved` of machine-class.yaml:
+/// `reservationIDs`, `reservedDevicesOnly: true`), filled in as its README says (cluster and role
+/// names); its retired plan and OS swapped for current ones.
+fn reserved_sample_class() -> (MachineClass, Vec<String>) {
+    let path = ingot_testenv::shared_dir().join("fixtures/mcm-provider-samples/machine-class.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut class: Value = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| <Value as serde::Deserialize>::deserialize(doc).unwrap())
+        .find(|c| c["metadata"]["name"] == "eqx-mc-ny-reserved")
+        .expect("the sample class with reservations");
+    assert_eq!(class["providerSpec"]["reservedDevicesOnly"], true);
+    assert_eq!(class["providerSpec"]["projectID"], PROJECT);
+    let spec = &mut class["providerSpec"];
+    spec["machineType"] = json!("c3.small.x86");
+    spec["OS"] = json!("ubuntu_22_04");
+    for tag in spec["tags"].as_array_mut().unwrap() {
+        let filled = tag
+            .as_str()
+            .unwrap()
+            .replace("YOUR_CLUSTER_NAME", "shoot--test")
+            .replace("YOUR_ROLE_NAME", "node");
+        *tag = json!(filled);
+    }
+    let ids = spec["reservationIDs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    (serde_json::from_value(class).unwrap(), ids)
+}
+
+#[tokio::test]
+async fn the_sample_reservation_class_creates_on_a_free_reservation_or_fails_clearly() {
+    let (reserved_class, ids) = reserved_sample_class();
+    assert_eq!(ids.len(), 2);
+    let mut config = SimConfig::single(TOKEN, PROJECT);
+    // The first reservation is a spare (not provisionable), the second a free server.
+    config.hardware_reservations = vec![
+        HardwareReservationConfig {
+            id: ids[0].clone(),
+            project: PROJECT.into(),
+            plan: "c3.small.x86".into(),
+            metro: "ny".into(),
+            provisionable: false,
+        },
+        HardwareReservationConfig {
+            id: ids[1].clone(),
+            project: PROJECT.into(),
+            plan: "c3.small.x86".into(),
+            metro: "ny".into(),
+            provisionable: true,
+        },
+    ];
+    // No on-demand capacity: a device that exists is a reserved one.
+    config.faults.capacity_exhausted = vec![PlanMetro {
+        plan: "c3.small.x86".into(),
+        metro: "ny".into(),
+    }];
+    let sim = SimServer::start(config, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let clouds = EquinixClouds {
+        base_url: sim.base_url(),
+        limiter: Arc::new(RateLimiter::new(1000.0, 100)),
+        observer: Default::default(),
+    };
+    let driver = EquinixDriver::new(Arc::new(clouds));
+    let secret = secret(TOKEN);
+    let create = async |class: &MachineClass, name: &str| {
+        let m = machine(name, None);
+        driver
+            .create_machine(MachineRequest {
+                machine: &m,
+                class,
+                secret: &secret,
+            })
+            .await
+    };
+
+    // The spare is refused, the free reservation taken.
+    let first = create(&reserved_class, "reserved-0").await.unwrap();
+    let first_uuid = device_uuid(&first.provider_id).to_owned();
+    assert_eq!(
+        sim.sim().reservation_device(&ids[1]).unwrap(),
+        Some(first_uuid.clone())
+    );
+    assert_eq!(sim.sim().reservation_device(&ids[0]).unwrap(), None);
+
+    // Both taken or refused, reservedDevicesOnly: no device, a clear ResourceExhausted.
+    let err = create(&reserved_class, "reserved-1").await.unwrap_err();
+    assert_eq!(err.code, Code::ResourceExhausted, "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains(
+            "could not get a device with the provided reservation IDs, and reservedOnly is true"
+        ) && message.contains(&format!("{} is already provisioned", ids[1])),
+        "{message}"
+    );
+    let hostnames = |sim: &SimServer| -> Vec<String> {
+        sim.sim()
+            .device_listing(Some(PROJECT))
+            .into_iter()
+            .filter(|e| e["device"]["state"] != "deprovisioning")
+            .map(|e| e["device"]["hostname"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(hostnames(&sim), ["reserved-0"]);
+
+    // Without reservedDevicesOnly the same class falls back to an on-demand device (no
+    // reservation id), which the exhausted capacity refuses here; with capacity back it is made.
+    let mut fallback = reserved_class.clone();
+    fallback.spec.provider_spec["reservedDevicesOnly"] = json!(false);
+    let err = create(&fallback, "on-demand-0").await.unwrap_err();
+    assert_eq!(err.code, Code::ResourceExhausted, "{err}");
+    assert!(err.to_string().contains("capacity"), "{err}");
+    sim.sim()
+        .update_faults(|faults| faults.capacity_exhausted.clear());
+    let on_demand = create(&fallback, "on-demand-0").await.unwrap();
+    let uuid = device_uuid(&on_demand.provider_id).to_owned();
+    let device = sim
+        .sim()
+        .device_listing(Some(PROJECT))
+        .into_iter()
+        .map(|e| e["device"].clone())
+        .find(|d| d["id"] == uuid.as_str())
+        .unwrap();
+    assert!(device["hardware_reservation"].is_null(), "{device}");
+
+    // The reserved device deleted and gone, its reservation is free for the next Machine.
+    let m = machine("reserved-0", Some(&first.provider_id));
+    driver
+        .delete_machine(MachineRequest {
+            machine: &m,
+            class: &reserved_class,
+            secret: &secret,
+        })
+        .await
+        .unwrap();
+    sim.sim().tick();
+    assert_eq!(sim.sim().reservation_device(&ids[1]).unwrap(), None);
+    let again = create(&reserved_class, "reserved-2").await.unwrap();
+    assert_eq!(
+        sim.sim().reservation_device(&ids[1]).unwrap(),
+        Some(device_uuid(&again.provider_id).to_owned())
+    );
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use ingot_api::gardener::{Machine, MachineDeployment, MachineSet};
 use ingot_boot_sim::{Booter, BooterConfig, Expected, Running};
-use ingot_metal_sim::{PlanMetro, SimConfig, SimServer, Timings};
+use ingot_metal_sim::{HardwareReservationConfig, PlanMetro, SimConfig, SimServer, Timings};
 use ingot_testenv::mcm::Mcm;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -56,13 +56,13 @@ struct Stack {
 
 impl Stack {
     async fn start(extra_args: &[&str]) -> Stack {
-        Self::start_on(extra_args, None, false).await
+        Self::start_on(extra_args, None, false, Vec::new()).await
     }
 
     /// Installed as docs/migrate-from-mcm-provider.md says: deploy/manifests/gardener.yaml as it
     /// is (Machines in `default`), ingot run as its ServiceAccount, its Lease in ingot-system.
     async fn start_from_manifests(extra_args: &[&str]) -> Stack {
-        Self::start_on(extra_args, None, true).await
+        Self::start_on(extra_args, None, true, Vec::new()).await
     }
 
     /// A stack whose Nodes join a second API server (a shoot), while the Machines stay in the
@@ -75,13 +75,19 @@ impl Stack {
             ..ingot_testenv::Options::from_env().unwrap()
         };
         let plane = ingot_testenv::ControlPlane::start(options).await.unwrap();
-        Self::start_on(extra_args, Some(plane), false).await
+        Self::start_on(extra_args, Some(plane), false, Vec::new()).await
+    }
+
+    /// A stack whose emulator holds these hardware reservations of the project.
+    async fn start_with_reservations(reservations: Vec<HardwareReservationConfig>) -> Stack {
+        Self::start_on(&[], None, false, reservations).await
     }
 
     async fn start_on(
         extra_args: &[&str],
         target_plane: Option<ingot_testenv::ControlPlane>,
         from_manifests: bool,
+        reservations: Vec<HardwareReservationConfig>,
     ) -> Stack {
         let env = ingot_testenv::shared().await;
         let client = env.client().unwrap();
@@ -98,6 +104,7 @@ impl Stack {
             env.namespace("gardener").await.unwrap()
         };
         let mut config = SimConfig::single(TOKEN, PROJECT);
+        config.hardware_reservations = reservations;
         // Scaled: seconds where the real service takes minutes.
         config.timings = Timings {
             queued_ms: 200,
@@ -1580,6 +1587,106 @@ async fn a_machine_the_go_provider_made_is_adopted_after_installing_from_the_man
                 && !stack.devices().contains_key(&id)
                 && stack.node(&name).await.is_none();
             gone.then_some(())
+        },
+    )
+    .await;
+}
+
+/// The provider README's standalone Machines (`kubernetes/machines/`), each applied with its
+/// class from machine-class.yaml (filled in as the README says: namespace, project, token; the
+/// sample's retired plan and OS swapped for current ones). The reservation class's
+/// `reservationIDs` exist in the project, and with `reservedDevicesOnly` its Machine gets one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_provider_s_standalone_machine_samples_run_and_are_deleted() {
+    let classes = ingot_compat::yaml_documents(&ingot_compat::shared_file(
+        "fixtures/mcm-provider-samples/machine-class.yaml",
+    ));
+    let reserved_class = classes
+        .iter()
+        .find(|c| c["metadata"]["name"] == "eqx-mc-ny-reserved")
+        .unwrap();
+    assert_eq!(reserved_class["providerSpec"]["reservedDevicesOnly"], true);
+    let reservation_ids: Vec<String> = reserved_class["providerSpec"]["reservationIDs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    let reservations = reservation_ids
+        .iter()
+        .map(|id| HardwareReservationConfig {
+            id: id.clone(),
+            project: PROJECT.into(),
+            plan: "c3.small.x86".into(),
+            metro: "ny".into(),
+            provisionable: true,
+        })
+        .collect();
+    let stack = Stack::start_with_reservations(reservations).await;
+    // The classes the samples name (`eqx-mc` is applied with every stack).
+    for mut class in classes
+        .into_iter()
+        .filter(|c| c["metadata"]["name"] != CLASS)
+    {
+        class["metadata"]["namespace"] = json!(stack.namespace);
+        class["secretRef"]["namespace"] = json!(stack.namespace);
+        class["providerSpec"]["machineType"] = json!("c3.small.x86");
+        class["providerSpec"]["OS"] = json!("ubuntu_22_04");
+        stack.apply(&class).await;
+    }
+    let samples = ingot_compat::fixture_documents("fixtures/mcm-provider-samples/machines");
+    assert_eq!(samples.len(), 3, "{samples:?}");
+    let mut names = BTreeSet::new();
+    for (file, mut machine) in samples {
+        assert_eq!(machine["kind"], "Machine", "{file}");
+        machine["metadata"]["namespace"] = json!(stack.namespace);
+        names.insert(machine["metadata"]["name"].as_str().unwrap().to_owned());
+        stack.apply(&machine).await;
+    }
+    let machines = stack.wait_running(3, Duration::from_secs(180)).await;
+    for m in &machines {
+        let name = m.name_any();
+        assert!(names.contains(&name), "{name}");
+        let node = stack.node(&name).await.expect("the machine's Node joined");
+        assert_eq!(
+            node.labels().get("node.gardener.cloud/machine-name"),
+            Some(&name)
+        );
+        let device = device_of(m);
+        let reservation = reservation_ids
+            .iter()
+            .find(|id| stack.sim.sim().reservation_device(id).unwrap() == Some(device.clone()));
+        assert_eq!(
+            reservation.is_some(),
+            name == "eqx-test-machine-reserved",
+            "{name}: only the reservation class's Machine is on a reservation"
+        );
+    }
+
+    for name in &names {
+        stack
+            .machines_api()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    wait_for(
+        "every sample Machine, its Node and its device to be gone",
+        Duration::from_secs(120),
+        async || {
+            let machines = stack.machines().await;
+            let mut nodes = Vec::new();
+            for name in &names {
+                if stack.node(name).await.is_some() {
+                    nodes.push(name.clone());
+                }
+            }
+            // The reserved server is given back once its device is gone.
+            let reserved = reservation_ids
+                .iter()
+                .any(|id| stack.sim.sim().reservation_device(id).unwrap().is_some());
+            (machines.is_empty() && nodes.is_empty() && stack.devices().is_empty() && !reserved)
+                .then_some(())
         },
     )
     .await;

@@ -2,7 +2,8 @@
 //! rules, also in the chart) name only metrics `ingot run` serves: every metric name in the
 //! dashboard's PromQL and the rules' `expr` is looked up in a real scrape of /metrics, with
 //! every controller running against the real control plane. The same run proves the BMC
-//! metrics move: one Machine on an emulated Redfish BMC, one on a port where nothing listens.
+//! metrics move: one Machine on an emulated Redfish BMC, one on a port where nothing listens;
+//! and that the Gardener machine controller counts its reconciliations.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -15,6 +16,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions};
+use kube::Api;
+use kube::api::DeleteParams;
 use rufio_support::*;
 use serde_json::{Value, json};
 
@@ -404,6 +407,17 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_served_and_bmc_calls_
         .env("NAMESPACE", &ns);
     let ingot = spawn_logged(&mut cmd, "ingot-observability");
 
+    // A Gardener Machine whose MachineClass does not exist: the machine controller looks at it
+    // (and leaves it, as upstream does) without any Equinix Metal call.
+    let gardener_machine: ingot_api::gardener::Machine = serde_json::from_value(json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1",
+        "kind": "Machine",
+        "metadata": {"name": "no-class", "namespace": ns},
+        "spec": {"class": {"kind": "MachineClass", "name": "absent"}},
+    }))
+    .unwrap();
+    create(&client, &ns, &gardener_machine).await;
+
     let http = reqwest::Client::new();
     wait_contactable(&client, &ns, "good", "on", Duration::from_secs(60)).await;
     let bmc_failed = |s: &BTreeMap<String, f64>| {
@@ -468,6 +482,27 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_served_and_bmc_calls_
         "{text}"
     );
     assert_eq!(value("ingot_leader"), 1.0, "{text}");
+
+    // The Gardener machine controller counts its reconciliations like the other controllers.
+    let gardener_reconciled = |s: &BTreeMap<String, f64>| {
+        let value = |series: &str| s.get(series).copied().unwrap_or_default();
+        value(r#"ingot_reconciliations_total{controller="gardener-machine"}"#) >= 1.0
+            && value(r#"ingot_reconcile_duration_seconds_count{controller="gardener-machine"}"#)
+                >= 1.0
+    };
+    poll_until(
+        "the Gardener Machine's reconciliation to be counted",
+        Duration::from_secs(60),
+        || async {
+            scrape(&http, port)
+                .await
+                .filter(|t| gardener_reconciled(&samples(t)))
+        },
+    )
+    .await;
+    let _ = Api::<ingot_api::gardener::Machine>::namespaced(client.clone(), &ns)
+        .delete_collection(&DeleteParams::default(), &Default::default())
+        .await;
 
     delete_all(&client, &ns).await;
     drop(ingot);

@@ -1227,6 +1227,47 @@ async fn single_boot_joins_without_a_reinstall_and_creates_missing_vlans() {
     stack.delete_pools_and_expect_no_devices(&[name]).await;
 }
 
+#[tokio::test]
+async fn a_harvester_v1_0_pool_boots_with_the_v1_0_config_and_joins() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("v10-{}", ingot_testenv::random_suffix(4));
+    let mut manifest = readme_pool();
+    manifest["spec"]["harvesterVersion"] = json!("v1.0.3");
+    manifest["spec"]["count"] = json!(2);
+    stack.create_pool(manifest, &name).await;
+    stack.wait_ready(&name, 2, Duration::from_secs(120)).await;
+
+    let instances = stack.pool_instances(&name).await;
+    assert_eq!(instances.len(), 2);
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    for instance in &instances {
+        let device = instance.status.clone().unwrap().instance_id;
+        let record = stack.sim.sim().boot_record(&device).expect("a boot record");
+        let script = record.ipxe_script.unwrap_or_default();
+        assert!(
+            script.contains("harvester-v1.0.3-vmlinuz-amd64"),
+            "the v1.0.3 installer boots: {script}"
+        );
+        // The booting server ran the v1.0 installer's checks on the config it fetched: the
+        // management network under install.networks.harvester-mgmt, the join URL on 8443.
+        let machine = stack
+            .booter
+            .machine(&device)
+            .expect("the booter saw the server");
+        assert_eq!(
+            machine.schema,
+            Some(ingot_boot_sim::Schema::V1_0),
+            "{machine:?}"
+        );
+        assert!(machine.warnings.is_empty(), "{machine:?}");
+        let node = machine.node.clone().expect("the server joined as a Node");
+        assert_eq!(node, instance.name_any());
+        assert!(nodes.get_opt(&node).await.unwrap().is_some(), "Node {node}");
+    }
+    stack.delete_pools_and_expect_no_devices(&[name]).await;
+}
+
 impl Stack {
     async fn pool_condition(&self, pool: &str, type_: &str) -> Option<(String, String, String)> {
         self.pools()

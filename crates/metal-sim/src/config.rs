@@ -171,6 +171,27 @@ pub struct SimConfig {
     pub seed: u64,
     /// Keep every request and response for `GET /_sim/traffic` (conformance checks).
     pub record_traffic: bool,
+    /// Hardware reservations: servers set aside for a project, provisioned by passing their id
+    /// (or `next-available`) as `hardware_reservation_id` when creating a device.
+    pub hardware_reservations: Vec<HardwareReservationConfig>,
+}
+
+/// A hardware reservation of a project: one server of a plan in a metro.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareReservationConfig {
+    /// Its UUID.
+    pub id: String,
+    pub project: String,
+    pub plan: String,
+    pub metro: String,
+    /// `false`: a spare, which cannot be provisioned until activated.
+    #[serde(default = "yes")]
+    pub provisionable: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for SimConfig {
@@ -182,6 +203,7 @@ impl Default for SimConfig {
             faults: Faults::default(),
             seed: 1,
             record_traffic: false,
+            hardware_reservations: Vec::new(),
         }
     }
 }

@@ -11,8 +11,8 @@ pub mod server;
 pub mod world;
 
 pub use config::{
-    EndpointFault, Faults, PlanMetro, ProjectConfig, RateLimitBurst, ServerRateLimit, SimConfig,
-    Timings, TokenConfig,
+    EndpointFault, Faults, HardwareReservationConfig, PlanMetro, ProjectConfig, RateLimitBurst,
+    ServerRateLimit, SimConfig, Timings, TokenConfig,
 };
 pub use server::{Exchange, Metrics, Sim, SimServer, router, serve};
 pub use world::BootRecord;

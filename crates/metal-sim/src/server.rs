@@ -206,7 +206,8 @@ impl Caller<'_> {
 
 impl Sim {
     pub fn new(cfg: SimConfig) -> Self {
-        let world = World::new(cfg.timings, cfg.faults);
+        let world =
+            World::new(cfg.timings, cfg.faults).with_reservations(cfg.hardware_reservations);
         Sim {
             inner: Arc::new(Inner {
                 world: Mutex::new(world),
@@ -257,6 +258,16 @@ impl Sim {
 
     pub fn clear_traffic(&self) {
         lock(&self.inner.traffic).clear();
+    }
+
+    /// The device provisioned on a hardware reservation; `Err` if there is no such reservation.
+    pub fn reservation_device(&self, reservation: &str) -> Result<Option<String>, String> {
+        self.tick();
+        lock(&self.inner.world)
+            .reservations
+            .get(reservation)
+            .map(|r| r.device.clone())
+            .ok_or_else(|| format!("no hardware reservation {reservation}"))
     }
 
     pub fn boot_record(&self, device: &str) -> Option<BootRecord> {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::catalog::{self, Plan};
-use crate::config::{Faults, Timings};
+use crate::config::{Faults, HardwareReservationConfig, Timings};
 
 /// An error the API answers with.
 #[derive(Debug)]
@@ -165,6 +165,15 @@ pub struct World {
     pub seq: u64,
     /// Window index and requests counted in it, for the server-side rate limit.
     pub rl_window: (i64, u32),
+    /// Hardware reservations by id, with the device provisioned on each (if any).
+    pub reservations: BTreeMap<String, SimReservation>,
+}
+
+/// A hardware reservation and the device it holds.
+#[derive(Clone, Debug)]
+pub struct SimReservation {
+    pub config: HardwareReservationConfig,
+    pub device: Option<String>,
 }
 
 pub fn href_device(id: &str) -> String {
@@ -196,7 +205,80 @@ impl World {
             faults,
             seq: 0,
             rl_window: (0, 0),
+            reservations: BTreeMap::new(),
         }
+    }
+
+    /// Adds hardware reservations (the configuration's).
+    pub fn with_reservations(mut self, reservations: Vec<HardwareReservationConfig>) -> Self {
+        for r in reservations {
+            self.reservations.insert(
+                r.id.clone(),
+                SimReservation {
+                    config: r,
+                    device: None,
+                },
+            );
+        }
+        self
+    }
+
+    /// The reservation a create asks for (`hardware_reservation_id`), checked as Metal does:
+    /// it belongs to the project, is provisionable, is not already provisioned, and its plan and
+    /// metro are the request's. `next-available` takes the first free one that fits.
+    fn reservation_for(
+        &self,
+        project: &str,
+        requested: &str,
+        plan: &Plan,
+        metro: &catalog::Metro,
+    ) -> Result<String, ApiError> {
+        let fits = |r: &SimReservation| {
+            r.config.project == project
+                && r.config.provisionable
+                && r.device.is_none()
+                && catalog::plan(&r.config.plan).is_some_and(|p| p.slug == plan.slug)
+                && catalog::metro(&r.config.metro).is_some_and(|m| m.code == metro.code)
+        };
+        if requested == "next-available" {
+            return self
+                .reservations
+                .values()
+                .find(|r| fits(r))
+                .map(|r| r.config.id.clone())
+                .ok_or_else(|| {
+                    ApiError::unprocessable(format!(
+                        "No available hardware reservations of plan {} in metro {}",
+                        plan.slug, metro.code
+                    ))
+                });
+        }
+        let r = self
+            .reservations
+            .get(requested)
+            .filter(|r| r.config.project == project)
+            .ok_or_else(|| {
+                ApiError::unprocessable(format!(
+                    "hardware_reservation_id {requested}: no such hardware reservation in this project"
+                ))
+            })?;
+        if let Some(device) = &r.device {
+            return Err(ApiError::unprocessable(format!(
+                "Hardware reservation {requested} is already provisioned with device {device}"
+            )));
+        }
+        if !r.config.provisionable {
+            return Err(ApiError::unprocessable(format!(
+                "Hardware reservation {requested} is a spare and is not provisionable"
+            )));
+        }
+        if !fits(r) {
+            return Err(ApiError::unprocessable(format!(
+                "Hardware reservation {requested} is a {} in metro {}, not a {} in metro {}",
+                r.config.plan, r.config.metro, plan.slug, metro.code
+            )));
+        }
+        Ok(requested.to_owned())
     }
 
     fn next_id(&mut self) -> String {
@@ -266,6 +348,14 @@ impl World {
         if let Some(d) = self.devices.remove(id) {
             for p in &d.ports {
                 self.port_owner.remove(&p.id);
+            }
+            // The reserved server goes back to its reservation.
+            if let Some(r) = d
+                .hardware_reservation_id
+                .as_ref()
+                .and_then(|r| self.reservations.get_mut(r))
+            {
+                r.device = None;
             }
             self.order.retain(|x| x != id);
         }
@@ -380,11 +470,24 @@ impl World {
                 "spot_price_max is required for a spot instance",
             ));
         }
-        if self
-            .faults
-            .capacity_exhausted
-            .iter()
-            .any(|pm| pm.plan == plan.slug && pm.metro == metro.code)
+        // Reservations are modelled when the configuration lists some; otherwise the id is
+        // recorded unchecked.
+        let reservation = match input
+            .hardware_reservation_id
+            .as_deref()
+            .filter(|r| !r.is_empty())
+        {
+            Some(requested) if self.reservations.is_empty() => Some(requested.to_owned()),
+            Some(requested) => Some(self.reservation_for(project, requested, plan, metro)?),
+            None => None,
+        };
+        // A reserved server is there already: capacity is for on-demand devices.
+        if reservation.is_none()
+            && self
+                .faults
+                .capacity_exhausted
+                .iter()
+                .any(|pm| pm.plan == plan.slug && pm.metro == metro.code)
         {
             return Err(ApiError::unprocessable(format!(
                 "Oh snap, we don't have enough capacity: no {} servers in stock in metro {}",
@@ -443,7 +546,7 @@ impl World {
             tags: input.tags,
             spot_instance: input.spot_instance.unwrap_or(false),
             spot_price_max: input.spot_price_max,
-            hardware_reservation_id: input.hardware_reservation_id.filter(|s| !s.is_empty()),
+            hardware_reservation_id: reservation.clone(),
             ssh_keys,
             locked: input.locked.unwrap_or(false),
             created_at: ts,
@@ -457,6 +560,9 @@ impl World {
         };
         self.devices.insert(id.clone(), dev);
         self.order.push(id.clone());
+        if let Some(r) = reservation.and_then(|r| self.reservations.get_mut(&r)) {
+            r.device = Some(id.clone());
+        }
         Ok(id)
     }
 
@@ -1125,6 +1231,66 @@ mod tests {
 
     fn state(w: &World, id: &str) -> Option<State> {
         w.devices.get(id).map(|d| d.state)
+    }
+
+    #[test]
+    fn hardware_reservations_are_taken_refused_and_given_back() {
+        let reservation =
+            |id: &str, project: &str, plan: &str, provisionable: bool| HardwareReservationConfig {
+                id: id.into(),
+                project: project.into(),
+                plan: plan.into(),
+                metro: "sv".into(),
+                provisionable,
+            };
+        let faults = Faults {
+            capacity_exhausted: vec![crate::PlanMetro {
+                plan: "c3.small.x86".into(),
+                metro: "sv".into(),
+            }],
+            ..Faults::default()
+        };
+        let mut w = World::new(Timings::instant(), faults).with_reservations(vec![
+            reservation("r-1", "p", "c3.small.x86", true),
+            reservation("r-spare", "p", "c3.small.x86", false),
+            reservation("r-big", "p", "n3.xlarge.x86", true),
+            reservation("r-other", "q", "c3.small.x86", true),
+        ]);
+        let t0 = Instant::now();
+        let reserved = |id: &str| {
+            let mut i = input("a");
+            i.hardware_reservation_id = Some(id.into());
+            i
+        };
+        let refusal = |w: &mut World, id: &str| {
+            let e = w.create_device("p", reserved(id), t0).unwrap_err();
+            assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
+            e.messages.join("; ")
+        };
+        // On demand there is no capacity; the reservation's server is there.
+        assert!(refusal(&mut w, "").contains("capacity"));
+        let id = w.create_device("p", reserved("r-1"), t0).unwrap();
+        assert_eq!(w.reservations["r-1"].device.as_deref(), Some(id.as_str()));
+        assert_eq!(
+            w.device_json(&w.devices[&id])["hardware_reservation"]["id"],
+            "r-1"
+        );
+        assert!(refusal(&mut w, "r-1").contains("already provisioned"));
+        assert!(refusal(&mut w, "r-spare").contains("spare"));
+        assert!(refusal(&mut w, "r-big").contains("n3.xlarge.x86"));
+        assert!(refusal(&mut w, "r-other").contains("no such hardware reservation"));
+        assert!(refusal(&mut w, "r-unknown").contains("no such hardware reservation"));
+        assert!(refusal(&mut w, "next-available").contains("No available"));
+        // Gone, the server is free again, and `next-available` finds it.
+        w.remove_device(&id);
+        assert_eq!(w.reservations["r-1"].device, None);
+        let again = w
+            .create_device("p", reserved("next-available"), t0)
+            .unwrap();
+        assert_eq!(
+            w.devices[&again].hardware_reservation_id.as_deref(),
+            Some("r-1")
+        );
     }
 
     #[test]

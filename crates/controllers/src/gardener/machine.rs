@@ -6,7 +6,7 @@
 //! second one.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use ingot_api::gardener::{MCM_FINALIZER, Machine, MachineClass, NODE_LABEL};
@@ -28,6 +28,8 @@ use super::{
     bootstrap, delete, go_duration, has_finalizer, parse_go_duration,
 };
 
+/// The `controller` label of the reconcile metrics.
+const CONTROLLER: &str = "gardener-machine";
 /// How often a Pending or Unknown machine is looked at until its timeout.
 const HEALTH_RECHECK: Duration = Duration::from_secs(60);
 /// How often a machine waiting for its deployment's failure permit looks again.
@@ -74,7 +76,8 @@ pub async fn run(
         .await;
 }
 
-fn error_policy(_machine: Arc<Machine>, error: &Error, _ctx: Arc<GardenerContext>) -> Action {
+fn error_policy(_machine: Arc<Machine>, error: &Error, ctx: Arc<GardenerContext>) -> Action {
+    ctx.metrics.failed(CONTROLLER, error.kind());
     match error {
         Error::Kube(kube::Error::Api(e)) if e.code == 409 => Action::requeue(CONFLICT_RETRY),
         _ => {
@@ -84,7 +87,18 @@ fn error_policy(_machine: Arc<Machine>, error: &Error, _ctx: Arc<GardenerContext
     }
 }
 
+/// Reconciles one Machine and records it in the reconcile metrics.
 pub(crate) async fn reconcile(
+    machine: Arc<Machine>,
+    ctx: Arc<GardenerContext>,
+) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(machine, ctx.clone()).await;
+    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
+    result
+}
+
+async fn reconcile_inner(
     machine: Arc<Machine>,
     ctx: Arc<GardenerContext>,
 ) -> Result<Action, Error> {

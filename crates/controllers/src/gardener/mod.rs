@@ -294,6 +294,16 @@ pub enum Error {
     Json(#[from] serde_json::Error),
 }
 
+impl Error {
+    /// The `error` label of `reconcile_errors_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Json(_) => "json",
+        }
+    }
+}
+
 /// The machine has our finalizer.
 pub fn has_finalizer(machine: &Machine) -> bool {
     machine.finalizers().iter().any(|f| f == MCM_FINALIZER)
