@@ -1416,3 +1416,90 @@ async fn the_mcm_guide_checks_gardeners_machines_by_their_full_name() {
         None,
     );
 }
+
+/// Every `--flag` README.md, docs/install.md and the migration guides name is a flag of `ingot
+/// run`, `ingot bmc` or `ingot power` (or of the kubectl, helm and cargo commands they show),
+/// and the defaults docs/install.md gives are those `ingot run --help` prints.
+#[test]
+fn every_ingot_flag_the_docs_name_is_in_its_help() {
+    const OTHER_COMMANDS: &[&str] = &[
+        // kubectl, helm and cargo, as the docs run them
+        "--all",
+        "--audience",
+        "--for",
+        "--force-conflicts",
+        "--from-literal",
+        "--help",
+        "--patch-file",
+        "--replicas",
+        "--server-side",
+        "--set",
+        "--subresource",
+        "--type",
+        "--workspace",
+    ];
+    let help = |command: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_ingot"))
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "ingot {command} --help: {output:?}"
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let helps = [help("run"), help("bmc"), help("power")];
+    let mut docs = vec![repo_file("README.md"), repo_file("docs/install.md")];
+    for guide in ["seeder", "equinix-addon", "mcm-provider"] {
+        docs.push(repo_file(&format!("docs/migrate-from-{guide}.md")));
+    }
+    let mut named = std::collections::BTreeSet::new();
+    for doc in &docs {
+        for (at, _) in doc.match_indices("--") {
+            let flag: String = doc[at + 2..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+                .collect();
+            if flag.starts_with(|c: char| c.is_ascii_lowercase()) {
+                named.insert(format!("--{flag}"));
+            }
+        }
+    }
+    assert!(named.contains("--rufio-allow-cross-namespace"), "{named:?}");
+    for flag in &named {
+        if OTHER_COMMANDS.contains(&flag.as_str()) {
+            continue;
+        }
+        let usage = format!("{flag} <");
+        assert!(
+            helps.iter().any(|h| h.contains(&usage)),
+            "the docs name {flag}, which no `ingot` command has (or add it to OTHER_COMMANDS \
+             if it is kubectl's, helm's or cargo's)"
+        );
+    }
+    let run = &helps[0];
+    for (flag, default) in [
+        ("--request-header-timeout-seconds", "10"),
+        ("--connection-lifetime-seconds", "120"),
+        ("--power-api-max-connections", "64"),
+        ("--http-max-connections", "256"),
+        ("--http-addr", "0.0.0.0:8080"),
+        ("--rufio-machine-interval-seconds", "180"),
+    ] {
+        let section = run
+            .split("\n      --")
+            .find(|s| s.starts_with(&format!("{} <", &flag[2..])))
+            .unwrap_or_else(|| panic!("{flag} in ingot run --help"));
+        assert!(
+            section.contains(&format!("[default: {default}]")),
+            "{flag}: docs/install.md says {default}: {section}"
+        );
+    }
+    for env in ["INGOT_RUFIO_ALLOW_CROSS_NAMESPACE", "INGOT_BMC_CA_BUNDLE"] {
+        assert!(
+            docs[1].contains(env) && run.contains(&format!("[env: {env}=")),
+            "{env}"
+        );
+    }
+}
