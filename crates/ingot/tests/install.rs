@@ -1172,15 +1172,14 @@ fn first_difference(a: &serde_json::Value, b: &serde_json::Value, path: &str) ->
     }
 }
 
-/// A migration guide's `kubectl apply` of `deploy/manifests/<group>.yaml`, split into words
-/// (its trailing comment dropped).
-fn guide_apply_command(guide: &str, group: &str) -> Vec<String> {
+/// A migration guide's `kubectl apply` of `target`, split into words (its trailing comment
+/// dropped).
+fn guide_apply_command(guide: &str, target: &str) -> Vec<String> {
     let text = repo_file(guide);
-    let target = format!("deploy/manifests/{group}.yaml");
     let lines: Vec<String> = ingot_compat::fenced_blocks(&text, "sh")
         .iter()
         .flat_map(|block| block.lines().map(str::to_owned).collect::<Vec<_>>())
-        .filter(|line| line.trim().starts_with("kubectl apply") && line.contains(&target))
+        .filter(|line| line.trim().starts_with("kubectl apply") && line.contains(target))
         .collect();
     assert_eq!(lines.len(), 1, "{guide}: one `kubectl apply` of {target}");
     let line = lines[0].split(" #").next().unwrap();
@@ -1211,12 +1210,30 @@ fn crd_in_group(yaml: &str, name: &str, group: &str) -> String {
 /// this test, so that the control plane's own CRDs are untouched: Seeder's Inventory CRD
 /// (upstream's file) created by another field manager, then ingot's from
 /// `deploy/manifests/seeder.yaml` with the guide's command. Without `--force-conflicts` the API
-/// server refuses it (so the copies do differ); the Equinix guide's command has the same flags.
+/// server refuses it (so the copies do differ); the Equinix guide's command, and both guides'
+/// apply of the chart's CRDs before Helm, have the same flags.
 #[tokio::test]
 async fn the_migration_guides_apply_the_manifests_over_the_go_systems_crds() {
     let env = ingot_testenv::shared().await;
-    let seeder = guide_apply_command("docs/migrate-from-seeder.md", "seeder");
-    let pools = guide_apply_command("docs/migrate-from-equinix-addon.md", "pools");
+    let seeder = guide_apply_command(
+        "docs/migrate-from-seeder.md",
+        "deploy/manifests/seeder.yaml",
+    );
+    let pools = guide_apply_command(
+        "docs/migrate-from-equinix-addon.md",
+        "deploy/manifests/pools.yaml",
+    );
+    // Before Helm: the chart's CRDs, taken over alike.
+    let crds = "deploy/helm/ingot/crds/";
+    let helm_first = [
+        guide_apply_command("docs/migrate-from-seeder.md", crds),
+        guide_apply_command("docs/migrate-from-equinix-addon.md", crds),
+    ];
+    assert!(
+        chart_dir()
+            .join("crds/metal.harvesterhci.io_inventories.yaml")
+            .is_file()
+    );
     let flags = |words: &[String]| -> Vec<String> {
         words
             .iter()
@@ -1226,6 +1243,9 @@ async fn the_migration_guides_apply_the_manifests_over_the_go_systems_crds() {
     };
     assert_eq!(seeder[..2], ["kubectl", "apply"], "{seeder:?}");
     assert_eq!(flags(&seeder), flags(&pools), "the guides install alike");
+    for words in &helm_first {
+        assert_eq!(flags(words), flags(&seeder), "{words:?}");
+    }
 
     let group = format!("migrate-{}.test.ingot.dev", ingot_testenv::random_suffix(6));
     let upstream = crd_in_group(
