@@ -369,8 +369,9 @@ async fn the_ui_keeps_its_power_buttons_after_the_guide() {
 
     // Step 3: the plain manifests, run as their ServiceAccount (the command is the guide's).
     assert!(
-        guide_block("deploy/manifests/seeder.yaml")
-            .contains("kubectl apply --server-side -f deploy/manifests/seeder.yaml")
+        guide_block("deploy/manifests/seeder.yaml").contains(
+            "kubectl apply --server-side --force-conflicts -f deploy/manifests/seeder.yaml"
+        )
     );
     Api::<Inventory>::namespaced(client.clone(), NS)
         .create(&PostParams::default(), &inventory)
@@ -399,6 +400,30 @@ async fn the_ui_keeps_its_power_buttons_after_the_guide() {
         (inventory_status(&client).await["status"] == "inventoryNodeReady").then_some(())
     })
     .await;
+    // Step 4's check of the Machines, the guide's command in this test's namespace (other
+    // tests' Machines share the control plane).
+    let guide = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/migrate-from-seeder.md"),
+    )
+    .unwrap();
+    let guide = guide.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(guide.contains(
+        "`kubectl wait --for=condition=Contactable -A --all machines.bmc.tinkerbell.org`"
+    ));
+    chart_support::run(
+        Command::new(chart_support::kubectl())
+            .arg(format!("--kubeconfig={}", admin.display()))
+            .args([
+                "wait",
+                "--for=condition=Contactable",
+                "-n",
+                NS,
+                "--all",
+                "machines.bmc.tinkerbell.org",
+                "--timeout=120s",
+            ]),
+        None,
+    );
 
     // The UI offers powerAction on a Node in maintenance; Harvester's node API drives ingot.
     Api::<Node>::all(client.clone())

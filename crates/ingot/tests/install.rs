@@ -1171,3 +1171,355 @@ fn first_difference(a: &serde_json::Value, b: &serde_json::Value, path: &str) ->
         _ => (a != b).then(|| format!("{path}: {a} (file) vs {b} (type)")),
     }
 }
+
+/// A migration guide's `kubectl apply` of `target`, split into words (its trailing comment
+/// dropped).
+fn guide_apply_command(guide: &str, target: &str) -> Vec<String> {
+    let text = repo_file(guide);
+    let lines: Vec<String> = ingot_compat::fenced_blocks(&text, "sh")
+        .iter()
+        .flat_map(|block| block.lines().map(str::to_owned).collect::<Vec<_>>())
+        .filter(|line| line.trim().starts_with("kubectl apply") && line.contains(target))
+        .collect();
+    assert_eq!(lines.len(), 1, "{guide}: one `kubectl apply` of {target}");
+    let line = lines[0].split(" #").next().unwrap();
+    let words = shell_words(line);
+    assert!(
+        words.windows(2).any(|w| w[0] == "-f" && w[1] == target),
+        "{guide}: {words:?}"
+    );
+    words
+}
+
+/// The CRD `name` of a rendered manifest, or of an upstream CRD file, moved to API group
+/// `group` (a copy the shared control plane's own CRDs never meet).
+fn crd_in_group(yaml: &str, name: &str, group: &str) -> String {
+    let mut crd = serde_yaml::Deserializer::from_str(yaml)
+        .map(|doc| <serde_yaml::Value as serde::Deserialize>::deserialize(doc).unwrap())
+        .find(|doc| doc["kind"] == "CustomResourceDefinition" && doc["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no CRD {name}"));
+    let plural = crd["spec"]["names"]["plural"].as_str().unwrap().to_owned();
+    crd["spec"]["group"] = group.into();
+    crd["metadata"]["name"] = format!("{plural}.{group}").into();
+    serde_yaml::to_string(&crd).unwrap()
+}
+
+/// The migration guides install the plain manifests where the Go system left its CRDs (Seeder,
+/// Rufio and the Equinix addon apply theirs at start): their fields then have another manager,
+/// and a server-side apply of ingot's CRDs must take them over. Played under an API group of
+/// this test, so that the control plane's own CRDs are untouched: Seeder's Inventory CRD
+/// (upstream's file) created by another field manager, then ingot's from
+/// `deploy/manifests/seeder.yaml` with the guide's command. Without `--force-conflicts` the API
+/// server refuses it (so the copies do differ); the Equinix guide's command, and both guides'
+/// apply of the chart's CRDs before Helm, have the same flags.
+#[tokio::test]
+async fn the_migration_guides_apply_the_manifests_over_the_go_systems_crds() {
+    let env = ingot_testenv::shared().await;
+    let seeder = guide_apply_command(
+        "docs/migrate-from-seeder.md",
+        "deploy/manifests/seeder.yaml",
+    );
+    let pools = guide_apply_command(
+        "docs/migrate-from-equinix-addon.md",
+        "deploy/manifests/pools.yaml",
+    );
+    // Before Helm: the chart's CRDs, taken over alike.
+    let crds = "deploy/helm/ingot/crds/";
+    let helm_first = [
+        guide_apply_command("docs/migrate-from-seeder.md", crds),
+        guide_apply_command("docs/migrate-from-equinix-addon.md", crds),
+    ];
+    assert!(
+        chart_dir()
+            .join("crds/metal.harvesterhci.io_inventories.yaml")
+            .is_file()
+    );
+    let flags = |words: &[String]| -> Vec<String> {
+        words
+            .iter()
+            .filter(|w| w.starts_with("--"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(seeder[..2], ["kubectl", "apply"], "{seeder:?}");
+    assert_eq!(flags(&seeder), flags(&pools), "the guides install alike");
+    for words in &helm_first {
+        assert_eq!(flags(words), flags(&seeder), "{words:?}");
+    }
+
+    let group = format!("migrate-{}.test.ingot.dev", ingot_testenv::random_suffix(6));
+    let upstream = crd_in_group(
+        &std::fs::read_to_string(
+            ingot_testenv::shared_dir()
+                .join("fixtures/upstream-crds/metal.harvesterhci.io_inventories.yaml"),
+        )
+        .unwrap(),
+        "inventories.metal.harvesterhci.io",
+        &group,
+    );
+    let ours = crd_in_group(
+        &repo_file("deploy/manifests/seeder.yaml"),
+        "inventories.metal.harvesterhci.io",
+        &group,
+    );
+    let kubeconfig = format!("--kubeconfig={}", env.kubeconfig_path().display());
+    run(
+        Command::new(kubectl()).args([&kubeconfig, "create", "--field-manager=seeder", "-f", "-"]),
+        Some(&upstream),
+    );
+    // The guide's command, the manifest on standard input.
+    let apply = |words: &[String]| {
+        let mut args: Vec<String> = words[1..].to_vec();
+        let file = args.iter().position(|w| w == "-f").unwrap() + 1;
+        args[file] = "-".to_owned();
+        let mut child = Command::new(kubectl())
+            .arg(&kubeconfig)
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(ours.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let without: Vec<String> = seeder
+        .iter()
+        .filter(|w| *w != "--force-conflicts")
+        .cloned()
+        .collect();
+    let refused = apply(&without);
+    assert!(
+        !refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("conflict"),
+        "{without:?}: {refused:?}"
+    );
+    let applied = apply(&seeder);
+    let name = format!("inventories.{group}");
+    let _ = Command::new(kubectl())
+        .args([&kubeconfig, "delete", "crd", &name, "--wait=false"])
+        .output();
+    assert!(
+        applied.status.success(),
+        "{seeder:?}: {}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+}
+
+/// Gardener owns `machine.sapcloud.io`: `ingot crds`, the chart's `crds/` and the plain
+/// manifests carry no CRD of that group (README.md; MCM's installation brings Gardener's).
+#[test]
+fn no_crd_of_gardeners_group_is_shipped() {
+    let output = Command::new(env!("CARGO_BIN_EXE_ingot"))
+        .arg("crds")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let mut shipped = vec![(
+        "ingot crds".to_owned(),
+        String::from_utf8(output.stdout).unwrap(),
+    )];
+    for group in GROUPS {
+        let file = format!("deploy/manifests/{group}.yaml");
+        shipped.push((file.clone(), repo_file(&file)));
+    }
+    for entry in std::fs::read_dir(chart_dir().join("crds")).unwrap() {
+        let path = entry.unwrap().path();
+        shipped.push((
+            path.display().to_string(),
+            std::fs::read_to_string(&path).unwrap(),
+        ));
+    }
+    for (what, yaml) in shipped {
+        let groups: Vec<String> = serde_yaml::Deserializer::from_str(&yaml)
+            .map(|doc| <serde_yaml::Value as serde::Deserialize>::deserialize(doc).unwrap())
+            .filter(|doc| doc["kind"] == "CustomResourceDefinition")
+            .map(|crd| crd["spec"]["group"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(!groups.is_empty(), "{what}: no CRD at all");
+        assert!(
+            !groups.iter().any(|g| g == "machine.sapcloud.io"),
+            "{what}: {groups:?}"
+        );
+    }
+}
+
+/// docs/install.md's `<release>`: the chart names its objects after the release when the
+/// release name contains `ingot`, else `<release>-ingot` (the Lease, the Service, the power
+/// action API's Secret and the power-caller ClusterRole with it).
+#[test]
+fn the_charts_objects_are_named_after_the_release() {
+    for (release, name) in [
+        ("ingot", "ingot"),
+        ("ingot-prod", "ingot-prod"),
+        ("bmc", "bmc-ingot"),
+    ] {
+        let rendered = render(
+            release,
+            "ingot-system",
+            &[
+                "controllers={seeder}".to_owned(),
+                "seeder.powerApi.callers[0].kind=Group".to_owned(),
+                "seeder.powerApi.callers[0].name=operators".to_owned(),
+                "seeder.powerApi.callers[0].apiGroup=rbac.authorization.k8s.io".to_owned(),
+            ],
+            &[],
+        );
+        let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&rendered)
+            .map(|doc| <serde_yaml::Value as serde::Deserialize>::deserialize(doc).unwrap())
+            .filter(|doc| !doc.is_null())
+            .collect();
+        let named = |kind: &str, wanted: &str| {
+            docs.iter()
+                .any(|d| d["kind"] == kind && d["metadata"]["name"] == wanted)
+        };
+        assert!(named("Deployment", name), "{release}");
+        assert!(named("Service", name), "{release}");
+        assert!(
+            named("ClusterRole", &format!("{name}-power-caller")),
+            "{release}"
+        );
+        let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        let args: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        for arg in [
+            format!("--lease-name={name}"),
+            format!("--power-api-tls-secret={name}-power-api-tls"),
+        ] {
+            assert!(
+                args.contains(&arg.as_str()),
+                "{release}: {arg} not in {args:?}"
+            );
+        }
+    }
+}
+
+/// docs/migrate-from-mcm-provider.md checks the Machines by their full name: with the CRDs the
+/// manifests install, a bare `kubectl get machines` means Rufio's `bmc.tinkerbell.org` Machines.
+#[tokio::test]
+async fn the_mcm_guide_checks_gardeners_machines_by_their_full_name() {
+    let env = ingot_testenv::shared().await;
+    let guide = repo_file("docs/migrate-from-mcm-provider.md");
+    assert!(
+        guide.contains("`kubectl -n <namespace> get machines.machine.sapcloud.io`"),
+        "the guide's check"
+    );
+    let kubeconfig = format!("--kubeconfig={}", env.kubeconfig_path().display());
+    let explain = |resource: &str| {
+        run(
+            Command::new(kubectl()).args([&kubeconfig, "explain", resource]),
+            None,
+        )
+    };
+    assert!(
+        explain("machines").contains("bmc.tinkerbell.org"),
+        "a bare `machines` names Rufio's"
+    );
+    assert!(explain("machines.machine.sapcloud.io").contains("machine.sapcloud.io"));
+    run(
+        Command::new(kubectl()).args([
+            &kubeconfig,
+            "-n",
+            "default",
+            "get",
+            "machines.machine.sapcloud.io",
+        ]),
+        None,
+    );
+}
+
+/// Every `--flag` README.md, docs/install.md and the migration guides name is a flag of `ingot
+/// run`, `ingot bmc` or `ingot power` (or of the kubectl, helm and cargo commands they show),
+/// and the defaults docs/install.md gives are those `ingot run --help` prints.
+#[test]
+fn every_ingot_flag_the_docs_name_is_in_its_help() {
+    const OTHER_COMMANDS: &[&str] = &[
+        // kubectl, helm and cargo, as the docs run them
+        "--all",
+        "--audience",
+        "--for",
+        "--force-conflicts",
+        "--from-literal",
+        "--help",
+        "--patch-file",
+        "--replicas",
+        "--server-side",
+        "--set",
+        "--subresource",
+        "--type",
+        "--workspace",
+    ];
+    let help = |command: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_ingot"))
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "ingot {command} --help: {output:?}"
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let helps = [help("run"), help("bmc"), help("power")];
+    let mut docs = vec![repo_file("README.md"), repo_file("docs/install.md")];
+    for guide in ["seeder", "equinix-addon", "mcm-provider"] {
+        docs.push(repo_file(&format!("docs/migrate-from-{guide}.md")));
+    }
+    let mut named = std::collections::BTreeSet::new();
+    for doc in &docs {
+        for (at, _) in doc.match_indices("--") {
+            let flag: String = doc[at + 2..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+                .collect();
+            if flag.starts_with(|c: char| c.is_ascii_lowercase()) {
+                named.insert(format!("--{flag}"));
+            }
+        }
+    }
+    assert!(named.contains("--rufio-allow-cross-namespace"), "{named:?}");
+    for flag in &named {
+        if OTHER_COMMANDS.contains(&flag.as_str()) {
+            continue;
+        }
+        let usage = format!("{flag} <");
+        assert!(
+            helps.iter().any(|h| h.contains(&usage)),
+            "the docs name {flag}, which no `ingot` command has (or add it to OTHER_COMMANDS \
+             if it is kubectl's, helm's or cargo's)"
+        );
+    }
+    let run = &helps[0];
+    for (flag, default) in [
+        ("--request-header-timeout-seconds", "10"),
+        ("--connection-lifetime-seconds", "120"),
+        ("--power-api-max-connections", "64"),
+        ("--http-max-connections", "256"),
+        ("--http-addr", "0.0.0.0:8080"),
+        ("--rufio-machine-interval-seconds", "180"),
+    ] {
+        let section = run
+            .split("\n      --")
+            .find(|s| s.starts_with(&format!("{} <", &flag[2..])))
+            .unwrap_or_else(|| panic!("{flag} in ingot run --help"));
+        assert!(
+            section.contains(&format!("[default: {default}]")),
+            "{flag}: docs/install.md says {default}: {section}"
+        );
+    }
+    for env in ["INGOT_RUFIO_ALLOW_CROSS_NAMESPACE", "INGOT_BMC_CA_BUNDLE"] {
+        assert!(
+            docs[1].contains(env) && run.contains(&format!("[env: {env}=")),
+            "{env}"
+        );
+    }
+}

@@ -277,6 +277,11 @@ async fn a_task_naming_a_secret_of_another_namespace_fails_and_sends_nothing() {
             .map(|c| c.1)
     })
     .await;
+    // Rufio's message for a Task whose BMC cannot be reached, with the refusal (docs/install.md).
+    assert!(
+        message.starts_with("Failed to connect to BMC: "),
+        "{message}"
+    );
     assert!(
         message.contains(&format!(
             "spec.connection.authSecretRef.namespace \"{other}\""

@@ -180,7 +180,8 @@ pub fn install_from_manifests(admin: &Path, group: &str) -> PathBuf {
             ]),
         None,
     );
-    // Server-side: the CRDs are larger than client-side apply's annotation allows.
+    // Server-side with --force-conflicts, as the migration guides install: the CRDs may be
+    // there already, with fields of another manager.
     kubectl_apply(
         admin,
         &manifests,
