@@ -67,9 +67,18 @@ async fn ingot_bmc_over_redfish_and_ipmi() {
     )
     .await
     .unwrap();
-    let ipmi = ingot_ipmi_sim::serve(ingot_ipmi_sim::FleetConfig::uniform(1, "password"))
-        .await
-        .unwrap();
+    // Detection tries TCP on the IPMI port first: the same number over TCP is held (bound, not
+    // listening, so a connection is refused) for the test's length. UDP and TCP ports are
+    // handed out apart, so the Redfish emulator may already hold it: then the BMC moves.
+    let (ipmi, _tcp_hold) = loop {
+        let ipmi = ingot_ipmi_sim::serve(ingot_ipmi_sim::FleetConfig::uniform(1, "password"))
+            .await
+            .unwrap();
+        let hold = tokio::net::TcpSocket::new_v4().unwrap();
+        if hold.bind(ipmi.bmcs()[0].addr()).is_ok() {
+            break (ipmi, hold);
+        }
+    };
     let bmc = &ipmi.bmcs()[0];
     let ia = bmc.addr();
     let url = redfish.bmcs[0].url();
