@@ -12,6 +12,7 @@ mod rufio_support;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use ingot_api::rufio::Machine;
 use ingot_bmc_sim::{BmcSpec, Fault, Fleet, FleetOptions};
 use rufio_support::*;
 use serde_json::json;
@@ -27,10 +28,14 @@ fn free_udp_port() -> u16 {
         .port()
 }
 
-/// `machines` Machines on as many emulated BMCs, `dead` of which stop answering once every
-/// Machine is contactable; SIGTERM once a read to each dead BMC is in flight. Returns the time
-/// from SIGTERM to the exit.
-async fn sigterm_with_reads_in_flight(machines: usize, dead: usize) -> Duration {
+/// `machines` Machines on as many emulated BMCs, each read every `interval_seconds`, `dead` of
+/// which stop answering once every Machine is contactable; SIGTERM once a read to each dead BMC
+/// is in flight. Returns the time from SIGTERM to the exit.
+async fn sigterm_with_reads_in_flight(
+    machines: usize,
+    dead: usize,
+    interval_seconds: u32,
+) -> Duration {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     let ns = env.namespace("shutdown").await.unwrap();
@@ -59,25 +64,57 @@ async fn sigterm_with_reads_in_flight(machines: usize, dead: usize) -> Duration 
         );
         create(&client, &ns, &machine).await;
     }
-    // Reads every second, and a Redfish timeout far longer than the 5 s allowed: a read to a
-    // dead BMC that were waited out would keep the process for 30 s.
-    let mut ingot = start_ingot(
-        env.kubeconfig_path(),
-        &ns,
-        &[
-            "--rufio-machine-interval-seconds=1",
-            "--rufio-redfish-timeout-seconds=30",
-        ],
+    // `ingot run --controllers rufio` as the chart's ServiceAccount: frequent reads, and a
+    // Redfish timeout far longer than the 5 s allowed (a read to a dead BMC that were waited out
+    // would keep the process for 30 s).
+    let interval = format!("--rufio-machine-interval-seconds={interval_seconds}");
+    let kubeconfig = chart_support::service_account_kubeconfig(env.kubeconfig_path(), &ns, "rufio");
+    let mut ingot = spawn_logged(
+        std::process::Command::new(env!("CARGO_BIN_EXE_ingot"))
+            .arg("run")
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--lease-namespace={ns}"))
+            .arg(format!("--lease-name=ingot-{ns}"))
+            // A Lease that the first reads of a large fleet (TLS logins) cannot starve.
+            .arg("--lease-duration-seconds=30")
+            .arg("--controllers=rufio")
+            .arg(format!("--rufio-namespace={ns}"))
+            .arg(format!("--http-addr=127.0.0.1:{}", free_port()))
+            .arg(&interval)
+            .arg("--rufio-redfish-timeout-seconds=30")
+            .env("RUST_LOG", "info"),
+        "ingot-shutdown",
     );
-    for i in 0..machines {
-        wait_contactable(
-            &client,
-            &ns,
-            &format!("m{i}"),
-            "on",
-            Duration::from_secs(120),
-        )
-        .await;
+    let deadline = Instant::now() + Duration::from_secs(120 + machines as u64 / 2);
+    loop {
+        let listed = kube::Api::<Machine>::namespaced(client.clone(), &ns)
+            .list(&Default::default())
+            .await
+            .unwrap();
+        let contactable = listed
+            .items
+            .iter()
+            .filter(|m| {
+                let status = serde_json::to_value(&m.status).unwrap();
+                condition(&status, "Contactable").is_some_and(|c| c.0 == "True")
+                    && status["powerState"] == "on"
+            })
+            .count();
+        if contactable == machines {
+            break;
+        }
+        if let Some(status) = ingot.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!(
+                "ingot exited ({status}) before the Machines were read\n{}",
+                ingot.log_tail()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{contactable} of {machines} Machines contactable\n{}",
+            ingot.log_tail()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     for bmc in &fleet.bmcs {
         assert!(
@@ -94,7 +131,7 @@ async fn sigterm_with_reads_in_flight(machines: usize, dead: usize) -> Duration 
     }
     poll_until(
         "a read in flight to each dead BMC",
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         || async {
             dead_bmcs
                 .iter()
@@ -144,7 +181,7 @@ async fn sigterm_with_reads_in_flight(machines: usize, dead: usize) -> Duration 
 /// the 45 others logged out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_logs_out_of_every_bmc_and_exits_within_5_s_despite_dead_bmcs() {
-    let took = sigterm_with_reads_in_flight(50, 5).await;
+    let took = sigterm_with_reads_in_flight(50, 5, 1).await;
     eprintln!(
         "50 Machines, 5 dead BMCs: exited {:.2} s after SIGTERM",
         took.as_secs_f64()
@@ -156,7 +193,7 @@ async fn sigterm_logs_out_of_every_bmc_and_exits_within_5_s_despite_dead_bmcs() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: 1,000 Machines take minutes to create and read"]
 async fn sigterm_with_1000_machines_and_10_dead_bmcs() {
-    let took = sigterm_with_reads_in_flight(1000, 10).await;
+    let took = sigterm_with_reads_in_flight(1000, 10, 10).await;
     eprintln!(
         "1,000 Machines, 10 dead BMCs: exited {:.2} s after SIGTERM",
         took.as_secs_f64()
