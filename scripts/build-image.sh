@@ -13,6 +13,11 @@ if [[ -z $binary ]]; then
   cargo build --release --locked -p ingot --bin ingot
   binary="$CARGO_TARGET_DIR/release/ingot"
 fi
+# The test-only crash points (cargo feature `crash-points`) never go into the image.
+if grep -qa 'INGOT_CRASH_POINT' "$binary"; then
+  echo "error: $binary was built with the test-only crash-points feature; build it without (cargo build --release -p ingot --bin ingot)" >&2
+  exit 1
+fi
 revision=$(git rev-parse HEAD 2>/dev/null || true)
 python3 scripts/oci_image.py --binary "$binary" --out "$out" --version "$version" --revision "$revision" >/dev/null
 echo "$out"

@@ -138,6 +138,9 @@ pub trait Connector: Send + Sync {
     }
 }
 
+/// Time a BMC has to answer its logout at shutdown ([`SessionManager::shutdown`]).
+pub const LOGOUT_DEADLINE: Duration = Duration::from_secs(2);
+
 #[derive(Clone, Debug)]
 pub struct ManagerOptions {
     /// Requests in flight per BMC. Most BMCs serialise anyway; 1 is the safe default.
@@ -376,6 +379,15 @@ impl SessionManager {
     /// Closes every session (Redfish logout), at most `fleet_limit` at a time. Returns the
     /// number of clients closed. Later calls through existing handles fail.
     pub async fn shutdown(&self) -> usize {
+        self.shutdown_within(LOGOUT_DEADLINE).await
+    }
+
+    /// Closes every session like [`SessionManager::shutdown`], giving each BMC at most `per_bmc`
+    /// (a login still in flight included) so that dead BMCs cannot hold up the others or the
+    /// process: the logouts run in parallel (up to the fleet limit), and a BMC that does not
+    /// answer in time is left (its session expires on the BMC). No session is opened after this
+    /// starts. Returns the number of sessions closed or abandoned.
+    pub async fn shutdown_within(&self, per_bmc: Duration) -> usize {
         self.closed.store(true, Ordering::SeqCst);
         let entries: Vec<Arc<Entry>> = match self.entries.lock() {
             Ok(mut e) => e.drain().map(|(_, v)| v).collect(),
@@ -383,15 +395,24 @@ impl SessionManager {
         };
         futures::stream::iter(entries)
             .map(|e| async move {
-                let client = e.client.lock().await.take();
-                match client {
-                    Some(c) => {
-                        if let Err(err) = c.bmc.close().await {
-                            tracing::debug!(bmc = %e.config.endpoint, error = %err, "logout failed");
+                let logout = async {
+                    let client = e.client.lock().await.take();
+                    match client {
+                        Some(c) => {
+                            if let Err(err) = c.bmc.close().await {
+                                tracing::debug!(bmc = %e.config.endpoint, error = %err, "logout failed");
+                            }
+                            1
                         }
+                        None => 0,
+                    }
+                };
+                match tokio::time::timeout(per_bmc, logout).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        tracing::debug!(bmc = %e.config.endpoint, "no logout answer in time; the BMC expires the session");
                         1
                     }
-                    None => 0,
                 }
             })
             .buffer_unordered(self.options.fleet_limit.max(1))
@@ -515,6 +536,11 @@ impl SessionManager {
                 }
             };
             match attempt {
+                Ok(bmc) if self.closed.load(Ordering::SeqCst) => {
+                    // Shut down while logging in: this session is nobody's to log out later.
+                    let _ = tokio::time::timeout(LOGOUT_DEADLINE, bmc.close()).await;
+                    return Err(BmcError::Config("the session manager is shut down".into()));
+                }
                 Ok(bmc) => {
                     let session = self.options.observer.0.clone().map(|observer| {
                         observer.session_opened(c.protocol());

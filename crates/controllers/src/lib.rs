@@ -20,13 +20,24 @@ use kube::runtime::events::Reporter;
 
 pub use metrics::Metrics;
 
-/// The test hook behind `INGOT_CRASH_POINT`: aborts the process when `point` is one of the
-/// comma-separated `armed` names, so that a test kills the operator at an exact line and
-/// counts what reached the emulator.
+/// What a test build of `ingot run` does at an armed crash point (it aborts the process);
+/// see [`set_crash_hook`].
+static CRASH_HOOK: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+/// Installs the test hook behind `--crash-point` / `INGOT_CRASH_POINT`. Only test builds of
+/// the binary (its `crash-points` feature) install one; without it an armed point does nothing,
+/// and the shipped binary has no way to arm one.
+pub fn set_crash_hook(hook: fn(&str)) {
+    let _ = CRASH_HOOK.set(hook);
+}
+
+/// Calls the crash hook when `point` is one of the comma-separated `armed` names, so that a
+/// test kills the operator at an exact line and counts what reached the emulator.
 pub(crate) fn crash_point(armed: Option<&str>, point: &str) {
-    if armed.is_some_and(|points| points.split(',').any(|p| p.trim() == point)) {
-        tracing::error!(point, "crash point reached: aborting");
-        std::process::abort();
+    if armed.is_some_and(|points| points.split(',').any(|p| p.trim() == point))
+        && let Some(hook) = CRASH_HOOK.get()
+    {
+        hook(point);
     }
 }
 

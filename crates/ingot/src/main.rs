@@ -1,6 +1,8 @@
 //! `ingot`: the operator (`ingot run`) and its tools (`ingot crds`, `ingot bmc`, `ingot power`).
 
 mod allocator;
+#[cfg(feature = "crash-points")]
+mod crash;
 mod gardener;
 mod http;
 mod leader;
@@ -52,7 +54,10 @@ enum Command {
 
 fn main() -> ExitCode {
     allocator::fix_mmap_threshold();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(error),
+    };
     match cli.command {
         Command::Crds => match ingot_api::crds::all_to_yaml() {
             Ok(yaml) => {
@@ -74,7 +79,11 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(run::run(*args)) {
+            let outcome = runtime.block_on(run::run(*args));
+            // Work that cannot be cancelled (a host name lookup for a BMC that does not
+            // answer) does not hold the process up.
+            runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+            match outcome {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(error = format!("{error:#}"), "ingot stopped");
@@ -84,6 +93,31 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// A command line clap refuses, said on one line (the argument, and the valid values when there
+/// is a list), exit code 2; help and version are printed as usual.
+fn usage_error(error: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        error.exit();
+    }
+    let text = error.render().to_string();
+    let line = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    eprintln!("{line} (see --help)");
+    ExitCode::from(2)
 }
 
 /// Runs a one-shot command on a single-threaded runtime.

@@ -323,6 +323,8 @@ struct PoolsArgs {
     /// before-reinstall, after-reinstall, during-finalize; gardener-after-create,
     /// gardener-during-drain, gardener-during-delete; rufio-after-send-ahead,
     /// rufio-after-destructive-send; seeder-after-job-create).
+    /// Compiled into test builds only (the `crash-points` feature).
+    #[cfg(feature = "crash-points")]
     #[arg(long, env = "INGOT_CRASH_POINT", hide = true)]
     crash_point: Option<String>,
 
@@ -332,6 +334,18 @@ struct PoolsArgs {
 }
 
 impl PoolsArgs {
+    /// The armed crash points (test builds only).
+    #[cfg(feature = "crash-points")]
+    fn crash_points(&self) -> Option<String> {
+        self.crash_point.clone().filter(|p| !p.is_empty())
+    }
+
+    /// The shipped binary has no crash points.
+    #[cfg(not(feature = "crash-points"))]
+    fn crash_points(&self) -> Option<String> {
+        None
+    }
+
     fn settings(&self) -> pools::Settings {
         pools::Settings {
             secret: pools::SecretLocation {
@@ -358,7 +372,7 @@ impl PoolsArgs {
             reinstall_timeout: Duration::from_secs(self.reinstall_timeout_seconds),
             error_backoff: Duration::from_secs_f64(self.error_backoff_seconds.max(0.01)),
             error_backoff_max: Duration::from_secs_f64(self.error_backoff_max_seconds.max(0.01)),
-            crash_point: self.crash_point.clone().filter(|p| !p.is_empty()),
+            crash_point: self.crash_points(),
         }
     }
 }
@@ -389,6 +403,10 @@ impl From<ControllerArg> for ControllerKind {
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     telemetry::init(args.log_format, &args.log_level);
+    #[cfg(feature = "crash-points")]
+    if args.pools.crash_points().is_some() {
+        ingot_controllers::set_crash_hook(crate::crash::abort_at);
+    }
     let controllers = chosen_controllers(&args.controllers);
     let rufio_settings = args.rufio.settings()?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
@@ -396,10 +414,25 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let metrics = Arc::new(Metrics::default());
     let client = connect(args.kubeconfig.as_deref(), &metrics).await?;
-    let version = client
-        .apiserver_version()
-        .await
-        .context("reaching the Kubernetes API server")?;
+    let version = match tokio::time::timeout(API_SERVER_DEADLINE, client.apiserver_version()).await
+    {
+        Ok(Ok(version)) => version,
+        failed => {
+            let config = load_config(args.kubeconfig.as_deref()).await?;
+            let why = match failed {
+                Ok(Err(error)) => format!("{:#}", anyhow::Error::new(error)),
+                _ => format!("no answer within {} s", API_SERVER_DEADLINE.as_secs()),
+            };
+            let source = match &args.kubeconfig {
+                Some(path) => format!("--kubeconfig {}", path.display()),
+                None => "KUBECONFIG, ~/.kube/config or the in-cluster service account".to_owned(),
+            };
+            anyhow::bail!(
+                "cannot reach the Kubernetes API server {} ({why}): start it, or point --kubeconfig (or KUBECONFIG) at one that answers; the server comes from {source}",
+                config.cluster_url
+            );
+        }
+    };
     info!(server = %version.git_version, "connected to the Kubernetes API server");
 
     let ready = Arc::new(AtomicBool::new(true));
@@ -584,7 +617,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics.clone(),
         identity.clone(),
         rufio::Settings {
-            crash_point: args.pools.crash_point.clone().filter(|p| !p.is_empty()),
+            crash_point: args.pools.crash_points(),
             ..rufio_settings
         },
     ));
@@ -607,7 +640,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 &args.pools.metal_api_url,
                 metal_limiter.clone(),
                 metrics.clone(),
-                args.pools.crash_point.clone(),
+                args.pools.crash_points(),
                 shutdown,
             ),
             ControllerKind::Rufio => tokio::spawn(rufio::run(rufio_ctx.clone(), shutdown)),
@@ -640,16 +673,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             task.abort();
         }
     }
-    // Stop reconciling first, then hand the lease over.
+    // Stop reconciling first: the controllers take no new work and get a short grace period
+    // for what is in flight (a status write), then whatever is still running (a read from a
+    // BMC that does not answer) is cancelled; reconciles can be stopped at any line.
     ready.store(false, Ordering::Relaxed);
     let _ = stop_tx.send(true);
-    for task in tasks {
-        if tokio::time::timeout(Duration::from_secs(20), task)
-            .await
-            .is_err()
-        {
-            warn!("a controller did not stop within 20 s");
+    let grace = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+    let mut cancelled = Vec::new();
+    for mut task in tasks {
+        if tokio::time::timeout_at(grace, &mut task).await.is_err() {
+            task.abort();
+            cancelled.push(task);
         }
+    }
+    for task in cancelled {
+        let _ = task.await;
+    }
+    // Then log out of every BMC, in parallel, each within a short deadline.
+    if controllers.contains(&ControllerKind::Rufio) {
+        let closed = rufio_ctx.shutdown().await;
+        info!(sessions = closed, "closed the BMC sessions");
     }
     metrics.leader.set(0);
     if outcome.is_ok() {
@@ -661,6 +704,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     outcome
 }
+
+/// Time the API server has to answer the first request at start.
+const API_SERVER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Time the controllers have to finish what they are doing once asked to stop (SIGTERM);
+/// then it is cancelled. With the BMC logouts' deadline ([`ingot_bmc::manager::LOGOUT_DEADLINE`])
+/// the process is gone well within 5 s of SIGTERM.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 /// The controllers to start: those asked for, plus `rufio` when `seeder` is asked for (Seeder's
 /// embedded mode runs the Rufio controllers itself).

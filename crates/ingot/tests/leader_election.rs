@@ -1,5 +1,7 @@
 //! Two `ingot run` replicas against one control plane: only the lease holder reconciles; when
-//! it is killed with SIGKILL the other takes over within 15 s and reconciles.
+//! it is killed with SIGKILL the other takes over within 15 s and reconciles; when it is sent
+//! SIGTERM it releases the Lease and exits, and the other leads well before the Lease would
+//! have expired.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -21,6 +23,10 @@ struct Replica {
 
 impl Replica {
     fn start(kubeconfig: &Path, namespace: &str, identity: &str) -> Self {
+        Self::start_with(kubeconfig, namespace, identity, &[])
+    }
+
+    fn start_with(kubeconfig: &Path, namespace: &str, identity: &str, extra: &[&str]) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -39,6 +45,7 @@ impl Replica {
             .arg(format!("--lease-namespace={namespace}"))
             .arg(format!("--identity={identity}"))
             .arg(format!("--http-addr=127.0.0.1:{port}"))
+            .args(extra)
             // The pools controller reads its Secret here: a namespace of this test.
             .env("NAMESPACE", namespace)
             .stdout(Stdio::null())
@@ -277,5 +284,83 @@ async fn a_leader_whose_lease_is_taken_stops_before_the_new_holder_could_lead() 
         lease_holder(&leases).await.as_deref(),
         Some("usurper"),
         "the deposed leader did not take it back"
+    );
+}
+
+/// SIGTERM stops the controllers, releases the Lease and exits 0: with a 30 s Lease the
+/// standby leads within a few seconds (its next try), not after the Lease expires.
+#[tokio::test]
+async fn a_leader_sent_sigterm_releases_the_lease_and_the_standby_leads_at_once() {
+    let env = ingot_testenv::shared().await;
+    let client = env.client().expect("client");
+    let namespace = env.namespace("leader-term").await.expect("namespace");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    let http = reqwest::Client::new();
+    let lease_seconds = 30;
+    let lease_flag = format!("--lease-duration-seconds={lease_seconds}");
+
+    let mut first =
+        Replica::start_with(env.kubeconfig_path(), &namespace, "term-a", &[&lease_flag]);
+    wait_for(
+        "term-a to take the lease",
+        Duration::from_secs(30),
+        async || lease_holder(&leases).await.filter(|h| h == "term-a"),
+    )
+    .await;
+    wait_for("term-a to lead", Duration::from_secs(30), async || {
+        first
+            .metrics(&http)
+            .await
+            .filter(|(_, leader)| *leader == 1)
+    })
+    .await;
+    let second = Replica::start_with(env.kubeconfig_path(), &namespace, "term-b", &[&lease_flag]);
+    wait_for("term-b to stand by", Duration::from_secs(30), async || {
+        second
+            .metrics(&http)
+            .await
+            .filter(|(_, leader)| *leader == 0)
+    })
+    .await;
+
+    let pid = nix::unistd::Pid::from_raw(first.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM term-a");
+    let signalled = Instant::now();
+    let status = wait_for("term-a to exit", Duration::from_secs(10), async || {
+        first.child.try_wait().expect("term-a state")
+    })
+    .await;
+    assert!(status.success(), "term-a exited with {status}");
+    // Released before the exit: the Lease no longer names term-a (it is empty, or term-b's).
+    assert_ne!(
+        lease_holder(&leases).await.as_deref(),
+        Some("term-a"),
+        "the Lease still names the replica that exited"
+    );
+    wait_for(
+        "term-b to take the lease",
+        Duration::from_secs(lease_seconds),
+        async || lease_holder(&leases).await.filter(|h| h == "term-b"),
+    )
+    .await;
+    wait_for(
+        "term-b to lead",
+        Duration::from_secs(lease_seconds),
+        async || {
+            second
+                .metrics(&http)
+                .await
+                .filter(|(_, leader)| *leader == 1)
+        },
+    )
+    .await;
+    let took = signalled.elapsed();
+    eprintln!(
+        "term-b led {:.1} s after SIGTERM to term-a (Lease: {lease_seconds} s)",
+        took.as_secs_f64()
+    );
+    assert!(
+        took < Duration::from_secs(lease_seconds / 2),
+        "the standby took {took:?} to lead: the Lease was not released"
     );
 }

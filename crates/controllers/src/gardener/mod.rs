@@ -57,7 +57,7 @@ pub const NOT_MANAGED_BY_MCM: &str = "node.machine.sapcloud.io/not-managed-by-mc
 /// Preservation annotation (v0.62+).
 pub const PRESERVE_ANNOTATION: &str = "node.machine.sapcloud.io/preserve";
 
-/// Test-only: `INGOT_CRASH_POINT=<name>` (read by `ingot run`, see
+/// Test-only: `INGOT_CRASH_POINT=<name>` (read by test builds of `ingot run`, see
 /// [`GardenerContext::with_crash_points`]) aborts the process when the named point is reached,
 /// so that tests can kill the operator at an exact line. Names: `gardener-after-create`,
 /// `gardener-during-drain`, `gardener-during-delete`.

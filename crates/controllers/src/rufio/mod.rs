@@ -387,14 +387,16 @@ impl RufioContext {
         Ok(target)
     }
 
-    /// Closes every BMC session (logout).
+    /// Closes every BMC session (logout), in parallel, each BMC within
+    /// [`ingot_bmc::manager::LOGOUT_DEADLINE`].
     pub async fn shutdown(&self) -> usize {
         self.bmcs.manager.shutdown().await
     }
 }
 
-/// Runs the Machine, Job and Task controllers until `shutdown` completes, then logs out of
-/// every BMC.
+/// Runs the Machine, Job and Task controllers until `shutdown` completes. The BMC sessions stay
+/// open: they are shared with the Seeder controller, and the caller logs out of them
+/// ([`RufioContext::shutdown`]) once every controller has stopped.
 pub async fn run(
     ctx: Arc<RufioContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
@@ -429,8 +431,6 @@ pub async fn run(
             )
         } => {}
     }
-    let closed = ctx.shutdown().await;
-    tracing::info!(sessions = closed, "closed the BMC sessions");
 }
 
 /// Whether a Task is being deleted, completed or failed: it needs no backoff any more.

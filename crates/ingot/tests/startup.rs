@@ -1,0 +1,186 @@
+//! What `ingot run` says when it cannot start, and what the shipped binary holds: a bad
+//! `--controllers` name or an API server that does not answer gives one line naming the fix, a
+//! non-zero exit and no panic; the binary the image ships (built without the test-only
+//! `crash-points` feature) refuses `--crash-point` and holds no crash-point code.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn ingot() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ingot"))
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The one `error:` line of stderr, checked to be the last line and the only one, with no panic
+/// or backtrace anywhere.
+fn one_error_line(output: &Output) -> String {
+    let text = stderr(output);
+    assert!(
+        !text.contains("panicked") && !text.contains("backtrace"),
+        "a panic: {text}"
+    );
+    let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "one error line expected: {text}");
+    assert_eq!(text.lines().last(), Some(errors[0]), "{text}");
+    errors[0].to_owned()
+}
+
+#[test]
+fn an_unknown_controller_name_is_refused_in_one_line_with_the_valid_ones() {
+    let output = ingot()
+        .args(["run", "--controllers", "pools,bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
+    let line = one_error_line(&output);
+    assert!(line.contains("'bogus'"), "{line}");
+    assert!(line.contains("--controllers"), "{line}");
+    assert!(
+        line.contains("pools, gardener, rufio, seeder"),
+        "the valid names: {line}"
+    );
+}
+
+fn kubeconfig_for(server: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "ingot-startup-{}-{}",
+        std::process::id(),
+        ingot_testenv::random_suffix(6)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"{server}\", insecure-skip-tls-verify: true}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\nusers:\n- name: u\n  user: {{token: not-a-token}}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn run_against(kubeconfig: &Path) -> (Output, Duration) {
+    let http = TcpListener::bind("127.0.0.1:0").unwrap();
+    let http_addr = http.local_addr().unwrap();
+    drop(http);
+    let started = Instant::now();
+    let output = ingot()
+        .arg("run")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--http-addr={http_addr}"))
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    (output, started.elapsed())
+}
+
+#[test]
+fn an_api_server_that_refuses_connections_is_named_in_one_line() {
+    // A port nothing listens on.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = format!("https://127.0.0.1:{port}");
+    let kubeconfig = kubeconfig_for(&server);
+    let (output, _) = run_against(&kubeconfig);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let line = one_error_line(&output);
+    assert!(line.contains(&server), "the server's URL: {line}");
+    assert!(line.contains("--kubeconfig"), "the fix: {line}");
+    assert!(line.contains("refused"), "the cause: {line}");
+}
+
+#[test]
+fn an_api_server_that_does_not_answer_is_named_in_one_line_within_a_bounded_time() {
+    // Accepts connections (the backlog) and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = format!("https://{}", silent.local_addr().unwrap());
+    let kubeconfig = kubeconfig_for(&server);
+    let (output, took) = run_against(&kubeconfig);
+    drop(silent);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let line = one_error_line(&output);
+    assert!(line.contains(&server), "the server's URL: {line}");
+    assert!(line.contains("--kubeconfig"), "the fix: {line}");
+    assert!(line.contains("no answer within"), "the cause: {line}");
+    eprintln!(
+        "gave up on the silent API server after {:.1} s",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+}
+
+/// The binary built without test features, as the image ships it: `INGOT_SHIPPED_BINARY`,
+/// which scripts/test.sh builds and sets (it also sets `INGOT_FULL_SUITE`, under which the
+/// variable must be there).
+fn shipped_binary() -> Option<PathBuf> {
+    match std::env::var_os("INGOT_SHIPPED_BINARY") {
+        Some(path) => Some(PathBuf::from(path)),
+        None => {
+            assert!(
+                std::env::var_os("INGOT_FULL_SUITE").is_none(),
+                "scripts/test.sh must set INGOT_SHIPPED_BINARY to the binary built without test features"
+            );
+            eprintln!(
+                "skipped: INGOT_SHIPPED_BINARY is not set (scripts/test.sh builds the shipped binary and sets it)"
+            );
+            None
+        }
+    }
+}
+
+/// Whether `needle` occurs in the file's bytes (grep: a debug build is hundreds of MB).
+fn holds(binary: &Path, needle: &str) -> bool {
+    let status = Command::new("grep")
+        .args(["-qaF", needle])
+        .arg(binary)
+        .status()
+        .unwrap();
+    assert!(
+        matches!(status.code(), Some(0 | 1)),
+        "grep failed: {status}"
+    );
+    status.success()
+}
+
+#[test]
+fn the_shipped_binary_refuses_crash_points_and_holds_none() {
+    // The tests' own binary is built with crash points: the same checks see them there, so they
+    // would see them in the shipped one.
+    let test_build = PathBuf::from(env!("CARGO_BIN_EXE_ingot"));
+    if cfg!(feature = "crash-points") {
+        assert!(holds(&test_build, "crash point reached"));
+        assert!(holds(&test_build, "INGOT_CRASH_POINT"));
+    }
+    let Some(shipped) = shipped_binary() else {
+        return;
+    };
+    let output = Command::new(&shipped)
+        .args(["run", "--crash-point=after-create", "--controllers=pools"])
+        .env("INGOT_CRASH_POINT", "after-create")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let line = one_error_line(&output);
+    assert!(
+        line.contains("unexpected argument '--crash-point'"),
+        "{line}"
+    );
+    for needle in ["crash point reached", "INGOT_CRASH_POINT"] {
+        assert!(
+            !holds(&shipped, needle),
+            "{} holds {needle:?}: built with the crash-points feature",
+            shipped.display()
+        );
+    }
+}
