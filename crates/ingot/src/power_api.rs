@@ -294,6 +294,12 @@ pub const MAX_BODY_BYTES: usize = 4096;
 /// granted. Refusals are kept shorter, so that a fixed binding takes effect soon.
 const ACCEPTED_FOR: Duration = Duration::from_secs(60);
 const REFUSED_FOR: Duration = Duration::from_secs(10);
+
+/// How long an answer is kept: [`ACCEPTED_FOR`] when it lets the caller in, else
+/// [`REFUSED_FOR`].
+fn kept_for(accepted: bool) -> Duration {
+    if accepted { ACCEPTED_FOR } else { REFUSED_FOR }
+}
 /// Callers (and caller-Node pairs) remembered at most; a full cache drops its expired entries,
 /// then everything.
 const CACHE_ENTRIES: usize = 4096;
@@ -340,12 +346,8 @@ impl Reviews {
             Some(caller) => caller,
             None => {
                 let caller = self.review_token(token).await?;
-                let keep = if caller.is_some() {
-                    ACCEPTED_FOR
-                } else {
-                    REFUSED_FOR
-                };
-                self.lock_tokens().insert(key, caller.clone(), keep);
+                self.lock_tokens()
+                    .insert(key, caller.clone(), kept_for(caller.is_some()));
                 caller
             }
         };
@@ -401,8 +403,8 @@ impl Reviews {
             Some(allowed) => allowed,
             None => {
                 let allowed = node_api::may_power(&self.client, node, caller).await?;
-                let keep = if allowed { ACCEPTED_FOR } else { REFUSED_FOR };
-                self.lock_permissions().insert(key, allowed, keep);
+                self.lock_permissions()
+                    .insert(key, allowed, kept_for(allowed));
                 allowed
             }
         };
@@ -469,4 +471,29 @@ fn error(refusal: &Refusal) -> Response {
         })),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/install.md: answers kept for 60 s, a refusal for 10 s.
+    #[test]
+    fn an_accepted_answer_is_kept_a_minute_a_refusal_ten_seconds() {
+        assert_eq!(kept_for(true), Duration::from_secs(60));
+        assert_eq!(kept_for(false), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn an_answer_is_given_until_it_expires_and_the_cache_stays_bounded() {
+        let mut cache = Expiring::default();
+        cache.insert(1, "kept", kept_for(false));
+        cache.insert(2, "expired", Duration::ZERO);
+        assert_eq!(cache.get(&1), Some("kept"));
+        assert_eq!(cache.get(&2), None);
+        for key in 3..(CACHE_ENTRIES as u32 * 2) {
+            cache.insert(key, "more", kept_for(true));
+        }
+        assert!(cache.entries.len() <= CACHE_ENTRIES);
+    }
 }

@@ -35,7 +35,7 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', default_value = "pools")]
     controllers: Vec<ControllerArg>,
 
-    /// Address of /healthz, /readyz and /metrics.
+    /// Address of /healthz, /readyz, /metrics and the servers' iPXE scripts (/ipxe/...).
     #[arg(long, default_value = "0.0.0.0:8080", env = "INGOT_HTTP_ADDR")]
     http_addr: SocketAddr,
 
@@ -47,7 +47,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "ingot")]
     lease_name: String,
 
-    /// This replica's identity in the Lease (default: the pod name or host name plus a random suffix).
+    /// This replica's identity in the Lease (default: POD_NAME, else the host name plus a random
+    /// suffix).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
 
@@ -434,6 +435,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
     info!(server = %version.git_version, "connected to the Kubernetes API server");
+    if controllers.contains(&ControllerKind::Pools) {
+        warn_if_credentials_missing(&client, &args.pools).await;
+    }
 
     let ready = Arc::new(AtomicBool::new(true));
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -762,6 +766,28 @@ pub(crate) async fn load_config(kubeconfig: Option<&std::path::Path>) -> anyhow:
             .context("finding a kubeconfig or an in-cluster service account")?,
     };
     Ok(config)
+}
+
+/// One line at start when the pools' Metal credentials Secret is missing, naming the command
+/// that makes it. ingot keeps running: its pools wait with `CredentialsReady=False` and go on
+/// once the Secret exists, and the other controllers are not held up by it.
+async fn warn_if_credentials_missing(client: &Client, pools: &PoolsArgs) {
+    let (namespace, name) = (&pools.equinix_secret_namespace, &pools.equinix_secret);
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), namespace);
+    match secrets.get_metadata_opt(name).await {
+        Ok(Some(_)) => {}
+        Ok(None) => warn!(
+            "the Metal credentials Secret {namespace}/{name} does not exist: create it with \
+             `kubectl -n {namespace} create secret generic {name} --from-literal=METAL_AUTH_TOKEN=<token> \
+             --from-literal=PROJECT_ID=<project>` (or name another with --equinix-secret); pools wait \
+             for it with CredentialsReady=False"
+        ),
+        Err(error) => warn!(
+            "cannot read the Metal credentials Secret {namespace}/{name} ({error}): pools wait for it \
+             with CredentialsReady=False"
+        ),
+    }
 }
 
 fn default_identity() -> String {

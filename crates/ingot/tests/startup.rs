@@ -1,6 +1,7 @@
 //! What `ingot run` says when it cannot start, and what the shipped binary holds: a bad
 //! `--controllers` name or an API server that does not answer gives one line naming the fix, a
-//! non-zero exit and no panic; the binary the image ships (built without the test-only
+//! non-zero exit and no panic; a missing Metal credentials Secret one line naming the command
+//! that makes it, while ingot waits for it; the binary the image ships (built without the test-only
 //! `crash-points` feature) refuses `--crash-point` and holds no crash-point code.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -118,6 +119,72 @@ fn an_api_server_that_does_not_answer_is_named_in_one_line_within_a_bounded_time
         took.as_secs_f64()
     );
     assert!(took < Duration::from_secs(60), "took {took:?}");
+}
+
+/// A missing Metal credentials Secret is said in one line naming the command that makes it, and
+/// ingot keeps running (its pools wait for the Secret with CredentialsReady=False).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_credentials_secret_is_named_in_one_line_and_ingot_waits_for_it() {
+    use std::io::{BufRead, BufReader};
+    let env = ingot_testenv::shared().await;
+    let ns = env.namespace("startup").await.unwrap();
+    let http_addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut child = ingot()
+        .arg("run")
+        .arg(format!("--kubeconfig={}", env.kubeconfig_path().display()))
+        .arg(format!("--http-addr={http_addr}"))
+        .args(["--controllers", "pools", "--lease-namespace", &ns])
+        .args(["--equinix-secret", "no-such-secret"])
+        .args(["--equinix-secret-namespace", &ns])
+        .args(["--log-format", "text"])
+        .env_remove("RUST_LOG")
+        .env_remove("TOKEN")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    let line = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines_rx.recv_timeout(left) {
+            Ok(line) if line.contains("no-such-secret") => break line,
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no line about the Secret within 60 s: {seen:#?}"),
+        }
+    };
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains(&format!("{ns}/no-such-secret")), "{line}");
+    assert!(
+        line.contains(&format!(
+            "kubectl -n {ns} create secret generic no-such-secret"
+        )),
+        "the fix: {line}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "ingot stopped instead of waiting for the Secret"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let more: Vec<String> = lines_rx.try_iter().collect();
+    assert!(
+        !seen.iter().chain(&more).any(|l| l.contains("panicked")),
+        "{seen:#?} {more:#?}"
+    );
 }
 
 /// The binary built without test features, as the image ships it: `INGOT_SHIPPED_BINARY`,
