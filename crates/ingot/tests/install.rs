@@ -9,7 +9,7 @@
 
 mod chart_support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use chart_support::{chart_dir, helm, kubectl, kubectl_apply, render, run};
@@ -1031,18 +1031,37 @@ async fn wait_until(what: &str, mut probe: impl AsyncFnMut() -> bool) {
     }
 }
 
-/// Builds the image from this test's ingot binary with scripts/build-image.sh; returns the
-/// layout directory.
-fn build_image(out: &Path) -> std::path::PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/build-image.sh");
-    let printed = run(
-        Command::new("bash")
-            .arg(script)
-            .arg(out)
-            .env("INGOT_IMAGE_BINARY", env!("CARGO_BIN_EXE_ingot")),
-        None,
+/// The binary the image is built from: the one built as shipped (`INGOT_SHIPPED_BINARY`, which
+/// scripts/test.sh sets), or this test's when it was built without the test-only crash points.
+fn image_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("INGOT_SHIPPED_BINARY") {
+        return Some(PathBuf::from(path));
+    }
+    if !cfg!(feature = "crash-points") {
+        return Some(PathBuf::from(env!("CARGO_BIN_EXE_ingot")));
+    }
+    assert!(
+        std::env::var_os("INGOT_FULL_SUITE").is_none(),
+        "scripts/test.sh must set INGOT_SHIPPED_BINARY to the binary built without test features"
     );
+    eprintln!("skipped: INGOT_SHIPPED_BINARY is not set and this build has the crash points");
+    None
+}
+
+/// Builds the image from `binary` with scripts/build-image.sh; returns the layout directory.
+fn build_image(out: &Path, binary: &Path) -> std::path::PathBuf {
+    let printed = run(&mut build_image_command(out, binary), None);
     std::path::PathBuf::from(printed.trim())
+}
+
+fn build_image_command(out: &Path, binary: &Path) -> Command {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/build-image.sh");
+    let mut command = Command::new("bash");
+    command
+        .arg(script)
+        .arg(out)
+        .env("INGOT_IMAGE_BINARY", binary);
+    command
 }
 
 fn json_file(path: &Path) -> serde_json::Value {
@@ -1058,8 +1077,25 @@ fn blob(layout: &Path, digest: &str) -> std::path::PathBuf {
 #[test]
 fn the_oci_image_is_reproducible_non_root_and_runs_from_its_own_root_filesystem() {
     let work = std::env::temp_dir().join(format!("ingot-image-{}", std::process::id()));
-    let first = build_image(&work.join("a"));
-    let second = build_image(&work.join("b"));
+    if cfg!(feature = "crash-points") {
+        // A test build is refused: the image never ships the crash points.
+        let refused = build_image_command(
+            &work.join("refused"),
+            Path::new(env!("CARGO_BIN_EXE_ingot")),
+        )
+        .output()
+        .unwrap();
+        assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("crash-points"),
+            "{refused:?}"
+        );
+    }
+    let Some(binary) = image_binary() else {
+        return;
+    };
+    let first = build_image(&work.join("a"), &binary);
+    let second = build_image(&work.join("b"), &binary);
     let index = json_file(&first.join("index.json"));
     assert_eq!(
         index,
