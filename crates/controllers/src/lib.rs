@@ -11,6 +11,7 @@ pub mod gardener;
 pub mod metrics;
 pub mod pools;
 pub mod rufio;
+pub mod runtime;
 pub mod seeder;
 
 use std::sync::Arc;

@@ -12,7 +12,6 @@
 //! The Metal API is reached only through the `BareMetalCloud` trait, made by the
 //! [`CloudConnector`] that `ingot run` injects.
 
-mod backoff;
 pub mod budget;
 pub mod cache;
 mod credentials;
@@ -165,7 +164,7 @@ pub struct PoolsShared {
     pub connector: Arc<dyn CloudConnector>,
     /// A client that does not retry 429s, for evictions (a refusal is an answer).
     pub eviction_client: Option<kube::Client>,
-    pub(crate) backoff: backoff::Backoff,
+    pub(crate) backoff: crate::runtime::Backoff,
     /// What both controllers read instead of the API server; filled by [`run`].
     pub caches: cache::Caches,
     /// One Event recorder for the pools controllers (it aggregates repeated Events).
@@ -174,7 +173,8 @@ pub struct PoolsShared {
 
 impl PoolsShared {
     pub fn new(settings: Settings, connector: Arc<dyn CloudConnector>) -> Self {
-        let backoff = backoff::Backoff::new(settings.error_backoff, settings.error_backoff_max);
+        let backoff =
+            crate::runtime::Backoff::new(settings.error_backoff, settings.error_backoff_max);
         Self {
             settings,
             connector,

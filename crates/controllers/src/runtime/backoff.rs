@@ -1,17 +1,25 @@
 //! Error backoff per object: exponential with jitter, reset by a successful reconcile.
+//!
+//! The table holds only objects whose last reconcile failed; should a fleet-wide outage fill
+//! it past [`MAX_TRACKED`], it starts again from empty (every object back to the first delay)
+//! rather than grow.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-pub(crate) struct Backoff {
+/// The most objects whose failures are remembered at once.
+pub const MAX_TRACKED: usize = 100_000;
+
+/// Failures per object key, and the delay they make.
+pub struct Backoff {
     base: Duration,
     max: Duration,
     failures: Mutex<HashMap<String, u32>>,
 }
 
 impl Backoff {
-    pub(crate) fn new(base: Duration, max: Duration) -> Self {
+    pub fn new(base: Duration, max: Duration) -> Self {
         Self {
             base,
             max,
@@ -20,9 +28,12 @@ impl Backoff {
     }
 
     /// The delay before retrying `key` after one more failure.
-    pub(crate) fn failed(&self, key: &str) -> Duration {
+    pub fn failed(&self, key: &str) -> Duration {
         let n = {
             let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+            if failures.len() >= MAX_TRACKED && !failures.contains_key(key) {
+                failures.clear();
+            }
             let n = failures.entry(key.to_owned()).or_insert(0);
             *n = n.saturating_add(1);
             *n
@@ -30,7 +41,8 @@ impl Backoff {
         delay(self.base, self.max, n, rand_unit())
     }
 
-    pub(crate) fn succeeded(&self, key: &str) {
+    /// Forgets `key`'s failures (it succeeded, or is gone).
+    pub fn succeeded(&self, key: &str) {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         failures.remove(key);
     }

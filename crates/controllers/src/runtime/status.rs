@@ -1,0 +1,69 @@
+//! Status written only when it changed.
+//!
+//! A reconcile computes the whole status it wants; comparing it with what the object holds
+//! (as JSON, so that field order and defaults do not count) saves a write, an event on every
+//! watcher and a resourceVersion bump on each pass of a steady fleet.
+
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+/// Whether `desired` differs from `current` once both are JSON.
+pub fn changed<S: Serialize>(current: Option<&S>, desired: &S) -> bool {
+    let desired = serde_json::to_value(desired).ok();
+    let current = current.and_then(|c| serde_json::to_value(c).ok());
+    current != desired
+}
+
+/// Merge-patches `status` to `desired` when it differs from `current`; returns whether it
+/// wrote. Fields `desired` leaves out (None) are left as they are by the merge patch.
+pub async fn patch_if_changed<K, S>(
+    api: &Api<K>,
+    name: &str,
+    current: Option<&S>,
+    desired: &S,
+) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    S: Serialize,
+{
+    if !changed(current, desired) {
+        return Ok(false);
+    }
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": desired })),
+    )
+    .await?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Serialize)]
+    struct S {
+        a: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        b: Option<String>,
+    }
+
+    #[test]
+    fn only_a_different_status_is_a_change() {
+        let now = S { a: 1, b: None };
+        assert!(!changed(Some(&S { a: 1, b: None }), &now));
+        assert!(changed(Some(&S { a: 2, b: None }), &now));
+        assert!(changed(
+            Some(&S {
+                a: 1,
+                b: Some("x".into())
+            }),
+            &now
+        ));
+        assert!(changed(None, &now));
+    }
+}
