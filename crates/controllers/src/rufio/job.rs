@@ -14,7 +14,7 @@
 //! of the Go Rufio), a missing Task is created, as Rufio does.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use ingot_api::rufio::{ActionCondition, Job, JobStatus, Machine, Task, TaskSpec};
@@ -25,11 +25,11 @@ use kube::runtime::controller::{Action, Config};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use tracing::debug;
 
 use super::task::SENT_ANNOTATION;
 use super::tenancy;
 use super::{Error, RufioContext};
+use crate::runtime::{self, Backoff, ControllerRuntime};
 use kube::runtime::events::EventType;
 
 const CONTROLLER: &str = "rufio-job";
@@ -47,6 +47,10 @@ pub const DESTRUCTIVE_TASK_ANNOTATION: &str = "rufio.ingot.dev/destructive-task"
 /// How long a Job waits for its caches to show a write of this process (a Task it created,
 /// its own `Running`) before it acts without it (they normally show it within a second).
 const OWN_WRITE_WAIT: Duration = Duration::from_secs(30);
+/// A failed reconcile (its Machine not found, an API error) is retried after 5 s, doubling to
+/// 1 min while it goes on failing.
+const RETRY_BASE: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 pub async fn run(
     ctx: Arc<RufioContext>,
@@ -60,17 +64,12 @@ pub async fn run(
             send_on_sight(&on_sight, job);
         }
     });
-    Controller::for_stream(seen, jobs)
+    let controller = Controller::for_stream(seen, jobs)
         .owns_shared_stream(task_changes)
-        .with_config(Config::default().concurrency(ctx.settings.task_concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                debug!(%error, "job reconciliation failed");
-            }
-        })
-        .await;
+        .with_config(Config::default().concurrency(ctx.settings.task_concurrency));
+    let backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
+    let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
 /// A new Job's first action, when repeatable, goes to its BMC as soon as the watch delivers
@@ -105,7 +104,7 @@ fn send_on_sight(ctx: &Arc<RufioContext>, job: &Job) {
     let Ok(task) = task_for(job, 0, &machine) else {
         return;
     };
-    let Some(outcome) = ctx.begin_send_ahead(super::key_of(&task)) else {
+    let Some(outcome) = ctx.coordination.begin_send_ahead(super::key_of(&task)) else {
         return;
     };
     let ctx = ctx.clone();
@@ -128,11 +127,6 @@ fn machine_of(job: &Job, namespace: &str) -> (String, String) {
         machine_ns,
         job.spec.machine_ref.name.clone().unwrap_or_default(),
     )
-}
-
-fn error_policy(_job: Arc<Job>, error: &Error, ctx: Arc<RufioContext>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.kind());
-    Action::requeue(Duration::from_secs(5))
 }
 
 /// Whether a condition of this type is True.
@@ -275,10 +269,7 @@ pub fn next_step(namespace: &str, job: &str, states: &[TaskState], total: usize)
 
 /// One reconciliation of a Job (what the controller runs for each change).
 pub async fn reconcile(job: Arc<Job>, ctx: Arc<RufioContext>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&job, &ctx).await;
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    result
+    reconcile_inner(&job, &ctx).await
 }
 
 async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error> {
@@ -293,12 +284,12 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
     let uid = job.metadata.uid.clone().unwrap_or_default();
     let running_write = format!("Job {namespace}/{name}");
     if has_true(&status.conditions, RUNNING) {
-        ctx.seen(&running_write);
+        ctx.coordination.seen(&running_write);
     } else {
         // This copy is older than the `Running` this process wrote (a Task's change woke
         // the Job before the Job's own watch caught up): that write's watch event brings the
         // newer copy. Writing `Running` again would move `startTime`.
-        if let Some(ago) = ctx.wrote_ago(&running_write, &uid)
+        if let Some(ago) = ctx.coordination.wrote_ago(&running_write, &uid)
             && ago < OWN_WRITE_WAIT
         {
             return Ok(Action::requeue(OWN_WRITE_WAIT - ago));
@@ -315,15 +306,15 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
         set(&mut status.conditions, FAILED, Some(refusal.to_string()));
         write(&jobs, &name, &status, &before).await?;
         let note = refusal.to_string();
-        super::publish(
-            ctx,
-            job,
-            EventType::Warning,
-            refusal.reason(),
-            "GetMachine",
-            note,
-        )
-        .await;
+        ctx.job_events
+            .publish(
+                job,
+                EventType::Warning,
+                refusal.reason(),
+                "GetMachine",
+                note,
+            )
+            .await;
         return Ok(Action::await_change());
     }
     let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &machine_ns);
@@ -355,7 +346,8 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
             Err(super::CacheNotReady) => tasks.get_opt(&task_name(&name, i)).await?.map(Arc::new),
         };
         if task.is_some() {
-            ctx.seen(&format!("Task {namespace}/{}", task_name(&name, i)));
+            ctx.coordination
+                .seen(&format!("Task {namespace}/{}", task_name(&name, i)));
         }
         let state = task_state(task.as_deref(), job);
         let done = state == TaskState::Completed;
@@ -369,7 +361,9 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
     // reconcile was woken by the Job's own status write): the Task's watch event wakes the
     // Job. Creating it again would only be refused (409) after sending its action again.
     if let Step::Create(i) = step
-        && let Some(ago) = ctx.wrote_ago(&format!("Task {namespace}/{}", task_name(&name, i)), &uid)
+        && let Some(ago) = ctx
+            .coordination
+            .wrote_ago(&format!("Task {namespace}/{}", task_name(&name, i)), &uid)
         && ago < OWN_WRITE_WAIT
     {
         return Ok(Action::requeue(OWN_WRITE_WAIT - ago));
@@ -405,7 +399,11 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
             let (created, written, recorded) = tokio::join!(
                 async {
                     let mut task = task_for(job, i, &machine)?;
-                    let sent = match ctx.take_send_ahead(&super::key_of(&task)).await {
+                    let sent = match ctx
+                        .coordination
+                        .take_send_ahead(&super::key_of(&task))
+                        .await
+                    {
                         Some(sent) => sent,
                         None => super::task::send_ahead(&task, ctx).await,
                     };
@@ -421,7 +419,8 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
                         Err(_) => false,
                     };
                     if exists {
-                        ctx.wrote(format!("Task {}", super::key_of(&task)), &uid);
+                        ctx.coordination
+                            .wrote(format!("Task {}", super::key_of(&task)), &uid);
                     }
                     created
                 },
@@ -436,7 +435,7 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
             written?;
             recorded?;
             if !has_true(&before.conditions, RUNNING) {
-                ctx.wrote(running_write.clone(), &uid);
+                ctx.coordination.wrote(running_write.clone(), &uid);
             }
             before = running;
             if let Err(e) = created {
@@ -460,7 +459,8 @@ async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error>
     }
     if has_true(&status.conditions, COMPLETED) || has_true(&status.conditions, FAILED) {
         // Read the Machine's power state again once this status is written.
-        ctx.request_refresh(format!("{machine_ns}/{machine_name}"));
+        ctx.coordination
+            .request_refresh(format!("{machine_ns}/{machine_name}"));
     }
     write(&jobs, &name, &status, &before).await?;
     Ok(Action::await_change())

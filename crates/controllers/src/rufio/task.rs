@@ -9,9 +9,8 @@
 //! fails and says so.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use ingot_api::rufio::{Action as RufioAction, JobStatus, Task};
 use ingot_bmc::manager::ManagedBmc;
 use ingot_bmc::{
@@ -30,10 +29,15 @@ use tracing::{debug, info};
 use super::bmcs::{self, ConnectionError, error_chain};
 use super::job::{COMPLETED, FAILED, has_true, set};
 use super::tenancy::{ConnectionField, Refusal};
-use super::{Error, RufioContext, key_of, publish};
+use super::{Error, RufioContext, key_of};
+use crate::runtime::{self, Backoff, ControllerRuntime};
 use kube::runtime::events::EventType;
 
 const CONTROLLER: &str = "rufio-task";
+/// A failed reconcile (an API error) is retried after 1 s, doubling to 30 s; a busy or
+/// unreachable BMC has the same backoff of its own ([`super::Coordination::task_retry`]).
+const RETRY_BASE: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 /// Where ingot notes how far it got sending a Task's action: `sending`, then `sent`.
 pub const SENT_ANNOTATION: &str = "rufio.ingot.dev/action";
 
@@ -195,29 +199,16 @@ pub async fn run(
     changes: impl futures::Stream<Item = Arc<Task>> + Send + 'static,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_shared_stream(changes, tasks)
-        .with_config(Config::default().concurrency(ctx.settings.task_concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                debug!(%error, "task reconciliation failed");
-            }
-        })
-        .await;
-}
-
-fn error_policy(task: Arc<Task>, error: &Error, ctx: Arc<RufioContext>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.kind());
-    Action::requeue(ctx.backoff(&key_of(task.as_ref())))
+    let controller = Controller::for_shared_stream(changes, tasks)
+        .with_config(Config::default().concurrency(ctx.settings.task_concurrency));
+    let backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
+    let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
 /// One reconciliation of a Task (what the controller runs for each change).
 pub async fn reconcile(task: Arc<Task>, ctx: Arc<RufioContext>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&task, &ctx).await;
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    result
+    reconcile_inner(&task, &ctx).await
 }
 
 /// How a Task ends, or that it goes on.
@@ -287,7 +278,7 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
         && effect_shows(&bmc, &op).await
         && complete_at_start(&api, &current_task).await?.is_some()
     {
-        ctx.reset_backoff(&key);
+        ctx.coordination.task_settled(&key);
         return Ok(Action::await_change());
     }
     let mut read_fresh = false;
@@ -319,7 +310,7 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
     let task = &current_task;
     let next = match current {
         Phase::Done => {
-            ctx.reset_backoff(&key);
+            ctx.coordination.task_settled(&key);
             return Ok(Action::await_change());
         }
         // Conflicts three times in a row: look again shortly.
@@ -416,7 +407,7 @@ async fn settle(
     match next {
         Next::Again(delay) => Ok(Action::requeue(delay.max(Duration::from_millis(50)))),
         done => {
-            ctx.reset_backoff(&key_of(task));
+            ctx.coordination.task_settled(&key_of(task));
             finish(api, task, done).await?;
             Ok(Action::await_change())
         }
@@ -448,7 +439,7 @@ fn surely_not_sent(e: &BmcError) -> bool {
 
 fn transient_or_fail(ctx: &RufioContext, key: &str, what: &str, e: &BmcError) -> Next {
     if e.is_transient() {
-        let delay = ctx.backoff(key);
+        let delay = ctx.coordination.task_retry(key);
         debug!(task = key, error = %e, ?delay, "transient BMC error; retrying");
         Next::Again(delay)
     } else {
@@ -505,20 +496,20 @@ async fn connect(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, Next> {
         Err(NotReached::Transient(why)) => {
             let key = key_of(task);
             debug!(task = %key, %why, "retrying");
-            Err(Next::Again(ctx.backoff(&key)))
+            Err(Next::Again(ctx.coordination.task_retry(&key)))
         }
         Err(NotReached::Misconfigured(message)) => Err(Next::Fail(message)),
         Err(NotReached::Refused(refusal)) => {
             let message = format!("Failed to connect to BMC: {refusal}");
-            publish(
-                ctx,
-                task,
-                EventType::Warning,
-                refusal.reason(),
-                "Connect",
-                message.clone(),
-            )
-            .await;
+            ctx.task_events
+                .publish(
+                    task,
+                    EventType::Warning,
+                    refusal.reason(),
+                    "Connect",
+                    message.clone(),
+                )
+                .await;
             Err(Next::Fail(message))
         }
     }

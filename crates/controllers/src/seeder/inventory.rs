@@ -18,9 +18,9 @@
 //! the resourceVersion it was decided on.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use ingot_api::rufio::{Job, Machine, MachineStatus};
 use ingot_api::seeder::{
     Cluster, ClusterSpec, INVENTORY_FINALIZER, INVENTORY_NODE_READY, Inventory, InventoryStatus,
@@ -37,7 +37,7 @@ use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info};
+use tracing::info;
 
 use super::conditions::{
     self, BMC_OBJECT_CREATED, INVENTORY_ALLOCATED_TO_CLUSTER, MACHINE_NOT_CONTACTABLE,
@@ -46,6 +46,7 @@ use super::power::{self, JobOutcome, PowerStep};
 use super::{Error, MEMBERSHIP_FINALIZER, SeederContext, cluster, node_api};
 use crate::rufio::machine::CONTACTABLE;
 use crate::rufio::tenancy;
+use crate::runtime::{self, Backoff, ControllerRuntime, finalizer};
 
 const CONTROLLER: &str = "seeder-inventory";
 /// The HEP's spellings of the two annotations (Seeder renamed them before release; the HEP and
@@ -54,6 +55,10 @@ pub const LOCAL_INVENTORY_ANNOTATION_HEP: &str = "metal.harvesterhci.io/localInv
 pub const LOCAL_NODE_NAME_ANNOTATION_HEP: &str = "metal.harvesterhci.io/localNodeName";
 /// A pass with nothing to wait for still comes back this often (everything read is watched).
 const RESYNC: Duration = Duration::from_secs(600);
+/// A failed pass (a write that lost a race, an API error) is retried after 5 s, doubling to
+/// 1 min while it goes on failing.
+const RETRY_BASE: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 pub async fn run(
     ctx: Arc<SeederContext>,
@@ -64,7 +69,7 @@ pub async fn run(
     let by_node = inventories.clone();
     let all = inventories.clone();
     let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), LOCAL_CLUSTER_NAMESPACE);
-    Controller::for_shared_stream(changes, inventories)
+    let controller = Controller::for_shared_stream(changes, inventories)
         // A Machine and its Inventory share namespace and name.
         .watches(ctx.watched::<Machine>(), watcher::Config::default(), |m| {
             Some(same_name(&m))
@@ -100,15 +105,10 @@ pub async fn run(
             .touched_objects(),
             move |cluster| missing_from(&all, &cluster),
         )
-        .with_config(Config::default().concurrency(64))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                debug!(%error, "inventory reconciliation failed");
-            }
-        })
-        .await;
+        .with_config(Config::default().concurrency(64));
+    let backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
+    let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
 fn same_name<K: Resource<DynamicType = ()>>(object: &K) -> ObjectRef<Inventory> {
@@ -169,24 +169,16 @@ pub fn node_name(inventory: &Inventory) -> Option<&str> {
         .map(String::as_str)
 }
 
-fn error_policy(_inventory: Arc<Inventory>, error: &Error, ctx: Arc<SeederContext>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.kind());
-    Action::requeue(Duration::from_secs(5))
-}
-
 async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result<Action, Error> {
     if !is_local(&inventory) {
         // Provisioning-mode Inventories are not embedded mode's to touch.
         return Ok(Action::await_change());
     }
-    let started = Instant::now();
-    let result = if inventory.metadata.deletion_timestamp.is_some() {
+    if inventory.metadata.deletion_timestamp.is_some() {
         finalize(&inventory, &ctx).await
     } else {
         apply(&inventory, &ctx).await
-    };
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    result
+    }
 }
 
 fn now() -> String {
@@ -200,51 +192,15 @@ fn inventories(ctx: &SeederContext, inventory: &Inventory) -> Api<Inventory> {
     )
 }
 
-/// Writes the finalizer list, failing with a conflict if the object changed since it was read.
-async fn set_finalizers<K>(api: &Api<K>, object: &K, finalizers: Vec<String>) -> Result<K, Error>
-where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let patch = json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": object.resource_version(),
-    }});
-    Ok(api
-        .patch(
-            &object.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await?)
-}
-
-/// The finalizers with `wanted` present (in order) or `None` if nothing is missing.
-pub fn with_finalizers(current: &[String], wanted: &[&str]) -> Option<Vec<String>> {
-    let missing: Vec<String> = wanted
-        .iter()
-        .filter(|w| !current.iter().any(|c| c == *w))
-        .map(|w| (*w).to_owned())
-        .collect();
-    (!missing.is_empty()).then(|| current.iter().cloned().chain(missing).collect())
-}
-
-/// The finalizers without `gone`, or `None` if it is not there.
-pub fn without_finalizer(current: &[String], gone: &str) -> Option<Vec<String>> {
-    current
-        .iter()
-        .any(|c| c == gone)
-        .then(|| current.iter().filter(|c| *c != gone).cloned().collect())
-}
-
 async fn apply(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, Error> {
     let api = inventories(ctx, inventory);
-    let inventory = match with_finalizers(
-        inventory.finalizers(),
+    let inventory = finalizer::add(
+        &api,
+        inventory,
         &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER],
-    ) {
-        Some(finalizers) => set_finalizers(&api, inventory, finalizers).await?,
-        None => inventory.clone(),
-    };
+    )
+    .await?
+    .unwrap_or_else(|| inventory.clone());
     join_local_cluster(&inventory, ctx).await?;
     let machine = ensure_machine(&inventory, ctx).await?;
     let node = read_node(&inventory, ctx).await?;
@@ -294,13 +250,15 @@ async fn join_local_cluster(inventory: &Inventory, ctx: &SeederContext) -> Resul
     };
     if let Some((local, added)) = written {
         for (namespace, name) in added {
-            ctx.publish(
-                &local,
-                EventType::Normal,
-                "ClusterUpdated",
-                format!("inventory {name} in namespace {namespace} added to local cluster"),
-            )
-            .await;
+            ctx.inventory_events
+                .publish(
+                    &local,
+                    EventType::Normal,
+                    "ClusterUpdated",
+                    "ClusterUpdated",
+                    format!("inventory {name} in namespace {namespace} added to local cluster"),
+                )
+                .await;
         }
     }
     Ok(())
@@ -326,13 +284,15 @@ async fn leave_local_cluster(inventory: &Inventory, ctx: &SeederContext) -> Resu
         write_membership(ctx, change, None).await?
     };
     if let Some((local, _)) = written {
-        ctx.publish(
-            &local,
-            EventType::Normal,
-            "ClusterUpdated",
-            format!("inventory {name} in namespace {namespace} removed from local cluster"),
-        )
-        .await;
+        ctx.inventory_events
+            .publish(
+                &local,
+                EventType::Normal,
+                "ClusterUpdated",
+                "ClusterUpdated",
+                format!("inventory {name} in namespace {namespace} removed from local cluster"),
+            )
+            .await;
     }
     Ok(())
 }
@@ -422,7 +382,7 @@ pub fn machine_patch(inventory: &Inventory, machine: &Machine) -> Option<serde_j
     if !changed.is_empty() {
         metadata.insert("annotations".into(), serde_json::Value::Object(changed));
     }
-    if let Some(finalizers) = with_finalizers(machine.finalizers(), &[INVENTORY_FINALIZER]) {
+    if let Some(finalizers) = finalizer::with(machine.finalizers(), &[INVENTORY_FINALIZER]) {
         metadata.insert("finalizers".into(), json!(finalizers));
     }
     let uid = inventory.uid().unwrap_or_default();
@@ -461,9 +421,7 @@ async fn ensure_machine(
         return Ok(Some(created));
     };
     if machine.metadata.deletion_timestamp.is_some() {
-        if let Some(finalizers) = without_finalizer(machine.finalizers(), INVENTORY_FINALIZER) {
-            set_finalizers(&api, &machine, finalizers).await?;
-        }
+        finalizer::remove(&api, &machine, INVENTORY_FINALIZER).await?;
         return Ok(None);
     }
     match machine_patch(inventory, &machine) {
@@ -483,26 +441,25 @@ async fn ensure_machine(
 /// one: the rest of the Inventory is still kept.
 async fn read_node(inventory: &Inventory, ctx: &SeederContext) -> Result<Option<Node>, Error> {
     let Some(name) = node_name(inventory) else {
-        ctx.publish(
-            inventory,
-            EventType::Warning,
-            "MissingNodeName",
-            format!(
+        ctx.inventory_events.publish(inventory, EventType::Warning, "MissingNodeName", "MissingNodeName", format!(
                 "annotation {LOCAL_NODE_NAME_ANNOTATION} (or {LOCAL_NODE_NAME_ANNOTATION_HEP}) must name the Node of this Inventory"
-            ),
-        )
+            ))
         .await;
         return Ok(None);
     };
     let node = Api::<Node>::all(ctx.client.clone()).get_opt(name).await?;
     if node.is_none() {
-        ctx.publish(
-            inventory,
-            EventType::Warning,
-            "NodeNotFound",
-            format!("node {name} named by annotation {LOCAL_NODE_NAME_ANNOTATION} does not exist"),
-        )
-        .await;
+        ctx.inventory_events
+            .publish(
+                inventory,
+                EventType::Warning,
+                "NodeNotFound",
+                "NodeNotFound",
+                format!(
+                    "node {name} named by annotation {LOCAL_NODE_NAME_ANNOTATION} does not exist"
+                ),
+            )
+            .await;
     }
     Ok(node)
 }
@@ -642,7 +599,9 @@ async fn update_status(
     }
     let inventory = write_status(inventory, status, ctx).await?;
     for (type_, reason, note) in events {
-        ctx.publish(&inventory, type_, reason, note).await;
+        ctx.inventory_events
+            .publish(&inventory, type_, reason, reason, note)
+            .await;
     }
     match (step, job_name) {
         (PowerStep::Submit(action), Some(name)) | (PowerStep::Recover(action, name), _) => {
@@ -729,7 +688,14 @@ async fn submit_job(
                 );
                 power::mark_refused(&mut status, name, &message, &now());
                 let inventory = write_status(inventory, status, ctx).await?;
-                ctx.publish(&inventory, EventType::Warning, "PowerActionFailed", message)
+                ctx.inventory_events
+                    .publish(
+                        &inventory,
+                        EventType::Warning,
+                        "PowerActionFailed",
+                        "PowerActionFailed",
+                        message,
+                    )
                     .await;
                 return Ok(());
             }
@@ -739,13 +705,15 @@ async fn submit_job(
     }
     status.power_action.last_job_name = Some(name.to_owned());
     let inventory = write_status(inventory, status, ctx).await?;
-    ctx.publish(
-        &inventory,
-        EventType::Normal,
-        "PowerActionSubmitted",
-        format!("bmc job {name} submitted for power action {action}"),
-    )
-    .await;
+    ctx.inventory_events
+        .publish(
+            &inventory,
+            EventType::Normal,
+            "PowerActionSubmitted",
+            "PowerActionSubmitted",
+            format!("bmc job {name} submitted for power action {action}"),
+        )
+        .await;
     Ok(())
 }
 
@@ -760,13 +728,12 @@ async fn finalize(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, 
     // Seeder's finalizer also stood for the membership before ingot: the entry goes first
     // whichever finalizer is left.
     leave_local_cluster(inventory, ctx).await?;
-    let mut inventory = inventory.clone();
-    if let Some(finalizers) = without_finalizer(inventory.finalizers(), MEMBERSHIP_FINALIZER) {
-        inventory = set_finalizers(&api, &inventory, finalizers).await?;
-    }
-    if let Some(finalizers) = without_finalizer(inventory.finalizers(), INVENTORY_FINALIZER) {
+    let inventory = finalizer::remove(&api, inventory, MEMBERSHIP_FINALIZER)
+        .await?
+        .unwrap_or_else(|| inventory.clone());
+    if finalizer::has(&inventory, INVENTORY_FINALIZER) {
         release_machine(&inventory, ctx).await?;
-        set_finalizers(&api, &inventory, finalizers).await?;
+        finalizer::remove(&api, &inventory, INVENTORY_FINALIZER).await?;
     }
     Ok(Action::await_change())
 }
@@ -777,10 +744,8 @@ async fn release_machine(inventory: &Inventory, ctx: &SeederContext) -> Result<(
         ctx.client.clone(),
         &inventory.namespace().unwrap_or_default(),
     );
-    if let Some(machine) = api.get_opt(&inventory.name_any()).await?
-        && let Some(finalizers) = without_finalizer(machine.finalizers(), INVENTORY_FINALIZER)
-    {
-        set_finalizers(&api, &machine, finalizers).await?;
+    if let Some(machine) = api.get_opt(&inventory.name_any()).await? {
+        finalizer::remove(&api, &machine, INVENTORY_FINALIZER).await?;
     }
     Ok(())
 }
@@ -857,12 +822,12 @@ mod tests {
     fn finalizers_are_added_in_order_and_removed_one_at_a_time() {
         let none: Vec<String> = vec![];
         assert_eq!(
-            with_finalizers(&none, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]).unwrap(),
+            finalizer::with(&none, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]).unwrap(),
             vec![MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]
         );
         let go = vec![INVENTORY_FINALIZER.to_owned()];
         assert_eq!(
-            with_finalizers(&go, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]).unwrap(),
+            finalizer::with(&go, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]).unwrap(),
             vec![INVENTORY_FINALIZER, MEMBERSHIP_FINALIZER]
         );
         let both = vec![
@@ -870,14 +835,24 @@ mod tests {
             MEMBERSHIP_FINALIZER.to_owned(),
         ];
         assert_eq!(
-            with_finalizers(&both, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]),
+            finalizer::with(&both, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]),
             None
         );
         assert_eq!(
-            without_finalizer(&both, MEMBERSHIP_FINALIZER).unwrap(),
+            finalizer::without(&both, MEMBERSHIP_FINALIZER).unwrap(),
             vec![INVENTORY_FINALIZER]
         );
-        assert_eq!(without_finalizer(&go, MEMBERSHIP_FINALIZER), None);
+        assert_eq!(finalizer::without(&go, MEMBERSHIP_FINALIZER), None);
+        // Every write carries the resourceVersion the decision was made on.
+        let mut machine = desired_machine(&inventory(json!({})));
+        machine.metadata.resource_version = Some("9".into());
+        assert_eq!(
+            finalizer::patch(
+                &finalizer::without(machine.finalizers(), INVENTORY_FINALIZER).unwrap(),
+                machine.metadata.resource_version.as_deref()
+            ),
+            json!({"metadata": {"finalizers": [], "resourceVersion": "9"}})
+        );
     }
 
     #[test]

@@ -34,12 +34,12 @@ use futures::StreamExt;
 use ingot_api::seeder::Inventory;
 use kube::Client;
 use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{reflector, watcher};
 use tracing::warn;
 
 use crate::Metrics;
 use crate::rufio::RufioContext;
+use crate::runtime::{EventRecorder, ReconcileError};
 
 /// Finalizer for the Inventory's entry in the local Cluster's `spec.nodes` (ingot's own, so that
 /// the entry is removed before the Inventory can go, whatever else holds it).
@@ -57,8 +57,10 @@ pub struct SeederContext {
     pub client: Client,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
-    /// One Event recorder for the controller (it aggregates repeated Events).
-    recorder: Recorder,
+    /// The Event recorders of the Inventory controller and the hardware poller
+    /// (`ingot-seeder`).
+    pub(crate) inventory_events: EventRecorder,
+    pub(crate) hardware_events: EventRecorder,
     /// The local Cluster's `clusterAddress`, read once at start.
     cluster_address: OnceLock<String>,
     /// The Rufio controllers' BMC sessions, for the hardware read.
@@ -84,12 +86,10 @@ impl SeederContext {
         settings: Settings,
         rufio: Arc<RufioContext>,
     ) -> Self {
-        let reporter = Reporter {
-            controller: "ingot-seeder".into(),
-            instance: Some(instance.clone()),
-        };
+        let events = || EventRecorder::new(client.clone(), EVENT_COMPONENT, Some(instance.clone()));
         SeederContext {
-            recorder: Recorder::new(client.clone(), reporter),
+            inventory_events: events(),
+            hardware_events: events(),
             client,
             metrics,
             settings,
@@ -143,23 +143,6 @@ impl SeederContext {
 
     fn cluster_address(&self) -> Option<&str> {
         self.cluster_address.get().map(String::as_str)
-    }
-
-    /// Records an Event on an object, logging (not failing) when that is impossible.
-    pub(crate) async fn publish<K>(&self, object: &K, type_: EventType, reason: &str, note: String)
-    where
-        K: Resource<DynamicType = ()>,
-    {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: reason.to_owned(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, &object.object_ref(&())).await {
-            warn!(%error, reason, "could not record an event");
-        }
     }
 }
 
@@ -237,8 +220,11 @@ pub enum Error {
     Other(String),
 }
 
-impl Error {
-    fn kind(&self) -> &'static str {
+/// The component of the Seeder controllers' Events.
+const EVENT_COMPONENT: &str = "ingot-seeder";
+
+impl ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
             Error::Other(_) => "other",
