@@ -69,24 +69,32 @@ pub async fn run(
     let by_node = inventories.clone();
     let all = inventories.clone();
     let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), LOCAL_CLUSTER_NAMESPACE);
+    // Each watch fills the store the passes read (`super::caches`) before it wakes them.
+    let (machines, machine_changes) =
+        crate::lean_reflector(ctx.watched::<Machine>(), watcher::Config::default());
+    let (jobs, job_changes) = crate::lean_reflector(
+        ctx.watched::<Job>(),
+        watcher::Config::default().labels(JOB_INVENTORY_LABEL),
+    );
+    let (nodes, node_changes) = crate::lean_reflector(
+        Api::<Node>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    );
+    let _ = ctx.caches.set(super::caches::Caches {
+        machines,
+        jobs,
+        nodes,
+    });
     let controller = Controller::for_shared_stream(changes, inventories)
         // A Machine and its Inventory share namespace and name.
-        .watches(ctx.watched::<Machine>(), watcher::Config::default(), |m| {
-            Some(same_name(&m))
+        .watches_stream(machine_changes.touched_objects(), |m| Some(same_name(&m)))
+        .watches_stream(job_changes.touched_objects(), |job| {
+            let inventory = job.labels().get(JOB_INVENTORY_LABEL)?.clone();
+            Some(ObjectRef::new(&inventory).within(&job.namespace()?))
         })
-        .watches(
-            ctx.watched::<Job>(),
-            watcher::Config::default().labels(JOB_INVENTORY_LABEL),
-            |job| {
-                let inventory = job.labels().get(JOB_INVENTORY_LABEL)?.clone();
-                Some(ObjectRef::new(&inventory).within(&job.namespace()?))
-            },
-        )
-        .watches(
-            Api::<Node>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            move |node| naming_node(&by_node, &node.name_any()),
-        )
+        .watches_stream(node_changes.touched_objects(), move |node| {
+            naming_node(&by_node, &node.name_any())
+        })
         // Only the local Inventories the Cluster does not list (all of them once it is
         // deleted): waking every Inventory on each join would make N joins N² passes.
         .watches_stream(
@@ -413,7 +421,7 @@ async fn ensure_machine(
 ) -> Result<Option<Machine>, Error> {
     let namespace = inventory.namespace().unwrap_or_default();
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(machine) = api.get_opt(&inventory.name_any()).await? else {
+    let Some(machine) = ctx.machine(&namespace, &inventory.name_any()).await? else {
         let created = api
             .create(&PostParams::default(), &desired_machine(inventory))
             .await?;
@@ -424,16 +432,30 @@ async fn ensure_machine(
         finalizer::remove(&api, &machine, INVENTORY_FINALIZER).await?;
         return Ok(None);
     }
-    match machine_patch(inventory, &machine) {
-        Some(patch) => Ok(Some(
-            api.patch(
-                &machine.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
-            .await?,
-        )),
-        None => Ok(Some(machine)),
+    let Some(patch) = machine_patch(inventory, &machine) else {
+        return Ok(Some(machine));
+    };
+    let name = machine.name_any();
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(patched) => Ok(Some(patched)),
+        // The cached copy was behind (this pass's own last change to it not cached yet): the
+        // Machine as it is decides.
+        Err(error) if crate::runtime::is_conflict(&error) => {
+            let Some(current) = api.get_opt(&name).await? else {
+                return Ok(None);
+            };
+            match machine_patch(inventory, &current) {
+                Some(patch) if current.metadata.deletion_timestamp.is_none() => Ok(Some(
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await?,
+                )),
+                _ => Ok(Some(current)),
+            }
+        }
+        Err(error) => Err(error.into()),
     }
 }
 
@@ -447,7 +469,7 @@ async fn read_node(inventory: &Inventory, ctx: &SeederContext) -> Result<Option<
         .await;
         return Ok(None);
     };
-    let node = Api::<Node>::all(ctx.client.clone()).get_opt(name).await?;
+    let node = ctx.node(name).await?;
     if node.is_none() {
         ctx.inventory_events
             .publish(
@@ -523,80 +545,9 @@ async fn update_status(
     ctx: &SeederContext,
 ) -> Result<(), Error> {
     let now = now();
-    let mut status = inventory.status.clone().unwrap_or_default();
-    match machine {
-        Some(machine) => {
-            conditions::set_true(&mut status.conditions, BMC_OBJECT_CREATED, None, &now);
-            if status.hardware_id.is_none() {
-                status.hardware_id = Some(uuid::Uuid::new_v4().to_string());
-            }
-            apply_machine(&mut status, machine.status.as_ref(), &now);
-        }
-        None => {
-            // The Machine is being replaced: not ready until the new one answers.
-            status.status = None;
-            conditions::set_false(&mut status.conditions, BMC_OBJECT_CREATED, &now);
-        }
-    }
-    if let Some(address) = node.and_then(internal_ip) {
-        status.pxe_boot_config.address = Some(address);
-    }
-    let ready = status.status.as_deref() == Some(INVENTORY_NODE_READY);
-    let step = power::next_step(
-        inventory.spec.power_action_requested.as_deref(),
-        &status,
-        ready,
-    );
-    let mut events = Vec::new();
-    // A request is taken only while its Node (when it has one) is in maintenance, checked
-    // now rather than when it was made: it may have waited hours for its BMC to answer.
-    let step = match step {
-        PowerStep::Submit(action) => match node.filter(|n| !node_api::in_maintenance(n)) {
-            Some(node) => PowerStep::Refuse(
-                action,
-                power::outside_maintenance_message(&node.name_any(), action),
-            ),
-            None => PowerStep::Submit(action),
-        },
-        other => other,
-    };
-    let mut job_name = None;
-    match &step {
-        PowerStep::Idle | PowerStep::WaitReady | PowerStep::Recover(..) => {}
-        PowerStep::Refuse(action, message) => {
-            let name = power::new_job_name(inventory, *action);
-            power::mark_refused(&mut status, &name, message, &now);
-            events.push((EventType::Warning, "PowerActionRefused", message.clone()));
-        }
-        PowerStep::Unrecorded(action) => {
-            let message = power::unrecorded_message(inventory);
-            let name = power::new_job_name(inventory, *action);
-            power::mark_refused(&mut status, &name, &message, &now);
-            events.push((EventType::Warning, "PowerActionFailed", message));
-        }
-        PowerStep::Unknown(unknown) => {
-            let before = status.clone();
-            power::mark_unknown(&mut status, unknown, &now);
-            if status != before {
-                events.push((
-                    EventType::Warning,
-                    "UnknownPowerAction",
-                    unknown.to_string(),
-                ));
-            }
-        }
-        PowerStep::Submit(action) => {
-            let name = power::new_job_name(inventory, *action);
-            power::mark_submitted(&mut status, &name, &now);
-            job_name = Some(name);
-        }
-        PowerStep::Track(job) => {
-            let outcome = power::job_outcome(read_job(inventory, job, ctx).await?.as_ref());
-            if power::apply_outcome(&mut status, job, &outcome, &now) {
-                events.push(outcome_event(job, &outcome));
-            }
-        }
-    }
+    let mut status = observed_status(inventory, machine, node, &now);
+    let step = power_step(inventory, &status, node);
+    let (events, job_name) = take_power_step(&step, inventory, &mut status, ctx, &now).await?;
     let inventory = write_status(inventory, status, ctx).await?;
     for (type_, reason, note) in events {
         ctx.inventory_events
@@ -609,6 +560,105 @@ async fn update_status(
         }
         _ => Ok(()),
     }
+}
+
+/// The status with what the Machine and the Node show: `bmcObjectCreated`, the hardware ID,
+/// readiness and power state, the Node's address.
+fn observed_status(
+    inventory: &Inventory,
+    machine: Option<&Machine>,
+    node: Option<&Node>,
+    now: &str,
+) -> InventoryStatus {
+    let mut status = inventory.status.clone().unwrap_or_default();
+    match machine {
+        Some(machine) => {
+            conditions::set_true(&mut status.conditions, BMC_OBJECT_CREATED, None, now);
+            if status.hardware_id.is_none() {
+                status.hardware_id = Some(uuid::Uuid::new_v4().to_string());
+            }
+            apply_machine(&mut status, machine.status.as_ref(), now);
+        }
+        None => {
+            // The Machine is being replaced: not ready until the new one answers.
+            status.status = None;
+            conditions::set_false(&mut status.conditions, BMC_OBJECT_CREATED, now);
+        }
+    }
+    if let Some(address) = node.and_then(internal_ip) {
+        status.pxe_boot_config.address = Some(address);
+    }
+    status
+}
+
+/// The power-action handshake's next step. A request is taken only while its Node (when it
+/// has one) is in maintenance, checked now rather than when it was made: it may have waited
+/// hours for its BMC to answer.
+fn power_step(inventory: &Inventory, status: &InventoryStatus, node: Option<&Node>) -> PowerStep {
+    let ready = status.status.as_deref() == Some(INVENTORY_NODE_READY);
+    match power::next_step(
+        inventory.spec.power_action_requested.as_deref(),
+        status,
+        ready,
+    ) {
+        PowerStep::Submit(action) => match node.filter(|n| !node_api::in_maintenance(n)) {
+            Some(node) => PowerStep::Refuse(
+                action,
+                power::outside_maintenance_message(&node.name_any(), action),
+            ),
+            None => PowerStep::Submit(action),
+        },
+        other => other,
+    }
+}
+
+/// An Event to record once the status is written.
+type PendingEvent = (EventType, &'static str, String);
+
+/// The step's mark on the status, the Events it makes, and the name of a Job to submit.
+async fn take_power_step(
+    step: &PowerStep,
+    inventory: &Inventory,
+    status: &mut InventoryStatus,
+    ctx: &SeederContext,
+    now: &str,
+) -> Result<(Vec<PendingEvent>, Option<String>), Error> {
+    let mut events = Vec::new();
+    let mut job_name = None;
+    match step {
+        PowerStep::Idle | PowerStep::WaitReady | PowerStep::Recover(..) => {}
+        PowerStep::Refuse(action, message) => {
+            let name = power::new_job_name(inventory, *action);
+            power::mark_refused(status, &name, message, now);
+            events.push((EventType::Warning, "PowerActionRefused", message.clone()));
+        }
+        PowerStep::Unrecorded(action) => {
+            let message = power::unrecorded_message(inventory);
+            let name = power::new_job_name(inventory, *action);
+            power::mark_refused(status, &name, &message, now);
+            events.push((EventType::Warning, "PowerActionFailed", message));
+        }
+        PowerStep::Unknown(unknown) => {
+            let before = status.clone();
+            power::mark_unknown(status, unknown, now);
+            if *status != before {
+                let note = unknown.to_string();
+                events.push((EventType::Warning, "UnknownPowerAction", note));
+            }
+        }
+        PowerStep::Submit(action) => {
+            let name = power::new_job_name(inventory, *action);
+            power::mark_submitted(status, &name, now);
+            job_name = Some(name);
+        }
+        PowerStep::Track(job) => {
+            let outcome = power::job_outcome(read_job(inventory, job, ctx).await?.as_ref());
+            if power::apply_outcome(status, job, &outcome, now) {
+                events.push(outcome_event(job, &outcome));
+            }
+        }
+    }
+    Ok((events, job_name))
 }
 
 fn outcome_event(job: &str, outcome: &JobOutcome) -> (EventType, &'static str, String) {
@@ -636,11 +686,8 @@ async fn read_job(
     job: &str,
     ctx: &SeederContext,
 ) -> Result<Option<Job>, Error> {
-    let api: Api<Job> = Api::namespaced(
-        ctx.client.clone(),
-        &inventory.namespace().unwrap_or_default(),
-    );
-    Ok(api.get_opt(job).await?)
+    let namespace = inventory.namespace().unwrap_or_default();
+    Ok(ctx.job(&namespace, job).await?)
 }
 
 /// Replaces the status if it changed, carrying the resourceVersion read; returns the Inventory

@@ -109,8 +109,7 @@ async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result
     let Some(node_name) = node_name(&inventory) else {
         return Ok(Action::requeue(interval));
     };
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let Some(node) = nodes.get_opt(node_name).await? else {
+    let Some(node) = ctx.node_to_poll(node_name).await? else {
         return Ok(Action::requeue(interval));
     };
     poll(&inventory, &node, &ctx).await?;
@@ -167,13 +166,14 @@ async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result
         metadata.extend(p["metadata"].as_object().cloned().unwrap_or_default());
     }
     if !metadata.is_empty() {
-        Api::<Node>::all(ctx.client.clone())
+        let written = Api::<Node>::all(ctx.client.clone())
             .patch(
                 &node.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "metadata": metadata })),
             )
             .await?;
+        ctx.node_written(&written);
         info!(node = %node.name_any(), changed = ?metadata.keys().collect::<Vec<_>>(), "hardware facts written");
     }
     for r in fresh {
