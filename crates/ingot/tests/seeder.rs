@@ -1299,6 +1299,41 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         "steady state, three hardware polls: get/list jobs, get/list inventories, get nodes: {before:?} -> {after:?}"
     );
     assert_eq!(after[..2], before[..2], "Jobs read in steady state");
+    // Nor a Node: each poll takes it from the watch cache, which shows the poller's last write.
+    assert_eq!(after[4], before[4], "Nodes read by the hardware polls");
+    // The Inventory passes read their Machine and Node from the watch caches too: a pass of
+    // each touched Inventory reads neither from the API server.
+    let cached_reads = || async {
+        (
+            kube_requests(http_port, "get", "machines").await,
+            kube_requests(http_port, "get", "nodes").await,
+            kube_requests(http_port, "get", "jobs").await,
+        )
+    };
+    let passes = inventory_passes(http_port).await;
+    let before = cached_reads().await;
+    for name in [HEP_NAME, IPMI_NAME, GO_NAME] {
+        inventories
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"ingot.test/touched": "1"}}})),
+            )
+            .await
+            .unwrap();
+    }
+    poll_until(
+        "a pass of each touched Inventory",
+        Duration::from_secs(30),
+        || async { (inventory_passes(http_port).await >= passes + 3.0).then_some(()) },
+    )
+    .await;
+    let after = cached_reads().await;
+    eprintln!("three Inventory passes: get machines, nodes, jobs: {before:?} -> {after:?}");
+    assert_eq!(
+        after, before,
+        "Machines, Nodes or Jobs read by the Inventory passes"
+    );
 
     // The power API finds the Node out of maintenance first.
     set_maintenance(&client, HEP_NAME, false).await;
@@ -1543,4 +1578,18 @@ async fn power_api_and_cli(env: &ingot_testenv::TestEnv, client: &Client, port: 
         String::from_utf8_lossy(&done.stderr)
     );
     wait_power(client, HEP_NAME, "poweron", ingot).await;
+}
+
+/// How many passes the Inventory controller has made (its `ingot_reconciliations_total`).
+async fn inventory_passes(http_port: u16) -> f64 {
+    let Ok(resp) = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics")).await else {
+        return 0.0;
+    };
+    let text = resp.text().await.unwrap_or_default();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"ingot_reconciliations_total{controller="seeder-inventory"} "#)
+        })
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_default()
 }

@@ -14,7 +14,7 @@
 //! of the Go Rufio), a missing Task is created, as Rufio does.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use ingot_api::rufio::{ActionCondition, Job, JobStatus, Machine, Task, TaskSpec};
@@ -25,11 +25,11 @@ use kube::runtime::controller::{Action, Config};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use tracing::debug;
 
 use super::task::SENT_ANNOTATION;
 use super::tenancy;
 use super::{Error, RufioContext};
+use crate::runtime::{self, Backoff, ControllerRuntime};
 use kube::runtime::events::EventType;
 
 const CONTROLLER: &str = "rufio-job";
@@ -47,6 +47,10 @@ pub const DESTRUCTIVE_TASK_ANNOTATION: &str = "rufio.ingot.dev/destructive-task"
 /// How long a Job waits for its caches to show a write of this process (a Task it created,
 /// its own `Running`) before it acts without it (they normally show it within a second).
 const OWN_WRITE_WAIT: Duration = Duration::from_secs(30);
+/// A failed reconcile (its Machine not found, an API error) is retried after 5 s, doubling to
+/// 1 min while it goes on failing.
+const RETRY_BASE: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 pub async fn run(
     ctx: Arc<RufioContext>,
@@ -60,17 +64,12 @@ pub async fn run(
             send_on_sight(&on_sight, job);
         }
     });
-    Controller::for_stream(seen, jobs)
+    let controller = Controller::for_stream(seen, jobs)
         .owns_shared_stream(task_changes)
-        .with_config(Config::default().concurrency(ctx.settings.task_concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                debug!(%error, "job reconciliation failed");
-            }
-        })
-        .await;
+        .with_config(Config::default().concurrency(ctx.settings.task_concurrency));
+    let backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
+    let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
 /// A new Job's first action, when repeatable, goes to its BMC as soon as the watch delivers
@@ -105,7 +104,7 @@ fn send_on_sight(ctx: &Arc<RufioContext>, job: &Job) {
     let Ok(task) = task_for(job, 0, &machine) else {
         return;
     };
-    let Some(outcome) = ctx.begin_send_ahead(super::key_of(&task)) else {
+    let Some(outcome) = ctx.coordination.begin_send_ahead(super::key_of(&task)) else {
         return;
     };
     let ctx = ctx.clone();
@@ -128,11 +127,6 @@ fn machine_of(job: &Job, namespace: &str) -> (String, String) {
         machine_ns,
         job.spec.machine_ref.name.clone().unwrap_or_default(),
     )
-}
-
-fn error_policy(_job: Arc<Job>, error: &Error, ctx: Arc<RufioContext>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.kind());
-    Action::requeue(Duration::from_secs(5))
 }
 
 /// Whether a condition of this type is True.
@@ -211,13 +205,17 @@ pub fn task_state(task: Option<&Task>, job: &Job) -> TaskState {
     TaskState::Running
 }
 
-/// The next thing to do for a Job, from its Tasks in order.
+/// The next thing to do for a Job: what its pure step ([`decide`]) returns.
 #[derive(Debug, PartialEq)]
-pub enum Step {
+pub enum Outcome {
     /// Create the Task of this index.
     Create(usize),
     /// A Task is running: wait for it.
     Wait,
+    /// A Task this process created a moment ago that the cache does not show yet: its watch
+    /// event wakes the Job (creating it again would only be refused after sending its action
+    /// again); look again after this long at the latest.
+    AwaitOwnWrite(Duration),
     Complete,
     Fail(String),
 }
@@ -246,224 +244,325 @@ fn own_record(job: &Job, annotation: &str) -> Option<usize> {
 }
 
 /// Decides from the Tasks' states (index order, stopping at the first that is not complete).
-pub fn next_step(namespace: &str, job: &str, states: &[TaskState], total: usize) -> Step {
+pub fn next_step(namespace: &str, job: &str, states: &[TaskState], total: usize) -> Outcome {
     for (i, state) in states.iter().enumerate() {
         let name = task_name(job, i);
         match state {
             TaskState::Completed => continue,
-            TaskState::Missing => return Step::Create(i),
-            TaskState::Running => return Step::Wait,
+            TaskState::Missing => return Outcome::Create(i),
+            TaskState::Running => return Outcome::Wait,
             TaskState::Failed(message) if message.is_empty() => {
-                return Step::Fail(format!("task {namespace}/{name} failed"));
+                return Outcome::Fail(format!("task {namespace}/{name} failed"));
             }
             TaskState::Failed(message) => {
-                return Step::Fail(format!("task {namespace}/{name} failed: {message}"));
+                return Outcome::Fail(format!("task {namespace}/{name} failed: {message}"));
             }
             TaskState::Foreign => {
-                return Step::Fail(format!(
+                return Outcome::Fail(format!(
                     "task {namespace}/{name} exists but is not controlled by this Job: delete it or rename the Job"
                 ));
             }
         }
     }
     if states.len() >= total {
-        Step::Complete
+        Outcome::Complete
     } else {
-        Step::Create(states.len())
+        Outcome::Create(states.len())
     }
 }
 
 /// One reconciliation of a Job (what the controller runs for each change).
 pub async fn reconcile(job: Arc<Job>, ctx: Arc<RufioContext>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&job, &ctx).await;
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    result
+    reconcile_inner(&job, &ctx).await
 }
 
+/// The pure step of a Job: [`next_step`] from its Tasks' states, except that a Task this
+/// process created `created_ago(index)` ago and the cache does not show yet is waited for,
+/// and that a destructive Task this Job recorded creating (or was creating when it stopped)
+/// that is gone before it ended fails the Job: whether it reached the BMC is unknown, so it
+/// is not sent again.
+pub fn decide(
+    job: &Job,
+    states: &[TaskState],
+    created_ago: impl Fn(usize) -> Option<Duration>,
+) -> Outcome {
+    let namespace = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    match next_step(&namespace, &name, states, job.spec.tasks.len()) {
+        Outcome::Create(i) => match created_ago(i) {
+            Some(ago) if ago < OWN_WRITE_WAIT => Outcome::AwaitOwnWrite(OWN_WRITE_WAIT - ago),
+            _ if destructive(job, i) && recorded_destructive(job, i) => Outcome::Fail(format!(
+                "task {namespace}/{} was created and is gone before it ended: its power cycle or \
+                 reset may have reached the BMC and is not sent again; create a new Job to run it",
+                task_name(&name, i)
+            )),
+            _ => Outcome::Create(i),
+        },
+        other => other,
+    }
+}
+
+/// Whether the Job's action of this index is a power cycle or reset.
+fn destructive(job: &Job, index: usize) -> bool {
+    job.spec
+        .tasks
+        .get(index)
+        .and_then(|a| super::task::parse(a).ok())
+        .is_some_and(|op| op.destructive())
+}
+
+/// One reconcile of a Job, phase by phase: `Running`, its Machine, its Tasks' states, the
+/// pure step ([`decide`]), then what it decided, and one status write at the end.
 async fn reconcile_inner(job: &Job, ctx: &RufioContext) -> Result<Action, Error> {
     if job.metadata.deletion_timestamp.is_some() || finished(job) {
         return Ok(Action::await_change());
     }
-    let namespace = job.namespace().unwrap_or_default();
-    let name = job.name_any();
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
-    let mut status = job.status.clone().unwrap_or_default();
-    let mut before = status.clone();
-    let uid = job.metadata.uid.clone().unwrap_or_default();
-    let running_write = format!("Job {namespace}/{name}");
-    if has_true(&status.conditions, RUNNING) {
-        ctx.seen(&running_write);
-    } else {
-        // This copy is older than the `Running` this process wrote (a Task's change woke
-        // the Job before the Job's own watch caught up): that write's watch event brings the
-        // newer copy. Writing `Running` again would move `startTime`.
-        if let Some(ago) = ctx.wrote_ago(&running_write, &uid)
+    let mut pass = Pass::new(job, ctx);
+    if let Err(wait) = pass.mark_running() {
+        return Ok(Action::requeue(wait));
+    }
+    let Some(machine) = pass.machine().await? else {
+        return Ok(Action::await_change());
+    };
+    let completed = recorded_completed(job);
+    let states = pass.task_states(completed).await?;
+    let outcome = decide(job, &states, |i| {
+        let task = format!("Task {}/{}", pass.namespace, task_name(&pass.name, i));
+        ctx.coordination.wrote_ago(&task, &pass.uid)
+    });
+    match outcome {
+        Outcome::Wait => {}
+        Outcome::AwaitOwnWrite(wait) => return Ok(Action::requeue(wait)),
+        Outcome::Create(i) => pass.create_task(i, &machine, completed).await?,
+        Outcome::Complete => {
+            set(&mut pass.status.conditions, COMPLETED, None);
+            pass.status.completion_time = Some(Time(Timestamp::now()));
+        }
+        Outcome::Fail(message) => set(&mut pass.status.conditions, FAILED, Some(message)),
+    }
+    pass.end(&machine).await
+}
+
+/// One reconcile of a Job: the Job, its names, and its status as read and as wanted.
+struct Pass<'a> {
+    job: &'a Job,
+    ctx: &'a RufioContext,
+    namespace: String,
+    name: String,
+    uid: String,
+    jobs: Api<Job>,
+    before: JobStatus,
+    status: JobStatus,
+}
+
+impl<'a> Pass<'a> {
+    fn new(job: &'a Job, ctx: &'a RufioContext) -> Self {
+        let namespace = job.namespace().unwrap_or_default();
+        let status = job.status.clone().unwrap_or_default();
+        Pass {
+            jobs: Api::namespaced(ctx.client.clone(), &namespace),
+            name: job.name_any(),
+            uid: job.metadata.uid.clone().unwrap_or_default(),
+            namespace,
+            before: status.clone(),
+            status,
+            job,
+            ctx,
+        }
+    }
+
+    /// What the Job's `Running` write is called among this process's own writes.
+    fn running_write(&self) -> String {
+        format!("Job {}/{}", self.namespace, self.name)
+    }
+
+    /// Phase 1: `Running` (with `startTime`) in the wanted status. `Err(wait)` when this copy
+    /// is older than the `Running` this process wrote (a Task's change woke the Job before the
+    /// Job's own watch caught up): that write's watch event brings the newer copy, and writing
+    /// `Running` again would move `startTime`.
+    fn mark_running(&mut self) -> Result<(), Duration> {
+        let running_write = self.running_write();
+        if has_true(&self.status.conditions, RUNNING) {
+            self.ctx.coordination.seen(&running_write);
+            return Ok(());
+        }
+        if let Some(ago) = self.ctx.coordination.wrote_ago(&running_write, &self.uid)
             && ago < OWN_WRITE_WAIT
         {
-            return Ok(Action::requeue(OWN_WRITE_WAIT - ago));
+            return Err(OWN_WRITE_WAIT - ago);
         }
-        status.start_time = Some(Time(Timestamp::now()));
-        set(&mut status.conditions, RUNNING, None);
+        self.status.start_time = Some(Time(Timestamp::now()));
+        set(&mut self.status.conditions, RUNNING, None);
+        Ok(())
     }
-    let (machine_ns, machine_name) = machine_of(job, &namespace);
-    // A Machine of another namespace only when the operator allowed it: the Job fails, and
-    // the Machine is neither read nor its BMC driven.
-    if let Err(refusal) =
-        tenancy::check_machine_ref(&namespace, &machine_ns, &ctx.settings.cross_namespace)
-    {
-        set(&mut status.conditions, FAILED, Some(refusal.to_string()));
-        write(&jobs, &name, &status, &before).await?;
-        let note = refusal.to_string();
-        super::publish(
-            ctx,
-            job,
-            EventType::Warning,
-            refusal.reason(),
-            "GetMachine",
-            note,
-        )
-        .await;
-        return Ok(Action::await_change());
-    }
-    let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &machine_ns);
-    // Read from the Machine controller's cache (as controller-runtime's client reads); a
-    // Machine created a moment ago may not be there yet.
-    let cached = ctx.cached_machine(&machine_ns, &machine_name);
-    let fetched = match cached {
-        Some(_) => None,
-        None => machines.get_opt(&machine_name).await?.map(Arc::new),
-    };
-    let machine = match cached.or(fetched) {
-        Some(m) => m,
-        None => {
-            write(&jobs, &name, &status, &before).await?;
-            return Err(Error::Other(format!(
-                "get Job {namespace}/{name} MachineRef: machine {machine_ns}/{machine_name} not found"
-            )));
-        }
-    };
-    let tasks: Api<Task> = Api::namespaced(ctx.client.clone(), &namespace);
-    // Tasks the Job saw complete stay done, whether or not they still exist.
-    let completed = recorded_completed(job);
-    let mut states: Vec<TaskState> = (0..completed).map(|_| TaskState::Completed).collect();
-    for i in completed..job.spec.tasks.len() {
-        // The Task cache is the one whose changes wake this Job: what woke it is there. A
-        // Task missing from it is created, and an existing one answers 409.
-        let task = match ctx.cached_task(&namespace, &task_name(&name, i)) {
-            Ok(task) => task,
-            Err(super::CacheNotReady) => tasks.get_opt(&task_name(&name, i)).await?.map(Arc::new),
-        };
-        if task.is_some() {
-            ctx.seen(&format!("Task {namespace}/{}", task_name(&name, i)));
-        }
-        let state = task_state(task.as_deref(), job);
-        let done = state == TaskState::Completed;
-        states.push(state);
-        if !done {
-            break;
-        }
-    }
-    let step = next_step(&namespace, &name, &states, job.spec.tasks.len());
-    // A Task this process created a moment ago that the cache does not show yet (this
-    // reconcile was woken by the Job's own status write): the Task's watch event wakes the
-    // Job. Creating it again would only be refused (409) after sending its action again.
-    if let Step::Create(i) = step
-        && let Some(ago) = ctx.wrote_ago(&format!("Task {namespace}/{}", task_name(&name, i)), &uid)
-        && ago < OWN_WRITE_WAIT
-    {
-        return Ok(Action::requeue(OWN_WRITE_WAIT - ago));
-    }
-    let destructive = |i: usize| {
-        job.spec
-            .tasks
-            .get(i)
-            .and_then(|a| super::task::parse(a).ok())
-            .is_some_and(|op| op.destructive())
-    };
-    // A destructive Task this Job created (or was creating when it stopped) that is gone
-    // before it ended: whether it reached the BMC is unknown, so it is not sent again.
-    let step = match step {
-        Step::Create(i) if destructive(i) && recorded_destructive(job, i) => Step::Fail(format!(
-            "task {namespace}/{} was created and is gone before it ended: its power cycle or \
-             reset may have reached the BMC and is not sent again; create a new Job to run it",
-            task_name(&name, i)
-        )),
-        other => other,
-    };
-    match step {
-        Step::Wait => {}
-        Step::Create(i) => {
-            if destructive(i) {
-                record(&jobs, &name, DESTRUCTIVE_TASK_ANNOTATION, &uid, i).await?;
-            }
-            // The Task and the Job's `Running` status are written at once: neither needs the
-            // other. A repeatable action is sent to the BMC before its Task is created, so it
-            // does not wait for the API server to store the Task (`task::send_ahead`); a new
-            // Job's first one was sent when the Job was seen (`send_on_sight`).
-            let running = status.clone();
-            let (created, written, recorded) = tokio::join!(
-                async {
-                    let mut task = task_for(job, i, &machine)?;
-                    let sent = match ctx.take_send_ahead(&super::key_of(&task)).await {
-                        Some(sent) => sent,
-                        None => super::task::send_ahead(&task, ctx).await,
-                    };
-                    if sent {
-                        ctx.crash_point("rufio-after-send-ahead");
-                        task.annotations_mut()
-                            .insert(SENT_ANNOTATION.to_owned(), "sent".to_owned());
-                    }
-                    let created = tasks.create(&PostParams::default(), &task).await;
-                    let exists = match &created {
-                        Ok(_) => true,
-                        Err(kube::Error::Api(s)) => s.code == 409,
-                        Err(_) => false,
-                    };
-                    if exists {
-                        ctx.wrote(format!("Task {}", super::key_of(&task)), &uid);
-                    }
-                    created
-                },
-                write(&jobs, &name, &running, &before),
-                async {
-                    if i > completed {
-                        record(&jobs, &name, TASKS_COMPLETED_ANNOTATION, &uid, i).await?;
-                    }
-                    Ok::<(), Error>(())
-                }
+
+    /// Phase 2: the Job's Machine, from the Machine controller's cache (as controller-runtime's
+    /// client reads) or, for one created a moment ago, the API server. A Machine of another
+    /// namespace only when the operator allowed it: otherwise the Job fails (`None`), and the
+    /// Machine is neither read nor its BMC driven.
+    async fn machine(&mut self) -> Result<Option<Arc<Machine>>, Error> {
+        let (machine_ns, machine_name) = machine_of(self.job, &self.namespace);
+        let settings = &self.ctx.settings;
+        if let Err(refusal) =
+            tenancy::check_machine_ref(&self.namespace, &machine_ns, &settings.cross_namespace)
+        {
+            set(
+                &mut self.status.conditions,
+                FAILED,
+                Some(refusal.to_string()),
             );
-            written?;
-            recorded?;
-            if !has_true(&before.conditions, RUNNING) {
-                ctx.wrote(running_write.clone(), &uid);
+            write(&self.jobs, &self.name, &self.status, &self.before).await?;
+            let note = refusal.to_string();
+            self.ctx
+                .job_events
+                .publish(
+                    self.job,
+                    EventType::Warning,
+                    refusal.reason(),
+                    "GetMachine",
+                    note,
+                )
+                .await;
+            return Ok(None);
+        }
+        if let Some(cached) = self.ctx.cached_machine(&machine_ns, &machine_name) {
+            return Ok(Some(cached));
+        }
+        let machines: Api<Machine> = Api::namespaced(self.ctx.client.clone(), &machine_ns);
+        if let Some(fetched) = machines.get_opt(&machine_name).await? {
+            return Ok(Some(Arc::new(fetched)));
+        }
+        write(&self.jobs, &self.name, &self.status, &self.before).await?;
+        Err(Error::Other(format!(
+            "get Job {}/{} MachineRef: machine {machine_ns}/{machine_name} not found",
+            self.namespace, self.name
+        )))
+    }
+
+    /// Phase 3: the states of the Job's Tasks in order, up to the first not completed. Tasks
+    /// the Job recorded as completed stay done, whether or not they still exist. The Task
+    /// cache is the one whose changes wake this Job: what woke it is there. A Task missing
+    /// from it is created, and an existing one answers 409.
+    async fn task_states(&self, completed: usize) -> Result<Vec<TaskState>, Error> {
+        let tasks: Api<Task> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+        let mut states: Vec<TaskState> = (0..completed).map(|_| TaskState::Completed).collect();
+        for i in completed..self.job.spec.tasks.len() {
+            let name = task_name(&self.name, i);
+            let task = match self.ctx.cached_task(&self.namespace, &name) {
+                Ok(task) => task,
+                Err(super::CacheNotReady) => tasks.get_opt(&name).await?.map(Arc::new),
+            };
+            if task.is_some() {
+                let created = format!("Task {}/{name}", self.namespace);
+                self.ctx.coordination.seen(&created);
             }
-            before = running;
-            if let Err(e) = created {
-                match e {
-                    kube::Error::Api(ref s) if s.code == 409 => {}
-                    e => {
-                        let message = format!(
-                            "failed to create Task {namespace}/{}: {e}",
-                            task_name(&name, i)
-                        );
-                        set(&mut status.conditions, FAILED, Some(message));
-                    }
+            let state = task_state(task.as_deref(), self.job);
+            let done = state == TaskState::Completed;
+            states.push(state);
+            if !done {
+                break;
+            }
+        }
+        Ok(states)
+    }
+
+    /// [`Outcome::Create`]: the Task, the Job's `Running` status and its completed record
+    /// written at once (none needs the others); a destructive Task recorded first. A
+    /// repeatable action is sent to the BMC before its Task is created, so it does not wait
+    /// for the API server to store the Task (`task::send_ahead`); a new Job's first one was
+    /// sent when the Job was seen (`send_on_sight`).
+    async fn create_task(
+        &mut self,
+        i: usize,
+        machine: &Machine,
+        completed: usize,
+    ) -> Result<(), Error> {
+        let (jobs, name, uid) = (&self.jobs, &self.name, &self.uid);
+        if destructive(self.job, i) {
+            record(jobs, name, DESTRUCTIVE_TASK_ANNOTATION, uid, i).await?;
+        }
+        let running = self.status.clone();
+        let (created, written, recorded) = tokio::join!(
+            send_and_create(self.job, i, machine, self.ctx),
+            write(jobs, name, &running, &self.before),
+            async {
+                if i > completed {
+                    record(jobs, name, TASKS_COMPLETED_ANNOTATION, uid, i).await?;
                 }
+                Ok::<(), Error>(())
+            }
+        );
+        written?;
+        recorded?;
+        if !has_true(&self.before.conditions, RUNNING) {
+            self.ctx.coordination.wrote(self.running_write(), uid);
+        }
+        self.before = running;
+        match created {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => {
+                let message = format!(
+                    "failed to create Task {}/{}: {e}",
+                    self.namespace,
+                    task_name(name, i)
+                );
+                set(&mut self.status.conditions, FAILED, Some(message));
             }
         }
-        Step::Complete => {
-            set(&mut status.conditions, COMPLETED, None);
-            status.completion_time = Some(Time(Timestamp::now()));
+        Ok(())
+    }
+
+    /// The end of the pass: the wanted status written; a Job that ended has its Machine's
+    /// power state read again once it is.
+    async fn end(self, machine: &Machine) -> Result<Action, Error> {
+        let conditions = &self.status.conditions;
+        if has_true(conditions, COMPLETED) || has_true(conditions, FAILED) {
+            self.ctx
+                .coordination
+                .request_refresh(super::key_of(machine));
         }
-        Step::Fail(message) => set(&mut status.conditions, FAILED, Some(message)),
+        write(&self.jobs, &self.name, &self.status, &self.before).await?;
+        Ok(Action::await_change())
     }
-    if has_true(&status.conditions, COMPLETED) || has_true(&status.conditions, FAILED) {
-        // Read the Machine's power state again once this status is written.
-        ctx.request_refresh(format!("{machine_ns}/{machine_name}"));
+}
+
+/// The Task of the Job's action `i`, its action sent first when it is repeatable (or the
+/// outcome of its send on sight taken): created marked `sent` when the BMC accepted it.
+async fn send_and_create(
+    job: &Job,
+    i: usize,
+    machine: &Machine,
+    ctx: &RufioContext,
+) -> Result<Task, kube::Error> {
+    let mut task = task_for(job, i, machine)?;
+    let sent = match ctx
+        .coordination
+        .take_send_ahead(&super::key_of(&task))
+        .await
+    {
+        Some(sent) => sent,
+        None => super::task::send_ahead(&task, ctx).await,
+    };
+    if sent {
+        ctx.crash_point("rufio-after-send-ahead");
+        task.annotations_mut()
+            .insert(SENT_ANNOTATION.to_owned(), "sent".to_owned());
     }
-    write(&jobs, &name, &status, &before).await?;
-    Ok(Action::await_change())
+    let tasks: Api<Task> =
+        Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let created = tasks.create(&PostParams::default(), &task).await;
+    let exists = match &created {
+        Ok(_) => true,
+        Err(kube::Error::Api(s)) => s.code == 409,
+        Err(_) => false,
+    };
+    if exists {
+        let uid = job.metadata.uid.as_deref().unwrap_or_default();
+        ctx.coordination
+            .wrote(format!("Task {}", super::key_of(&task)), uid);
+    }
+    created
 }
 
 /// Writes one of the Job's own records (`<job uid>:<value>`).
@@ -485,20 +584,14 @@ async fn record(
     Ok(())
 }
 
+/// Writes the Job's status if it differs from what it was.
 async fn write(
     jobs: &Api<Job>,
     name: &str,
     status: &JobStatus,
     before: &JobStatus,
 ) -> Result<(), Error> {
-    if status != before {
-        jobs.patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": status })),
-        )
-        .await?;
-    }
+    runtime::status::patch_if_changed(jobs, name, Some(before), status).await?;
     Ok(())
 }
 
@@ -561,19 +654,19 @@ mod tests {
     #[test]
     fn tasks_run_in_order() {
         use TaskState::*;
-        assert_eq!(next_step("ns", "j", &[Missing], 3), Step::Create(0));
-        assert_eq!(next_step("ns", "j", &[Running], 3), Step::Wait);
+        assert_eq!(next_step("ns", "j", &[Missing], 3), Outcome::Create(0));
+        assert_eq!(next_step("ns", "j", &[Running], 3), Outcome::Wait);
         assert_eq!(
             next_step("ns", "j", &[Completed, Completed], 3),
-            Step::Create(2)
+            Outcome::Create(2)
         );
         assert_eq!(
             next_step("ns", "j", &[Completed, Missing], 3),
-            Step::Create(1)
+            Outcome::Create(1)
         );
         assert_eq!(
             next_step("ns", "j", &[Completed, Completed, Completed], 3),
-            Step::Complete
+            Outcome::Complete
         );
     }
 
@@ -582,13 +675,13 @@ mod tests {
         use TaskState::*;
         assert_eq!(
             next_step("ns", "j", &[Completed, Failed("no answer".into())], 3),
-            Step::Fail("task ns/j-task-1 failed: no answer".into())
+            Outcome::Fail("task ns/j-task-1 failed: no answer".into())
         );
         assert_eq!(
             next_step("ns", "j", &[Failed(String::new())], 1),
-            Step::Fail("task ns/j-task-0 failed".into())
+            Outcome::Fail("task ns/j-task-0 failed".into())
         );
-        let Step::Fail(m) = next_step("ns", "j", &[Foreign], 1) else {
+        let Outcome::Fail(m) = next_step("ns", "j", &[Foreign], 1) else {
             panic!()
         };
         assert!(m.contains("not controlled"), "{m}");
@@ -690,6 +783,38 @@ mod tests {
         j.annotations_mut()
             .insert(TASKS_COMPLETED_ANNOTATION.into(), "u1:x".into());
         assert_eq!(recorded_completed(&j), 0);
+    }
+
+    #[test]
+    fn the_pure_step_waits_for_its_own_task_and_never_resends_a_reboot() {
+        let mut j = job("u1");
+        assert_eq!(
+            decide(&j, &[TaskState::Missing], |_| None),
+            Outcome::Create(0)
+        );
+        // Created a moment ago, not in the cache yet: waited for.
+        assert_eq!(
+            decide(&j, &[TaskState::Missing], |_| Some(Duration::from_secs(10))),
+            Outcome::AwaitOwnWrite(OWN_WRITE_WAIT - Duration::from_secs(10))
+        );
+        assert_eq!(
+            decide(&j, &[TaskState::Missing], |_| Some(OWN_WRITE_WAIT)),
+            Outcome::Create(0)
+        );
+        // A reboot it recorded creating, gone before it ended: the Job fails.
+        j.spec.tasks = serde_json::from_value(json!([{"powerAction": "cycle"}])).unwrap();
+        assert_eq!(
+            decide(&j, &[TaskState::Missing], |_| None),
+            Outcome::Create(0)
+        );
+        j.annotations_mut()
+            .insert(DESTRUCTIVE_TASK_ANNOTATION.into(), "u1:0".into());
+        let Outcome::Fail(m) = decide(&j, &[TaskState::Missing], |_| None) else {
+            panic!()
+        };
+        assert!(m.contains("ns/j-task-0 was created and is gone"), "{m}");
+        // A running one is waited for as usual.
+        assert_eq!(decide(&j, &[TaskState::Running], |_| None), Outcome::Wait);
     }
 
     #[test]

@@ -7,9 +7,8 @@
 //! changed, or a Job of it finished.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use ingot_api::rufio::{Job, Machine, MachineCondition, MachineStatus, power_state};
 use ingot_bmc::{Bmc, PowerState};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -22,13 +21,18 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use rand::Rng;
 use serde_json::json;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use super::bmcs::{ConnectionError, error_chain};
 use super::tenancy::{self, ALLOW_HTTP_ANNOTATION, ConnectionField};
-use super::{Error, RufioContext, key_of, publish};
+use super::{Error, RufioContext, key_of};
+use crate::runtime::{self, Backoff, ControllerRuntime};
 
 const CONTROLLER: &str = "rufio-machine";
+/// A failed reconcile (a status write the API server refused) is retried after 10 s, doubling
+/// to 2 min while it goes on failing.
+const RETRY_BASE: Duration = Duration::from_secs(10);
+const RETRY_MAX: Duration = Duration::from_secs(120);
 /// Rufio's Machine condition type.
 pub const CONTACTABLE: &str = "Contactable";
 /// ingot's Machine condition: True while the BMC's password goes over plain HTTP.
@@ -45,7 +49,7 @@ pub async fn run(
     let jobs: Api<Job> = ctx.watched();
     let controller = Controller::for_stream(events.applied_objects(), machines);
     let _ = ctx.machines.set(controller.store());
-    controller
+    let controller = controller
         // A finished Job wakes its Machine (the Job controller asked for the refresh).
         .watches(jobs, watcher::Config::default(), |job| {
             super::job::finished(&job).then(|| {
@@ -64,20 +68,10 @@ pub async fn run(
                 }
             })
         })
-        .with_config(Config::default().concurrency(ctx.settings.machine_concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                debug!(%error, "machine reconciliation failed");
-            }
-        })
-        .await;
-}
-
-fn error_policy(_machine: Arc<Machine>, error: &Error, ctx: Arc<RufioContext>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.kind());
-    Action::requeue(Duration::from_secs(10))
+        .with_config(Config::default().concurrency(ctx.settings.machine_concurrency));
+    let backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
+    let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
 /// The interval, ±10 %, drawn per requeue so that Machines created together spread out.
@@ -86,30 +80,25 @@ fn jittered(interval: Duration) -> Duration {
 }
 
 async fn reconcile(machine: Arc<Machine>, ctx: Arc<RufioContext>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&machine, &ctx).await;
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    result
-}
-
-async fn reconcile_inner(machine: &Machine, ctx: &RufioContext) -> Result<Action, Error> {
+    let machine = machine.as_ref();
     let key = key_of(machine);
     if machine.metadata.deletion_timestamp.is_some() {
-        ctx.forget_poll(&key);
+        ctx.coordination.forget_poll(&key);
         return Ok(Action::await_change());
     }
     let interval = ctx.settings.machine_interval;
-    let refresh = ctx.take_refresh(&key);
+    let refresh = ctx.coordination.take_refresh(&key);
     if !refresh
-        && let Some((at, generation)) = ctx.last_poll(&key)
+        && let Some((at, generation)) = ctx.coordination.last_poll(&key)
         && generation == machine.metadata.generation
         && machine.status.is_some()
         && at.elapsed() < interval.mul_f64(0.85)
     {
         return Ok(Action::requeue(interval.saturating_sub(at.elapsed())));
     }
-    let read = read_power(machine, ctx).await;
-    ctx.record_poll(key, machine.metadata.generation);
+    let read = read_power(machine, &ctx).await;
+    ctx.coordination
+        .record_poll(key, machine.metadata.generation);
     let outcome = read.as_ref().map(|s| *s).map_err(|u| u.message.clone());
     let mut status = machine.status.clone().unwrap_or_default();
     let now = Time(Timestamp::now());
@@ -129,15 +118,15 @@ async fn reconcile_inner(machine: &Machine, ctx: &RufioContext) -> Result<Action
         )
         .await?;
         if let Err(unread) = &read {
-            publish(
-                ctx,
-                machine,
-                EventType::Warning,
-                unread.reason,
-                "GetPowerState",
-                unread.message.clone(),
-            )
-            .await;
+            ctx.machine_events
+                .publish(
+                    machine,
+                    EventType::Warning,
+                    unread.reason,
+                    "GetPowerState",
+                    unread.message.clone(),
+                )
+                .await;
         }
     }
     Ok(Action::requeue(jittered(interval)))
@@ -173,15 +162,15 @@ async fn read_power(machine: &Machine, ctx: &RufioContext) -> Result<PowerState,
             _ => Unread::failed(e.to_string()),
         })?;
     if !target.ignored.is_empty() && machine.status.is_none() {
-        publish(
-            ctx,
-            machine,
-            EventType::Normal,
-            "ProviderOptionsIgnored",
-            "Connect",
-            format!("ignored: {}", target.ignored.join("; ")),
-        )
-        .await;
+        ctx.machine_events
+            .publish(
+                machine,
+                EventType::Normal,
+                "ProviderOptionsIgnored",
+                "Connect",
+                format!("ignored: {}", target.ignored.join("; ")),
+            )
+            .await;
     }
     let reached = ctx
         .bmcs

@@ -12,14 +12,15 @@
 //! BMC holds only its own object.
 
 pub mod bmcs;
+pub mod coordination;
 pub mod job;
 pub mod machine;
 pub mod secrets;
 pub mod task;
 pub mod tenancy;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
@@ -29,13 +30,14 @@ use ingot_bmc::manager::{ManagerOptions, Observer, SessionManager};
 use ingot_bmc::redfish::RedfishOptions;
 use kube::Client;
 use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use tracing::warn;
 
 use crate::Metrics;
+use crate::runtime::{EventRecorder, ReconcileError};
 pub use bmcs::Bmcs;
+pub use coordination::Coordination;
 
 /// Settings of the Rufio controllers.
 #[derive(Clone, Debug)]
@@ -92,10 +94,6 @@ impl Default for Settings {
     }
 }
 
-/// The outcome of an action sent ahead of its Task: `None` while sending, then whether the
-/// BMC accepted it.
-type SendAhead = tokio::sync::watch::Receiver<Option<bool>>;
-
 /// A cache that has not yet listed its objects: the caller reads the API server.
 #[derive(Debug)]
 pub(crate) struct CacheNotReady;
@@ -104,25 +102,16 @@ pub(crate) struct CacheNotReady;
 pub struct RufioContext {
     pub client: Client,
     pub metrics: Arc<Metrics>,
-    pub reporter: Reporter,
-    /// One Event recorder for the Rufio controllers (it aggregates repeated Events).
-    recorder: Recorder,
+    /// The Event recorders of the Machine, Job and Task controllers (`ingot-rufio`).
+    pub(crate) machine_events: EventRecorder,
+    pub(crate) job_events: EventRecorder,
+    pub(crate) task_events: EventRecorder,
     pub settings: Settings,
     pub bmcs: Bmcs,
     /// The BMC credentials, kept until their Secret changes.
     pub secrets: secrets::SecretCache,
-    /// Machines (`namespace/name`) to read again at their next reconcile: a Job of theirs ended.
-    refresh: Mutex<HashSet<String>>,
-    /// When each Machine was last read from its BMC, and at which generation.
-    polled: Mutex<HashMap<String, (std::time::Instant, Option<i64>)>>,
-    /// Consecutive transient failures per Task, for the backoff.
-    attempts: Mutex<HashMap<String, u32>>,
-    /// Actions sent ahead of their Task as soon as a new Job was seen, by Task key: whether
-    /// the BMC accepted them (`None` while sending), for the Job's reconcile to take.
-    sent_ahead: Mutex<HashMap<String, (std::time::Instant, SendAhead)>>,
-    /// Writes of this process that its caches do not show yet (a Task created, a Job's
-    /// `Running`), by `Kind namespace/name`: when, and for which Job UID.
-    own_writes: Mutex<HashMap<String, (std::time::Instant, String)>>,
+    /// What the Machine, Job and Task controllers tell each other in memory.
+    pub(crate) coordination: Coordination,
     /// The Machine and Task controllers' caches: which objects still exist.
     machines: OnceLock<Store<Machine>>,
     tasks: OnceLock<Store<Task>>,
@@ -167,32 +156,19 @@ impl RufioContext {
                     .set(i64::try_from(limit).unwrap_or(i64::MAX));
             }
         });
-        let reporter = Reporter {
-            controller: "ingot-rufio".into(),
-            instance: Some(instance),
-        };
+        let events = || EventRecorder::new(client.clone(), EVENT_COMPONENT, Some(instance.clone()));
         RufioContext {
             secrets: secrets::SecretCache::new(settings.namespace.clone()),
-            recorder: Recorder::new(client.clone(), reporter.clone()),
+            machine_events: events(),
+            job_events: events(),
+            task_events: events(),
             client,
             metrics,
-            reporter,
             settings,
             bmcs,
-            refresh: Mutex::default(),
-            polled: Mutex::default(),
-            attempts: Mutex::default(),
-            sent_ahead: Mutex::default(),
-            own_writes: Mutex::default(),
+            coordination: Coordination::default(),
             machines: OnceLock::new(),
             tasks: OnceLock::new(),
-        }
-    }
-
-    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-        match m.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
         }
     }
 
@@ -201,70 +177,17 @@ impl RufioContext {
         crate::crash_point(self.settings.crash_point.as_deref(), point);
     }
 
-    /// Asks for the Machine's power state to be read at its next reconcile.
-    pub(crate) fn request_refresh(&self, key: String) {
-        Self::lock(&self.refresh).insert(key);
-    }
-
-    fn take_refresh(&self, key: &str) -> bool {
-        Self::lock(&self.refresh).remove(key)
-    }
-
-    fn last_poll(&self, key: &str) -> Option<(std::time::Instant, Option<i64>)> {
-        Self::lock(&self.polled).get(key).copied()
-    }
-
-    fn record_poll(&self, key: String, generation: Option<i64>) {
-        Self::lock(&self.polled).insert(key, (std::time::Instant::now(), generation));
-    }
-
-    fn forget_poll(&self, key: &str) {
-        Self::lock(&self.polled).remove(key);
-    }
-
-    /// One more transient failure of `key`; returns the delay before the next try
-    /// (1 s doubling to 30 s).
-    fn backoff(&self, key: &str) -> Duration {
-        let mut attempts = Self::lock(&self.attempts);
-        let n = attempts.entry(key.to_owned()).or_insert(0);
-        *n = n.saturating_add(1);
-        Duration::from_secs(1u64 << (*n - 1).min(5)).min(Duration::from_secs(30))
-    }
-
-    fn reset_backoff(&self, key: &str) {
-        Self::lock(&self.attempts).remove(key);
-    }
-
-    /// Registers a send ahead of Task `key`; `None` when one is already registered.
-    fn begin_send_ahead(&self, key: String) -> Option<tokio::sync::watch::Sender<Option<bool>>> {
-        let mut sent = Self::lock(&self.sent_ahead);
-        if sent.contains_key(&key) {
-            return None;
-        }
-        let (tx, rx) = tokio::sync::watch::channel(None);
-        sent.insert(key, (std::time::Instant::now(), rx));
-        Some(tx)
-    }
-
-    /// Whether the BMC accepted the action sent ahead of Task `key`, waiting for a send still
-    /// under way; `None` when none was sent ahead (or the sender gave up).
-    async fn take_send_ahead(&self, key: &str) -> Option<bool> {
-        let (_, mut rx) = Self::lock(&self.sent_ahead).remove(key)?;
-        rx.wait_for(Option::is_some).await.ok().and_then(|v| *v)
-    }
-
-    /// Forgets sends ahead no reconcile took (their Job went before it was reconciled), and
-    /// own writes made that long ago.
+    /// Forgets sends ahead and own writes older than `older_than`, and the retries of Tasks
+    /// that ended or are gone.
     fn forget_stale(&self, older_than: Duration) {
-        Self::lock(&self.sent_ahead).retain(|_, (at, _)| at.elapsed() < older_than);
-        Self::lock(&self.own_writes).retain(|_, (at, _)| at.elapsed() < older_than);
-        self.forget_ended_attempts();
+        self.coordination.forget_stale(older_than);
+        self.forget_ended_retries();
     }
 
-    /// Forgets the backoff of Tasks that ended or are gone: a Task deleted while it failed
-    /// is never reconciled again to reset it. Skipped until the Task cache holds its first
+    /// Forgets the retries of Tasks that ended or are gone: a Task deleted while it failed
+    /// is never reconciled again to reset them. Skipped until the Task cache holds its first
     /// list (an empty cache would look like every Task gone).
-    fn forget_ended_attempts(&self) {
+    fn forget_ended_retries(&self) {
         let Some(tasks) = self.tasks.get() else {
             return;
         };
@@ -281,26 +204,8 @@ impl RufioContext {
             .filter(|t| !task_ended(t))
             .map(|t| key_of(t.as_ref()))
             .collect();
-        Self::lock(&self.attempts).retain(|key, _| going_on.contains(key));
-    }
-
-    /// Records a write of this process for the Job with this UID (`what`: `Kind ns/name`).
-    fn wrote(&self, what: String, job_uid: &str) {
-        Self::lock(&self.own_writes).insert(what, (std::time::Instant::now(), job_uid.to_owned()));
-    }
-
-    /// How long ago this process made that write for the Job with this UID, if it did and
-    /// its cache has not shown it since.
-    fn wrote_ago(&self, what: &str, job_uid: &str) -> Option<Duration> {
-        Self::lock(&self.own_writes)
-            .get(what)
-            .filter(|(_, uid)| uid == job_uid)
-            .map(|(at, _)| at.elapsed())
-    }
-
-    /// The cache shows that write: nothing more to remember of it.
-    fn seen(&self, what: &str) {
-        Self::lock(&self.own_writes).remove(what);
+        self.coordination
+            .forget_task_retries(|key| going_on.contains(key));
     }
 
     /// The API of `K` in the watched namespace (or all namespaces).
@@ -484,30 +389,6 @@ pub(crate) fn key_of<K: Resource>(object: &K) -> String {
     )
 }
 
-/// Records an Event on an object, logging (not failing) when that is impossible.
-pub(crate) async fn publish<K>(
-    ctx: &RufioContext,
-    object: &K,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) where
-    K: Resource<DynamicType = ()>,
-{
-    let recorder = &ctx.recorder;
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: action.to_owned(),
-        secondary: None,
-    };
-    if let Err(error) = recorder.publish(&event, &object.object_ref(&())).await {
-        warn!(%error, reason, "could not record an event");
-    }
-}
-
 /// Errors of the Rufio reconcilers (retried with backoff by the controller).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -519,8 +400,8 @@ pub enum Error {
     Other(String),
 }
 
-impl Error {
-    fn kind(&self) -> &'static str {
+impl ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
             Error::Connection(_) => "connection",
@@ -528,6 +409,9 @@ impl Error {
         }
     }
 }
+
+/// The component of the Rufio controllers' Events.
+const EVENT_COMPONENT: &str = "ingot-rufio";
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
@@ -558,11 +442,11 @@ mod tests {
         let (store, mut writer) = reflector::store();
         ctx.tasks.set(store).unwrap();
         for key in ["ns/failing", "ns/gone", "ns/completed"] {
-            ctx.backoff(key);
+            ctx.coordination.task_retry(key);
         }
         // Before the cache holds its first list nothing is forgotten.
         ctx.forget_stale(Duration::from_secs(60));
-        assert_eq!(RufioContext::lock(&ctx.attempts).len(), 3);
+        assert_eq!(ctx.coordination.task_retries_tracked(), 3);
         writer.apply_watcher_event(&WatchEvent::Init);
         writer.apply_watcher_event(&WatchEvent::InitApply(task("failing", json!([]))));
         writer.apply_watcher_event(&WatchEvent::InitApply(task(
@@ -571,9 +455,15 @@ mod tests {
         )));
         writer.apply_watcher_event(&WatchEvent::InitDone);
         ctx.forget_stale(Duration::from_secs(60));
-        let left: Vec<String> = RufioContext::lock(&ctx.attempts).keys().cloned().collect();
-        assert_eq!(left, vec!["ns/failing".to_owned()]);
-        // The Task still failing keeps its backoff (2 s after 1 s).
-        assert_eq!(ctx.backoff("ns/failing"), Duration::from_secs(2));
+        assert_eq!(ctx.coordination.task_retries_tracked(), 1);
+        // The Task still failing keeps its backoff (2 s after 1 s, with jitter in [1 s, 2 s]).
+        let again = ctx.coordination.task_retry("ns/failing");
+        assert!(
+            again >= Duration::from_secs(1) && again <= Duration::from_secs(2),
+            "{again:?}"
+        );
+        ctx.coordination
+            .forget_task_retries(|key| key != "ns/failing");
+        assert_eq!(ctx.coordination.task_retries_tracked(), 0);
     }
 }

@@ -9,9 +9,8 @@
 //! fails and says so.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use ingot_api::rufio::{Action as RufioAction, JobStatus, Task};
 use ingot_bmc::manager::ManagedBmc;
 use ingot_bmc::{
@@ -30,10 +29,15 @@ use tracing::{debug, info};
 use super::bmcs::{self, ConnectionError, error_chain};
 use super::job::{COMPLETED, FAILED, has_true, set};
 use super::tenancy::{ConnectionField, Refusal};
-use super::{Error, RufioContext, key_of, publish};
+use super::{Error, RufioContext, key_of};
+use crate::runtime::{self, Backoff, ControllerRuntime};
 use kube::runtime::events::EventType;
 
 const CONTROLLER: &str = "rufio-task";
+/// A failed reconcile (an API error) is retried after 1 s, doubling to 30 s; a busy or
+/// unreachable BMC has the same backoff of its own ([`super::Coordination::task_retry`]).
+const RETRY_BASE: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 /// Where ingot notes how far it got sending a Task's action: `sending`, then `sent`.
 pub const SENT_ANNOTATION: &str = "rufio.ingot.dev/action";
 
@@ -143,13 +147,21 @@ pub enum Sent {
     Yes,
 }
 
-/// What to do with a Task now.
+/// What to do with a Task now: the decision of the pure step [`phase`], carried out by the
+/// reconcile (one function per phase) into an [`Outcome`].
 #[derive(Debug, PartialEq)]
 pub enum Phase {
     /// Finished (or deleted): nothing.
     Done,
-    /// Record `startTime`.
+    /// Record `startTime` before anything is sent (a reboot, or a `status` read).
     Start,
+    /// A repeatable action (power on / off, boot device, virtual media) not sent yet: it goes
+    /// out with its `startTime`, since sending it twice is harmless and it need not wait for
+    /// the API server's answer.
+    StartAndSend,
+    /// Created `sent` (its Job sent the action ahead): if the BMC already shows the effect,
+    /// one status write starts and completes the Task; otherwise it is started as [`Phase::Start`].
+    StartSentAhead,
     /// Rufio's timeout, with the time since `startTime`.
     TimedOut(Duration),
     Send,
@@ -167,7 +179,11 @@ pub fn phase(task: &Task, op: &Op, now: Timestamp, timeout: Duration) -> Phase {
         return Phase::Done;
     }
     let Some(start) = status.start_time else {
-        return Phase::Start;
+        return match sent(task) {
+            Sent::Yes => Phase::StartSentAhead,
+            Sent::No if !op.destructive() && *op != Op::Status => Phase::StartAndSend,
+            _ => Phase::Start,
+        };
     };
     let elapsed = Duration::try_from(now.duration_since(start.0)).unwrap_or_default();
     if elapsed >= timeout {
@@ -195,33 +211,21 @@ pub async fn run(
     changes: impl futures::Stream<Item = Arc<Task>> + Send + 'static,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_shared_stream(changes, tasks)
-        .with_config(Config::default().concurrency(ctx.settings.task_concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                debug!(%error, "task reconciliation failed");
-            }
-        })
-        .await;
-}
-
-fn error_policy(task: Arc<Task>, error: &Error, ctx: Arc<RufioContext>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.kind());
-    Action::requeue(ctx.backoff(&key_of(task.as_ref())))
+    let controller = Controller::for_shared_stream(changes, tasks)
+        .with_config(Config::default().concurrency(ctx.settings.task_concurrency));
+    let backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
+    let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
 /// One reconciliation of a Task (what the controller runs for each change).
 pub async fn reconcile(task: Arc<Task>, ctx: Arc<RufioContext>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&task, &ctx).await;
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    result
+    reconcile_inner(&task, &ctx).await
 }
 
-/// How a Task ends, or that it goes on.
-enum Next {
+/// How a Task ends, or that it goes on (what a phase's function returns).
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
     Complete,
     Fail(String),
     /// Look again after this long.
@@ -229,116 +233,142 @@ enum Next {
 }
 
 async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Error> {
-    let key = key_of(task);
     let api: Api<Task> = Api::namespaced(
         ctx.client.clone(),
         task.namespace().as_deref().unwrap_or_default(),
     );
-    let name = task.name_any();
     let op = match parse(&task.spec.task) {
         Ok(op) => op,
-        Err(message) => {
-            if phase(
-                task,
-                &Op::Status,
-                Timestamp::now(),
-                ctx.settings.task_timeout,
-            ) != Phase::Done
-            {
-                finish(&api, task, Next::Fail(message)).await?;
-            }
+        Err(message) => return fail_unparsable(&api, task, ctx, message).await,
+    };
+    let decided = phase(task, &op, Timestamp::now(), ctx.settings.task_timeout);
+    match decided {
+        Phase::StartAndSend => return start_and_send(&api, task, &op, ctx).await,
+        Phase::StartSentAhead if complete_if_shown(&api, task, &op, ctx).await? => {
+            ctx.coordination.task_settled(&key_of(task));
             return Ok(Action::await_change());
         }
-    };
-    // Writes on the way to sending carry the resourceVersion they were decided on: a copy
-    // from the watch cache that is behind (an earlier reconcile already started or sent)
-    // gets a conflict, and the Task is read again from the API server. A reboot is never
-    // sent twice because of a stale copy.
-    let mut current_task = task.clone();
-    let mut current = phase(
-        &current_task,
-        &op,
-        Timestamp::now(),
-        ctx.settings.task_timeout,
-    );
-    // A repeatable action (power on / off, boot device, virtual media) goes out with its
-    // `startTime`: sending it twice is harmless, so it need not wait for the API server's
-    // answer. (The Job creates its next Task only once this one shows `Completed` in the
-    // cache this copy came from, so a stale copy never replays an earlier step.) A Task
-    // created `sent` (its Job sent the action ahead) is only started, then verified.
-    if current == Phase::Start
-        && !op.destructive()
-        && op != Op::Status
-        && sent(&current_task) == Sent::No
-    {
-        let (started, next) = tokio::join!(
-            start(&api, &current_task),
-            send_phase(&current_task, &op, ctx, &api)
-        );
-        started?;
-        return settle(&api, &current_task, ctx, next?).await;
+        _ => {}
     }
-    // Sent ahead by its Job: the BMC usually shows the effect by the time the Task is
-    // reconciled, and then one status write both starts and completes the Task (one write
-    // less per Job, on an API server that a burst of Jobs keeps busy).
-    if current == Phase::Start
-        && sent(&current_task) == Sent::Yes
-        && let Ok(bmc) = reach(&current_task, ctx).await
-        && effect_shows(&bmc, &op).await
-        && complete_at_start(&api, &current_task).await?.is_some()
-    {
-        ctx.reset_backoff(&key);
+    let (task, current) = started(&api, task.clone(), &op, ctx, decided).await?;
+    if current == Phase::Done {
+        ctx.coordination.task_settled(&key_of(&task));
         return Ok(Action::await_change());
     }
+    let outcome = act(&api, &task, &op, ctx, current).await?;
+    settle(&api, &task, ctx, outcome).await
+}
+
+/// A Task whose action does not parse fails with the reason (unless it already ended).
+async fn fail_unparsable(
+    api: &Api<Task>,
+    task: &Task,
+    ctx: &RufioContext,
+    message: String,
+) -> Result<Action, Error> {
+    if phase(
+        task,
+        &Op::Status,
+        Timestamp::now(),
+        ctx.settings.task_timeout,
+    ) != Phase::Done
+    {
+        finish(api, task, Outcome::Fail(message)).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// [`Phase::StartAndSend`]: `startTime` and the action written and sent at once. (The Job
+/// creates its next Task only once this one shows `Completed` in the cache this copy came
+/// from, so a stale copy never replays an earlier step.)
+async fn start_and_send(
+    api: &Api<Task>,
+    task: &Task,
+    op: &Op,
+    ctx: &RufioContext,
+) -> Result<Action, Error> {
+    let (started, outcome) = tokio::join!(start(api, task), send_phase(task, op, ctx, api));
+    started?;
+    settle(api, task, ctx, outcome?).await
+}
+
+/// [`Phase::StartSentAhead`]: whether the BMC shows the effect of the action sent ahead, and
+/// one write then started and completed the Task.
+async fn complete_if_shown(
+    api: &Api<Task>,
+    task: &Task,
+    op: &Op,
+    ctx: &RufioContext,
+) -> Result<bool, Error> {
+    let Ok(bmc) = reach(task, ctx).await else {
+        return Ok(false);
+    };
+    Ok(effect_shows(&bmc, op).await && complete_at_start(api, task).await?.is_some())
+}
+
+/// [`Phase::Start`]: records `startTime` and goes on with the Task as stored. Writes on the
+/// way to sending carry the resourceVersion they were decided on: a copy from the watch cache
+/// that is behind (an earlier reconcile already started or sent) gets a conflict, and the Task
+/// is read again from the API server, so a reboot is never sent twice because of a stale copy.
+/// An interrupted send is judged on a fresh read too.
+async fn started(
+    api: &Api<Task>,
+    mut task: Task,
+    op: &Op,
+    ctx: &RufioContext,
+    mut current: Phase,
+) -> Result<(Task, Phase), Error> {
+    let name = task.name_any();
     let mut read_fresh = false;
     for _ in 0..3 {
         match current {
-            Phase::Start => {
-                match start(&api, &current_task).await? {
+            Phase::Start | Phase::StartAndSend | Phase::StartSentAhead => {
+                match start(api, &task).await? {
                     // The answer is the Task as stored: go on with it at once.
-                    Some(t) => current_task = t,
+                    Some(t) => task = t,
                     None => {
-                        current_task = api.get(&name).await?;
+                        task = api.get(&name).await?;
                         read_fresh = true;
                     }
                 }
             }
             Phase::Interrupted if !read_fresh => {
-                current_task = api.get(&name).await?;
+                task = api.get(&name).await?;
                 read_fresh = true;
             }
             _ => break,
         }
-        current = phase(
-            &current_task,
-            &op,
-            Timestamp::now(),
-            ctx.settings.task_timeout,
-        );
+        current = phase(&task, op, Timestamp::now(), ctx.settings.task_timeout);
     }
-    let task = &current_task;
-    let next = match current {
-        Phase::Done => {
-            ctx.reset_backoff(&key);
-            return Ok(Action::await_change());
+    Ok((task, current))
+}
+
+/// The started Task's phase carried out: what it comes to.
+async fn act(
+    api: &Api<Task>,
+    task: &Task,
+    op: &Op,
+    ctx: &RufioContext,
+    current: Phase,
+) -> Result<Outcome, Error> {
+    Ok(match current {
+        // Done is settled before; conflicts three times in a row: look again shortly.
+        Phase::Done | Phase::Start | Phase::StartAndSend | Phase::StartSentAhead => {
+            Outcome::Again(ctx.settings.task_poll)
         }
-        // Conflicts three times in a row: look again shortly.
-        Phase::Start => Next::Again(ctx.settings.task_poll),
-        Phase::TimedOut(elapsed) => Next::Fail(format!("bmc task timeout: {}", elapsed.as_nanos())),
-        Phase::Interrupted => Next::Fail(format!(
+        Phase::TimedOut(elapsed) => {
+            Outcome::Fail(format!("bmc task timeout: {}", elapsed.as_nanos()))
+        }
+        Phase::Interrupted => Outcome::Fail(format!(
             "sending {} was interrupted and it is unknown whether the BMC received it; it is not sent again: check the machine, then create a new Job",
-            describe(&op)
+            describe(op)
         )),
-        Phase::Send => send_phase(task, &op, ctx, &api).await?,
-        Phase::Verify => {
-            let bmc = match connect(task, ctx).await {
-                Ok(bmc) => bmc,
-                Err(next) => return settle(&api, task, ctx, next).await,
-            };
-            verify(&bmc, &op, ctx, &key).await
-        }
-    };
-    settle(&api, task, ctx, next).await
+        Phase::Send => send_phase(task, op, ctx, api).await?,
+        Phase::Verify => match connect(task, ctx).await {
+            Ok(bmc) => verify(&bmc, op, ctx, &key_of(task)).await,
+            Err(outcome) => outcome,
+        },
+    })
 }
 
 /// Sends the Task's action (a `status` Task reads the power state), marking a reboot as being
@@ -348,23 +378,23 @@ async fn send_phase(
     op: &Op,
     ctx: &RufioContext,
     api: &Api<Task>,
-) -> Result<Next, Error> {
+) -> Result<Outcome, Error> {
     let key = key_of(task);
     let name = task.name_any();
     let bmc = match connect(task, ctx).await {
         Ok(bmc) => bmc,
-        Err(next) => return Ok(next),
+        Err(outcome) => return Ok(outcome),
     };
     if *op == Op::Status {
         // Nothing to send: `status` reads the power state (Rufio fails it always).
         return Ok(match bmc.power_state().await {
-            Ok(_) => Next::Complete,
+            Ok(_) => Outcome::Complete,
             Err(e) => transient_or_fail(ctx, &key, "get power state", &e),
         });
     }
     // Only a reboot needs the mark: sending anything else twice is harmless.
     if op.destructive() && !mark_sending(api, &name, task.resource_version()).await? {
-        return Ok(Next::Again(Duration::from_millis(200)));
+        return Ok(Outcome::Again(Duration::from_millis(200)));
     }
     Ok(match send(&bmc, op).await {
         Ok(()) => {
@@ -373,12 +403,12 @@ async fn send_phase(
             }
             mark(api, &name, "sent").await?;
             info!(task = %key, action = describe(op), "BMC accepted the action");
-            Next::Again(ctx.settings.task_poll)
+            Outcome::Again(ctx.settings.task_poll)
         }
         // No answer, or the connection lost after sending: the BMC may have acted. The BMC
         // layer already read the power state, which did not show it: a reboot is never sent
         // twice.
-        Err(e) if op.destructive() && e.may_have_acted() => Next::Fail(format!(
+        Err(e) if op.destructive() && e.may_have_acted() => Outcome::Fail(format!(
             "{}: {}; the power state does not show whether the BMC carried it out, so it is not sent again: check the machine, then create a new Job",
             describe(op),
             error_chain(&e)
@@ -387,7 +417,7 @@ async fn send_phase(
             mark(api, &name, "").await?;
             transient_or_fail(ctx, &key, describe(op), &e)
         }
-        Err(e) => Next::Fail(format!("{}: {}", describe(op), error_chain(&e))),
+        Err(e) => Outcome::Fail(format!("{}: {}", describe(op), error_chain(&e))),
     })
 }
 
@@ -411,12 +441,12 @@ async fn settle(
     api: &Api<Task>,
     task: &Task,
     ctx: &RufioContext,
-    next: Next,
+    outcome: Outcome,
 ) -> Result<Action, Error> {
-    match next {
-        Next::Again(delay) => Ok(Action::requeue(delay.max(Duration::from_millis(50)))),
+    match outcome {
+        Outcome::Again(delay) => Ok(Action::requeue(delay.max(Duration::from_millis(50)))),
         done => {
-            ctx.reset_backoff(&key_of(task));
+            ctx.coordination.task_settled(&key_of(task));
             finish(api, task, done).await?;
             Ok(Action::await_change())
         }
@@ -446,13 +476,13 @@ fn surely_not_sent(e: &BmcError) -> bool {
     )
 }
 
-fn transient_or_fail(ctx: &RufioContext, key: &str, what: &str, e: &BmcError) -> Next {
+fn transient_or_fail(ctx: &RufioContext, key: &str, what: &str, e: &BmcError) -> Outcome {
     if e.is_transient() {
-        let delay = ctx.backoff(key);
+        let delay = ctx.coordination.task_retry(key);
         debug!(task = key, error = %e, ?delay, "transient BMC error; retrying");
-        Next::Again(delay)
+        Outcome::Again(delay)
     } else {
-        Next::Fail(format!("{what}: {}", error_chain(e)))
+        Outcome::Fail(format!("{what}: {}", error_chain(e)))
     }
 }
 
@@ -499,27 +529,27 @@ async fn reach(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, NotReached
 
 /// A handle on the Task's BMC. Configuration errors fail the Task; unreachable BMCs and
 /// unreadable Secrets are retried with backoff until the timeout.
-async fn connect(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, Next> {
+async fn connect(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, Outcome> {
     match reach(task, ctx).await {
         Ok(bmc) => Ok(bmc),
         Err(NotReached::Transient(why)) => {
             let key = key_of(task);
             debug!(task = %key, %why, "retrying");
-            Err(Next::Again(ctx.backoff(&key)))
+            Err(Outcome::Again(ctx.coordination.task_retry(&key)))
         }
-        Err(NotReached::Misconfigured(message)) => Err(Next::Fail(message)),
+        Err(NotReached::Misconfigured(message)) => Err(Outcome::Fail(message)),
         Err(NotReached::Refused(refusal)) => {
             let message = format!("Failed to connect to BMC: {refusal}");
-            publish(
-                ctx,
-                task,
-                EventType::Warning,
-                refusal.reason(),
-                "Connect",
-                message.clone(),
-            )
-            .await;
-            Err(Next::Fail(message))
+            ctx.task_events
+                .publish(
+                    task,
+                    EventType::Warning,
+                    refusal.reason(),
+                    "Connect",
+                    message.clone(),
+                )
+                .await;
+            Err(Outcome::Fail(message))
         }
     }
 }
@@ -591,20 +621,20 @@ pub fn media_reached(kind: MediaKind, image: Option<&str>, slots: &[MediaSlot]) 
 }
 
 /// Reads the BMC: Complete once the action's effect shows.
-async fn verify(bmc: &ManagedBmc, op: &Op, ctx: &RufioContext, key: &str) -> Next {
+async fn verify(bmc: &ManagedBmc, op: &Op, ctx: &RufioContext, key: &str) -> Outcome {
     let poll = ctx.settings.task_poll;
     match op {
-        Op::Status => Next::Complete,
+        Op::Status => Outcome::Complete,
         Op::Power(action) => match bmc.power_state().await {
-            Ok(state) if power_reached(*action, state) => Next::Complete,
-            Ok(_) => Next::Again(poll),
+            Ok(state) if power_reached(*action, state) => Outcome::Complete,
+            Ok(_) => Outcome::Again(poll),
             Err(e) => transient_or_fail(ctx, key, "get power state", &e),
         },
         Op::Boot(request) => match bmc.boot_override().await {
             // The device read back is the evidence: some BMCs (ipmi_sim, and ipmitool's
             // "Boot Flag Invalid") never report the valid bit of a one-time override.
-            Ok(b) if b.device == request.device => Next::Complete,
-            Ok(b) => Next::Fail(format!(
+            Ok(b) if b.device == request.device => Outcome::Complete,
+            Ok(b) => Outcome::Fail(format!(
                 "set boot device: the BMC reports {:?} after setting {:?}",
                 b.device, request.device
             )),
@@ -612,8 +642,8 @@ async fn verify(bmc: &ManagedBmc, op: &Op, ctx: &RufioContext, key: &str) -> Nex
         },
         // A BMC may take a while to connect the image: looked at again until the timeout.
         Op::Media(kind, image) => match bmc.virtual_media().await {
-            Ok(slots) if media_reached(*kind, image.as_deref(), &slots) => Next::Complete,
-            Ok(_) => Next::Again(poll),
+            Ok(slots) if media_reached(*kind, image.as_deref(), &slots) => Outcome::Complete,
+            Ok(_) => Outcome::Again(poll),
             Err(e) => transient_or_fail(ctx, key, "get virtual media", &e),
         },
     }
@@ -686,15 +716,15 @@ async fn mark(api: &Api<Task>, name: &str, value: &str) -> Result<(), Error> {
     Ok(())
 }
 
-async fn finish(api: &Api<Task>, task: &Task, next: Next) -> Result<(), Error> {
+async fn finish(api: &Api<Task>, task: &Task, outcome: Outcome) -> Result<(), Error> {
     let mut status = task.status.clone().unwrap_or_default();
-    match next {
-        Next::Complete => {
+    match outcome {
+        Outcome::Complete => {
             set(&mut status.conditions, COMPLETED, None);
             status.completion_time = Some(Time(Timestamp::now()));
         }
-        Next::Fail(message) => set(&mut status.conditions, FAILED, Some(message)),
-        Next::Again(_) => return Ok(()),
+        Outcome::Fail(message) => set(&mut status.conditions, FAILED, Some(message)),
+        Outcome::Again(_) => return Ok(()),
     }
     api.patch_status(
         &task.name_any(),
@@ -736,6 +766,24 @@ mod tests {
         let cycle = &Op::Power(PowerAction::Cycle);
         let on = &Op::Power(PowerAction::On);
         assert_eq!(phase(&task(json!({}), None), cycle, at(0), T), Phase::Start);
+        // The two quick starts: a repeatable action goes out with its startTime, and one sent
+        // ahead by its Job may start and complete in one write.
+        assert_eq!(
+            phase(&task(json!({}), None), on, at(0), T),
+            Phase::StartAndSend
+        );
+        assert_eq!(
+            phase(&task(json!({}), None), &Op::Status, at(0), T),
+            Phase::Start
+        );
+        assert_eq!(
+            phase(&task(json!({}), Some("sent")), on, at(0), T),
+            Phase::StartSentAhead
+        );
+        assert_eq!(
+            phase(&task(json!({}), Some("sending")), on, at(0), T),
+            Phase::Start
+        );
         let started = json!({"startTime": "1970-01-01T00:00:10Z"});
         assert_eq!(
             phase(&task(started.clone(), None), cycle, at(20), T),

@@ -46,6 +46,18 @@ impl Backoff {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         failures.remove(key);
     }
+
+    /// Forgets the failures of every key `keep` refuses (objects gone or ended, which are
+    /// never reconciled again to reset their count).
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        failures.retain(|key, _| keep(key));
+    }
+
+    /// How many keys have failures remembered.
+    pub fn tracked(&self) -> usize {
+        self.failures.lock().map_or(0, |f| f.len())
+    }
 }
 
 fn rand_unit() -> f64 {
@@ -79,5 +91,18 @@ mod tests {
         assert!(first <= Duration::from_secs(5) && second >= Duration::from_secs(5));
         backoff.succeeded("a");
         assert!(backoff.failed("a") <= Duration::from_secs(5));
+    }
+
+    #[test]
+    fn retain_forgets_the_keys_refused() {
+        let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+        for key in ["a", "b", "c"] {
+            backoff.failed(key);
+        }
+        backoff.failed("a");
+        backoff.retain(|key| key != "b");
+        assert_eq!(backoff.tracked(), 2);
+        // "a" kept its two failures: the third delay is 4 s with jitter, at least 2 s.
+        assert!(backoff.failed("a") >= Duration::from_secs(2));
     }
 }

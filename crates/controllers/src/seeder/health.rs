@@ -131,39 +131,73 @@ type Part = (String, Option<Health>);
 
 /// Seeder's messages, in Seeder's order, for these facts.
 pub fn readings(facts: &Facts) -> Vec<Reading> {
-    let mut out = Vec::new();
-    for fan in &facts.fans {
-        if let Some(h) = unhealthy(fan.health) {
+    let mut out = fan_readings(facts);
+    out.extend(thermal_reading(facts));
+    for (subject, prefix, items) in part_groups(facts) {
+        let bad: Vec<String> = items
+            .iter()
+            .filter_map(|(name, h)| Some(format!("{name} is {}", health_word(unhealthy(*h)?))))
+            .collect();
+        if !bad.is_empty() {
             out.push(Reading {
-                subject: format!("fan:{}", fan.name),
-                message: format!("fan {} is {}", fan.name, health_word(h)),
+                subject: subject.into(),
+                message: format!("{prefix}: {}", bad.join(",")),
                 warning: true,
             });
         }
     }
-    if !facts.temperatures.is_empty() {
-        let list: Vec<String> = facts
+    for r in &mut out {
+        r.message = cut(&r.message);
+    }
+    out
+}
+
+/// One Warning per unhealthy fan.
+fn fan_readings(facts: &Facts) -> Vec<Reading> {
+    facts
+        .fans
+        .iter()
+        .filter_map(|fan| {
+            let h = unhealthy(fan.health)?;
+            Some(Reading {
+                subject: format!("fan:{}", fan.name),
+                message: format!("fan {} is {}", fan.name, health_word(h)),
+                warning: true,
+            })
+        })
+        .collect()
+}
+
+/// Every temperature in one reading, a Warning when one of them is unhealthy.
+fn thermal_reading(facts: &Facts) -> Option<Reading> {
+    if facts.temperatures.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = facts
+        .temperatures
+        .iter()
+        .map(|t| {
+            format!(
+                "{} reported temp: {}C",
+                t.name,
+                go_float(t.reading_celsius.unwrap_or(0.0))
+            )
+        })
+        .collect();
+    Some(Reading {
+        subject: "thermal".into(),
+        message: format!("ThermalHealth: {}", list.join(",")),
+        warning: facts
             .temperatures
             .iter()
-            .map(|t| {
-                format!(
-                    "{} reported temp: {}C",
-                    t.name,
-                    go_float(t.reading_celsius.unwrap_or(0.0))
-                )
-            })
-            .collect();
-        out.push(Reading {
-            subject: "thermal".into(),
-            message: format!("ThermalHealth: {}", list.join(",")),
-            warning: facts
-                .temperatures
-                .iter()
-                .any(|t| unhealthy(t.health).is_some()),
-        });
-    }
+            .any(|t| unhealthy(t.health).is_some()),
+    })
+}
+
+/// The parts reported by group (subject, Seeder's message prefix, parts), in Seeder's order.
+fn part_groups(facts: &Facts) -> [(&'static str, &'static str, Vec<Part>); 7] {
     let named = |name: &Option<String>, id: &str| name.clone().unwrap_or_else(|| id.to_owned());
-    let groups: [(&str, &str, Vec<Part>); 7] = [
+    [
         (
             "drives",
             "DriveHealth",
@@ -211,24 +245,7 @@ pub fn readings(facts: &Facts) -> Vec<Reading> {
                 .map(|m| (named(&m.name, &m.id), m.health))
                 .collect(),
         ),
-    ];
-    for (subject, prefix, items) in groups {
-        let bad: Vec<String> = items
-            .iter()
-            .filter_map(|(name, h)| Some(format!("{name} is {}", health_word(unhealthy(*h)?))))
-            .collect();
-        if !bad.is_empty() {
-            out.push(Reading {
-                subject: subject.into(),
-                message: format!("{prefix}: {}", bad.join(",")),
-                warning: true,
-            });
-        }
-    }
-    for r in &mut out {
-        r.message = cut(&r.message);
-    }
-    out
+    ]
 }
 
 fn parts(list: &[ingot_bmc::Component]) -> Vec<Part> {
@@ -427,27 +444,70 @@ fn bytes(b: u64) -> String {
 /// The fact annotations these facts give (a fact the BMC does not report is absent), and the
 /// facts left out because the BMC's strings make them longer than [`MAX_FACT_BYTES`].
 pub fn fact_annotations(facts: &Facts) -> (BTreeMap<&'static str, String>, Vec<FactTooLong>) {
+    let trimmed = |v: &Option<String>| {
+        let v = v.as_deref().map(str::trim).filter(|v| !v.is_empty())?;
+        Some((v.len() <= MAX_FACT_BYTES).then(|| v.to_owned()))
+    };
+    // Each fact: `None` when the BMC does not report it, `Some(None)` when it is too long.
+    let reported: [(&'static str, &'static str, Option<Option<String>>); 6] = [
+        (CPU_ANNOTATION, "the processors' models", cpu_fact(facts)),
+        (MEMORY_ANNOTATION, "the memory modules", memory_fact(facts)),
+        (
+            BIOS_VERSION_ANNOTATION,
+            "the BIOS version",
+            trimmed(&facts.bios_version),
+        ),
+        (
+            BMC_FIRMWARE_ANNOTATION,
+            "the BMC firmware version",
+            trimmed(&facts.bmc_firmware_version),
+        ),
+        (
+            NIC_MACS_ANNOTATION,
+            "the network interfaces' MAC addresses",
+            macs_fact(facts),
+        ),
+        (
+            DISKS_ANNOTATION,
+            "the disks' models and sizes",
+            disks_fact(facts),
+        ),
+    ];
     let mut out = BTreeMap::new();
     let mut too_long = Vec::new();
-    let mut put = |annotation: &'static str, field: &'static str, value: Option<String>| match value
-    {
-        Some(v) => {
-            out.insert(annotation, v);
-        }
-        None => too_long.push(FactTooLong { annotation, field }),
-    };
-    if !facts.cpus.is_empty() {
-        let cpus = grouped(facts.cpus.iter().map(|c| {
-            let model = c.model.as_deref().unwrap_or("CPU");
-            let model = bounded(model);
-            match (c.cores, c.threads) {
-                (Some(cores), Some(threads)) => format!("{model} ({cores}C/{threads}T)"),
-                (Some(cores), None) => format!("{model} ({cores}C)"),
-                _ => model.to_owned(),
+    for (annotation, field, value) in reported {
+        match value {
+            None => {}
+            Some(Some(v)) => {
+                out.insert(annotation, v);
             }
-        }));
-        put(CPU_ANNOTATION, "the processors' models", cpus);
+            Some(None) => too_long.push(FactTooLong { annotation, field }),
+        }
     }
+    if let Some(h) = overall_health(facts) {
+        out.insert(HEALTH_ANNOTATION, health_word(h).to_owned());
+    }
+    (out, too_long)
+}
+
+/// The processors, grouped by model and cores/threads.
+fn cpu_fact(facts: &Facts) -> Option<Option<String>> {
+    if facts.cpus.is_empty() {
+        return None;
+    }
+    Some(grouped(facts.cpus.iter().map(|c| {
+        let model = c.model.as_deref().unwrap_or("CPU");
+        let model = bounded(model);
+        match (c.cores, c.threads) {
+            (Some(cores), Some(threads)) => format!("{model} ({cores}C/{threads}T)"),
+            (Some(cores), None) => format!("{model} ({cores}C)"),
+            _ => model.to_owned(),
+        }
+    })))
+}
+
+/// The total memory (as reported, else the modules' sum) and the modules grouped by size.
+fn memory_fact(facts: &Facts) -> Option<Option<String>> {
     let dimm_total: u64 = facts
         .memory
         .iter()
@@ -457,80 +517,54 @@ pub fn fact_annotations(facts: &Facts) -> (BTreeMap<&'static str, String>, Vec<F
         .total_memory_gib
         .filter(|g| *g > 0.0)
         .map(|g| format!("{}GiB", go_float((g * 10.0).round() / 10.0)))
-        .or_else(|| (dimm_total > 0).then(|| gib(dimm_total)));
-    if let Some(total) = total {
-        let memory =
-            grouped(facts.memory.iter().filter_map(|m| m.capacity_mib.map(gib))).map(|dimms| {
-                if dimms.is_empty() {
-                    total
-                } else {
-                    format!("{total} ({dimms})")
-                }
-            });
-        put(
-            MEMORY_ANNOTATION,
-            "the memory modules",
-            memory.filter(|m| m.len() <= MAX_FACT_BYTES),
-        );
-    }
-    for (key, field, value) in [
-        (
-            BIOS_VERSION_ANNOTATION,
-            "the BIOS version",
-            &facts.bios_version,
-        ),
-        (
-            BMC_FIRMWARE_ANNOTATION,
-            "the BMC firmware version",
-            &facts.bmc_firmware_version,
-        ),
-    ] {
-        if let Some(v) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
-            put(
-                key,
-                field,
-                (v.len() <= MAX_FACT_BYTES).then(|| v.to_owned()),
-            );
-        }
-    }
+        .or_else(|| (dimm_total > 0).then(|| gib(dimm_total)))?;
+    let memory =
+        grouped(facts.memory.iter().filter_map(|m| m.capacity_mib.map(gib))).map(|dimms| {
+            if dimms.is_empty() {
+                total
+            } else {
+                format!("{total} ({dimms})")
+            }
+        });
+    Some(memory.filter(|m| m.len() <= MAX_FACT_BYTES))
+}
+
+/// The network interfaces' MAC addresses.
+fn macs_fact(facts: &Facts) -> Option<Option<String>> {
     let mut macs = facts
         .nics
         .iter()
         .filter_map(|n| n.mac_address.as_deref())
         .filter(|m| !m.is_empty())
         .peekable();
-    if macs.peek().is_some() {
-        put(
-            NIC_MACS_ANNOTATION,
-            "the network interfaces' MAC addresses",
-            joined_within_cap(macs),
-        );
+    macs.peek()?;
+    Some(joined_within_cap(macs))
+}
+
+/// The disks (size, media type, model), grouped.
+fn disks_fact(facts: &Facts) -> Option<Option<String>> {
+    if facts.disks.is_empty() {
+        return None;
     }
-    if !facts.disks.is_empty() {
-        let disks = grouped(facts.disks.iter().map(|d| {
-            [
-                d.capacity_bytes.map(bytes),
-                d.media_type.as_deref().map(bounded).map(str::to_owned),
-                d.model
-                    .as_deref()
-                    .or(d.name.as_deref())
-                    .map(bounded)
-                    .map(str::to_owned),
-            ]
-            .into_iter()
-            .flatten()
-            .collect::<Vec<_>>()
-            .join(" ")
-        }));
-        match disks {
-            Some(d) if d.is_empty() => {}
-            other => put(DISKS_ANNOTATION, "the disks' models and sizes", other),
-        }
+    let disks = grouped(facts.disks.iter().map(|d| {
+        [
+            d.capacity_bytes.map(bytes),
+            d.media_type.as_deref().map(bounded).map(str::to_owned),
+            d.model
+                .as_deref()
+                .or(d.name.as_deref())
+                .map(bounded)
+                .map(str::to_owned),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" ")
+    }));
+    match disks {
+        Some(d) if d.is_empty() => None,
+        other => Some(other),
     }
-    if let Some(h) = overall_health(facts) {
-        out.insert(HEALTH_ANNOTATION, health_word(h).to_owned());
-    }
-    (out, too_long)
 }
 
 /// A BMC string as long as a fact may be, plus a character: a longer one is not copied whole

@@ -18,9 +18,9 @@
 //! the resourceVersion it was decided on.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use ingot_api::rufio::{Job, Machine, MachineStatus};
 use ingot_api::seeder::{
     Cluster, ClusterSpec, INVENTORY_FINALIZER, INVENTORY_NODE_READY, Inventory, InventoryStatus,
@@ -37,7 +37,7 @@ use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info};
+use tracing::info;
 
 use super::conditions::{
     self, BMC_OBJECT_CREATED, INVENTORY_ALLOCATED_TO_CLUSTER, MACHINE_NOT_CONTACTABLE,
@@ -46,6 +46,7 @@ use super::power::{self, JobOutcome, PowerStep};
 use super::{Error, MEMBERSHIP_FINALIZER, SeederContext, cluster, node_api};
 use crate::rufio::machine::CONTACTABLE;
 use crate::rufio::tenancy;
+use crate::runtime::{self, Backoff, ControllerRuntime, finalizer};
 
 const CONTROLLER: &str = "seeder-inventory";
 /// The HEP's spellings of the two annotations (Seeder renamed them before release; the HEP and
@@ -54,6 +55,10 @@ pub const LOCAL_INVENTORY_ANNOTATION_HEP: &str = "metal.harvesterhci.io/localInv
 pub const LOCAL_NODE_NAME_ANNOTATION_HEP: &str = "metal.harvesterhci.io/localNodeName";
 /// A pass with nothing to wait for still comes back this often (everything read is watched).
 const RESYNC: Duration = Duration::from_secs(600);
+/// A failed pass (a write that lost a race, an API error) is retried after 5 s, doubling to
+/// 1 min while it goes on failing.
+const RETRY_BASE: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 pub async fn run(
     ctx: Arc<SeederContext>,
@@ -64,24 +69,32 @@ pub async fn run(
     let by_node = inventories.clone();
     let all = inventories.clone();
     let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), LOCAL_CLUSTER_NAMESPACE);
-    Controller::for_shared_stream(changes, inventories)
+    // Each watch fills the store the passes read (`super::caches`) before it wakes them.
+    let (machines, machine_changes) =
+        crate::lean_reflector(ctx.watched::<Machine>(), watcher::Config::default());
+    let (jobs, job_changes) = crate::lean_reflector(
+        ctx.watched::<Job>(),
+        watcher::Config::default().labels(JOB_INVENTORY_LABEL),
+    );
+    let (nodes, node_changes) = crate::lean_reflector(
+        Api::<Node>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    );
+    let _ = ctx.caches.set(super::caches::Caches {
+        machines,
+        jobs,
+        nodes,
+    });
+    let controller = Controller::for_shared_stream(changes, inventories)
         // A Machine and its Inventory share namespace and name.
-        .watches(ctx.watched::<Machine>(), watcher::Config::default(), |m| {
-            Some(same_name(&m))
+        .watches_stream(machine_changes.touched_objects(), |m| Some(same_name(&m)))
+        .watches_stream(job_changes.touched_objects(), |job| {
+            let inventory = job.labels().get(JOB_INVENTORY_LABEL)?.clone();
+            Some(ObjectRef::new(&inventory).within(&job.namespace()?))
         })
-        .watches(
-            ctx.watched::<Job>(),
-            watcher::Config::default().labels(JOB_INVENTORY_LABEL),
-            |job| {
-                let inventory = job.labels().get(JOB_INVENTORY_LABEL)?.clone();
-                Some(ObjectRef::new(&inventory).within(&job.namespace()?))
-            },
-        )
-        .watches(
-            Api::<Node>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            move |node| naming_node(&by_node, &node.name_any()),
-        )
+        .watches_stream(node_changes.touched_objects(), move |node| {
+            naming_node(&by_node, &node.name_any())
+        })
         // Only the local Inventories the Cluster does not list (all of them once it is
         // deleted): waking every Inventory on each join would make N joins N² passes.
         .watches_stream(
@@ -100,15 +113,10 @@ pub async fn run(
             .touched_objects(),
             move |cluster| missing_from(&all, &cluster),
         )
-        .with_config(Config::default().concurrency(64))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                debug!(%error, "inventory reconciliation failed");
-            }
-        })
-        .await;
+        .with_config(Config::default().concurrency(64));
+    let backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
+    let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
 fn same_name<K: Resource<DynamicType = ()>>(object: &K) -> ObjectRef<Inventory> {
@@ -169,24 +177,16 @@ pub fn node_name(inventory: &Inventory) -> Option<&str> {
         .map(String::as_str)
 }
 
-fn error_policy(_inventory: Arc<Inventory>, error: &Error, ctx: Arc<SeederContext>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.kind());
-    Action::requeue(Duration::from_secs(5))
-}
-
 async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result<Action, Error> {
     if !is_local(&inventory) {
         // Provisioning-mode Inventories are not embedded mode's to touch.
         return Ok(Action::await_change());
     }
-    let started = Instant::now();
-    let result = if inventory.metadata.deletion_timestamp.is_some() {
+    if inventory.metadata.deletion_timestamp.is_some() {
         finalize(&inventory, &ctx).await
     } else {
         apply(&inventory, &ctx).await
-    };
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    result
+    }
 }
 
 fn now() -> String {
@@ -200,51 +200,15 @@ fn inventories(ctx: &SeederContext, inventory: &Inventory) -> Api<Inventory> {
     )
 }
 
-/// Writes the finalizer list, failing with a conflict if the object changed since it was read.
-async fn set_finalizers<K>(api: &Api<K>, object: &K, finalizers: Vec<String>) -> Result<K, Error>
-where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let patch = json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": object.resource_version(),
-    }});
-    Ok(api
-        .patch(
-            &object.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await?)
-}
-
-/// The finalizers with `wanted` present (in order) or `None` if nothing is missing.
-pub fn with_finalizers(current: &[String], wanted: &[&str]) -> Option<Vec<String>> {
-    let missing: Vec<String> = wanted
-        .iter()
-        .filter(|w| !current.iter().any(|c| c == *w))
-        .map(|w| (*w).to_owned())
-        .collect();
-    (!missing.is_empty()).then(|| current.iter().cloned().chain(missing).collect())
-}
-
-/// The finalizers without `gone`, or `None` if it is not there.
-pub fn without_finalizer(current: &[String], gone: &str) -> Option<Vec<String>> {
-    current
-        .iter()
-        .any(|c| c == gone)
-        .then(|| current.iter().filter(|c| *c != gone).cloned().collect())
-}
-
 async fn apply(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, Error> {
     let api = inventories(ctx, inventory);
-    let inventory = match with_finalizers(
-        inventory.finalizers(),
+    let inventory = finalizer::add(
+        &api,
+        inventory,
         &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER],
-    ) {
-        Some(finalizers) => set_finalizers(&api, inventory, finalizers).await?,
-        None => inventory.clone(),
-    };
+    )
+    .await?
+    .unwrap_or_else(|| inventory.clone());
     join_local_cluster(&inventory, ctx).await?;
     let machine = ensure_machine(&inventory, ctx).await?;
     let node = read_node(&inventory, ctx).await?;
@@ -294,13 +258,15 @@ async fn join_local_cluster(inventory: &Inventory, ctx: &SeederContext) -> Resul
     };
     if let Some((local, added)) = written {
         for (namespace, name) in added {
-            ctx.publish(
-                &local,
-                EventType::Normal,
-                "ClusterUpdated",
-                format!("inventory {name} in namespace {namespace} added to local cluster"),
-            )
-            .await;
+            ctx.inventory_events
+                .publish(
+                    &local,
+                    EventType::Normal,
+                    "ClusterUpdated",
+                    "ClusterUpdated",
+                    format!("inventory {name} in namespace {namespace} added to local cluster"),
+                )
+                .await;
         }
     }
     Ok(())
@@ -326,13 +292,15 @@ async fn leave_local_cluster(inventory: &Inventory, ctx: &SeederContext) -> Resu
         write_membership(ctx, change, None).await?
     };
     if let Some((local, _)) = written {
-        ctx.publish(
-            &local,
-            EventType::Normal,
-            "ClusterUpdated",
-            format!("inventory {name} in namespace {namespace} removed from local cluster"),
-        )
-        .await;
+        ctx.inventory_events
+            .publish(
+                &local,
+                EventType::Normal,
+                "ClusterUpdated",
+                "ClusterUpdated",
+                format!("inventory {name} in namespace {namespace} removed from local cluster"),
+            )
+            .await;
     }
     Ok(())
 }
@@ -422,7 +390,7 @@ pub fn machine_patch(inventory: &Inventory, machine: &Machine) -> Option<serde_j
     if !changed.is_empty() {
         metadata.insert("annotations".into(), serde_json::Value::Object(changed));
     }
-    if let Some(finalizers) = with_finalizers(machine.finalizers(), &[INVENTORY_FINALIZER]) {
+    if let Some(finalizers) = finalizer::with(machine.finalizers(), &[INVENTORY_FINALIZER]) {
         metadata.insert("finalizers".into(), json!(finalizers));
     }
     let uid = inventory.uid().unwrap_or_default();
@@ -453,7 +421,7 @@ async fn ensure_machine(
 ) -> Result<Option<Machine>, Error> {
     let namespace = inventory.namespace().unwrap_or_default();
     let api: Api<Machine> = Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(machine) = api.get_opt(&inventory.name_any()).await? else {
+    let Some(machine) = ctx.machine(&namespace, &inventory.name_any()).await? else {
         let created = api
             .create(&PostParams::default(), &desired_machine(inventory))
             .await?;
@@ -461,21 +429,33 @@ async fn ensure_machine(
         return Ok(Some(created));
     };
     if machine.metadata.deletion_timestamp.is_some() {
-        if let Some(finalizers) = without_finalizer(machine.finalizers(), INVENTORY_FINALIZER) {
-            set_finalizers(&api, &machine, finalizers).await?;
-        }
+        finalizer::remove(&api, &machine, INVENTORY_FINALIZER).await?;
         return Ok(None);
     }
-    match machine_patch(inventory, &machine) {
-        Some(patch) => Ok(Some(
-            api.patch(
-                &machine.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
-            .await?,
-        )),
-        None => Ok(Some(machine)),
+    let Some(patch) = machine_patch(inventory, &machine) else {
+        return Ok(Some(machine));
+    };
+    let name = machine.name_any();
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(patched) => Ok(Some(patched)),
+        // The cached copy was behind (this pass's own last change to it not cached yet): the
+        // Machine as it is decides.
+        Err(error) if crate::runtime::is_conflict(&error) => {
+            let Some(current) = api.get_opt(&name).await? else {
+                return Ok(None);
+            };
+            match machine_patch(inventory, &current) {
+                Some(patch) if current.metadata.deletion_timestamp.is_none() => Ok(Some(
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await?,
+                )),
+                _ => Ok(Some(current)),
+            }
+        }
+        Err(error) => Err(error.into()),
     }
 }
 
@@ -483,26 +463,25 @@ async fn ensure_machine(
 /// one: the rest of the Inventory is still kept.
 async fn read_node(inventory: &Inventory, ctx: &SeederContext) -> Result<Option<Node>, Error> {
     let Some(name) = node_name(inventory) else {
-        ctx.publish(
-            inventory,
-            EventType::Warning,
-            "MissingNodeName",
-            format!(
+        ctx.inventory_events.publish(inventory, EventType::Warning, "MissingNodeName", "MissingNodeName", format!(
                 "annotation {LOCAL_NODE_NAME_ANNOTATION} (or {LOCAL_NODE_NAME_ANNOTATION_HEP}) must name the Node of this Inventory"
-            ),
-        )
+            ))
         .await;
         return Ok(None);
     };
-    let node = Api::<Node>::all(ctx.client.clone()).get_opt(name).await?;
+    let node = ctx.node(name).await?;
     if node.is_none() {
-        ctx.publish(
-            inventory,
-            EventType::Warning,
-            "NodeNotFound",
-            format!("node {name} named by annotation {LOCAL_NODE_NAME_ANNOTATION} does not exist"),
-        )
-        .await;
+        ctx.inventory_events
+            .publish(
+                inventory,
+                EventType::Warning,
+                "NodeNotFound",
+                "NodeNotFound",
+                format!(
+                    "node {name} named by annotation {LOCAL_NODE_NAME_ANNOTATION} does not exist"
+                ),
+            )
+            .await;
     }
     Ok(node)
 }
@@ -566,34 +545,62 @@ async fn update_status(
     ctx: &SeederContext,
 ) -> Result<(), Error> {
     let now = now();
+    let mut status = observed_status(inventory, machine, node, &now);
+    let step = power_step(inventory, &status, node);
+    let (events, job_name) = take_power_step(&step, inventory, &mut status, ctx, &now).await?;
+    let inventory = write_status(inventory, status, ctx).await?;
+    for (type_, reason, note) in events {
+        ctx.inventory_events
+            .publish(&inventory, type_, reason, reason, note)
+            .await;
+    }
+    match (step, job_name) {
+        (PowerStep::Submit(action), Some(name)) | (PowerStep::Recover(action, name), _) => {
+            submit_job(&inventory, action, &name, ctx).await
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The status with what the Machine and the Node show: `bmcObjectCreated`, the hardware ID,
+/// readiness and power state, the Node's address.
+fn observed_status(
+    inventory: &Inventory,
+    machine: Option<&Machine>,
+    node: Option<&Node>,
+    now: &str,
+) -> InventoryStatus {
     let mut status = inventory.status.clone().unwrap_or_default();
     match machine {
         Some(machine) => {
-            conditions::set_true(&mut status.conditions, BMC_OBJECT_CREATED, None, &now);
+            conditions::set_true(&mut status.conditions, BMC_OBJECT_CREATED, None, now);
             if status.hardware_id.is_none() {
                 status.hardware_id = Some(uuid::Uuid::new_v4().to_string());
             }
-            apply_machine(&mut status, machine.status.as_ref(), &now);
+            apply_machine(&mut status, machine.status.as_ref(), now);
         }
         None => {
             // The Machine is being replaced: not ready until the new one answers.
             status.status = None;
-            conditions::set_false(&mut status.conditions, BMC_OBJECT_CREATED, &now);
+            conditions::set_false(&mut status.conditions, BMC_OBJECT_CREATED, now);
         }
     }
     if let Some(address) = node.and_then(internal_ip) {
         status.pxe_boot_config.address = Some(address);
     }
+    status
+}
+
+/// The power-action handshake's next step. A request is taken only while its Node (when it
+/// has one) is in maintenance, checked now rather than when it was made: it may have waited
+/// hours for its BMC to answer.
+fn power_step(inventory: &Inventory, status: &InventoryStatus, node: Option<&Node>) -> PowerStep {
     let ready = status.status.as_deref() == Some(INVENTORY_NODE_READY);
-    let step = power::next_step(
+    match power::next_step(
         inventory.spec.power_action_requested.as_deref(),
-        &status,
+        status,
         ready,
-    );
-    let mut events = Vec::new();
-    // A request is taken only while its Node (when it has one) is in maintenance, checked
-    // now rather than when it was made: it may have waited hours for its BMC to answer.
-    let step = match step {
+    ) {
         PowerStep::Submit(action) => match node.filter(|n| !node_api::in_maintenance(n)) {
             Some(node) => PowerStep::Refuse(
                 action,
@@ -602,54 +609,56 @@ async fn update_status(
             None => PowerStep::Submit(action),
         },
         other => other,
-    };
+    }
+}
+
+/// An Event to record once the status is written.
+type PendingEvent = (EventType, &'static str, String);
+
+/// The step's mark on the status, the Events it makes, and the name of a Job to submit.
+async fn take_power_step(
+    step: &PowerStep,
+    inventory: &Inventory,
+    status: &mut InventoryStatus,
+    ctx: &SeederContext,
+    now: &str,
+) -> Result<(Vec<PendingEvent>, Option<String>), Error> {
+    let mut events = Vec::new();
     let mut job_name = None;
-    match &step {
+    match step {
         PowerStep::Idle | PowerStep::WaitReady | PowerStep::Recover(..) => {}
         PowerStep::Refuse(action, message) => {
             let name = power::new_job_name(inventory, *action);
-            power::mark_refused(&mut status, &name, message, &now);
+            power::mark_refused(status, &name, message, now);
             events.push((EventType::Warning, "PowerActionRefused", message.clone()));
         }
         PowerStep::Unrecorded(action) => {
             let message = power::unrecorded_message(inventory);
             let name = power::new_job_name(inventory, *action);
-            power::mark_refused(&mut status, &name, &message, &now);
+            power::mark_refused(status, &name, &message, now);
             events.push((EventType::Warning, "PowerActionFailed", message));
         }
         PowerStep::Unknown(unknown) => {
             let before = status.clone();
-            power::mark_unknown(&mut status, unknown, &now);
-            if status != before {
-                events.push((
-                    EventType::Warning,
-                    "UnknownPowerAction",
-                    unknown.to_string(),
-                ));
+            power::mark_unknown(status, unknown, now);
+            if *status != before {
+                let note = unknown.to_string();
+                events.push((EventType::Warning, "UnknownPowerAction", note));
             }
         }
         PowerStep::Submit(action) => {
             let name = power::new_job_name(inventory, *action);
-            power::mark_submitted(&mut status, &name, &now);
+            power::mark_submitted(status, &name, now);
             job_name = Some(name);
         }
         PowerStep::Track(job) => {
             let outcome = power::job_outcome(read_job(inventory, job, ctx).await?.as_ref());
-            if power::apply_outcome(&mut status, job, &outcome, &now) {
+            if power::apply_outcome(status, job, &outcome, now) {
                 events.push(outcome_event(job, &outcome));
             }
         }
     }
-    let inventory = write_status(inventory, status, ctx).await?;
-    for (type_, reason, note) in events {
-        ctx.publish(&inventory, type_, reason, note).await;
-    }
-    match (step, job_name) {
-        (PowerStep::Submit(action), Some(name)) | (PowerStep::Recover(action, name), _) => {
-            submit_job(&inventory, action, &name, ctx).await
-        }
-        _ => Ok(()),
-    }
+    Ok((events, job_name))
 }
 
 fn outcome_event(job: &str, outcome: &JobOutcome) -> (EventType, &'static str, String) {
@@ -677,11 +686,8 @@ async fn read_job(
     job: &str,
     ctx: &SeederContext,
 ) -> Result<Option<Job>, Error> {
-    let api: Api<Job> = Api::namespaced(
-        ctx.client.clone(),
-        &inventory.namespace().unwrap_or_default(),
-    );
-    Ok(api.get_opt(job).await?)
+    let namespace = inventory.namespace().unwrap_or_default();
+    Ok(ctx.job(&namespace, job).await?)
 }
 
 /// Replaces the status if it changed, carrying the resourceVersion read; returns the Inventory
@@ -729,7 +735,14 @@ async fn submit_job(
                 );
                 power::mark_refused(&mut status, name, &message, &now());
                 let inventory = write_status(inventory, status, ctx).await?;
-                ctx.publish(&inventory, EventType::Warning, "PowerActionFailed", message)
+                ctx.inventory_events
+                    .publish(
+                        &inventory,
+                        EventType::Warning,
+                        "PowerActionFailed",
+                        "PowerActionFailed",
+                        message,
+                    )
                     .await;
                 return Ok(());
             }
@@ -739,13 +752,15 @@ async fn submit_job(
     }
     status.power_action.last_job_name = Some(name.to_owned());
     let inventory = write_status(inventory, status, ctx).await?;
-    ctx.publish(
-        &inventory,
-        EventType::Normal,
-        "PowerActionSubmitted",
-        format!("bmc job {name} submitted for power action {action}"),
-    )
-    .await;
+    ctx.inventory_events
+        .publish(
+            &inventory,
+            EventType::Normal,
+            "PowerActionSubmitted",
+            "PowerActionSubmitted",
+            format!("bmc job {name} submitted for power action {action}"),
+        )
+        .await;
     Ok(())
 }
 
@@ -760,13 +775,12 @@ async fn finalize(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, 
     // Seeder's finalizer also stood for the membership before ingot: the entry goes first
     // whichever finalizer is left.
     leave_local_cluster(inventory, ctx).await?;
-    let mut inventory = inventory.clone();
-    if let Some(finalizers) = without_finalizer(inventory.finalizers(), MEMBERSHIP_FINALIZER) {
-        inventory = set_finalizers(&api, &inventory, finalizers).await?;
-    }
-    if let Some(finalizers) = without_finalizer(inventory.finalizers(), INVENTORY_FINALIZER) {
+    let inventory = finalizer::remove(&api, inventory, MEMBERSHIP_FINALIZER)
+        .await?
+        .unwrap_or_else(|| inventory.clone());
+    if finalizer::has(&inventory, INVENTORY_FINALIZER) {
         release_machine(&inventory, ctx).await?;
-        set_finalizers(&api, &inventory, finalizers).await?;
+        finalizer::remove(&api, &inventory, INVENTORY_FINALIZER).await?;
     }
     Ok(Action::await_change())
 }
@@ -777,10 +791,8 @@ async fn release_machine(inventory: &Inventory, ctx: &SeederContext) -> Result<(
         ctx.client.clone(),
         &inventory.namespace().unwrap_or_default(),
     );
-    if let Some(machine) = api.get_opt(&inventory.name_any()).await?
-        && let Some(finalizers) = without_finalizer(machine.finalizers(), INVENTORY_FINALIZER)
-    {
-        set_finalizers(&api, &machine, finalizers).await?;
+    if let Some(machine) = api.get_opt(&inventory.name_any()).await? {
+        finalizer::remove(&api, &machine, INVENTORY_FINALIZER).await?;
     }
     Ok(())
 }
@@ -857,12 +869,12 @@ mod tests {
     fn finalizers_are_added_in_order_and_removed_one_at_a_time() {
         let none: Vec<String> = vec![];
         assert_eq!(
-            with_finalizers(&none, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]).unwrap(),
+            finalizer::with(&none, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]).unwrap(),
             vec![MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]
         );
         let go = vec![INVENTORY_FINALIZER.to_owned()];
         assert_eq!(
-            with_finalizers(&go, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]).unwrap(),
+            finalizer::with(&go, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]).unwrap(),
             vec![INVENTORY_FINALIZER, MEMBERSHIP_FINALIZER]
         );
         let both = vec![
@@ -870,14 +882,24 @@ mod tests {
             MEMBERSHIP_FINALIZER.to_owned(),
         ];
         assert_eq!(
-            with_finalizers(&both, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]),
+            finalizer::with(&both, &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]),
             None
         );
         assert_eq!(
-            without_finalizer(&both, MEMBERSHIP_FINALIZER).unwrap(),
+            finalizer::without(&both, MEMBERSHIP_FINALIZER).unwrap(),
             vec![INVENTORY_FINALIZER]
         );
-        assert_eq!(without_finalizer(&go, MEMBERSHIP_FINALIZER), None);
+        assert_eq!(finalizer::without(&go, MEMBERSHIP_FINALIZER), None);
+        // Every write carries the resourceVersion the decision was made on.
+        let mut machine = desired_machine(&inventory(json!({})));
+        machine.metadata.resource_version = Some("9".into());
+        assert_eq!(
+            finalizer::patch(
+                &finalizer::without(machine.finalizers(), INVENTORY_FINALIZER).unwrap(),
+                machine.metadata.resource_version.as_deref()
+            ),
+            json!({"metadata": {"finalizers": [], "resourceVersion": "9"}})
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! hardware reads of [`node_health`], through Rufio's session manager (the same session), each
 //! Inventory in its own reconcile.
 
+mod caches;
 pub mod cluster;
 pub mod conditions;
 pub mod hardware;
@@ -31,15 +32,18 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use ingot_api::rufio::{Job, Machine};
 use ingot_api::seeder::Inventory;
-use kube::Client;
+use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{reflector, watcher};
+use kube::{Api, Client};
 use tracing::warn;
 
 use crate::Metrics;
 use crate::rufio::RufioContext;
+use crate::runtime::{EventRecorder, ReconcileError};
 
 /// Finalizer for the Inventory's entry in the local Cluster's `spec.nodes` (ingot's own, so that
 /// the entry is removed before the Inventory can go, whatever else holds it).
@@ -57,8 +61,10 @@ pub struct SeederContext {
     pub client: Client,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
-    /// One Event recorder for the controller (it aggregates repeated Events).
-    recorder: Recorder,
+    /// The Event recorders of the Inventory controller and the hardware poller
+    /// (`ingot-seeder`).
+    pub(crate) inventory_events: EventRecorder,
+    pub(crate) hardware_events: EventRecorder,
     /// The local Cluster's `clusterAddress`, read once at start.
     cluster_address: OnceLock<String>,
     /// The Rufio controllers' BMC sessions, for the hardware read.
@@ -74,6 +80,10 @@ pub struct SeederContext {
     /// adds them all in one write (a group commit), so a thousand joins are not a thousand
     /// writes of an ever larger object.
     pub(crate) pending_joins: Mutex<std::collections::BTreeSet<(String, String)>>,
+    /// The Inventory controller's stores of Machines, Jobs and Nodes (see [`caches`]).
+    caches: OnceLock<caches::Caches>,
+    /// The Nodes as the hardware poller last wrote them.
+    node_writes: caches::NodeWrites,
 }
 
 impl SeederContext {
@@ -84,12 +94,10 @@ impl SeederContext {
         settings: Settings,
         rufio: Arc<RufioContext>,
     ) -> Self {
-        let reporter = Reporter {
-            controller: "ingot-seeder".into(),
-            instance: Some(instance.clone()),
-        };
+        let events = || EventRecorder::new(client.clone(), EVENT_COMPONENT, Some(instance.clone()));
         SeederContext {
-            recorder: Recorder::new(client.clone(), reporter),
+            inventory_events: events(),
+            hardware_events: events(),
             client,
             metrics,
             settings,
@@ -99,7 +107,60 @@ impl SeederContext {
             instance,
             cluster_writes: tokio::sync::Mutex::new(()),
             pending_joins: Mutex::default(),
+            caches: OnceLock::new(),
+            node_writes: caches::NodeWrites::default(),
         }
+    }
+
+    /// The Inventory's Machine (same namespace and name), from the cache or else the API
+    /// server.
+    pub(crate) async fn machine(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Machine>, kube::Error> {
+        let api = Api::namespaced(self.client.clone(), namespace);
+        let store = self.caches.get().map(|c| &c.machines);
+        caches::read_through(store, &api, &ObjectRef::new(name).within(namespace)).await
+    }
+
+    /// A Job of an Inventory, from the cache or else the API server.
+    pub(crate) async fn job(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Job>, kube::Error> {
+        let api = Api::namespaced(self.client.clone(), namespace);
+        let store = self.caches.get().map(|c| &c.jobs);
+        caches::read_through(store, &api, &ObjectRef::new(name).within(namespace)).await
+    }
+
+    /// A Node, from the cache or else the API server.
+    pub(crate) async fn node(&self, name: &str) -> Result<Option<Node>, kube::Error> {
+        let store = self.caches.get().map(|c| &c.nodes);
+        caches::read_through(store, &Api::all(self.client.clone()), &ObjectRef::new(name)).await
+    }
+
+    /// A Node for the hardware poller: the cached copy when it shows the poller's last write,
+    /// else the API server's.
+    pub(crate) async fn node_to_poll(&self, name: &str) -> Result<Option<Node>, kube::Error> {
+        let store = self.caches.get().map(|c| &c.nodes);
+        if let Some(node) = caches::cached(store, &ObjectRef::new(name))
+            && self.node_writes.shows_last_write(&node)
+        {
+            return Ok(Some(node));
+        }
+        let node = Api::<Node>::all(self.client.clone()).get_opt(name).await?;
+        match &node {
+            Some(node) => self.node_writes.known(node),
+            None => self.node_writes.forget(name),
+        }
+        Ok(node)
+    }
+
+    /// Records the Node as the hardware poller's write left it.
+    pub(crate) fn node_written(&self, node: &Node) {
+        self.node_writes.known(node);
     }
 
     pub(crate) fn instance(&self) -> &str {
@@ -143,23 +204,6 @@ impl SeederContext {
 
     fn cluster_address(&self) -> Option<&str> {
         self.cluster_address.get().map(String::as_str)
-    }
-
-    /// Records an Event on an object, logging (not failing) when that is impossible.
-    pub(crate) async fn publish<K>(&self, object: &K, type_: EventType, reason: &str, note: String)
-    where
-        K: Resource<DynamicType = ()>,
-    {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: reason.to_owned(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, &object.object_ref(&())).await {
-            warn!(%error, reason, "could not record an event");
-        }
     }
 }
 
@@ -237,8 +281,11 @@ pub enum Error {
     Other(String),
 }
 
-impl Error {
-    fn kind(&self) -> &'static str {
+/// The component of the Seeder controllers' Events.
+const EVENT_COMPONENT: &str = "ingot-seeder";
+
+impl ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
             Error::Other(_) => "other",

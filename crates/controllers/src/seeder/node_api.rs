@@ -181,6 +181,14 @@ pub async fn request_power_action(
         ));
     }
     ensure_may_power(client, node, caller).await?;
+    ensure_in_maintenance(client, node).await?;
+    let inventory = inventory_of_node(client, namespace, node).await?;
+    ready(&inventory, node)?;
+    request_on(client, namespace, node, &inventory, operation).await
+}
+
+/// The Node exists and is in maintenance (404, 409 otherwise).
+async fn ensure_in_maintenance(client: &Client, node: &str) -> Result<(), Refusal> {
     let nodes: Api<Node> = Api::all(client.clone());
     let found = match nodes.get_opt(node).await {
         Ok(Some(found)) => found,
@@ -196,8 +204,18 @@ pub async fn request_power_action(
             ),
         ));
     }
-    let inventory = inventory_of_node(client, namespace, node).await?;
-    ready(&inventory, node)?;
+    Ok(())
+}
+
+/// Writes the request on the ready Inventory of the Node, unless one is still waiting for its
+/// status, and arms its answer.
+async fn request_on(
+    client: &Client,
+    namespace: &str,
+    node: &str,
+    inventory: &Inventory,
+    operation: &str,
+) -> Result<(), Refusal> {
     let name = inventory.name_any();
     let inventories: Api<Inventory> = Api::namespaced(client.clone(), namespace);
     let mut power_action = inventory

@@ -16,9 +16,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use ingot_api::seeder::{INVENTORY_NODE_READY, Inventory};
 use ingot_bmc::{Bmc, BmcError, LogEntry, Scheme};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, Node, ObjectReference};
@@ -33,12 +32,18 @@ use kube::{Api, ResourceExt};
 use serde_json::{Map, Value, json};
 use tracing::{debug, info, warn};
 
+use crate::runtime::{self, Backoff, ControllerRuntime};
+
 use super::inventory::{is_local, node_name};
 use super::{Error, SeederContext, hardware, health};
 use crate::rufio::bmcs;
 use crate::rufio::tenancy::ConnectionField;
 
 const CONTROLLER: &str = "seeder-hardware";
+/// A failed pass (the Node unreadable or unwritable) is retried after 15 s, doubling to 2 min
+/// while it goes on failing.
+const RETRY_BASE: Duration = Duration::from_secs(15);
+const RETRY_MAX: Duration = Duration::from_secs(120);
 /// Namespace of the Events of cluster-scoped objects.
 const NODE_EVENTS_NAMESPACE: &str = "default";
 
@@ -48,24 +53,14 @@ pub async fn run(
     changes: ReflectHandle<Inventory>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_shared_stream(changes, inventories)
+    let controller = Controller::for_shared_stream(changes, inventories)
         // As many at once as Rufio's Machines: each read waits on its own BMC only (a dead one
         // holds one slot for its timeout), and the BMC calls share the fleet limit anyway. No
         // bound would start a fleet's reads at once, each with its own API connection.
-        .with_config(Config::default().concurrency(ctx.rufio.settings.machine_concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                debug!(%error, "hardware poll failed");
-            }
-        })
-        .await;
-}
-
-fn error_policy(_inventory: Arc<Inventory>, error: &Error, ctx: Arc<SeederContext>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.kind());
-    Action::requeue(Duration::from_secs(15))
+        .with_config(Config::default().concurrency(ctx.rufio.settings.machine_concurrency));
+    let backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
+    let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
 fn key(inventory: &Inventory) -> String {
@@ -101,24 +96,23 @@ async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result
         return Ok(Action::requeue(wait));
     }
     if let Some(why) = invalid {
-        ctx.publish(
-            inventory.as_ref(),
-            EventType::Warning,
-            "InvalidPollingInterval",
-            format!("{why}; polling every 1h (the default)"),
-        )
-        .await;
+        ctx.hardware_events
+            .publish(
+                inventory.as_ref(),
+                EventType::Warning,
+                "InvalidPollingInterval",
+                "InvalidPollingInterval",
+                format!("{why}; polling every 1h (the default)"),
+            )
+            .await;
     }
     let Some(node_name) = node_name(&inventory) else {
         return Ok(Action::requeue(interval));
     };
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let Some(node) = nodes.get_opt(node_name).await? else {
+    let Some(node) = ctx.node_to_poll(node_name).await? else {
         return Ok(Action::requeue(interval));
     };
-    let started = Instant::now();
     poll(&inventory, &node, &ctx).await?;
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
     Ok(Action::requeue(interval))
 }
 
@@ -127,13 +121,15 @@ async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result
     let (facts, log) = match read_bmc(inventory, ctx).await {
         Ok(read) => read,
         Err(message) => {
-            ctx.publish(
-                inventory,
-                EventType::Warning,
-                "HardwareReadFailed",
-                format!("reading the hardware facts: {message}"),
-            )
-            .await;
+            ctx.hardware_events
+                .publish(
+                    inventory,
+                    EventType::Warning,
+                    "HardwareReadFailed",
+                    "HardwareReadFailed",
+                    format!("reading the hardware facts: {message}"),
+                )
+                .await;
             return Ok(());
         }
     };
@@ -148,13 +144,15 @@ async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result
 
     let (mut wanted, too_long) = health::fact_annotations(&facts);
     for fact in too_long {
-        ctx.publish(
-            inventory,
-            EventType::Warning,
-            "HardwareFactTooLong",
-            fact.to_string(),
-        )
-        .await;
+        ctx.hardware_events
+            .publish(
+                inventory,
+                EventType::Warning,
+                "HardwareFactTooLong",
+                "HardwareFactTooLong",
+                fact.to_string(),
+            )
+            .await;
     }
     wanted.insert(health::READINGS_ANNOTATION, fingerprints);
     if let Some(c) = new_cursor {
@@ -168,13 +166,14 @@ async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result
         metadata.extend(p["metadata"].as_object().cloned().unwrap_or_default());
     }
     if !metadata.is_empty() {
-        Api::<Node>::all(ctx.client.clone())
+        let written = Api::<Node>::all(ctx.client.clone())
             .patch(
                 &node.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "metadata": metadata })),
             )
             .await?;
+        ctx.node_written(&written);
         info!(node = %node.name_any(), changed = ?metadata.keys().collect::<Vec<_>>(), "hardware facts written");
     }
     for r in fresh {
