@@ -12,13 +12,25 @@ use crate::{Error, Result};
 
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The shared fixtures and research directory: `INGOT_SHARED_DIR`, else `../shared` beside the
-/// repository.
+/// The shared fixtures and research directory: `INGOT_SHARED_DIR`, else `shared` beside the
+/// repository. The repository is the one this crate was built in or, when that path is gone
+/// (a build reused from another checkout), the nearest one above the working directory.
 pub fn shared_dir() -> PathBuf {
-    match std::env::var_os("INGOT_SHARED_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
+    if let Some(dir) = std::env::var_os("INGOT_SHARED_DIR") {
+        return PathBuf::from(dir);
     }
+    let built_in = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
+    if built_in.join("fixtures").is_dir() {
+        return built_in;
+    }
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| {
+            cwd.ancestors()
+                .map(|dir| dir.join("shared"))
+                .find(|shared| shared.join("fixtures").is_dir())
+        })
+        .unwrap_or(built_in)
 }
 
 /// Gardener's CRD files for `machine.sapcloud.io`.
