@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use futures::{FutureExt, StreamExt};
 use ingot_controllers::metrics::LeaderTransition;
-use ingot_controllers::{Context, ControllerKind, Metrics, pools, rufio, seeder};
+use ingot_controllers::{ControllerKind, Metrics, pools, rufio, seeder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::watch;
@@ -608,7 +608,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     metrics.leader.set(1);
     metrics.leader_transition(LeaderTransition::Acquired);
 
-    let ctx = Arc::new(Context::new(
+    let ctx = Arc::new(pools::PoolsContext::new(
         client.clone(),
         metrics.clone(),
         identity.clone(),

@@ -10,9 +10,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use ingot_api::equinix::{
     Instance, InstancePool, InstancePoolStatus, InstanceSpec, POOL_LABEL, instance_status,
     pool_status,
@@ -25,12 +24,13 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, ReflectHandle};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::info;
 
+use super::PoolsContext;
 use super::health::{self, Member, NodeFacts};
 use super::removal;
-use super::{CREDENTIALS_CONDITION, JOIN_CONDITION, credentials, join, publish, update_condition};
-use crate::Context;
+use super::{CREDENTIALS_CONDITION, JOIN_CONDITION, credentials, join, update_condition};
+use crate::runtime::{self, ControllerRuntime, ReconcileError};
 
 const CONTROLLER: &str = "instancepool";
 const RESYNC: Duration = Duration::from_secs(60);
@@ -65,7 +65,7 @@ pub enum Error {
     },
 }
 
-impl Error {
+impl ReconcileError for Error {
     fn metric_label(&self) -> &'static str {
         match self {
             Error::CreateInstance { .. } => "create_instance",
@@ -77,13 +77,13 @@ impl Error {
 }
 
 pub(crate) async fn run(
-    ctx: Arc<Context>,
+    ctx: Arc<PoolsContext>,
     pools: ReflectHandle<InstancePool>,
     instances: ReflectHandle<Instance>,
     nodes: ReflectHandle<Node>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_shared_stream(pools, ctx.pools.caches.pools.clone())
+    let controller = Controller::for_shared_stream(pools, ctx.shared.caches.pools.clone())
         // Instances map to their pool by label, which also covers those the Go addon created.
         .watches_shared_stream(instances, |instance| {
             instance
@@ -94,27 +94,17 @@ pub(crate) async fn run(
         // A Node has its Instance's name, `<pool>-<8 letters>`.
         .watches_shared_stream(nodes, |node| {
             pool_of_node(&node.name_any()).map(|pool| ObjectRef::<InstancePool>::new(&pool))
-        })
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                warn!(%error, "instancepool reconciliation failed");
-            }
-        })
-        .await;
+        });
+    let runtime = ControllerRuntime::new(
+        CONTROLLER,
+        ctx.metrics.clone(),
+        ctx.shared.settings.error_backoff(),
+    );
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
-async fn reconcile(pool: Arc<InstancePool>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&pool, &ctx).await;
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    if result.is_ok() {
-        ctx.pools
-            .backoff
-            .succeeded(&format!("pool/{}", pool.name_any()));
-    }
-    result
+async fn reconcile(pool: Arc<InstancePool>, ctx: Arc<PoolsContext>) -> Result<Action, Error> {
+    reconcile_inner(&pool, &ctx).await
 }
 
 /// The pool a Node would belong to by its name (`<pool>-<8 lowercase letters>`).
@@ -124,14 +114,14 @@ fn pool_of_node(node: &str) -> Option<String> {
         .then(|| pool.to_owned())
 }
 
-async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(pool: &InstancePool, ctx: &PoolsContext) -> Result<Action, Error> {
     if pool.metadata.deletion_timestamp.is_some() {
         // The pool has no finalizer: garbage collection deletes its Instances, whose own
         // finalizers delete the servers.
         return Ok(Action::await_change());
     }
     let name = pool.name_any();
-    let caches = &ctx.pools.caches;
+    let caches = &ctx.shared.caches;
     let listed = caches.pool_instances(&name);
     if !caches.expectations.met(&name, &listed) {
         // An Instance created or deleted here is not in the cache yet: counting now could
@@ -144,7 +134,7 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
     let mut events = Vec::new();
 
     // Credentials and join parameters are reported here; Instances wait for them.
-    let shared = &*ctx.pools;
+    let shared = &*ctx.shared;
     let (ok, reason, message) =
         match credentials::load(&shared.caches.credentials, &shared.settings.secret) {
             Ok(_) => (
@@ -269,7 +259,7 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
     status.status = pool_state(count, ready, status.needed).to_owned();
     status.observed_generation = generation;
 
-    if status != before {
+    if runtime::status::changed(Some(&before), &status) {
         write_status(ctx, &name, &status).await?;
     }
     for (ok, reason, message) in events {
@@ -278,7 +268,9 @@ async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, E
         } else {
             EventType::Warning
         };
-        publish(ctx, pool, type_, &reason, "Reconcile", message).await;
+        ctx.pool_events
+            .publish(pool, type_, &reason, "Reconcile", message)
+            .await;
     }
     Ok(Action::requeue(plan.requeue.unwrap_or(RESYNC).min(RESYNC)))
 }
@@ -298,7 +290,11 @@ fn pool_state(count: i64, ready: i64, needed: i64) -> &'static str {
     }
 }
 
-async fn write_status(ctx: &Context, name: &str, status: &InstancePoolStatus) -> Result<(), Error> {
+async fn write_status(
+    ctx: &PoolsContext,
+    name: &str,
+    status: &InstancePoolStatus,
+) -> Result<(), Error> {
     let pools: Api<InstancePool> = Api::all(ctx.client.clone());
     // `token: null` removes a join token the Go addon left in the status.
     let mut body =
@@ -380,22 +376,13 @@ fn random_letters(len: usize) -> String {
         .collect()
 }
 
-fn error_policy(pool: Arc<InstancePool>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.metric_label());
-    Action::requeue(
-        ctx.pools
-            .backoff
-            .failed(&format!("pool/{}", pool.name_any())),
-    )
-}
-
 /// The Nodes of these Instances (by name), from the cache.
-fn member_nodes(ctx: &Context, instances: &[Instance]) -> BTreeMap<String, Node> {
+fn member_nodes(ctx: &PoolsContext, instances: &[Instance]) -> BTreeMap<String, Node> {
     instances
         .iter()
         .filter_map(|instance| {
             let name = instance.name_any();
-            let node = ctx.pools.caches.node(&name)?;
+            let node = ctx.shared.caches.node(&name)?;
             Some((name, Node::clone(&node)))
         })
         .collect()

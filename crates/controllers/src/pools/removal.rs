@@ -14,11 +14,11 @@ use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use tracing::info;
 
+use super::PoolsContext;
 use super::budget::MaxUnhealthy;
 use super::drain::{self, DrainState};
 use super::health::{self, Member, NodeFacts, Replacement, ScaleDown};
 use super::pool::{Error, Plan};
-use crate::Context;
 use crate::duration::parse_go_duration;
 use crate::metrics::DrainOutcome;
 
@@ -45,7 +45,7 @@ pub(crate) fn drain_timeout(pool: &InstancePool) -> Duration {
 
 /// Scale-down: the next member to go, one at a time.
 pub(crate) async fn scale_down_step(
-    ctx: &Context,
+    ctx: &PoolsContext,
     pool: &InstancePool,
     members: &[Member],
     nodes: &BTreeMap<String, Node>,
@@ -97,7 +97,7 @@ pub(crate) async fn scale_down_step(
 
 /// Health replacement: at most one unhealthy Node at a time, within `maxUnhealthy`.
 pub(crate) async fn replacement_step(
-    ctx: &Context,
+    ctx: &PoolsContext,
     pool: &InstancePool,
     members: &[Member],
     nodes: &BTreeMap<String, Node>,
@@ -287,7 +287,7 @@ pub(crate) enum DrainStep {
 /// verdict within `timeout`. Going on without a finished drain is decided on the Node as it is
 /// now, read live: a cached copy may not show that it came back.
 pub(crate) async fn drain_step(
-    ctx: &Context,
+    ctx: &PoolsContext,
     node: &Node,
     timeout: Duration,
     why: &str,
@@ -295,7 +295,7 @@ pub(crate) async fn drain_step(
     let member = node.name_any();
     let now = Timestamp::now();
     drain::cordon(&ctx.client, node, now).await?;
-    let evictions = ctx.pools.eviction_client.as_ref().unwrap_or(&ctx.client);
+    let evictions = ctx.shared.eviction_client.as_ref().unwrap_or(&ctx.client);
     let state = drain::drain(evictions, &member).await?;
     if state == DrainState::Done {
         ctx.metrics
@@ -352,7 +352,7 @@ pub(crate) async fn drain_step(
 
 /// Cordon, drain within the deadline, then delete the Instance.
 async fn remove(
-    ctx: &Context,
+    ctx: &PoolsContext,
     pool: &InstancePool,
     member: &str,
     node: Option<&Node>,
@@ -392,7 +392,7 @@ async fn remove(
     let instances: Api<Instance> = Api::all(ctx.client.clone());
     match instances.delete(member, &DeleteParams::default()).await {
         Ok(_) => {
-            ctx.pools
+            ctx.shared
                 .caches
                 .expectations
                 .deleted(&pool.name_any(), member);
@@ -422,7 +422,7 @@ async fn remove(
 /// Nodes cordoned by ingot that are no longer to be removed (they recovered, or the pool grew
 /// back) are uncordoned, and the drain condition returns to True.
 pub(crate) async fn uncordon_recovered(
-    ctx: &Context,
+    ctx: &PoolsContext,
     members: &[Member],
     nodes: &BTreeMap<String, Node>,
     plan: &mut Plan,
