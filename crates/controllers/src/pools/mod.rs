@@ -5,7 +5,8 @@
 //!   create with an iPXE shell boot, read the management MACs once the server is active,
 //!   render the Harvester config, reinstall into the installer, wait for the Node.
 //! - [`health`] decides which unhealthy Node to replace and which member goes first on
-//!   scale-down; `removal` carries that out with [`drain`].
+//!   scale-down; the pool's plan ([`pool::plan`]) turns that into one removal, which its
+//!   executor carries out, draining the Node first (`removal`, over [`drain`]).
 //!
 //! Both controllers read the cluster from one set of watched caches ([`cache`]); credentials
 //! are read from their cached Secret at every reconcile, so a rotated token applies at once.

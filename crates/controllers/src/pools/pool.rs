@@ -7,6 +7,10 @@
 //! replaced here, one at a time within `maxUnhealthy` (see [`super::health`]). Instances being
 //! deleted do not count as present. Spec changes reach Instances
 //! created afterwards; existing Instances keep the spec they were created with, as upstream.
+//!
+//! A pass reads the pool, its Instances and their Nodes from the caches, computes what to do
+//! with the pure [`plan::plan`], and `execute` carries it out: calls first, then the status,
+//! then the Events.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

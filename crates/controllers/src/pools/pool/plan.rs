@@ -2,7 +2,7 @@
 //! Instances, their Nodes, the credentials and join checks and the time, [`plan`] decides the
 //! Instances to create, the one member to remove (scale-down or the replacement of an unhealthy
 //! Node, chosen by [`super::super::health`]), the Nodes to uncordon, the conditions and the
-//! Events. The executor ([`super::execute`]) carries the plan out; what only the drain can tell
+//! Events. The executor (`pool::execute`) carries the plan out; what only the drain can tell
 //! (still draining, drained, given up on an unreachable Node) comes back through
 //! [`Plan::report`], and [`next_status`] makes the status to write. No I/O here.
 
