@@ -14,10 +14,7 @@ pub mod rufio;
 pub mod runtime;
 pub mod seeder;
 
-use std::sync::Arc;
-
 use kube::Client;
-use kube::runtime::events::Reporter;
 
 pub use metrics::Metrics;
 
@@ -127,35 +124,6 @@ impl ControllerKind {
             ControllerKind::Gardener => "gardener",
             ControllerKind::Rufio => "rufio",
             ControllerKind::Seeder => "seeder",
-        }
-    }
-}
-
-/// What every reconciler gets: the API client, metrics, and who it reports Events as.
-#[derive(Clone)]
-pub struct Context {
-    pub client: Client,
-    pub metrics: Arc<Metrics>,
-    pub reporter: Reporter,
-    pub pools: Arc<pools::PoolsShared>,
-}
-
-impl Context {
-    pub fn new(
-        client: Client,
-        metrics: Arc<Metrics>,
-        instance: String,
-        pools: Arc<pools::PoolsShared>,
-    ) -> Self {
-        let reporter = Reporter {
-            controller: "ingot".into(),
-            instance: Some(instance),
-        };
-        Self {
-            client,
-            metrics,
-            reporter,
-            pools,
         }
     }
 }

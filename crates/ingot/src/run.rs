@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use futures::{FutureExt, StreamExt};
 use ingot_controllers::metrics::LeaderTransition;
-use ingot_controllers::{Context, ControllerKind, Metrics, pools, rufio, seeder};
+use ingot_controllers::{ControllerKind, Metrics, pools, rufio, seeder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::watch;
@@ -548,7 +548,7 @@ impl Parts {
         rufio_ctx: &Arc<rufio::RufioContext>,
         stop: &Stop,
     ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
-        let ctx = Arc::new(Context::new(
+        let ctx = Arc::new(pools::PoolsContext::new(
             self.client.clone(),
             self.metrics.clone(),
             self.identity.clone(),

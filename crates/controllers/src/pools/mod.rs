@@ -5,7 +5,8 @@
 //!   create with an iPXE shell boot, read the management MACs once the server is active,
 //!   render the Harvester config, reinstall into the installer, wait for the Node.
 //! - [`health`] decides which unhealthy Node to replace and which member goes first on
-//!   scale-down; `removal` carries that out with [`drain`].
+//!   scale-down; the pool's plan ([`pool::plan`]) turns that into one removal, which its
+//!   executor carries out, draining the Node first (`removal`, over [`drain`]).
 //!
 //! Both controllers read the cluster from one set of watched caches ([`cache`]); credentials
 //! are read from their cached Secret at every reconcile, so a rotated token applies at once.
@@ -29,8 +30,7 @@ use std::time::Duration;
 use ingot_api::condition::{ConditionStatus, set_condition};
 use ingot_metal::equinix::{ClientConfig, EquinixClient, EquinixMetal, RateLimiter};
 use ingot_metal::{BareMetalCloud, Observer};
-use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::Client;
 use tracing::warn;
 
 pub use credentials::{
@@ -39,8 +39,9 @@ pub use credentials::{
 pub use join::{Join, JoinError, JoinSettings};
 pub use removal::{DEFAULT_DRAIN_TIMEOUT, DRAIN_CONDITION, REMEDIATION_CONDITION};
 
-use crate::Context;
+use crate::Metrics;
 use crate::metrics::StatusLabels;
+use crate::runtime::{Backoff, EventRecorder};
 
 /// Condition type: the Equinix credentials Secret is present and complete.
 pub const CREDENTIALS_CONDITION: &str = "CredentialsReady";
@@ -157,31 +158,24 @@ impl CloudConnector for EquinixConnector {
     }
 }
 
-/// The pools controllers' context, built by `ingot run`: settings, the cloud connector, and
-/// the failure counts behind the error backoff.
+/// What the pools controllers share with the rest of `ingot run` (its iPXE script server):
+/// settings, the cloud connector and the caches. Built before leading.
 pub struct PoolsShared {
     pub settings: Settings,
     pub connector: Arc<dyn CloudConnector>,
     /// A client that does not retry 429s, for evictions (a refusal is an answer).
     pub eviction_client: Option<kube::Client>,
-    pub(crate) backoff: crate::runtime::Backoff,
     /// What both controllers read instead of the API server; filled by [`run`].
     pub caches: cache::Caches,
-    /// One Event recorder for the pools controllers (it aggregates repeated Events).
-    recorder: std::sync::OnceLock<Recorder>,
 }
 
 impl PoolsShared {
     pub fn new(settings: Settings, connector: Arc<dyn CloudConnector>) -> Self {
-        let backoff =
-            crate::runtime::Backoff::new(settings.error_backoff, settings.error_backoff_max);
         Self {
             settings,
             connector,
             eviction_client: None,
-            backoff,
             caches: cache::Caches::new(),
-            recorder: std::sync::OnceLock::new(),
         }
     }
 
@@ -204,14 +198,55 @@ impl PoolsShared {
     }
 }
 
+/// The component the pools controllers' Events are reported as.
+const EVENT_COMPONENT: &str = "ingot";
+
+/// The pools controllers' context, made by `ingot run` once it leads: the API client, metrics,
+/// [`PoolsShared`], and per controller its Event recorder (reporting as this replica) and, for
+/// the Instance controller, its error backoff (a refusal from Metal waits by it too).
+pub struct PoolsContext {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub shared: Arc<PoolsShared>,
+    pub(crate) pool_events: EventRecorder,
+    pub(crate) instance_events: EventRecorder,
+    pub(crate) instance_backoff: Backoff,
+}
+
+impl PoolsContext {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        instance: String,
+        shared: Arc<PoolsShared>,
+    ) -> Self {
+        let events = || EventRecorder::new(client.clone(), EVENT_COMPONENT, Some(instance.clone()));
+        Self {
+            pool_events: events(),
+            instance_events: events(),
+            instance_backoff: shared.settings.error_backoff(),
+            client,
+            metrics,
+            shared,
+        }
+    }
+}
+
+impl Settings {
+    /// A per-object error backoff from `error_backoff` up to `error_backoff_max`.
+    pub(crate) fn error_backoff(&self) -> Backoff {
+        Backoff::new(self.error_backoff, self.error_backoff_max)
+    }
+}
+
 /// Runs both controllers until `shutdown` completes. They start once every cache holds its
 /// first list.
 pub async fn run(
-    ctx: Arc<Context>,
+    ctx: Arc<PoolsContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
-    let caches = &ctx.pools.caches;
-    let Some(feeds) = caches.start(&ctx.client, &ctx.pools.settings.secret, shutdown.clone())
+    let caches = &ctx.shared.caches;
+    let Some(feeds) = caches.start(&ctx.client, &ctx.shared.settings.secret, shutdown.clone())
     else {
         warn!("the pools controllers were started twice; the second start is ignored");
         return;
@@ -266,33 +301,6 @@ pub async fn run(
             shutdown
         )
     );
-}
-
-/// Records an Event on an object, logging (not failing) when that is impossible.
-pub(crate) async fn publish<K>(
-    ctx: &Context,
-    object: &K,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) where
-    K: Resource<DynamicType = ()>,
-{
-    let recorder = ctx
-        .pools
-        .recorder
-        .get_or_init(|| Recorder::new(ctx.client.clone(), ctx.reporter.clone()));
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: action.to_owned(),
-        secondary: None,
-    };
-    if let Err(error) = recorder.publish(&event, &object.object_ref(&())).await {
-        warn!(%error, reason, "could not record an event");
-    }
 }
 
 /// Sets a condition. Returns whether anything changed (write the status) and whether its

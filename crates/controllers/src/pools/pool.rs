@@ -7,32 +7,35 @@
 //! replaced here, one at a time within `maxUnhealthy` (see [`super::health`]). Instances being
 //! deleted do not count as present. Spec changes reach Instances
 //! created afterwards; existing Instances keep the spec they were created with, as upstream.
+//!
+//! A pass reads the pool, its Instances and their Nodes from the caches, computes what to do
+//! with the pure [`plan::plan`], and `execute` carries it out: calls first, then the status,
+//! then the Events.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
-use ingot_api::equinix::{
-    Instance, InstancePool, InstancePoolStatus, InstanceSpec, POOL_LABEL, instance_status,
-    pool_status,
-};
+use ingot_api::equinix::{Instance, InstancePool, InstanceSpec, POOL_LABEL};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, ReflectHandle};
-use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
-use tracing::{info, warn};
+use kube::{Resource, ResourceExt};
 
-use super::health::{self, Member, NodeFacts};
-use super::removal;
-use super::{CREDENTIALS_CONDITION, JOIN_CONDITION, credentials, join, publish, update_condition};
-use crate::Context;
+use super::{PoolsContext, credentials, join};
+use crate::runtime::{self, ControllerRuntime, ReconcileError};
+use plan::Observed;
+
+mod execute;
+pub(crate) mod plan;
+#[cfg(test)]
+mod tests;
 
 const CONTROLLER: &str = "instancepool";
+/// How often a pool is looked at when nothing happens.
 const RESYNC: Duration = Duration::from_secs(60);
 /// How soon a pool waiting for the cache to show its own writes looks again.
 const EXPECTATION_POLL: Duration = Duration::from_millis(500);
@@ -65,7 +68,7 @@ pub enum Error {
     },
 }
 
-impl Error {
+impl ReconcileError for Error {
     fn metric_label(&self) -> &'static str {
         match self {
             Error::CreateInstance { .. } => "create_instance",
@@ -77,13 +80,13 @@ impl Error {
 }
 
 pub(crate) async fn run(
-    ctx: Arc<Context>,
+    ctx: Arc<PoolsContext>,
     pools: ReflectHandle<InstancePool>,
     instances: ReflectHandle<Instance>,
     nodes: ReflectHandle<Node>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_shared_stream(pools, ctx.pools.caches.pools.clone())
+    let controller = Controller::for_shared_stream(pools, ctx.shared.caches.pools.clone())
         // Instances map to their pool by label, which also covers those the Go addon created.
         .watches_shared_stream(instances, |instance| {
             instance
@@ -94,27 +97,44 @@ pub(crate) async fn run(
         // A Node has its Instance's name, `<pool>-<8 letters>`.
         .watches_shared_stream(nodes, |node| {
             pool_of_node(&node.name_any()).map(|pool| ObjectRef::<InstancePool>::new(&pool))
-        })
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                warn!(%error, "instancepool reconciliation failed");
-            }
-        })
-        .await;
+        });
+    let runtime = ControllerRuntime::new(
+        CONTROLLER,
+        ctx.metrics.clone(),
+        ctx.shared.settings.error_backoff(),
+    );
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
-async fn reconcile(pool: Arc<InstancePool>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&pool, &ctx).await;
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    if result.is_ok() {
-        ctx.pools
-            .backoff
-            .succeeded(&format!("pool/{}", pool.name_any()));
+/// One pass: what the pool sees, the plan for it ([`plan::plan`], pure), and its execution.
+async fn reconcile(pool: Arc<InstancePool>, ctx: Arc<PoolsContext>) -> Result<Action, Error> {
+    if pool.metadata.deletion_timestamp.is_some() {
+        // The pool has no finalizer: garbage collection deletes its Instances, whose own
+        // finalizers delete the servers.
+        return Ok(Action::await_change());
     }
-    result
+    let name = pool.name_any();
+    let shared = &*ctx.shared;
+    let listed = shared.caches.pool_instances(&name);
+    if !shared.caches.expectations.met(&name, &listed) {
+        // An Instance created or deleted here is not in the cache yet: counting now could
+        // create or remove one too many.
+        return Ok(Action::requeue(EXPECTATION_POLL));
+    }
+    let nodes = member_nodes(&ctx, &listed);
+    let seen = Observed {
+        pool: &pool,
+        instances: &listed,
+        nodes: &nodes,
+        credentials: credentials::load(&shared.caches.credentials, &shared.settings.secret)
+            .map(|_| ()),
+        secret: &shared.settings.secret,
+        join: join::discover(&shared.caches.ingress, &shared.settings.join)
+            .map(|join| join.address),
+        now: Timestamp::now(),
+    };
+    let plan = plan::plan(&seen);
+    execute::execute(&ctx, &pool, &listed, plan).await
 }
 
 /// The pool a Node would belong to by its name (`<pool>-<8 lowercase letters>`).
@@ -123,198 +143,6 @@ fn pool_of_node(node: &str) -> Option<String> {
     (suffix.len() == 8 && suffix.bytes().all(|b| b.is_ascii_lowercase()) && !pool.is_empty())
         .then(|| pool.to_owned())
 }
-
-async fn reconcile_inner(pool: &InstancePool, ctx: &Context) -> Result<Action, Error> {
-    if pool.metadata.deletion_timestamp.is_some() {
-        // The pool has no finalizer: garbage collection deletes its Instances, whose own
-        // finalizers delete the servers.
-        return Ok(Action::await_change());
-    }
-    let name = pool.name_any();
-    let caches = &ctx.pools.caches;
-    let listed = caches.pool_instances(&name);
-    if !caches.expectations.met(&name, &listed) {
-        // An Instance created or deleted here is not in the cache yet: counting now could
-        // create or remove one too many.
-        return Ok(Action::requeue(EXPECTATION_POLL));
-    }
-    let generation = pool.metadata.generation;
-    let mut status = pool.status.clone().unwrap_or_default();
-    let before = status.clone();
-    let mut events = Vec::new();
-
-    // Credentials and join parameters are reported here; Instances wait for them.
-    let shared = &*ctx.pools;
-    let (ok, reason, message) =
-        match credentials::load(&shared.caches.credentials, &shared.settings.secret) {
-            Ok(_) => (
-                true,
-                "Found",
-                format!(
-                    "Secret {} holds the Equinix Metal credentials",
-                    shared.settings.secret
-                ),
-            ),
-            Err(problem) => (false, problem.reason(), problem.to_string()),
-        };
-    let (_, flipped) = update_condition(
-        &mut status.conditions,
-        CREDENTIALS_CONDITION,
-        ok,
-        reason,
-        &message,
-        generation,
-    );
-    if flipped {
-        events.push((ok, reason.to_owned(), message));
-    }
-    let (ok, reason, message) = match join::discover(&shared.caches.ingress, &shared.settings.join)
-    {
-        Ok(join) => (
-            true,
-            "Found",
-            format!("new nodes join the cluster at {}", join.address),
-        ),
-        Err(problem) => (false, problem.reason(), problem.to_string()),
-    };
-    let (_, flipped) = update_condition(
-        &mut status.conditions,
-        JOIN_CONDITION,
-        ok,
-        reason,
-        &message,
-        generation,
-    );
-    if flipped {
-        events.push((ok, reason.to_owned(), message));
-    }
-    // The original kept the join token in the clear here; ingot never does.
-    status.token = None;
-
-    let mut present: Vec<Instance> = listed
-        .iter()
-        .filter(|i| i.metadata.deletion_timestamp.is_none())
-        .cloned()
-        .collect();
-    let count = pool.spec.count.unwrap_or(0).max(0);
-    let have = i64::try_from(present.len()).unwrap_or(i64::MAX);
-    let nodes = member_nodes(ctx, &listed);
-    let members: Vec<Member> = listed
-        .iter()
-        .map(|i| member(i, nodes.get(&i.name_any())))
-        .collect();
-
-    let mut plan = Plan::default();
-    if have < count {
-        let instances: Api<Instance> = Api::all(ctx.client.clone());
-        for _ in have..count.min(have.saturating_add(MAX_CREATES_PER_PASS)) {
-            let instance = new_instance(pool);
-            let instance_name = instance.name_any();
-            instances
-                .create(&PostParams::default(), &instance)
-                .await
-                .map_err(|source| Error::CreateInstance {
-                    name: instance_name.clone(),
-                    source,
-                })?;
-            caches.expectations.created(&name, &instance_name);
-            info!(pool = %name, instance = %instance_name, "created instance");
-            events.push((
-                true,
-                "InstanceCreated".to_owned(),
-                format!("created Instance {instance_name}"),
-            ));
-            present.push(instance);
-        }
-        if i64::try_from(present.len()).unwrap_or(i64::MAX) < count {
-            // The rest in the next pass, once the cache shows these.
-            plan.look_again(EXPECTATION_POLL);
-        }
-    } else if have > count {
-        removal::scale_down_step(ctx, pool, &members, &nodes, count, &mut plan).await?;
-    } else {
-        removal::replacement_step(ctx, pool, &members, &nodes, &mut plan).await?;
-    }
-    removal::uncordon_recovered(ctx, &members, &nodes, &mut plan).await?;
-    if let Some(gone) = &plan.deleted {
-        present.retain(|i| &i.name_any() != gone);
-    }
-    for (type_, ok, reason, message) in &plan.conditions {
-        let (_, flipped) = update_condition(
-            &mut status.conditions,
-            type_,
-            *ok,
-            reason,
-            message,
-            generation,
-        );
-        if flipped {
-            events.push((*ok, (*reason).to_owned(), message.clone()));
-        }
-    }
-    events.append(&mut plan.events);
-
-    let ready = present
-        .iter()
-        .filter(|i| {
-            i.status
-                .as_ref()
-                .is_some_and(|s| s.status == instance_status::MANAGED)
-        })
-        .count();
-    let ready = i64::try_from(ready).unwrap_or(i64::MAX);
-    status.ready = ready;
-    status.requested = count;
-    status.needed = count - i64::try_from(present.len()).unwrap_or(i64::MAX);
-    status.status = pool_state(count, ready, status.needed).to_owned();
-    status.observed_generation = generation;
-
-    if status != before {
-        write_status(ctx, &name, &status).await?;
-    }
-    for (ok, reason, message) in events {
-        let type_ = if ok {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
-        publish(ctx, pool, type_, &reason, "Reconcile", message).await;
-    }
-    Ok(Action::requeue(plan.requeue.unwrap_or(RESYNC).min(RESYNC)))
-}
-
-/// The original's status strings: `ready` once every requested Instance is managed,
-/// `tokenReady` while Instances are to be created, `cleanupNodes` while some are to go,
-/// `submitted` otherwise.
-fn pool_state(count: i64, ready: i64, needed: i64) -> &'static str {
-    if needed > 0 {
-        pool_status::TOKEN_READY
-    } else if needed < 0 {
-        pool_status::CLEANUP_NODES
-    } else if ready == count {
-        pool_status::READY
-    } else {
-        pool_status::SUBMITTED
-    }
-}
-
-async fn write_status(ctx: &Context, name: &str, status: &InstancePoolStatus) -> Result<(), Error> {
-    let pools: Api<InstancePool> = Api::all(ctx.client.clone());
-    // `token: null` removes a join token the Go addon left in the status.
-    let mut body =
-        serde_json::to_value(status).map_err(|e| Error::WriteStatus(kube::Error::SerdeError(e)))?;
-    body["token"] = serde_json::Value::Null;
-    pools
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "status": body })),
-        )
-        .await
-        .map_err(Error::WriteStatus)?;
-    Ok(())
-}
-
 /// A new Instance of the pool, with the pool's spec copied as the original copies it.
 fn new_instance(pool: &InstancePool) -> Instance {
     let pool_name = pool.name_any();
@@ -380,71 +208,14 @@ fn random_letters(len: usize) -> String {
         .collect()
 }
 
-fn error_policy(pool: Arc<InstancePool>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.metric_label());
-    Action::requeue(
-        ctx.pools
-            .backoff
-            .failed(&format!("pool/{}", pool.name_any())),
-    )
-}
-
 /// The Nodes of these Instances (by name), from the cache.
-fn member_nodes(ctx: &Context, instances: &[Instance]) -> BTreeMap<String, Node> {
+fn member_nodes(ctx: &PoolsContext, instances: &[Instance]) -> BTreeMap<String, Node> {
     instances
         .iter()
         .filter_map(|instance| {
             let name = instance.name_any();
-            let node = ctx.pools.caches.node(&name)?;
+            let node = ctx.shared.caches.node(&name)?;
             Some((name, Node::clone(&node)))
         })
         .collect()
-}
-
-fn member(instance: &Instance, node: Option<&Node>) -> Member {
-    Member {
-        name: instance.name_any(),
-        managed: instance
-            .status
-            .as_ref()
-            .is_some_and(|s| s.status == instance_status::MANAGED),
-        deleting: instance.metadata.deletion_timestamp.is_some(),
-        created: instance.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        skip: instance
-            .annotations()
-            .contains_key(health::SKIP_REMEDIATION_ANNOTATION),
-        node: node.map(NodeFacts::of),
-    }
-}
-
-/// What a pass decided besides the Instance count: conditions, Events, when to look again.
-#[derive(Default)]
-pub(crate) struct Plan {
-    pub conditions: Vec<(&'static str, bool, &'static str, String)>,
-    pub events: Vec<(bool, String, String)>,
-    pub requeue: Option<Duration>,
-    /// The Instance deleted in this pass.
-    pub deleted: Option<String>,
-    /// The member being removed (its cordon stays).
-    pub target: Option<String>,
-}
-
-impl Plan {
-    pub fn condition(
-        &mut self,
-        type_: &'static str,
-        ok: bool,
-        reason: &'static str,
-        message: String,
-    ) {
-        self.conditions.push((type_, ok, reason, message));
-    }
-
-    pub fn event(&mut self, ok: bool, reason: &str, message: String) {
-        self.events.push((ok, reason.to_owned(), message));
-    }
-
-    pub fn look_again(&mut self, after: Duration) {
-        self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
-    }
 }

@@ -5,17 +5,20 @@
 //! rather than grow.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The most objects whose failures are remembered at once.
 pub const MAX_TRACKED: usize = 100_000;
 
-/// Failures per object key, and the delay they make.
+/// Failures per object key, and the delay they make. Clones share one table, so that a
+/// reconciler can ask the delay of its own controller's backoff (a refusal it reports and
+/// retries later counts as a failure too).
+#[derive(Clone)]
 pub struct Backoff {
     base: Duration,
     max: Duration,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Arc<Mutex<HashMap<String, u32>>>,
 }
 
 impl Backoff {
@@ -23,7 +26,7 @@ impl Backoff {
         Self {
             base,
             max,
-            failures: Mutex::new(HashMap::new()),
+            failures: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -104,5 +107,19 @@ mod tests {
         assert_eq!(backoff.tracked(), 2);
         // "a" kept its two failures: the third delay is 4 s with jitter, at least 2 s.
         assert!(backoff.failed("a") >= Duration::from_secs(2));
+    }
+
+    #[test]
+    fn clones_share_one_table() {
+        let base = Duration::from_secs(5);
+        let backoff = Backoff::new(base, Duration::from_secs(300));
+        let clone = backoff.clone();
+        for _ in 0..4 {
+            clone.failed("a");
+        }
+        // The fifth failure, counted across both: 80 s with jitter in [40, 80].
+        assert!(backoff.failed("a") >= Duration::from_secs(40));
+        clone.succeeded("a");
+        assert!(backoff.failed("a") <= base);
     }
 }

@@ -41,6 +41,48 @@ where
     Ok(true)
 }
 
+/// The merge-patch body that turns `current` into `desired`: `desired` as JSON, with `null` for
+/// each top-level field that `current` has and `desired` leaves out, so that a cleared field is
+/// removed rather than left as it was.
+pub fn replacing<S: Serialize>(current: &S, desired: &S) -> Result<serde_json::Value, kube::Error> {
+    let mut body = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
+    if let (Ok(serde_json::Value::Object(old)), serde_json::Value::Object(new)) =
+        (serde_json::to_value(current), &mut body)
+    {
+        for key in old.keys() {
+            if !new.contains_key(key) {
+                new.insert(key.clone(), serde_json::Value::Null);
+            }
+        }
+    }
+    Ok(body)
+}
+
+/// Writes `desired` over `current` (see [`replacing`]) when it differs; returns whether it
+/// wrote.
+pub async fn replace_if_changed<K, S>(
+    api: &Api<K>,
+    name: &str,
+    current: &S,
+    desired: &S,
+) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    S: Serialize,
+{
+    if !changed(Some(current), desired) {
+        return Ok(false);
+    }
+    let body = replacing(current, desired)?;
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": body })),
+    )
+    .await?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +107,19 @@ mod tests {
             &now
         ));
         assert!(changed(None, &now));
+    }
+
+    #[test]
+    fn a_field_cleared_is_written_as_null() {
+        let before = S {
+            a: 1,
+            b: Some("x".into()),
+        };
+        let after = S { a: 2, b: None };
+        assert_eq!(
+            replacing(&before, &after).unwrap(),
+            json!({"a": 2, "b": null})
+        );
+        assert_eq!(replacing(&after, &after).unwrap(), json!({"a": 2}));
     }
 }

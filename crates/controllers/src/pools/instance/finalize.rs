@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use ingot_api::equinix::{INSTANCE_FINALIZER, POOL_LABEL, WRANGLER_INSTANCE_FINALIZER};
+use ingot_api::equinix::{INSTANCE_FINALIZER, Instance, POOL_LABEL, WRANGLER_INSTANCE_FINALIZER};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
@@ -22,6 +22,7 @@ use super::super::health::NodeFacts;
 use super::super::removal::{self, DRAIN_POLL, DrainStep};
 use super::phase::{self, Blocked};
 use super::{Error, OWNER_TAG_PREFIX, Reconciler};
+use crate::runtime::finalizer;
 
 /// What deleting an Instance whose Node exists waits for, if anything.
 #[derive(Debug, PartialEq, Eq)]
@@ -63,7 +64,7 @@ impl Reconciler<'_> {
             return Ok(Action::await_change());
         }
         let credentials =
-            match credentials::load(&self.ctx.pools.caches.credentials, &self.settings.secret) {
+            match credentials::load(&self.ctx.shared.caches.credentials, &self.settings.secret) {
                 Ok(credentials) => credentials,
                 Err(problem) => {
                     let message = format!("cannot delete the server: {problem}");
@@ -84,7 +85,7 @@ impl Reconciler<'_> {
         {
             return self.blocked(wait).await;
         }
-        let cloud = self.ctx.pools.cloud(&credentials)?;
+        let cloud = self.ctx.shared.cloud(&credentials)?;
         match self.delete_servers(cloud.as_ref()).await {
             Ok(Some(refused)) => return self.blocked(refused).await,
             Ok(None) => {}
@@ -95,16 +96,15 @@ impl Reconciler<'_> {
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(error) => return Err(error.into()),
         }
-        let remaining: Vec<String> = self
-            .instance
-            .finalizers()
-            .iter()
-            .filter(|f| {
-                f.as_str() != INSTANCE_FINALIZER && f.as_str() != WRANGLER_INSTANCE_FINALIZER
-            })
-            .cloned()
-            .collect();
-        self.patch_finalizers(remaining).await?;
+        // Ours and the Go addon's, in one write guarded by the resourceVersion read.
+        let mut remaining = self.instance.finalizers().to_vec();
+        for ours in [INSTANCE_FINALIZER, WRANGLER_INSTANCE_FINALIZER] {
+            if let Some(rest) = finalizer::without(&remaining, ours) {
+                remaining = rest;
+            }
+        }
+        let instances: Api<Instance> = Api::all(self.ctx.client.clone());
+        finalizer::set(&instances, self.instance, &remaining).await?;
         Ok(Action::await_change())
     }
 
@@ -114,7 +114,7 @@ impl Reconciler<'_> {
             return Ok(None);
         }
         let name = self.name();
-        let caches = &self.ctx.pools.caches;
+        let caches = &self.ctx.shared.caches;
         let pool_name = self.instance.labels().get(POOL_LABEL).cloned();
         let pool = pool_name.as_deref().and_then(|p| caches.pool(p));
         let others: Vec<(String, bool)> = pool_name
@@ -220,7 +220,7 @@ impl Reconciler<'_> {
         for id in &ids {
             cloud.delete_server(id).await?;
             info!(instance = %self.name(), server = %id, "server deleted");
-            self.ctx.pools.crash_point("during-finalize");
+            self.ctx.shared.crash_point("during-finalize");
         }
         Ok(None)
     }

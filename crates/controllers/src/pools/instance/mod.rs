@@ -24,9 +24,8 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use ingot_api::equinix::{
     INSTANCE_FINALIZER, Instance, InstancePool, InstanceStatus, POOL_LABEL, instance_status,
 };
@@ -43,10 +42,11 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
+use super::PoolsContext;
 use super::cache::PASSWORD_SECRET_LABEL;
 pub use super::ipxe::{ScriptError, install_script};
-use super::{READY_CONDITION, Settings, credentials, join, publish, update_condition};
-use crate::Context;
+use super::{READY_CONDITION, Settings, credentials, join, update_condition};
+use crate::runtime::{self, ControllerRuntime, ReconcileError, finalizer};
 use phase::{Blocked, Inputs, Outcome, Phase, Ready, Transition};
 
 const CONTROLLER: &str = "instance";
@@ -65,7 +65,7 @@ pub enum Error {
     Metal(#[from] ingot_metal::Error),
 }
 
-impl Error {
+impl ReconcileError for Error {
     fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
@@ -75,50 +75,38 @@ impl Error {
 }
 
 pub(crate) async fn run(
-    ctx: Arc<Context>,
+    ctx: Arc<PoolsContext>,
     instances: ReflectHandle<Instance>,
     nodes: ReflectHandle<Node>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    Controller::for_shared_stream(instances, ctx.pools.caches.instances.clone())
+    let controller = Controller::for_shared_stream(instances, ctx.shared.caches.instances.clone())
         // A Node is its Instance's by name (the server's hostname).
         .watches_shared_stream(nodes, |node| {
             Some(ObjectRef::<Instance>::new(&node.name_any()))
-        })
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                warn!(%error, "instance reconciliation failed");
-            }
-        })
-        .await;
+        });
+    // The context holds a clone of this backoff: a refusal from Metal waits by it too.
+    let runtime = ControllerRuntime::new(
+        CONTROLLER,
+        ctx.metrics.clone(),
+        ctx.instance_backoff.clone(),
+    );
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
-async fn reconcile(instance: Arc<Instance>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = Reconciler {
+async fn reconcile(instance: Arc<Instance>, ctx: Arc<PoolsContext>) -> Result<Action, Error> {
+    Reconciler {
         instance: &instance,
         ctx: &ctx,
-        settings: &ctx.pools.settings,
+        settings: &ctx.shared.settings,
     }
     .run()
-    .await;
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    if result.is_ok() {
-        ctx.pools.backoff.succeeded(&instance.name_any());
-    }
-    result
-}
-
-fn error_policy(instance: Arc<Instance>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.metric_label());
-    Action::requeue(ctx.pools.backoff.failed(&instance.name_any()))
+    .await
 }
 
 struct Reconciler<'a> {
     instance: &'a Instance,
-    ctx: &'a Context,
+    ctx: &'a PoolsContext,
     settings: &'a Settings,
 }
 
@@ -155,7 +143,7 @@ impl Reconciler<'_> {
             return Ok(Action::requeue(Duration::ZERO));
         }
         let credentials =
-            match credentials::load(&self.ctx.pools.caches.credentials, &self.settings.secret) {
+            match credentials::load(&self.ctx.shared.caches.credentials, &self.settings.secret) {
                 Ok(credentials) => credentials,
                 Err(problem) => {
                     return self
@@ -167,7 +155,7 @@ impl Reconciler<'_> {
                         .await;
                 }
             };
-        let cloud = self.ctx.pools.cloud(&credentials)?;
+        let cloud = self.ctx.shared.cloud(&credentials)?;
         let Some(phase) = Phase::parse(&self.status().status) else {
             // Starting over would reinstall a server that may be a live, joined Node.
             warn!(instance = %self.name(), status = %self.status().status, "unknown instance status; blocked");
@@ -185,7 +173,7 @@ impl Reconciler<'_> {
             None
         };
         let node_exists =
-            phase == Phase::Ready && self.ctx.pools.caches.node(&self.name()).is_some();
+            phase == Phase::Ready && self.ctx.shared.caches.node(&self.name()).is_some();
         let inputs = Inputs {
             instance: self.instance,
             settings: self.settings,
@@ -206,7 +194,10 @@ impl Reconciler<'_> {
         if error.is_transient() {
             return Err(error.into());
         }
-        let retry = self.ctx.pools.backoff.failed(&self.name());
+        let retry = self
+            .ctx
+            .instance_backoff
+            .failed(&runtime::object_key(self.instance));
         self.blocked(Blocked {
             reason: metal_reason(&error),
             message: error.to_string(),
@@ -231,7 +222,7 @@ impl Reconciler<'_> {
                 };
                 // A crash here leaves a server whose id is not in the status: the next pass
                 // finds it by its tag and adopts it.
-                self.ctx.pools.crash_point("after-create");
+                self.ctx.shared.crash_point("after-create");
                 info!(instance = %self.name(), server = %server.id, "server created");
                 let mut status = self.status();
                 status.status = instance_status::QUEUED.to_owned();
@@ -263,7 +254,7 @@ impl Reconciler<'_> {
                 let intent =
                     phase::reinstall_intent(&self.status(), &then.status, Timestamp::now());
                 self.write_status(&intent).await?;
-                self.ctx.pools.crash_point("before-reinstall");
+                self.ctx.shared.crash_point("before-reinstall");
                 if let Err(error) = cloud.reinstall(&server_id, &request).await {
                     // Refused or failed for sure: the intent is withdrawn before anything else.
                     if !error.is_transient() {
@@ -271,7 +262,7 @@ impl Reconciler<'_> {
                     }
                     return self.metal_error(error).await;
                 }
-                self.ctx.pools.crash_point("after-reinstall");
+                self.ctx.shared.crash_point("after-reinstall");
                 info!(instance = %self.name(), server = %server_id, "reinstall requested");
                 self.write_with_base(intent, then).await
             }
@@ -306,8 +297,7 @@ impl Reconciler<'_> {
             news = flipped;
         }
         status.observed_generation = self.instance.metadata.generation;
-        if status != before {
-            self.write_status_over(&before, &status).await?;
+        if self.write_status_over(&before, &status).await? {
             // An Instance is `new` from its creation until its first phase is recorded.
             let entered = before
                 .phase_started_at
@@ -349,36 +339,19 @@ impl Reconciler<'_> {
         Ok(Action::requeue(transition.requeue))
     }
 
-    async fn write_status(&self, status: &InstanceStatus) -> Result<(), Error> {
+    async fn write_status(&self, status: &InstanceStatus) -> Result<bool, Error> {
         self.write_status_over(&self.status(), status).await
     }
 
-    /// A merge patch of the status; fields set before and unset now are removed (`null`).
+    /// Writes `status` over `before` when it differs (fields set before and unset now are
+    /// removed); returns whether it wrote.
     async fn write_status_over(
         &self,
         before: &InstanceStatus,
         status: &InstanceStatus,
-    ) -> Result<(), Error> {
-        let mut body =
-            serde_json::to_value(status).map_err(|e| Error::Kube(kube::Error::SerdeError(e)))?;
-        if let (Ok(serde_json::Value::Object(old)), serde_json::Value::Object(new)) =
-            (serde_json::to_value(before), &mut body)
-        {
-            for key in old.keys() {
-                if !new.contains_key(key) {
-                    new.insert(key.clone(), serde_json::Value::Null);
-                }
-            }
-        }
+    ) -> Result<bool, Error> {
         let instances: Api<Instance> = Api::all(self.ctx.client.clone());
-        instances
-            .patch_status(
-                &self.name(),
-                &PatchParams::default(),
-                &Patch::Merge(&json!({ "status": body })),
-            )
-            .await?;
-        Ok(())
+        Ok(runtime::status::replace_if_changed(&instances, &self.name(), before, status).await?)
     }
 
     /// The join config of this Instance: release, cluster address and token, OS password.
@@ -405,7 +378,7 @@ impl Reconciler<'_> {
                 }));
             }
         };
-        let join = match join::discover(&self.ctx.pools.caches.ingress, &self.settings.join) {
+        let join = match join::discover(&self.ctx.shared.caches.ingress, &self.settings.join) {
             Ok(join) => join,
             Err(problem) => {
                 return Ok(Err(Blocked {
@@ -434,7 +407,7 @@ impl Reconciler<'_> {
         let name = format!("{}-os", self.name());
         let cached = self
             .ctx
-            .pools
+            .shared
             .caches
             .passwords
             .get(&ObjectRef::new(&name).within(namespace));
@@ -485,23 +458,14 @@ impl Reconciler<'_> {
     }
 
     fn has_finalizer(&self, finalizer: &str) -> bool {
-        self.instance.finalizers().iter().any(|f| f == finalizer)
+        finalizer::has(self.instance, finalizer)
     }
 
-    async fn add_finalizer(&self) -> Result<(), Error> {
-        let mut finalizers = self.instance.finalizers().to_vec();
-        finalizers.push(INSTANCE_FINALIZER.to_owned());
-        self.patch_finalizers(finalizers).await
-    }
-
-    /// Replaces the finalizer list, guarded by the resourceVersion read, so another writer's
+    /// Adds ingot's finalizer, guarded by the resourceVersion read, so another writer's
     /// finalizer is never dropped.
-    async fn patch_finalizers(&self, finalizers: Vec<String>) -> Result<(), Error> {
+    async fn add_finalizer(&self) -> Result<(), Error> {
         let instances: Api<Instance> = Api::all(self.ctx.client.clone());
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.instance.resource_version()}});
-        instances
-            .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+        finalizer::add(&instances, self.instance, &[INSTANCE_FINALIZER]).await?;
         Ok(())
     }
 
@@ -552,9 +516,9 @@ impl Reconciler<'_> {
         );
         if changed {
             let instances: Api<Instance> = Api::all(self.ctx.client.clone());
-            let patch = json!({"status": {"conditions": status.conditions}});
-            instances
-                .patch_status(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            let before = json!({"conditions": self.status().conditions});
+            let after = json!({"conditions": status.conditions});
+            runtime::status::patch_if_changed(&instances, &self.name(), Some(&before), &after)
                 .await?;
         }
         if flipped {
@@ -571,15 +535,21 @@ impl Reconciler<'_> {
     }
 
     async fn event(&self, type_: EventType, reason: &str, note: String) {
-        publish(self.ctx, self.instance, type_, reason, "Provision", note).await;
+        self.ctx
+            .instance_events
+            .publish(self.instance, type_, reason, "Provision", note)
+            .await;
     }
 
     async fn pool_event(&self, type_: EventType, reason: &str, note: String) {
         let Some(pool) = self.instance.labels().get(POOL_LABEL) else {
             return;
         };
-        if let Some(pool) = self.ctx.pools.caches.pool(pool) {
-            publish(self.ctx, pool.as_ref(), type_, reason, "Provision", note).await;
+        if let Some(pool) = self.ctx.shared.caches.pool(pool) {
+            self.ctx
+                .instance_events
+                .publish(pool.as_ref(), type_, reason, "Provision", note)
+                .await;
         }
     }
 }

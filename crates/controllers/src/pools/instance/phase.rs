@@ -235,80 +235,69 @@ pub fn unknown_status(status: &InstanceStatus) -> Blocked {
 /// `""`: adopt a server with our tag (deleting extras), else create one.
 pub async fn new(inputs: &Inputs<'_>, cloud: &dyn BareMetalCloud) -> Result<Outcome> {
     let tag = inputs.owner_tag();
-    let mut ours: Vec<Server> = cloud
+    let ours: Vec<Server> = cloud
         .list_servers(&tag)
         .await?
         .into_iter()
         .filter(|s| !s.state.is_gone())
         .collect();
     if !ours.is_empty() {
-        // Keep the one furthest along (active first), delete the others: a server is never
-        // duplicated, whatever crashed where.
-        ours.sort_by_key(|s| (s.state != ServerState::Active, s.id.clone()));
-        let keep = ours.remove(0);
-        for extra in &ours {
-            cloud.delete_server(&extra.id).await?;
-        }
-        let mut status = inputs.status();
-        status.status = instance_status::QUEUED.to_owned();
-        status.instance_id = keep.id.clone();
-        let mut transition = inputs.transition(status, Duration::ZERO);
-        transition.note = Some(Note {
-            warning: false,
-            reason: "ServerAdopted",
-            message: if ours.is_empty() {
-                format!(
-                    "server {} already carries this Instance's tag: adopted",
-                    keep.id
-                )
-            } else {
-                format!(
-                    "server {} already carries this Instance's tag: adopted; deleted {} extra",
-                    keep.id,
-                    ours.len()
-                )
-            },
-        });
-        return Ok(Outcome::Transition(transition));
+        return adopt(inputs, cloud, ours).await;
     }
+    Ok(match create_request(inputs, tag) {
+        Ok(request) => Outcome::Create {
+            request: Box::new(request),
+        },
+        Err(blocked) => Outcome::Blocked(blocked),
+    })
+}
+
+/// Keeps the server furthest along (active first) and deletes the others: a server is never
+/// duplicated, whatever crashed where.
+async fn adopt(
+    inputs: &Inputs<'_>,
+    cloud: &dyn BareMetalCloud,
+    mut ours: Vec<Server>,
+) -> Result<Outcome> {
+    ours.sort_by_key(|s| (s.state != ServerState::Active, s.id.clone()));
+    let keep = ours.remove(0);
+    for extra in &ours {
+        cloud.delete_server(&extra.id).await?;
+    }
+    let mut status = inputs.status();
+    status.status = instance_status::QUEUED.to_owned();
+    status.instance_id = keep.id.clone();
+    let mut transition = inputs.transition(status, Duration::ZERO);
+    transition.note = Some(Note {
+        warning: false,
+        reason: "ServerAdopted",
+        message: if ours.is_empty() {
+            format!(
+                "server {} already carries this Instance's tag: adopted",
+                keep.id
+            )
+        } else {
+            format!(
+                "server {} already carries this Instance's tag: adopted; deleted {} extra",
+                keep.id,
+                ours.len()
+            )
+        },
+    });
+    Ok(Outcome::Transition(transition))
+}
+
+/// The server to create, carrying the owner tag, as the spec asks for it.
+fn create_request(inputs: &Inputs<'_>, tag: String) -> std::result::Result<CreateServer, Blocked> {
     let spec = &inputs.instance.spec;
     let (Some(plan), Some(metro)) = (spec.plan.clone(), spec.metro.clone()) else {
-        return Ok(Outcome::Blocked(Blocked {
+        return Err(Blocked {
             reason: "InvalidSpec",
             message: "spec.plan and spec.metro are required to create a server".to_owned(),
             retry: Duration::from_secs(300),
-        }));
+        });
     };
-    let (boot, userdata) = if inputs.single_boot() {
-        // The first boot installs: the iPXE script, the config in the userdata.
-        let Some(script_url) = install_script_url(inputs.settings, inputs.instance) else {
-            return Ok(Outcome::Blocked(no_ipxe_url()));
-        };
-        let config = match inputs.join() {
-            Ok(config) => config,
-            Err(blocked) => return Ok(Outcome::Blocked(blocked)),
-        };
-        match config.render_intermediate() {
-            Ok(userdata) => (
-                Boot::Ipxe {
-                    script_url: Some(script_url),
-                    always: false,
-                },
-                userdata,
-            ),
-            Err(error) => return Ok(Outcome::Blocked(invalid_config(error))),
-        }
-    } else {
-        // The seed's first boot: an iPXE shell, so the server turns active and shows its MAC
-        // addresses before anything is installed.
-        (
-            Boot::Ipxe {
-                script_url: None,
-                always: false,
-            },
-            SHELL_SCRIPT.to_owned(),
-        )
-    };
+    let (boot, userdata) = first_boot(inputs)?;
     let mut request = CreateServer::new(inputs.name(), plan, metro, tag, boot);
     request.userdata = Some(userdata);
     request.tags = spec.tags.clone().unwrap_or_default();
@@ -328,9 +317,32 @@ pub async fn new(inputs: &Inputs<'_>, cloud: &dyn BareMetalCloud) -> Result<Outc
         .filter(|r| !r.is_empty());
     request.project_ssh_keys = spec.project_ssh_keys.clone().unwrap_or_default();
     request.user_ssh_keys = spec.user_ssh_keys.clone().unwrap_or_default();
-    Ok(Outcome::Create {
-        request: Box::new(request),
-    })
+    Ok(request)
+}
+
+/// The first boot and its userdata.
+fn first_boot(inputs: &Inputs<'_>) -> std::result::Result<(Boot, String), Blocked> {
+    if !inputs.single_boot() {
+        // The seed's first boot: an iPXE shell, so the server turns active and shows its MAC
+        // addresses before anything is installed.
+        let shell = Boot::Ipxe {
+            script_url: None,
+            always: false,
+        };
+        return Ok((shell, SHELL_SCRIPT.to_owned()));
+    }
+    // The first boot installs: the iPXE script, the config in the userdata.
+    let script_url =
+        install_script_url(inputs.settings, inputs.instance).ok_or_else(no_ipxe_url)?;
+    let userdata = inputs
+        .join()?
+        .render_intermediate()
+        .map_err(invalid_config)?;
+    let boot = Boot::Ipxe {
+        script_url: Some(script_url),
+        always: false,
+    };
+    Ok((boot, userdata))
 }
 
 /// `queued`: once active, wire the network; seed flow: render the final config and reinstall.
@@ -381,7 +393,8 @@ pub async fn queued(inputs: &Inputs<'_>, cloud: &dyn BareMetalCloud) -> Result<O
     reinstall(inputs, cloud, &server, script_url, None).await
 }
 
-/// Renders the final config onto the server and returns the reinstall into the installer.
+/// Renders the final config onto the server and returns the reinstall into the installer;
+/// `retry` is the attempt and how long the last install waited for its Node.
 async fn reinstall(
     inputs: &Inputs<'_>,
     cloud: &dyn BareMetalCloud,
@@ -389,27 +402,9 @@ async fn reinstall(
     script_url: String,
     retry: Option<(i64, Duration)>,
 ) -> Result<Outcome> {
-    let spec = &inputs.instance.spec;
-    let ports: Vec<ingot_harvester::Port> = server.ports.iter().map(harvester_port).collect();
-    let bond_options = spec.management_bonding_options.clone().unwrap_or_default();
-    let mgmt =
-        match ManagementNetwork::from_ports(&management_interfaces(spec), &ports, bond_options) {
-            Ok(mgmt) => mgmt,
-            Err(error) => {
-                return Ok(Outcome::Blocked(Blocked {
-                    reason: "InvalidManagementInterfaces",
-                    message: error.to_string(),
-                    retry: Duration::from_secs(300),
-                }));
-            }
-        };
-    let config = match inputs.join() {
-        Ok(config) => config,
+    let (config, userdata) = match final_config(inputs, server) {
+        Ok(rendered) => rendered,
         Err(blocked) => return Ok(Outcome::Blocked(blocked)),
-    };
-    let userdata = match config.render_final(&mgmt) {
-        Ok(userdata) => userdata,
-        Err(error) => return Ok(Outcome::Blocked(invalid_config(error))),
     };
     // Idempotent: the same config every time (re-rendered on a retry).
     cloud
@@ -443,38 +438,12 @@ async fn reinstall(
         ),
         Some((attempt, waited)) => {
             status.install_retries = Some(attempt);
-            (
-                Ready {
-                    ok: false,
-                    reason: "InstallRetried",
-                    message: format!(
-                        "no Node joined within {}s of the install; installing server {} again (retry {attempt} of {})",
-                        waited.as_secs(),
-                        server.id,
-                        inputs.settings.install_retries
-                    ),
-                },
-                Note {
-                    warning: true,
-                    reason: "InstallRetried",
-                    message: format!(
-                        "no Node joined within {}s of the install; installing server {} again (retry {attempt} of {})",
-                        waited.as_secs(),
-                        server.id,
-                        inputs.settings.install_retries
-                    ),
-                },
-            )
+            install_retried(inputs.settings, &server.id, attempt, waited)
         }
     };
     Ok(Outcome::Reinstall {
         server_id: server.id.clone(),
-        request: Reinstall {
-            preserve_data: true,
-            deprovision_fast: true,
-            os: None,
-            ipxe_script_url: Some(script_url),
-        },
+        request: into_installer(script_url),
         then: Transition {
             status,
             ready: Some(ready),
@@ -482,6 +451,61 @@ async fn reinstall(
             requeue: inputs.poll(),
         },
     })
+}
+
+/// The join config and the final Harvester config rendered from it for this server's ports.
+fn final_config(
+    inputs: &Inputs<'_>,
+    server: &Server,
+) -> std::result::Result<(JoinConfig, String), Blocked> {
+    let spec = &inputs.instance.spec;
+    let ports: Vec<ingot_harvester::Port> = server.ports.iter().map(harvester_port).collect();
+    let bond_options = spec.management_bonding_options.clone().unwrap_or_default();
+    let mgmt = ManagementNetwork::from_ports(&management_interfaces(spec), &ports, bond_options)
+        .map_err(|error| Blocked {
+            reason: "InvalidManagementInterfaces",
+            message: error.to_string(),
+            retry: Duration::from_secs(300),
+        })?;
+    let config = inputs.join()?;
+    let userdata = config.render_final(&mgmt).map_err(invalid_config)?;
+    Ok((config, userdata))
+}
+
+/// A reinstall into the installer the script boots, keeping the disks.
+fn into_installer(script_url: String) -> Reinstall {
+    Reinstall {
+        preserve_data: true,
+        deprovision_fast: true,
+        os: None,
+        ipxe_script_url: Some(script_url),
+    }
+}
+
+/// The condition and Event of install retry `attempt`, after `waited` without a Node.
+fn install_retried(
+    settings: &Settings,
+    server_id: &str,
+    attempt: i64,
+    waited: Duration,
+) -> (Ready, Note) {
+    let message = format!(
+        "no Node joined within {}s of the install; installing server {server_id} again (retry {attempt} of {})",
+        waited.as_secs(),
+        settings.install_retries
+    );
+    (
+        Ready {
+            ok: false,
+            reason: "InstallRetried",
+            message: message.clone(),
+        },
+        Note {
+            warning: true,
+            reason: "InstallRetried",
+            message,
+        },
+    )
 }
 
 /// What is written before a reinstall is requested: the intent (`reinstallRequestedAt`) and the
@@ -548,20 +572,7 @@ pub async fn ready(inputs: &Inputs<'_>, cloud: &dyn BareMetalCloud) -> Result<Ou
         return Ok(outcome);
     }
     if inputs.node_exists {
-        let mut status = inputs.status();
-        status.status = instance_status::MANAGED.to_owned();
-        let mut transition = inputs.transition(status, Duration::ZERO);
-        transition.ready = Some(Ready {
-            ok: true,
-            reason: "Joined",
-            message: "the server joined the cluster as a Node".to_owned(),
-        });
-        transition.note = Some(Note {
-            warning: false,
-            reason: "Joined",
-            message: "the Node joined the cluster".to_owned(),
-        });
-        return Ok(Outcome::Transition(transition));
+        return Ok(joined(inputs));
     }
     // A server that vanishes while the Node is awaited is noticed here.
     let server = match current_server(inputs, cloud).await? {
@@ -598,51 +609,54 @@ pub async fn ready(inputs: &Inputs<'_>, cloud: &dyn BareMetalCloud) -> Result<Ou
     let Some(script_url) = install_script_url(inputs.settings, inputs.instance) else {
         return Ok(Outcome::Blocked(no_ipxe_url()));
     };
+    let retry = (retries + 1, waited);
     if inputs.single_boot() {
-        // Single boot has no rendered final config: the script carries the MACs.
-        let mut status = status.clone();
-        status.status = instance_status::REINSTALLING.to_owned();
-        status.install_retries = Some(retries + 1);
-        status.reinstall_requested_at = None;
-        let message = format!(
-            "no Node joined within {}s of the install; installing server {} again (retry {} of {})",
-            waited.as_secs(),
-            server.id,
-            retries + 1,
-            inputs.settings.install_retries
-        );
-        return Ok(Outcome::Reinstall {
-            server_id: server.id.clone(),
-            request: Reinstall {
-                preserve_data: true,
-                deprovision_fast: true,
-                os: None,
-                ipxe_script_url: Some(script_url),
-            },
-            then: Transition {
-                status,
-                ready: Some(Ready {
-                    ok: false,
-                    reason: "InstallRetried",
-                    message: message.clone(),
-                }),
-                note: Some(Note {
-                    warning: true,
-                    reason: "InstallRetried",
-                    message,
-                }),
-                requeue: inputs.poll(),
-            },
-        });
+        return Ok(install_again(inputs, &server, script_url, retry));
     }
-    reinstall(
-        inputs,
-        cloud,
-        &server,
-        script_url,
-        Some((retries + 1, waited)),
-    )
-    .await
+    reinstall(inputs, cloud, &server, script_url, Some(retry)).await
+}
+
+/// The Node joined: `managed`.
+fn joined(inputs: &Inputs<'_>) -> Outcome {
+    let mut status = inputs.status();
+    status.status = instance_status::MANAGED.to_owned();
+    let mut transition = inputs.transition(status, Duration::ZERO);
+    transition.ready = Some(Ready {
+        ok: true,
+        reason: "Joined",
+        message: "the server joined the cluster as a Node".to_owned(),
+    });
+    transition.note = Some(Note {
+        warning: false,
+        reason: "Joined",
+        message: "the Node joined the cluster".to_owned(),
+    });
+    Outcome::Transition(transition)
+}
+
+/// Single boot has no rendered final config: the script carries the MACs, so a retry is the
+/// same install again.
+fn install_again(
+    inputs: &Inputs<'_>,
+    server: &Server,
+    script_url: String,
+    (attempt, waited): (i64, Duration),
+) -> Outcome {
+    let mut status = inputs.status();
+    status.status = instance_status::REINSTALLING.to_owned();
+    status.install_retries = Some(attempt);
+    status.reinstall_requested_at = None;
+    let (ready, note) = install_retried(inputs.settings, &server.id, attempt, waited);
+    Outcome::Reinstall {
+        server_id: server.id.clone(),
+        request: into_installer(script_url),
+        then: Transition {
+            status,
+            ready: Some(ready),
+            note: Some(note),
+            requeue: inputs.poll(),
+        },
+    }
 }
 
 /// How long to wait for the Node after `retries` retries: the retry period doubled per retry,
