@@ -152,6 +152,7 @@ impl GardenerArgs {
         limiter: Arc<RateLimiter>,
         metrics: Arc<Metrics>,
         crash_points: Option<String>,
+        identity: String,
         shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
     ) -> tokio::task::JoinHandle<()> {
         let settings = Settings {
@@ -180,6 +181,7 @@ impl GardenerArgs {
         tokio::spawn(async move {
             let ctx = GardenerContext::new(clusters, driver, settings)
                 .with_crash_points(crash_points)
+                .with_identity(identity)
                 .with_metrics(metrics);
             ingot_controllers::gardener::run(Arc::new(ctx), shutdown).await;
         })

@@ -645,6 +645,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 metal_limiter.clone(),
                 metrics.clone(),
                 args.pools.crash_points(),
+                identity.clone(),
                 shutdown,
             ),
             ControllerKind::Rufio => tokio::spawn(rufio::run(rufio_ctx.clone(), shutdown)),

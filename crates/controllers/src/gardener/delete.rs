@@ -24,6 +24,7 @@ use super::{
     NODE_FINALIZER, SHORT_RETRY, has_finalizer,
 };
 use crate::metrics::DrainOutcome;
+use crate::runtime::finalizer;
 
 pub const GET_VM_STATUS: &str = "Set machine status to termination. Now, getting VM Status";
 /// The `controller` label of the Gardener drains.
@@ -95,13 +96,7 @@ pub async fn reconcile(
         Step::DeleteVm => delete_vm(ctx, machine, class).await,
         Step::DeleteNode => delete_node(ctx, machine).await,
         Step::RemoveFinalizer => {
-            let finalizers: Vec<String> = machine
-                .finalizers()
-                .iter()
-                .filter(|f| *f != MCM_FINALIZER)
-                .cloned()
-                .collect();
-            patch_metadata(ctx, machine, json!({"finalizers": finalizers}), None).await?;
+            finalizer::remove(&ctx.machines(), machine, MCM_FINALIZER).await?;
             info!(machine = %machine.name_any(), "machine deleted");
             Ok(Action::await_change())
         }
@@ -422,18 +417,7 @@ async fn delete_node(ctx: &GardenerContext, machine: &Machine) -> Result<Action,
     };
     let nodes: Api<Node> = Api::all(ctx.target().clone());
     if let Some(node) = nodes.get_opt(&node_name).await? {
-        if node.finalizers().iter().any(|f| f == NODE_FINALIZER) {
-            let finalizers: Vec<String> = node
-                .finalizers()
-                .iter()
-                .filter(|f| *f != NODE_FINALIZER)
-                .cloned()
-                .collect();
-            let body = json!({"metadata": {"finalizers": finalizers, "resourceVersion": node.resource_version()}});
-            nodes
-                .patch(&node_name, &PatchParams::default(), &Patch::Merge(&body))
-                .await?;
-        }
+        finalizer::remove(&nodes, &node, NODE_FINALIZER).await?;
         match nodes.delete(&node_name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}

@@ -6,7 +6,7 @@
 //! second one.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use ingot_api::gardener::{MCM_FINALIZER, Machine, MachineClass, NODE_LABEL};
@@ -22,10 +22,12 @@ use tracing::{info, warn};
 
 use super::driver::{MachineRequest, SecretData};
 use super::status::{self, OpState, OpType, Phase, Update};
+use crate::runtime::{self, ControllerRuntime, finalizer};
+
 use super::{
     CONFLICT_RETRY, CRITICAL_COMPONENTS_NOT_READY, Code, Error, GardenerContext, LONG_RETRY,
     MACHINE_NAME_LABEL, MACHINE_PRIORITY, MEDIUM_RETRY, PRESERVE_ANNOTATION, SHORT_RETRY, Status,
-    bootstrap, delete, go_duration, has_finalizer, parse_go_duration,
+    bootstrap, delete, error_backoff, go_duration, has_finalizer, parse_go_duration,
 };
 
 /// The `controller` label of the reconcile metrics.
@@ -54,8 +56,9 @@ pub async fn run(
         Some(writer) => watch.reflect(writer).touched_objects().boxed(),
         None => watch.touched_objects().boxed(),
     };
-    Controller::new(ctx.machines(), watcher::Config::default())
-        .watches_stream(node_events, move |node: Node| {
+    let controller = Controller::new(ctx.machines(), watcher::Config::default()).watches_stream(
+        node_events,
+        move |node: Node| {
             if not_managed(&node) {
                 return None;
             }
@@ -65,40 +68,14 @@ pub async fn run(
                 .cloned()
                 .unwrap_or_else(|| node.name_any());
             Some(ObjectRef::<Machine>::new(&name).within(&namespace))
-        })
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "machine reconcile");
-            }
-        })
-        .await;
+        },
+    );
+    let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), error_backoff());
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
-fn error_policy(_machine: Arc<Machine>, error: &Error, ctx: Arc<GardenerContext>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.kind());
-    match error {
-        Error::Kube(kube::Error::Api(e)) if e.code == 409 => Action::requeue(CONFLICT_RETRY),
-        _ => {
-            warn!(%error, "machine reconcile failed");
-            Action::requeue(SHORT_RETRY)
-        }
-    }
-}
-
-/// Reconciles one Machine and records it in the reconcile metrics.
+/// Reconciles one Machine.
 pub(crate) async fn reconcile(
-    machine: Arc<Machine>,
-    ctx: Arc<GardenerContext>,
-) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(machine, ctx.clone()).await;
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    result
-}
-
-async fn reconcile_inner(
     machine: Arc<Machine>,
     ctx: Arc<GardenerContext>,
 ) -> Result<Action, Error> {
@@ -110,9 +87,7 @@ async fn reconcile_inner(
         return delete::reconcile(&machine, &class, &ctx).await;
     }
     if !has_finalizer(&machine) {
-        let mut finalizers = machine.finalizers().to_vec();
-        finalizers.push(MCM_FINALIZER.to_owned());
-        patch_metadata(&ctx, &machine, json!({"finalizers": finalizers}), None).await?;
+        finalizer::add(&ctx.machines(), machine.as_ref(), &[MCM_FINALIZER]).await?;
         return Ok(Action::await_change());
     }
     if !class.finalizers().iter().any(|f| f == MCM_FINALIZER) {

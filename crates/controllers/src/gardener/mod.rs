@@ -32,6 +32,12 @@ use kube::{Api, Client, ResourceExt};
 
 pub use driver::{Code, Driver, SecretData, Status};
 
+use crate::runtime::{Backoff, EventRecorder, ReconcileError, Retry};
+
+/// The component the Gardener controllers' Events are reported as (upstream's provider
+/// records none; MCM's own are `machine-controller`).
+pub const EVENT_COMPONENT: &str = "ingot";
+
 /// A shared driver.
 pub type EquinixDriverArc = Arc<dyn Driver>;
 
@@ -147,6 +153,8 @@ pub struct GardenerContext {
     pub(crate) nodes: NodeCache,
     /// Drains are counted here (a private registry unless `ingot run` gives its own).
     pub metrics: Arc<crate::Metrics>,
+    /// The one Event recorder of the Gardener controllers (component `ingot`, this replica).
+    pub events: EventRecorder,
 }
 
 /// The target cluster's Nodes from the machine controller's watch ([`machine::run`] fills it),
@@ -190,6 +198,7 @@ impl NodeCache {
 
 impl GardenerContext {
     pub fn new(clusters: Clusters, driver: Arc<dyn Driver>, settings: Settings) -> Self {
+        let clusters_control = clusters.control.clone();
         GardenerContext {
             clusters,
             driver,
@@ -199,7 +208,18 @@ impl GardenerContext {
             evictions: drain::EvictionTracker::default(),
             nodes: NodeCache::new(),
             metrics: Arc::default(),
+            events: EventRecorder::new(clusters_control, EVENT_COMPONENT, None),
         }
+    }
+
+    /// Reports Events as this replica (`ingot run --identity`).
+    pub fn with_identity(mut self, identity: impl Into<String>) -> Self {
+        self.events = EventRecorder::new(
+            self.clusters.control.clone(),
+            EVENT_COMPONENT,
+            Some(identity.into()),
+        );
+        self
     }
 
     /// Counts into `metrics` (the ones `/metrics` serves).
@@ -294,15 +314,32 @@ pub enum Error {
     Json(#[from] serde_json::Error),
 }
 
-impl Error {
-    /// The `error` label of `reconcile_errors_total`.
-    pub fn kind(&self) -> &'static str {
+impl ReconcileError for Error {
+    /// The `error` label of `ingot_reconcile_errors_total`.
+    fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
             Error::Json(_) => "json",
         }
     }
+
+    /// A write that lost a race on `resourceVersion` (409) looks again at once.
+    fn retry(&self) -> Retry {
+        match self {
+            Error::Kube(error) if crate::runtime::is_conflict(error) => Retry::Conflict,
+            _ => Retry::Backoff,
+        }
+    }
 }
+
+/// The reconcile error backoff of the Gardener controllers: [`SHORT_RETRY`] (upstream's retry
+/// after an error) doubling per failure of the same object, at most [`ERROR_BACKOFF_MAX`].
+pub fn error_backoff() -> Backoff {
+    Backoff::new(SHORT_RETRY, ERROR_BACKOFF_MAX)
+}
+
+/// The longest wait after repeated failures of one object.
+pub const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(60);
 
 /// The machine has our finalizer.
 pub fn has_finalizer(machine: &Machine) -> bool {
