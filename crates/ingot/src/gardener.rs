@@ -144,7 +144,9 @@ impl GardenerArgs {
         })
     }
 
-    /// Starts the Gardener controllers; they stop when `shutdown` completes.
+    /// Starts the Gardener controllers as replica `identity`; they stop when `shutdown`
+    /// completes.
+    #[allow(clippy::too_many_arguments)]
     pub fn spawn(
         &self,
         clusters: Clusters,

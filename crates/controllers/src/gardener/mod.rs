@@ -17,6 +17,7 @@ pub mod bootstrap;
 pub mod delete;
 pub mod drain;
 pub mod driver;
+pub mod lifecycle;
 pub mod machine;
 pub mod safety;
 pub mod status;
