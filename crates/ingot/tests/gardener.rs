@@ -546,6 +546,53 @@ async fn machine_deployment_scales_rolls_and_deletes_with_upstream_mcm() {
                 .is_none()
         );
     }
+    // Steady state: repeated passes over the Running machines read their MachineClass and
+    // its Secret from the watched caches, never with a GET per pass. Touching a Machine makes
+    // the machine controller reconcile it; two rounds, each waited for.
+    let passes = |metrics: &BTreeMap<String, f64>| {
+        metrics
+            .get("ingot_reconciliations_total{controller=\"gardener-machine\"}")
+            .copied()
+            .unwrap_or_default()
+    };
+    let before = stack.metrics().await;
+    let mut seen = passes(&before);
+    for round in 0..2 {
+        for m in &machines {
+            let touch = json!({"metadata": {"annotations": {"e2e/touched": round.to_string()}}});
+            stack
+                .machines_api()
+                .patch(
+                    &m.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&touch),
+                )
+                .await
+                .unwrap();
+        }
+        seen = wait_for(
+            "the machine controller to reconcile every touched Machine",
+            Duration::from_secs(60),
+            async || {
+                let now = passes(&stack.metrics().await);
+                (now >= seen + machines.len() as f64).then_some(now)
+            },
+        )
+        .await;
+    }
+    let after = stack.metrics().await;
+    for resource in ["machineclasses", "secrets"] {
+        let series = format!("ingot_kube_requests_total{{verb=\"get\",resource=\"{resource}\"}}");
+        let read = after.get(&series).copied().unwrap_or_default()
+            - before.get(&series).copied().unwrap_or_default();
+        assert_eq!(
+            read,
+            0.0,
+            "{series}: {} passes over {} Running machines read the API server",
+            passes(&after) - passes(&before),
+            machines.len()
+        );
+    }
     let class: Value = serde_json::to_value(
         stack
             .machines_api()

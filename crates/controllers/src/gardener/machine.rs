@@ -367,7 +367,7 @@ async fn health(
     if node_name.is_empty() {
         return Ok(None);
     }
-    let node = ctx.nodes.get(ctx.target(), &node_name).await?;
+    let node = ctx.nodes.node(ctx.target(), &node_name).await?;
     let view = node.as_ref().map(node_view);
     if let Some(node) = &node {
         if not_managed(node) {
@@ -643,7 +643,7 @@ async fn preserve(
     if value.is_none() && !node_name.is_empty() {
         value = ctx
             .nodes
-            .get(ctx.target(), node_name)
+            .node(ctx.target(), node_name)
             .await?
             .and_then(|n| n.annotations().get(PRESERVE_ANNOTATION).cloned());
     }
