@@ -581,6 +581,13 @@ async fn machine_deployment_scales_rolls_and_deletes_with_upstream_mcm() {
         .await;
     }
     let after = stack.metrics().await;
+    // The MachineClass controller's passes (the touched Machines name the class) are counted.
+    assert!(
+        after
+            .get("ingot_reconciliations_total{controller=\"gardener-machine-class\"}")
+            .is_some_and(|n| *n > 0.0),
+        "{after:#?}"
+    );
     for resource in ["machineclasses", "secrets"] {
         let series = format!("ingot_kube_requests_total{{verb=\"get\",resource=\"{resource}\"}}");
         let read = after.get(&series).copied().unwrap_or_default()
@@ -782,6 +789,42 @@ async fn unhealthy_machines_of_a_deployment_are_replaced_one_at_a_time() {
         replacement_running.unwrap() <= second,
         "the second machine was marked Failed (poll {second}) before the first replacement ran (poll {replacement_running:?})"
     );
+    // The phase Events: Warnings for Unknown and Failed, Normal otherwise, each reported by
+    // component `ingot` as this replica (its --identity).
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(stack.client.clone(), &stack.namespace);
+    let phase_events: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.kind.as_deref() == Some("Machine"))
+        .collect();
+    let reasons: BTreeSet<&str> = phase_events
+        .iter()
+        .filter_map(|e| e.reason.as_deref())
+        .collect();
+    for reason in ["Running", "Unknown", "Failed"] {
+        assert!(reasons.contains(reason), "{reason} in {reasons:?}");
+    }
+    for event in &phase_events {
+        let reason = event.reason.as_deref().unwrap_or_default();
+        let warning = matches!(reason, "Unknown" | "Failed" | "CrashLoopBackOff");
+        assert_eq!(
+            event.type_.as_deref(),
+            Some(if warning { "Warning" } else { "Normal" }),
+            "{event:?}"
+        );
+        assert_eq!(
+            (
+                event.reporting_component.as_deref(),
+                event.reporting_instance.clone()
+            ),
+            (Some("ingot"), Some(format!("ingot-{}", stack.namespace))),
+            "{event:?}"
+        );
+    }
     stack.delete_deployment_and_expect_nothing_left(md).await;
 }
 

@@ -373,6 +373,25 @@ mod tests {
     }
 
     #[test]
+    fn daemonset_and_mirror_pods_stay_finished_pods_go_as_with_mcm() {
+        let pod = |spec: Value| -> Pod { serde_json::from_value(spec).unwrap() };
+        let daemon = pod(json!({"metadata": {"name": "d",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u"}]}}));
+        let mirror = pod(json!({"metadata": {"name": "m",
+            "annotations": {"kubernetes.io/config.mirror": "x"}}}));
+        let finished = pod(json!({"metadata": {"name": "f"}, "status": {"phase": "Succeeded"}}));
+        let running = pod(json!({"metadata": {"name": "r"}, "status": {"phase": "Running"}}));
+        assert!(!must_leave(&daemon));
+        assert!(!must_leave(&mirror));
+        assert!(
+            must_leave(&finished),
+            "unlike the pools' drain, a finished pod is evicted"
+        );
+        assert!(!crate::pools::drain::must_leave(&finished));
+        assert!(must_leave(&running));
+    }
+
+    #[test]
     fn tracker_counts_per_node_and_forgets() {
         let tracker = EvictionTracker::default();
         let now = Instant::now();
