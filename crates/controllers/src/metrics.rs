@@ -172,224 +172,240 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
     /// Requests to the Kubernetes API server: what the watched caches save is seen here.
     pub kube_requests: Family<KubeRequestLabels, Counter>,
-    pub metal_requests: Family<MetalCallLabels, Counter>,
-    pub metal_request_duration: Family<OperationLabels, Histogram>,
-    pub metal_retries: Family<RetryLabels, Counter>,
-    pub metal_rate_limited: Family<OperationLabels, Counter>,
-    pub metal_rate_limit_waits: Counter,
-    pub metal_rate_limit_wait_seconds: Counter<f64, AtomicU64>,
-    pub bmc_requests: Family<BmcCallLabels, Counter>,
-    pub bmc_request_duration: Family<BmcOperationLabels, Histogram>,
-    pub bmc_sessions_open: Family<ProtocolLabels, Gauge>,
-    pub bmc_fleet_in_flight: Gauge,
-    pub bmc_fleet_limit: Gauge,
-    pub instance_phase_duration: Family<PhaseLabels, Histogram>,
-    pub pools: Family<StatusLabels, Gauge>,
-    pub pool_instances_requested: Gauge,
-    pub pool_instances_managed: Gauge,
-    pub pool_replacements: Counter,
-    pub pool_replacements_blocked: Family<ReasonLabels, Counter>,
-    pub drains: Family<DrainLabels, Counter>,
-    pub drains_blocked: Family<DrainControllerLabels, Counter>,
+    pub metal: MetalMetrics,
+    pub bmc: BmcMetrics,
+    pub pool: PoolMetrics,
     /// Run before every scrape: gauges read from a live source (caches, the BMC fleet limit).
     samplers: Mutex<Vec<Sampler>>,
+}
+
+/// Equinix Metal API calls.
+pub struct MetalMetrics {
+    pub requests: Family<MetalCallLabels, Counter>,
+    pub request_duration: Family<OperationLabels, Histogram>,
+    pub retries: Family<RetryLabels, Counter>,
+    pub rate_limited: Family<OperationLabels, Counter>,
+    pub rate_limit_waits: Counter,
+    pub rate_limit_wait_seconds: Counter<f64, AtomicU64>,
+}
+
+impl MetalMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            requests: registered(
+                registry,
+                "metal_requests",
+                "Equinix Metal API calls, by operation (OpenAPI operation id) and outcome (ok or the error kind) after the client's retries",
+                Family::<MetalCallLabels, Counter>::default(),
+            ),
+            request_duration: registered(
+                registry,
+                "metal_request_duration_seconds",
+                "Time of one Equinix Metal API call, retries and rate-limit waits included",
+                Family::<OperationLabels, Histogram>::new_with_constructor(|| {
+                    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+                }),
+            ),
+            retries: registered(
+                registry,
+                "metal_retries",
+                "Equinix Metal API attempts sent again, by operation and the failure's kind",
+                Family::<RetryLabels, Counter>::default(),
+            ),
+            rate_limited: registered(
+                registry,
+                "metal_rate_limited",
+                "429 Too Many Requests answers from the Equinix Metal API, by operation",
+                Family::<OperationLabels, Counter>::default(),
+            ),
+            rate_limit_waits: registered(
+                registry,
+                "metal_rate_limit_waits",
+                "Equinix Metal API requests held by the client-side rate limiter (its own rate, or a pause the API asked for)",
+                Counter::default(),
+            ),
+            rate_limit_wait_seconds: registered(
+                registry,
+                "metal_rate_limit_wait_seconds",
+                "Time Equinix Metal API requests were held by the client-side rate limiter",
+                Counter::<f64, AtomicU64>::default(),
+            ),
+        }
+    }
+}
+
+/// BMC calls and sessions.
+pub struct BmcMetrics {
+    pub requests: Family<BmcCallLabels, Counter>,
+    pub request_duration: Family<BmcOperationLabels, Histogram>,
+    pub sessions_open: Family<ProtocolLabels, Gauge>,
+    pub fleet_in_flight: Gauge,
+    pub fleet_limit: Gauge,
+}
+
+impl BmcMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            requests: registered(
+                registry,
+                "bmc_requests",
+                "BMC calls, by protocol (redfish, ipmi, unknown when none answered), operation and outcome (ok or the error kind)",
+                Family::<BmcCallLabels, Counter>::default(),
+            ),
+            request_duration: registered(
+                registry,
+                "bmc_request_duration_seconds",
+                "Time of one BMC call (connecting and protocol detection included)",
+                Family::<BmcOperationLabels, Histogram>::new_with_constructor(|| {
+                    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+                }),
+            ),
+            sessions_open: registered(
+                registry,
+                "bmc_sessions_open",
+                "BMC clients connected, by protocol: one per BMC, holding the session its calls reuse",
+                Family::<ProtocolLabels, Gauge>::default(),
+            ),
+            fleet_in_flight: registered(
+                registry,
+                "bmc_fleet_in_flight",
+                "BMC requests in flight across the fleet (fleet permits taken; a hedged read and its copies hold one)",
+                Gauge::default(),
+            ),
+            fleet_limit: registered(
+                registry,
+                "bmc_fleet_limit",
+                "BMC requests allowed in flight across the fleet (--rufio-fleet-limit)",
+                Gauge::default(),
+            ),
+        }
+    }
+}
+
+/// InstancePools, their Instances, replacements and drains.
+pub struct PoolMetrics {
+    pub instance_phase_duration: Family<PhaseLabels, Histogram>,
+    pub by_status: Family<StatusLabels, Gauge>,
+    pub instances_requested: Gauge,
+    pub instances_managed: Gauge,
+    pub replacements: Counter,
+    pub replacements_blocked: Family<ReasonLabels, Counter>,
+    pub drains: Family<DrainLabels, Counter>,
+    pub drains_blocked: Family<DrainControllerLabels, Counter>,
+}
+
+impl PoolMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            instance_phase_duration: registered(
+                registry,
+                "instance_phase_duration_seconds",
+                "Time an Instance spent in a provisioning phase (new, queued, reinstalling, ready, managed), observed when it leaves the phase",
+                Family::<PhaseLabels, Histogram>::new_with_constructor(|| {
+                    Histogram::new(exponential_buckets(1.0, 2.0, 16))
+                }),
+            ),
+            by_status: registered(
+                registry,
+                "pools",
+                "InstancePools by status (new, tokenReady, submitted, ready, cleanupNodes), as this replica's cache holds them",
+                Family::<StatusLabels, Gauge>::default(),
+            ),
+            instances_requested: registered(
+                registry,
+                "pool_instances_requested",
+                "Instances requested by every InstancePool (spec.count), summed",
+                Gauge::default(),
+            ),
+            instances_managed: registered(
+                registry,
+                "pool_instances_managed",
+                "Instances whose Node joined (status.ready of every InstancePool), summed",
+                Gauge::default(),
+            ),
+            replacements: registered(
+                registry,
+                "pool_replacements",
+                "Unhealthy pool members removed to be replaced",
+                Counter::default(),
+            ),
+            replacements_blocked: registered(
+                registry,
+                "pool_replacements_blocked",
+                "Pool passes that found Nodes unhealthy for too long but replaced none, by reason (too_many_unhealthy, maintenance, cordoned, opted_out, invalid_max_unhealthy); rises at every pass while blocked",
+                Family::<ReasonLabels, Counter>::default(),
+            ),
+            drains: registered(
+                registry,
+                "drains",
+                "Node drains finished, by controller (pools, gardener) and outcome (drained, forced, timed_out)",
+                Family::<DrainLabels, Counter>::default(),
+            ),
+            drains_blocked: registered(
+                registry,
+                "drains_blocked",
+                "Drain passes held back by a PodDisruptionBudget refusal (or, pools, a drain timeout on a reachable Node); rises at every pass while a drain is stuck",
+                Family::<DrainControllerLabels, Counter>::default(),
+            ),
+        }
+    }
+}
+
+/// Registers `metric` under `name` (with the registry's `ingot_` prefix) and returns it.
+fn registered<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
+where
+    M: EncodeMetric + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    registry.register(name, help, Described(metric.clone()));
+    metric
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("ingot");
-        let leader = Gauge::default();
-        registry.register(
-            "leader",
-            "1 while this replica holds the leader lease",
-            Described(leader.clone()),
-        );
-        let leader_transitions = Family::<TransitionLabels, Counter>::default();
-        registry.register(
-            "leader_transitions",
-            "Changes of leadership of this replica: acquired, lost (taken over or not renewed in time; the process exits right after)",
-            Described(leader_transitions.clone()),
-        );
-        let reconciliations = Family::<ControllerLabels, Counter>::default();
-        registry.register(
-            "reconciliations",
-            "Reconciliations started",
-            Described(reconciliations.clone()),
-        );
-        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
-        registry.register(
-            "reconcile_errors",
-            "Reconciliations that failed, by error kind",
-            Described(reconcile_errors.clone()),
-        );
-        let reconcile_duration =
-            Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.001, 2.0, 16))
-            });
-        registry.register(
-            "reconcile_duration_seconds",
-            "Time spent in one reconciliation",
-            Described(reconcile_duration.clone()),
-        );
-        let kube_requests = Family::<KubeRequestLabels, Counter>::default();
-        registry.register(
-            "kube_requests",
-            "Requests to the Kubernetes API server, by verb and resource",
-            Described(kube_requests.clone()),
-        );
-
-        let metal_requests = Family::<MetalCallLabels, Counter>::default();
-        registry.register(
-            "metal_requests",
-            "Equinix Metal API calls, by operation (OpenAPI operation id) and outcome (ok or the error kind) after the client's retries",
-            Described(metal_requests.clone()),
-        );
-        let metal_request_duration =
-            Family::<OperationLabels, Histogram>::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.005, 2.0, 14))
-            });
-        registry.register(
-            "metal_request_duration_seconds",
-            "Time of one Equinix Metal API call, retries and rate-limit waits included",
-            Described(metal_request_duration.clone()),
-        );
-        let metal_retries = Family::<RetryLabels, Counter>::default();
-        registry.register(
-            "metal_retries",
-            "Equinix Metal API attempts sent again, by operation and the failure's kind",
-            Described(metal_retries.clone()),
-        );
-        let metal_rate_limited = Family::<OperationLabels, Counter>::default();
-        registry.register(
-            "metal_rate_limited",
-            "429 Too Many Requests answers from the Equinix Metal API, by operation",
-            Described(metal_rate_limited.clone()),
-        );
-        let metal_rate_limit_waits = Counter::default();
-        registry.register(
-            "metal_rate_limit_waits",
-            "Equinix Metal API requests held by the client-side rate limiter (its own rate, or a pause the API asked for)",
-            Described(metal_rate_limit_waits.clone()),
-        );
-        let metal_rate_limit_wait_seconds = Counter::<f64, AtomicU64>::default();
-        registry.register(
-            "metal_rate_limit_wait_seconds",
-            "Time Equinix Metal API requests were held by the client-side rate limiter",
-            Described(metal_rate_limit_wait_seconds.clone()),
-        );
-
-        let bmc_requests = Family::<BmcCallLabels, Counter>::default();
-        registry.register(
-            "bmc_requests",
-            "BMC calls, by protocol (redfish, ipmi, unknown when none answered), operation and outcome (ok or the error kind)",
-            Described(bmc_requests.clone()),
-        );
-        let bmc_request_duration =
-            Family::<BmcOperationLabels, Histogram>::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.005, 2.0, 14))
-            });
-        registry.register(
-            "bmc_request_duration_seconds",
-            "Time of one BMC call (connecting and protocol detection included)",
-            Described(bmc_request_duration.clone()),
-        );
-        let bmc_sessions_open = Family::<ProtocolLabels, Gauge>::default();
-        registry.register(
-            "bmc_sessions_open",
-            "BMC clients connected, by protocol: one per BMC, holding the session its calls reuse",
-            Described(bmc_sessions_open.clone()),
-        );
-        let bmc_fleet_in_flight = Gauge::default();
-        registry.register(
-            "bmc_fleet_in_flight",
-            "BMC requests in flight across the fleet (fleet permits taken; a hedged read and its copies hold one)",
-            Described(bmc_fleet_in_flight.clone()),
-        );
-        let bmc_fleet_limit = Gauge::default();
-        registry.register(
-            "bmc_fleet_limit",
-            "BMC requests allowed in flight across the fleet (--rufio-fleet-limit)",
-            Described(bmc_fleet_limit.clone()),
-        );
-
-        let instance_phase_duration =
-            Family::<PhaseLabels, Histogram>::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(1.0, 2.0, 16))
-            });
-        registry.register(
-            "instance_phase_duration_seconds",
-            "Time an Instance spent in a provisioning phase (new, queued, reinstalling, ready, managed), observed when it leaves the phase",
-            Described(instance_phase_duration.clone()),
-        );
-        let pools = Family::<StatusLabels, Gauge>::default();
-        registry.register(
-            "pools",
-            "InstancePools by status (new, tokenReady, submitted, ready, cleanupNodes), as this replica's cache holds them",
-            Described(pools.clone()),
-        );
-        let pool_instances_requested = Gauge::default();
-        registry.register(
-            "pool_instances_requested",
-            "Instances requested by every InstancePool (spec.count), summed",
-            Described(pool_instances_requested.clone()),
-        );
-        let pool_instances_managed = Gauge::default();
-        registry.register(
-            "pool_instances_managed",
-            "Instances whose Node joined (status.ready of every InstancePool), summed",
-            Described(pool_instances_managed.clone()),
-        );
-        let pool_replacements = Counter::default();
-        registry.register(
-            "pool_replacements",
-            "Unhealthy pool members removed to be replaced",
-            Described(pool_replacements.clone()),
-        );
-        let pool_replacements_blocked = Family::<ReasonLabels, Counter>::default();
-        registry.register(
-            "pool_replacements_blocked",
-            "Pool passes that found Nodes unhealthy for too long but replaced none, by reason (too_many_unhealthy, maintenance, cordoned, opted_out, invalid_max_unhealthy); rises at every pass while blocked",
-            Described(pool_replacements_blocked.clone()),
-        );
-        let drains = Family::<DrainLabels, Counter>::default();
-        registry.register(
-            "drains",
-            "Node drains finished, by controller (pools, gardener) and outcome (drained, forced, timed_out)",
-            Described(drains.clone()),
-        );
-        let drains_blocked = Family::<DrainControllerLabels, Counter>::default();
-        registry.register(
-            "drains_blocked",
-            "Drain passes held back by a PodDisruptionBudget refusal (or, pools, a drain timeout on a reachable Node); rises at every pass while a drain is stuck",
-            Described(drains_blocked.clone()),
-        );
         Self {
+            leader: registered(
+                &mut registry,
+                "leader",
+                "1 while this replica holds the leader lease",
+                Gauge::default(),
+            ),
+            leader_transitions: registered(
+                &mut registry,
+                "leader_transitions",
+                "Changes of leadership of this replica: acquired, lost (taken over or not renewed in time; the process exits right after)",
+                Family::<TransitionLabels, Counter>::default(),
+            ),
+            reconciliations: registered(
+                &mut registry,
+                "reconciliations",
+                "Reconciliations started",
+                Family::<ControllerLabels, Counter>::default(),
+            ),
+            reconcile_errors: registered(
+                &mut registry,
+                "reconcile_errors",
+                "Reconciliations that failed, by error kind",
+                Family::<ErrorLabels, Counter>::default(),
+            ),
+            reconcile_duration: registered(
+                &mut registry,
+                "reconcile_duration_seconds",
+                "Time spent in one reconciliation",
+                Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
+                    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+                }),
+            ),
+            kube_requests: registered(
+                &mut registry,
+                "kube_requests",
+                "Requests to the Kubernetes API server, by verb and resource",
+                Family::<KubeRequestLabels, Counter>::default(),
+            ),
+            metal: MetalMetrics::register(&mut registry),
+            bmc: BmcMetrics::register(&mut registry),
+            pool: PoolMetrics::register(&mut registry),
             registry,
-            leader,
-            leader_transitions,
-            kube_requests,
-            reconciliations,
-            reconcile_errors,
-            reconcile_duration,
-            metal_requests,
-            metal_request_duration,
-            metal_retries,
-            metal_rate_limited,
-            metal_rate_limit_waits,
-            metal_rate_limit_wait_seconds,
-            bmc_requests,
-            bmc_request_duration,
-            bmc_sessions_open,
-            bmc_fleet_in_flight,
-            bmc_fleet_limit,
-            instance_phase_duration,
-            pools,
-            pool_instances_requested,
-            pool_instances_managed,
-            pool_replacements,
-            pool_replacements_blocked,
-            drains,
-            drains_blocked,
             samplers: Mutex::default(),
         }
     }
@@ -439,23 +455,26 @@ impl Metrics {
             "managed" => "managed",
             _ => "other",
         };
-        self.instance_phase_duration
+        self.pool
+            .instance_phase_duration
             .get_or_create(&PhaseLabels { phase })
             .observe(spent.as_secs_f64());
     }
 
     pub fn replacement_started(&self) {
-        self.pool_replacements.inc();
+        self.pool.replacements.inc();
     }
 
     pub fn replacement_blocked(&self, reason: &'static str) {
-        self.pool_replacements_blocked
+        self.pool
+            .replacements_blocked
             .get_or_create(&ReasonLabels { reason })
             .inc();
     }
 
     pub fn drain_finished(&self, controller: &'static str, outcome: DrainOutcome) {
-        self.drains
+        self.pool
+            .drains
             .get_or_create(&DrainLabels {
                 controller,
                 outcome: outcome.label(),
@@ -464,7 +483,8 @@ impl Metrics {
     }
 
     pub fn drain_blocked(&self, controller: &'static str) {
-        self.drains_blocked
+        self.pool
+            .drains_blocked
             .get_or_create(&DrainControllerLabels { controller })
             .inc();
     }
@@ -495,29 +515,34 @@ impl Metrics {
 
 impl ingot_metal::MetalObserver for Metrics {
     fn call(&self, operation: &'static str, outcome: &'static str, took: Duration) {
-        self.metal_requests
+        self.metal
+            .requests
             .get_or_create(&MetalCallLabels { operation, outcome })
             .inc();
-        self.metal_request_duration
+        self.metal
+            .request_duration
             .get_or_create(&OperationLabels { operation })
             .observe(took.as_secs_f64());
     }
 
     fn retry(&self, operation: &'static str, reason: &'static str) {
-        self.metal_retries
+        self.metal
+            .retries
             .get_or_create(&RetryLabels { operation, reason })
             .inc();
     }
 
     fn rate_limited(&self, operation: &'static str) {
-        self.metal_rate_limited
+        self.metal
+            .rate_limited
             .get_or_create(&OperationLabels { operation })
             .inc();
     }
 
     fn rate_limit_wait(&self, waited: Duration) {
-        self.metal_rate_limit_waits.inc();
-        self.metal_rate_limit_wait_seconds
+        self.metal.rate_limit_waits.inc();
+        self.metal
+            .rate_limit_wait_seconds
             .inc_by(waited.as_secs_f64());
     }
 }
@@ -539,14 +564,16 @@ impl BmcObserver for Metrics {
         took: Duration,
     ) {
         let protocol = protocol_label(protocol);
-        self.bmc_requests
+        self.bmc
+            .requests
             .get_or_create(&BmcCallLabels {
                 protocol,
                 operation,
                 outcome,
             })
             .inc();
-        self.bmc_request_duration
+        self.bmc
+            .request_duration
             .get_or_create(&BmcOperationLabels {
                 protocol,
                 operation,
@@ -555,7 +582,8 @@ impl BmcObserver for Metrics {
     }
 
     fn session_opened(&self, protocol: Protocol) {
-        self.bmc_sessions_open
+        self.bmc
+            .sessions_open
             .get_or_create(&ProtocolLabels {
                 protocol: protocol_label(Some(protocol)),
             })
@@ -563,7 +591,8 @@ impl BmcObserver for Metrics {
     }
 
     fn session_closed(&self, protocol: Protocol) {
-        self.bmc_sessions_open
+        self.bmc
+            .sessions_open
             .get_or_create(&ProtocolLabels {
                 protocol: protocol_label(Some(protocol)),
             })

@@ -409,258 +409,46 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ingot_controllers::set_crash_hook(crate::crash::abort_at);
     }
     let controllers = chosen_controllers(&args.controllers);
-    let rufio_settings = args.rufio.settings()?;
+    let rufio_settings = rufio::Settings {
+        crash_point: args.pools.crash_points(),
+        ..args.rufio.settings()?
+    };
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     info!(version = env!("CARGO_PKG_VERSION"), %identity, controllers = ?controllers, "starting ingot");
 
     let metrics = Arc::new(Metrics::default());
-    let client = connect(args.kubeconfig.as_deref(), &metrics).await?;
-    let version = match tokio::time::timeout(API_SERVER_DEADLINE, client.apiserver_version()).await
-    {
-        Ok(Ok(version)) => version,
-        failed => {
-            let config = load_config(args.kubeconfig.as_deref()).await?;
-            let why = match failed {
-                Ok(Err(error)) => format!("{:#}", anyhow::Error::new(error)),
-                _ => format!("no answer within {} s", API_SERVER_DEADLINE.as_secs()),
-            };
-            let source = match &args.kubeconfig {
-                Some(path) => format!("--kubeconfig {}", path.display()),
-                None => "KUBECONFIG, ~/.kube/config or the in-cluster service account".to_owned(),
-            };
-            anyhow::bail!(
-                "cannot reach the Kubernetes API server {} ({why}): start it, or point --kubeconfig (or KUBECONFIG) at one that answers; the server comes from {source}",
-                config.cluster_url
-            );
-        }
-    };
-    info!(server = %version.git_version, "connected to the Kubernetes API server");
-    if controllers.contains(&ControllerKind::Pools) {
-        warn_if_credentials_missing(&client, &args.pools).await;
-    }
+    let client = connect_and_check(args.kubeconfig.as_deref(), &metrics).await?;
+    let parts = Parts::resolve(&args, &controllers, client, metrics, identity).await?;
+    let (client, metrics) = (parts.client.clone(), parts.metrics.clone());
 
     let ready = Arc::new(AtomicBool::new(true));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
-    // One Metal rate limit for every controller that calls the Metal API.
-    let metal_limiter = Arc::new(ingot_metal::equinix::RateLimiter::new(
-        args.pools.metal_rate_limit,
-        5,
-    ));
-    let connector = Arc::new(
-        pools::EquinixConnector::with_limiter(
-            args.pools.metal_api_url.clone(),
-            metal_limiter.clone(),
-        )
-        .with_observer(ingot_metal::Observer::new(metrics.clone())),
-    );
-    let eviction_client = connect_without_retry(args.kubeconfig.as_deref(), &metrics).await?;
-    // The Gardener controllers' control and target clusters, resolved before leading so that a
-    // bad kubeconfig stops the process at once.
-    let gardener_clusters = if controllers.contains(&ControllerKind::Gardener) {
-        Some(
-            args.gardener
-                .clusters(&client, &eviction_client, &metrics)
-                .await?,
-        )
-    } else {
-        None
-    };
-    let pools_shared = Arc::new(
-        pools::PoolsShared::new(args.pools.settings(), connector)
-            .with_eviction_client(eviction_client),
-    );
-    // The Instances for the iPXE scripts, watched by every replica (a script request reads
-    // the store, not the API server).
-    let instances = if controllers.contains(&ControllerKind::Pools) {
-        let (store, events) = ingot_controllers::lean_reflector(
-            kube::Api::<ingot_api::equinix::Instance>::all(client.clone()),
-            kube::runtime::watcher::Config::default(),
-        );
-        let mut rx = stop_rx.clone();
-        tokio::spawn(async move {
-            let feed = events.for_each(|event| {
-                if let Err(error) = event {
-                    warn!(%error, "the Instance watch of the iPXE scripts failed; listing again");
-                }
-                std::future::ready(())
-            });
-            tokio::select! {
-                () = feed => {}
-                _ = rx.wait_for(|stop| *stop) => {}
-            }
-        });
-        Some(store)
-    } else {
-        None
-    };
-    let health = Health {
-        metrics: metrics.clone(),
-        ready: ready.clone(),
-        pools: pools_shared.clone(),
-        instances,
-    };
-    let server_limits = |max_connections: usize| crate::serve::Limits {
-        max_connections,
-        header_timeout: Duration::from_secs_f64(args.request_header_timeout_seconds.max(0.1)),
-        connection_lifetime: Duration::from_secs_f64(args.connection_lifetime_seconds.max(1.0)),
-    };
-    let power_api = match args.seeder.power_api_addr {
-        Some(addr) if controllers.contains(&ControllerKind::Seeder) => {
-            let certificate = match (
-                &args.seeder.power_api_tls_cert,
-                &args.seeder.power_api_tls_key,
-                &args.seeder.power_api_tls_secret,
-            ) {
-                (Some(cert), Some(key), _) => power_api::Certificate::Files {
-                    cert: cert.clone(),
-                    key: key.clone(),
-                },
-                (_, _, Some(name)) => power_api::Certificate::Secret {
-                    namespace: args.lease_namespace.clone(),
-                    name: name.clone(),
-                    names: args.seeder.power_api_tls_names.clone(),
-                },
-                _ => power_api::Certificate::SelfSigned(vec![
-                    "localhost".to_owned(),
-                    addr.ip().to_string(),
-                ]),
-            };
-            let namespace = args
-                .seeder
-                .seeder_namespace
-                .clone()
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(|| ingot_api::seeder::LOCAL_CLUSTER_NAMESPACE.to_owned());
-            let mut rx = stop_rx.clone();
-            let stop = async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            };
-            let reviews = power_api::Reviews::new(
-                client.clone(),
-                args.seeder
-                    .power_api_audiences
-                    .iter()
-                    .filter(|a| !a.is_empty())
-                    .cloned()
-                    .collect(),
-            );
-            Some(
-                power_api::serve(
-                    addr,
-                    certificate,
-                    reviews,
-                    namespace,
-                    server_limits(args.seeder.power_api_max_connections),
-                    stop,
-                )
-                .await?,
-            )
-        }
-        Some(_) => anyhow::bail!(
-            "--power-api-addr serves Seeder's power actions: add seeder to --controllers"
-        ),
-        None => None,
-    };
-    let server = http::serve(
-        args.http_addr,
-        health,
-        server_limits(args.http_max_connections),
-        stopped,
-    )
-    .await?;
+    let stop = Stop::new();
+    let servers = Servers::start(&args, &controllers, &parts, &ready, &stop).await?;
 
-    let lease = LeaseConfig {
-        namespace: args.lease_namespace.clone(),
-        name: args.lease_name.clone(),
-        identity: identity.clone(),
-        lease_duration: Duration::from_secs(args.lease_duration_seconds),
-        retry_period: Duration::from_secs((args.lease_duration_seconds / 5).max(1)),
-        renew_deadline: Duration::from_secs(args.lease_duration_seconds * 2 / 3),
-    };
-    let mut elector = LeaderElector::new(client.clone(), lease);
-
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
-    let shutdown_signal = async move {
-        tokio::select! {
-            _ = terminate.recv() => "SIGTERM",
-            _ = tokio::signal::ctrl_c() => "SIGINT",
-        }
-    }
-    .shared();
-
+    let mut elector = LeaderElector::new(client.clone(), lease_config(&args, &parts.identity));
+    let shutdown_signal = termination_signal()?;
     // Stand by until the lease is ours, or stop if asked to first.
     tokio::select! {
         () = elector.acquire() => {}
         signal = shutdown_signal.clone() => {
             info!(signal, "stopping before leading");
-            let _ = stop_tx.send(true);
-            let _ = server.await;
+            stop.now();
+            servers.stopped().await;
             return Ok(());
         }
     }
     metrics.leader.set(1);
     metrics.leader_transition(LeaderTransition::Acquired);
 
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        metrics.clone(),
-        identity.clone(),
-        pools_shared,
-    ));
     // One Rufio context (one BMC session per BMC) for the Rufio controllers and the Seeder
     // controller's hardware reads.
     let rufio_ctx = Arc::new(rufio::RufioContext::new(
         client.clone(),
         metrics.clone(),
-        identity.clone(),
-        rufio::Settings {
-            crash_point: args.pools.crash_points(),
-            ..rufio_settings
-        },
+        parts.identity.clone(),
+        rufio_settings,
     ));
-    let mut tasks = Vec::new();
-    for kind in &controllers {
-        let shutdown = {
-            let mut rx = stop_rx.clone();
-            async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            }
-        }
-        .shared();
-        info!(controller = kind.name(), "starting controller");
-        tasks.push(match kind {
-            ControllerKind::Pools => tokio::spawn(pools::run(ctx.clone(), shutdown)),
-            ControllerKind::Gardener => args.gardener.spawn(
-                gardener_clusters
-                    .clone()
-                    .context("the Gardener clusters were resolved at start")?,
-                &args.pools.metal_api_url,
-                metal_limiter.clone(),
-                metrics.clone(),
-                args.pools.crash_points(),
-                identity.clone(),
-                shutdown,
-            ),
-            ControllerKind::Rufio => tokio::spawn(rufio::run(rufio_ctx.clone(), shutdown)),
-            ControllerKind::Seeder => tokio::spawn(seeder::run(
-                Arc::new(seeder::SeederContext::new(
-                    client.clone(),
-                    metrics.clone(),
-                    identity.clone(),
-                    args.seeder.settings(),
-                    rufio_ctx.clone(),
-                )),
-                shutdown,
-            )),
-        });
-    }
+    let tasks = parts.start_controllers(&args, &controllers, &rufio_ctx, &stop)?;
 
     let outcome = tokio::select! {
         lost = elector.hold() => Err(anyhow::Error::new(lost).context("lost leadership; exiting so that no two replicas reconcile")),
@@ -678,11 +466,223 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             task.abort();
         }
     }
-    // Stop reconciling first: the controllers take no new work and get a short grace period
-    // for what is in flight (a status write), then whatever is still running (a read from a
-    // BMC that does not answer) is cancelled; reconciles can be stopped at any line.
     ready.store(false, Ordering::Relaxed);
-    let _ = stop_tx.send(true);
+    stop_controllers(tasks, &stop).await;
+    // Then log out of every BMC, in parallel, each within a short deadline.
+    if controllers.contains(&ControllerKind::Rufio) {
+        let closed = rufio_ctx.shutdown().await;
+        info!(sessions = closed, "closed the BMC sessions");
+    }
+    metrics.leader.set(0);
+    if outcome.is_ok() {
+        elector.release().await;
+    }
+    servers.stopped().await;
+    outcome
+}
+
+/// What the controllers share, resolved before leading so that a bad setting stops the
+/// process at once rather than once it leads.
+struct Parts {
+    client: Client,
+    metrics: Arc<Metrics>,
+    identity: String,
+    /// One Metal rate limit for every controller that calls the Metal API.
+    metal_limiter: Arc<ingot_metal::equinix::RateLimiter>,
+    /// The Gardener controllers' control and target clusters.
+    gardener_clusters: Option<ingot_controllers::gardener::Clusters>,
+    pools: Arc<pools::PoolsShared>,
+}
+
+impl Parts {
+    async fn resolve(
+        args: &RunArgs,
+        controllers: &HashSet<ControllerKind>,
+        client: Client,
+        metrics: Arc<Metrics>,
+        identity: String,
+    ) -> anyhow::Result<Self> {
+        if controllers.contains(&ControllerKind::Pools) {
+            warn_if_credentials_missing(&client, &args.pools).await;
+        }
+        let metal_limiter = Arc::new(ingot_metal::equinix::RateLimiter::new(
+            args.pools.metal_rate_limit,
+            5,
+        ));
+        let connector = Arc::new(
+            pools::EquinixConnector::with_limiter(
+                args.pools.metal_api_url.clone(),
+                metal_limiter.clone(),
+            )
+            .with_observer(ingot_metal::Observer::new(metrics.clone())),
+        );
+        let eviction_client = connect_without_retry(args.kubeconfig.as_deref(), &metrics).await?;
+        let gardener_clusters = if controllers.contains(&ControllerKind::Gardener) {
+            Some(
+                args.gardener
+                    .clusters(&client, &eviction_client, &metrics)
+                    .await?,
+            )
+        } else {
+            None
+        };
+        let pools = Arc::new(
+            pools::PoolsShared::new(args.pools.settings(), connector)
+                .with_eviction_client(eviction_client),
+        );
+        Ok(Self {
+            client,
+            metrics,
+            identity,
+            metal_limiter,
+            gardener_clusters,
+            pools,
+        })
+    }
+
+    /// Starts each chosen controller as its own task, all stopping on `stop`.
+    fn start_controllers(
+        self,
+        args: &RunArgs,
+        controllers: &HashSet<ControllerKind>,
+        rufio_ctx: &Arc<rufio::RufioContext>,
+        stop: &Stop,
+    ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+        let ctx = Arc::new(Context::new(
+            self.client.clone(),
+            self.metrics.clone(),
+            self.identity.clone(),
+            self.pools,
+        ));
+        let mut tasks = Vec::new();
+        for kind in controllers {
+            let shutdown = stop.signal().shared();
+            info!(controller = kind.name(), "starting controller");
+            tasks.push(match kind {
+                ControllerKind::Pools => tokio::spawn(pools::run(ctx.clone(), shutdown)),
+                ControllerKind::Gardener => args.gardener.spawn(
+                    self.gardener_clusters
+                        .clone()
+                        .context("the Gardener clusters were resolved at start")?,
+                    &args.pools.metal_api_url,
+                    self.metal_limiter.clone(),
+                    self.metrics.clone(),
+                    args.pools.crash_points(),
+                    self.identity.clone(),
+                    shutdown,
+                ),
+                ControllerKind::Rufio => tokio::spawn(rufio::run(rufio_ctx.clone(), shutdown)),
+                ControllerKind::Seeder => tokio::spawn(seeder::run(
+                    Arc::new(seeder::SeederContext::new(
+                        self.client.clone(),
+                        self.metrics.clone(),
+                        self.identity.clone(),
+                        args.seeder.settings(),
+                        rufio_ctx.clone(),
+                    )),
+                    shutdown,
+                )),
+            });
+        }
+        Ok(tasks)
+    }
+}
+
+fn lease_config(args: &RunArgs, identity: &str) -> LeaseConfig {
+    LeaseConfig {
+        namespace: args.lease_namespace.clone(),
+        name: args.lease_name.clone(),
+        identity: identity.to_owned(),
+        lease_duration: Duration::from_secs(args.lease_duration_seconds),
+        retry_period: Duration::from_secs((args.lease_duration_seconds / 5).max(1)),
+        renew_deadline: Duration::from_secs(args.lease_duration_seconds * 2 / 3),
+    }
+}
+
+/// Resolves with the name of the first SIGTERM or SIGINT.
+fn termination_signal()
+-> anyhow::Result<futures::future::Shared<futures::future::BoxFuture<'static, &'static str>>> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        }
+    }
+    .boxed()
+    .shared())
+}
+
+/// The HTTP servers of every replica (health, metrics, iPXE scripts; Seeder's power API),
+/// serving from start, leading or not, until the process stops.
+struct Servers {
+    http: tokio::task::JoinHandle<()>,
+    power_api: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Servers {
+    async fn start(
+        args: &RunArgs,
+        controllers: &HashSet<ControllerKind>,
+        parts: &Parts,
+        ready: &Arc<AtomicBool>,
+        stop: &Stop,
+    ) -> anyhow::Result<Self> {
+        let health = Health {
+            metrics: parts.metrics.clone(),
+            ready: ready.clone(),
+            pools: parts.pools.clone(),
+            instances: controllers
+                .contains(&ControllerKind::Pools)
+                .then(|| watch_instances_for_scripts(&parts.client, stop)),
+        };
+        let power_api = serve_power_api(args, controllers, &parts.client, stop).await?;
+        let http = http::serve(
+            args.http_addr,
+            health,
+            server_limits(args, args.http_max_connections),
+            stop.signal(),
+        )
+        .await?;
+        Ok(Self { http, power_api })
+    }
+
+    /// Waits for the servers to finish once [`Stop::now`] was called.
+    async fn stopped(self) {
+        let _ = self.http.await;
+        if let Some(power_api) = self.power_api {
+            let _ = power_api.await;
+        }
+    }
+}
+
+/// The one stop signal of the process: the servers and every controller wait on it.
+struct Stop(watch::Sender<bool>);
+
+impl Stop {
+    fn new() -> Self {
+        Self(watch::channel(false).0)
+    }
+
+    /// Resolves once [`Stop::now`] is called (at once if it was).
+    fn signal(&self) -> impl std::future::Future<Output = ()> + Send + Sync + 'static {
+        let mut rx = self.0.subscribe();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    }
+
+    fn now(&self) {
+        let _ = self.0.send(true);
+    }
+}
+
+/// Stops reconciling: the controllers take no new work and get a short grace period for what
+/// is in flight (a status write), then whatever is still running (a read from a BMC that does
+/// not answer) is cancelled; reconciles can be stopped at any line.
+async fn stop_controllers(tasks: Vec<tokio::task::JoinHandle<()>>, stop: &Stop) {
+    stop.now();
     let grace = tokio::time::Instant::now() + SHUTDOWN_GRACE;
     let mut cancelled = Vec::new();
     for mut task in tasks {
@@ -694,20 +694,130 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for task in cancelled {
         let _ = task.await;
     }
-    // Then log out of every BMC, in parallel, each within a short deadline.
-    if controllers.contains(&ControllerKind::Rufio) {
-        let closed = rufio_ctx.shutdown().await;
-        info!(sessions = closed, "closed the BMC sessions");
+}
+
+/// A client of the API server, checked by asking its version within
+/// [`API_SERVER_DEADLINE`]: an unreachable server stops the process with one line saying
+/// which server, why, and where its address came from.
+async fn connect_and_check(
+    kubeconfig: Option<&std::path::Path>,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Client> {
+    let client = connect(kubeconfig, metrics).await?;
+    let version = match tokio::time::timeout(API_SERVER_DEADLINE, client.apiserver_version()).await
+    {
+        Ok(Ok(version)) => version,
+        failed => {
+            let config = load_config(kubeconfig).await?;
+            let why = match failed {
+                Ok(Err(error)) => format!("{:#}", anyhow::Error::new(error)),
+                _ => format!("no answer within {} s", API_SERVER_DEADLINE.as_secs()),
+            };
+            let source = match kubeconfig {
+                Some(path) => format!("--kubeconfig {}", path.display()),
+                None => "KUBECONFIG, ~/.kube/config or the in-cluster service account".to_owned(),
+            };
+            anyhow::bail!(
+                "cannot reach the Kubernetes API server {} ({why}): start it, or point --kubeconfig (or KUBECONFIG) at one that answers; the server comes from {source}",
+                config.cluster_url
+            );
+        }
+    };
+    info!(server = %version.git_version, "connected to the Kubernetes API server");
+    Ok(client)
+}
+
+/// The Instances for the iPXE scripts, watched by every replica (a script request reads the
+/// store, not the API server) until the process stops.
+fn watch_instances_for_scripts(
+    client: &Client,
+    stop: &Stop,
+) -> kube::runtime::reflector::Store<ingot_api::equinix::Instance> {
+    let (store, events) = ingot_controllers::lean_reflector(
+        kube::Api::<ingot_api::equinix::Instance>::all(client.clone()),
+        kube::runtime::watcher::Config::default(),
+    );
+    let stopped = stop.signal();
+    tokio::spawn(async move {
+        let feed = events.for_each(|event| {
+            if let Err(error) = event {
+                warn!(%error, "the Instance watch of the iPXE scripts failed; listing again");
+            }
+            std::future::ready(())
+        });
+        tokio::select! {
+            () = feed => {}
+            () = stopped => {}
+        }
+    });
+    store
+}
+
+fn server_limits(args: &RunArgs, max_connections: usize) -> crate::serve::Limits {
+    crate::serve::Limits {
+        max_connections,
+        header_timeout: Duration::from_secs_f64(args.request_header_timeout_seconds.max(0.1)),
+        connection_lifetime: Duration::from_secs_f64(args.connection_lifetime_seconds.max(1.0)),
     }
-    metrics.leader.set(0);
-    if outcome.is_ok() {
-        elector.release().await;
+}
+
+/// Seeder's power API (`--power-api-addr`), serving until the process stops; it needs the
+/// seeder controller.
+async fn serve_power_api(
+    args: &RunArgs,
+    controllers: &HashSet<ControllerKind>,
+    client: &Client,
+    stop: &Stop,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(addr) = args.seeder.power_api_addr else {
+        return Ok(None);
+    };
+    if !controllers.contains(&ControllerKind::Seeder) {
+        anyhow::bail!(
+            "--power-api-addr serves Seeder's power actions: add seeder to --controllers"
+        );
     }
-    let _ = server.await;
-    if let Some(power_api) = power_api {
-        let _ = power_api.await;
-    }
-    outcome
+    let certificate = match (
+        &args.seeder.power_api_tls_cert,
+        &args.seeder.power_api_tls_key,
+        &args.seeder.power_api_tls_secret,
+    ) {
+        (Some(cert), Some(key), _) => power_api::Certificate::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        (_, _, Some(name)) => power_api::Certificate::Secret {
+            namespace: args.lease_namespace.clone(),
+            name: name.clone(),
+            names: args.seeder.power_api_tls_names.clone(),
+        },
+        _ => {
+            power_api::Certificate::SelfSigned(vec!["localhost".to_owned(), addr.ip().to_string()])
+        }
+    };
+    let namespace = args
+        .seeder
+        .seeder_namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| ingot_api::seeder::LOCAL_CLUSTER_NAMESPACE.to_owned());
+    let audiences = args
+        .seeder
+        .power_api_audiences
+        .iter()
+        .filter(|a| !a.is_empty())
+        .cloned()
+        .collect();
+    let served = power_api::serve(
+        addr,
+        certificate,
+        power_api::Reviews::new(client.clone(), audiences),
+        namespace,
+        server_limits(args, args.seeder.power_api_max_connections),
+        stop.signal(),
+    )
+    .await?;
+    Ok(Some(served))
 }
 
 /// Time the API server has to answer the first request at start.

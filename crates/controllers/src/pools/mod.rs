@@ -232,12 +232,16 @@ pub async fn run(
             requested += pool.spec.count.unwrap_or(0).max(0);
             managed += status.ready.max(0);
         }
-        metrics.pools.clear();
+        metrics.pool.by_status.clear();
         for (status, n) in by_status {
-            metrics.pools.get_or_create(&StatusLabels { status }).set(n);
+            metrics
+                .pool
+                .by_status
+                .get_or_create(&StatusLabels { status })
+                .set(n);
         }
-        metrics.pool_instances_requested.set(requested);
-        metrics.pool_instances_managed.set(managed);
+        metrics.pool.instances_requested.set(requested);
+        metrics.pool.instances_managed.set(managed);
     });
     tokio::select! {
         ready = caches.ready() => {

@@ -158,10 +158,12 @@ impl RufioContext {
             if let Some(manager) = manager.upgrade() {
                 let (in_flight, limit) = manager.fleet_in_flight();
                 metrics
-                    .bmc_fleet_in_flight
+                    .bmc
+                    .fleet_in_flight
                     .set(i64::try_from(in_flight).unwrap_or(i64::MAX));
                 metrics
-                    .bmc_fleet_limit
+                    .bmc
+                    .fleet_limit
                     .set(i64::try_from(limit).unwrap_or(i64::MAX));
             }
         });
