@@ -6,6 +6,7 @@
 //! be stopped at any line.
 
 pub mod api_client;
+pub mod cluster;
 pub mod duration;
 pub mod gardener;
 pub mod metrics;

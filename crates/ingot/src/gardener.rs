@@ -144,7 +144,9 @@ impl GardenerArgs {
         })
     }
 
-    /// Starts the Gardener controllers; they stop when `shutdown` completes.
+    /// Starts the Gardener controllers as replica `identity`; they stop when `shutdown`
+    /// completes.
+    #[allow(clippy::too_many_arguments)]
     pub fn spawn(
         &self,
         clusters: Clusters,
@@ -152,6 +154,7 @@ impl GardenerArgs {
         limiter: Arc<RateLimiter>,
         metrics: Arc<Metrics>,
         crash_points: Option<String>,
+        identity: String,
         shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
     ) -> tokio::task::JoinHandle<()> {
         let settings = Settings {
@@ -180,6 +183,7 @@ impl GardenerArgs {
         tokio::spawn(async move {
             let ctx = GardenerContext::new(clusters, driver, settings)
                 .with_crash_points(crash_points)
+                .with_identity(identity)
                 .with_metrics(metrics);
             ingot_controllers::gardener::run(Arc::new(ctx), shutdown).await;
         })

@@ -568,6 +568,7 @@ impl Parts {
                     self.metal_limiter.clone(),
                     self.metrics.clone(),
                     args.pools.crash_points(),
+                    self.identity.clone(),
                     shutdown,
                 ),
                 ControllerKind::Rufio => tokio::spawn(rufio::run(rufio_ctx.clone(), shutdown)),

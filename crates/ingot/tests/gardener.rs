@@ -546,6 +546,60 @@ async fn machine_deployment_scales_rolls_and_deletes_with_upstream_mcm() {
                 .is_none()
         );
     }
+    // Steady state: repeated passes over the Running machines read their MachineClass and
+    // its Secret from the watched caches, never with a GET per pass. Touching a Machine makes
+    // the machine controller reconcile it; two rounds, each waited for.
+    let passes = |metrics: &BTreeMap<String, f64>| {
+        metrics
+            .get("ingot_reconciliations_total{controller=\"gardener-machine\"}")
+            .copied()
+            .unwrap_or_default()
+    };
+    let before = stack.metrics().await;
+    let mut seen = passes(&before);
+    for round in 0..2 {
+        for m in &machines {
+            let touch = json!({"metadata": {"annotations": {"e2e/touched": round.to_string()}}});
+            stack
+                .machines_api()
+                .patch(
+                    &m.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&touch),
+                )
+                .await
+                .unwrap();
+        }
+        seen = wait_for(
+            "the machine controller to reconcile every touched Machine",
+            Duration::from_secs(60),
+            async || {
+                let now = passes(&stack.metrics().await);
+                (now >= seen + machines.len() as f64).then_some(now)
+            },
+        )
+        .await;
+    }
+    let after = stack.metrics().await;
+    // The MachineClass controller's passes (the touched Machines name the class) are counted.
+    assert!(
+        after
+            .get("ingot_reconciliations_total{controller=\"gardener-machine-class\"}")
+            .is_some_and(|n| *n > 0.0),
+        "{after:#?}"
+    );
+    for resource in ["machineclasses", "secrets"] {
+        let series = format!("ingot_kube_requests_total{{verb=\"get\",resource=\"{resource}\"}}");
+        let read = after.get(&series).copied().unwrap_or_default()
+            - before.get(&series).copied().unwrap_or_default();
+        assert_eq!(
+            read,
+            0.0,
+            "{series}: {} passes over {} Running machines read the API server",
+            passes(&after) - passes(&before),
+            machines.len()
+        );
+    }
     let class: Value = serde_json::to_value(
         stack
             .machines_api()
@@ -735,6 +789,42 @@ async fn unhealthy_machines_of_a_deployment_are_replaced_one_at_a_time() {
         replacement_running.unwrap() <= second,
         "the second machine was marked Failed (poll {second}) before the first replacement ran (poll {replacement_running:?})"
     );
+    // The phase Events: Warnings for Unknown and Failed, Normal otherwise, each reported by
+    // component `ingot` as this replica (its --identity).
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(stack.client.clone(), &stack.namespace);
+    let phase_events: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.kind.as_deref() == Some("Machine"))
+        .collect();
+    let reasons: BTreeSet<&str> = phase_events
+        .iter()
+        .filter_map(|e| e.reason.as_deref())
+        .collect();
+    for reason in ["Running", "Unknown", "Failed"] {
+        assert!(reasons.contains(reason), "{reason} in {reasons:?}");
+    }
+    for event in &phase_events {
+        let reason = event.reason.as_deref().unwrap_or_default();
+        let warning = matches!(reason, "Unknown" | "Failed" | "CrashLoopBackOff");
+        assert_eq!(
+            event.type_.as_deref(),
+            Some(if warning { "Warning" } else { "Normal" }),
+            "{event:?}"
+        );
+        assert_eq!(
+            (
+                event.reporting_component.as_deref(),
+                event.reporting_instance.clone()
+            ),
+            (Some("ingot"), Some(format!("ingot-{}", stack.namespace))),
+            "{event:?}"
+        );
+    }
     stack.delete_deployment_and_expect_nothing_left(md).await;
 }
 

@@ -23,7 +23,9 @@ use super::{
     Code, Error, FORCE_DELETION_LABEL, GardenerContext, LONG_RETRY, MACHINE_NAME_LABEL,
     NODE_FINALIZER, SHORT_RETRY, has_finalizer,
 };
+use crate::cluster::{self, drain::Cordon};
 use crate::metrics::DrainOutcome;
+use crate::runtime::finalizer;
 
 pub const GET_VM_STATUS: &str = "Set machine status to termination. Now, getting VM Status";
 /// The `controller` label of the Gardener drains.
@@ -95,13 +97,7 @@ pub async fn reconcile(
         Step::DeleteVm => delete_vm(ctx, machine, class).await,
         Step::DeleteNode => delete_node(ctx, machine).await,
         Step::RemoveFinalizer => {
-            let finalizers: Vec<String> = machine
-                .finalizers()
-                .iter()
-                .filter(|f| *f != MCM_FINALIZER)
-                .cloned()
-                .collect();
-            patch_metadata(ctx, machine, json!({"finalizers": finalizers}), None).await?;
+            finalizer::remove(&ctx.machines(), machine, MCM_FINALIZER).await?;
             info!(machine = %machine.name_any(), "machine deleted");
             Ok(Action::await_change())
         }
@@ -231,7 +227,21 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
         .as_ref()
         .and_then(|t| Duration::try_from(Timestamp::now().duration_since(t.0)).ok())
         .unwrap_or_default();
-    let force = machine
+    let force = force_drain(machine, deleting_for, drain_timeout);
+    cordon_and_mark(ctx, machine, &node).await?;
+    ctx.crash_point("gardener-during-drain");
+
+    let max_retries =
+        drain::max_evict_retries(machine, ctx.settings.max_evict_retries, drain_timeout);
+    let pass = drain::pods(ctx, &node_name, force, max_retries).await?;
+    let until_force = drain_timeout.saturating_sub(deleting_for) + Duration::from_secs(1);
+    drain_pass_done(ctx, machine, &node_name, force, pass, until_force).await
+}
+
+/// Upstream's force: the `force-deletion` label, past the drain timeout, or a Node NotReady
+/// (or with a read-only file system) for [`UNHEALTHY_FORCE_AFTER`].
+fn force_drain(machine: &Machine, deleting_for: Duration, drain_timeout: Duration) -> bool {
+    machine
         .labels()
         .get(FORCE_DELETION_LABEL)
         .is_some_and(|v| matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"))
@@ -242,53 +252,58 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
             "ReadonlyFilesystem",
             "False",
             UNHEALTHY_FORCE_AFTER,
-        );
+        )
+}
 
-    // Cordon and say why (upstream's node condition `Terminating`).
-    if node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true) {
-        nodes
-            .patch(
-                &node_name,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"spec": {"unschedulable": true}})),
-            )
-            .await?;
+/// Cordons the Node (no marker: upstream's cordon is plain) and says why with upstream's Node
+/// condition `Terminating` (`Unhealthy` for a Failed machine, else `ScaleDown`).
+async fn cordon_and_mark(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    node: &Node,
+) -> Result<(), Error> {
+    let node_name = node.name_any();
+    if !cluster::drain::is_cordoned(node) {
+        cluster::drain::cordon(ctx.target(), &node_name, Cordon::Set, &[]).await?;
+    }
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    if conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Terminating")) {
+        return Ok(());
     }
     let reason = if status::phase(machine) == Phase::Failed.as_str() {
         "Unhealthy"
     } else {
         "ScaleDown"
     };
-    let has_terminating = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Terminating"));
-    if !has_terminating {
-        let mut conditions: Vec<Value> = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .map(|cs| {
-                cs.iter()
-                    .filter_map(|c| serde_json::to_value(c).ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        conditions.push(json!({"type": "Terminating", "status": "True", "reason": reason, "lastTransitionTime": status::now()}));
-        nodes
-            .patch_status(
-                &node_name,
-                &PatchParams::default(),
-                &Patch::Strategic(&json!({"status": {"conditions": conditions}})),
-            )
-            .await?;
-    }
-    ctx.crash_point("gardener-during-drain");
+    let mut conditions: Vec<Value> = conditions
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    conditions.push(json!({"type": "Terminating", "status": "True", "reason": reason, "lastTransitionTime": status::now()}));
+    let nodes: Api<Node> = Api::all(ctx.target().clone());
+    nodes
+        .patch_status(
+            &node_name,
+            &PatchParams::default(),
+            &Patch::Strategic(&json!({"status": {"conditions": conditions}})),
+        )
+        .await?;
+    Ok(())
+}
 
-    let max_retries =
-        drain::max_evict_retries(machine, ctx.settings.max_evict_retries, drain_timeout);
-    let pass = drain::pods(ctx, &node_name, force, max_retries).await?;
+/// Records a drain pass: done (forced or not), or blocked until the next eviction (or the
+/// drain timeout, `until_force` from now).
+async fn drain_pass_done(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    node_name: &str,
+    force: bool,
+    pass: drain::Pass,
+    until_force: Duration,
+) -> Result<Action, Error> {
     // A drain is counted once its step is written: a pass whose write conflicts (a stale
     // copy of the Machine) runs again and must not count the same drain twice.
     if force {
@@ -296,7 +311,7 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
         let next = write(ctx, machine, step_update(d, OpState::Processing)).await?;
         ctx.metrics
             .drain_finished(DRAIN_METRIC, DrainOutcome::Forced);
-        ctx.evictions.forget(&node_name);
+        ctx.evictions.forget(node_name);
         return Ok(next);
     }
     if !pass.blocked.is_empty() {
@@ -307,7 +322,6 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
         );
         status::write(ctx, machine, step_update(d, OpState::Failed)).await?;
         // Come back for the next eviction, or when the drain timeout forces the drain.
-        let until_force = drain_timeout.saturating_sub(deleting_for) + Duration::from_secs(1);
         let next = pass
             .next_retry
             .unwrap_or(SHORT_RETRY)
@@ -318,7 +332,7 @@ async fn drain(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error
     let next = write(ctx, machine, step_update(d, OpState::Processing)).await?;
     ctx.metrics
         .drain_finished(DRAIN_METRIC, DrainOutcome::Drained);
-    ctx.evictions.forget(&node_name);
+    ctx.evictions.forget(node_name);
     Ok(next)
 }
 
@@ -422,18 +436,7 @@ async fn delete_node(ctx: &GardenerContext, machine: &Machine) -> Result<Action,
     };
     let nodes: Api<Node> = Api::all(ctx.target().clone());
     if let Some(node) = nodes.get_opt(&node_name).await? {
-        if node.finalizers().iter().any(|f| f == NODE_FINALIZER) {
-            let finalizers: Vec<String> = node
-                .finalizers()
-                .iter()
-                .filter(|f| *f != NODE_FINALIZER)
-                .cloned()
-                .collect();
-            let body = json!({"metadata": {"finalizers": finalizers, "resourceVersion": node.resource_version()}});
-            nodes
-                .patch(&node_name, &PatchParams::default(), &Patch::Merge(&body))
-                .await?;
-        }
+        finalizer::remove(&nodes, &node, NODE_FINALIZER).await?;
         match nodes.delete(&node_name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}

@@ -16,12 +16,13 @@ use std::time::{Duration, Instant};
 use ingot_api::gardener::Machine;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, EvictParams, ListParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::core::{Selector, SelectorExt};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 
 use super::{Error, GardenerContext};
+use crate::cluster;
 
 /// Between two evictions of a pod refused by a PodDisruptionBudget (upstream's
 /// `PodEvictionRetryInterval`).
@@ -142,21 +143,18 @@ pub struct Pass {
     pub next_retry: Option<Duration>,
 }
 
-/// One pass over the pods of `node`: DaemonSet and mirror pods are left; with `force` every
-/// other pod is deleted at once, otherwise evicted (or deleted once its evictions are used up).
+/// One pass over the pods of `node` that [`must_leave`]: with `force` every one is deleted at
+/// once, otherwise evicted (or deleted once its evictions are used up).
 pub async fn pods(
     ctx: &GardenerContext,
     node: &str,
     force: bool,
     max_retries: u32,
 ) -> Result<Pass, Error> {
-    let pods: Api<Pod> = Api::all(ctx.target().clone());
-    let on_node: Vec<Pod> = pods
-        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+    let on_node: Vec<Pod> = cluster::drain::pods_on(ctx.target(), node)
         .await?
-        .items
         .into_iter()
-        .filter(|p| !is_daemon_or_mirror(p))
+        .filter(must_leave)
         .collect();
     let uids: BTreeSet<String> = on_node.iter().filter_map(|p| p.uid()).collect();
     ctx.evictions.retain(node, &uids);
@@ -205,17 +203,26 @@ pub async fn pods(
 /// Why a pod whose eviction was refused is still there.
 fn refused(pod: &Pod, tries: u32, max: u32) -> String {
     format!(
-        "{}/{}: eviction refused by a PodDisruptionBudget ({tries} of {max} tries)",
-        pod.namespace().unwrap_or_default(),
-        pod.name_any()
+        "{}: eviction refused by a PodDisruptionBudget ({tries} of {max} tries)",
+        cluster::drain::pod_key(pod)
     )
 }
 
-fn is_daemon_or_mirror(pod: &Pod) -> bool {
-    pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
-        || pod
-            .annotations()
-            .contains_key("kubernetes.io/config.mirror")
+/// The Gardener drain policy: whether a pod is evicted (or, forced, deleted) from the Node.
+///
+/// Skipped, as upstream MCM's drain skips them: DaemonSet pods (their controller puts them on
+/// every Node, and they go with it) and mirror pods (the kubelet's static pods: the API cannot
+/// evict them). Finished pods (`Succeeded`/`Failed`) are *not* skipped, unlike the pools'
+/// drain (`pools::drain::must_leave`): MCM evicts them with the rest, and so does ingot in its
+/// place, so that the drain leaves the same Node behind as the Go controller would (their
+/// eviction is never refused, a budget counts only running pods). Refused evictions are
+/// retried and then turned into deletions ([`next_action`]); the drain timeout forces it.
+pub fn must_leave(pod: &Pod) -> bool {
+    let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
+    let mirror = pod
+        .annotations()
+        .contains_key("kubernetes.io/config.mirror");
+    !(daemon || mirror)
 }
 
 /// The answer to an eviction.
@@ -229,22 +236,15 @@ enum Eviction {
 }
 
 async fn evict(ctx: &GardenerContext, pod: &Pod) -> Result<Eviction, Error> {
-    let namespace = pod.namespace().unwrap_or_default();
-    let evictions: Api<Pod> = Api::namespaced(ctx.clusters.target_evictions.clone(), &namespace);
-    match evictions
-        .evict(&pod.name_any(), &EvictParams::default())
-        .await
-    {
-        Ok(_) => Ok(Eviction::Done),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Eviction::Done),
-        Err(kube::Error::Api(e)) if e.code == 429 => {
-            Ok(match misconfigured_budget(ctx, pod).await? {
+    Ok(
+        match cluster::drain::evict(&ctx.clusters.target_evictions, pod).await? {
+            cluster::drain::Eviction::Evicted | cluster::drain::Eviction::Gone => Eviction::Done,
+            cluster::drain::Eviction::Refused => match misconfigured_budget(ctx, pod).await? {
                 Some(budget) => Eviction::Misconfigured(budget),
                 None => Eviction::Refused,
-            })
-        }
-        Err(e) => Err(e.into()),
-    }
+            },
+        },
+    )
 }
 
 /// Deleted with no grace period, as upstream's forced drain and exhausted evictions do.
@@ -370,6 +370,25 @@ mod tests {
             next_action(Some(twice), 2, t0 + EVICTION_RETRY),
             PodAction::Delete
         );
+    }
+
+    #[test]
+    fn daemonset_and_mirror_pods_stay_finished_pods_go_as_with_mcm() {
+        let pod = |spec: Value| -> Pod { serde_json::from_value(spec).unwrap() };
+        let daemon = pod(json!({"metadata": {"name": "d",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u"}]}}));
+        let mirror = pod(json!({"metadata": {"name": "m",
+            "annotations": {"kubernetes.io/config.mirror": "x"}}}));
+        let finished = pod(json!({"metadata": {"name": "f"}, "status": {"phase": "Succeeded"}}));
+        let running = pod(json!({"metadata": {"name": "r"}, "status": {"phase": "Running"}}));
+        assert!(!must_leave(&daemon));
+        assert!(!must_leave(&mirror));
+        assert!(
+            must_leave(&finished),
+            "unlike the pools' drain, a finished pod is evicted"
+        );
+        assert!(!crate::pools::drain::must_leave(&finished));
+        assert!(must_leave(&running));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! second one.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use ingot_api::gardener::{MCM_FINALIZER, Machine, MachineClass, NODE_LABEL};
@@ -21,11 +21,16 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::driver::{MachineRequest, SecretData};
+use super::lifecycle::{
+    self, HealthInputs, Lifecycle, NodeView, Outcome as HealthOutcome, Timeout,
+};
 use super::status::{self, OpState, OpType, Phase, Update};
+use crate::runtime::{self, ControllerRuntime, finalizer};
+
 use super::{
     CONFLICT_RETRY, CRITICAL_COMPONENTS_NOT_READY, Code, Error, GardenerContext, LONG_RETRY,
     MACHINE_NAME_LABEL, MACHINE_PRIORITY, MEDIUM_RETRY, PRESERVE_ANNOTATION, SHORT_RETRY, Status,
-    bootstrap, delete, go_duration, has_finalizer, parse_go_duration,
+    bootstrap, delete, error_backoff, go_duration, has_finalizer, parse_go_duration,
 };
 
 /// The `controller` label of the reconcile metrics.
@@ -54,8 +59,9 @@ pub async fn run(
         Some(writer) => watch.reflect(writer).touched_objects().boxed(),
         None => watch.touched_objects().boxed(),
     };
-    Controller::new(ctx.machines(), watcher::Config::default())
-        .watches_stream(node_events, move |node: Node| {
+    let controller = Controller::new(ctx.machines(), watcher::Config::default()).watches_stream(
+        node_events,
+        move |node: Node| {
             if not_managed(&node) {
                 return None;
             }
@@ -65,40 +71,15 @@ pub async fn run(
                 .cloned()
                 .unwrap_or_else(|| node.name_any());
             Some(ObjectRef::<Machine>::new(&name).within(&namespace))
-        })
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "machine reconcile");
-            }
-        })
-        .await;
+        },
+    );
+    let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), error_backoff());
+    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
 }
 
-fn error_policy(_machine: Arc<Machine>, error: &Error, ctx: Arc<GardenerContext>) -> Action {
-    ctx.metrics.failed(CONTROLLER, error.kind());
-    match error {
-        Error::Kube(kube::Error::Api(e)) if e.code == 409 => Action::requeue(CONFLICT_RETRY),
-        _ => {
-            warn!(%error, "machine reconcile failed");
-            Action::requeue(SHORT_RETRY)
-        }
-    }
-}
-
-/// Reconciles one Machine and records it in the reconcile metrics.
+/// Reconciles one Machine: another provider's is left alone, a deleted one goes through
+/// [`delete`]; then the finalizers, then the function of its phase (parsed once).
 pub(crate) async fn reconcile(
-    machine: Arc<Machine>,
-    ctx: Arc<GardenerContext>,
-) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(machine, ctx.clone()).await;
-    ctx.metrics.reconciled(CONTROLLER, started.elapsed());
-    result
-}
-
-async fn reconcile_inner(
     machine: Arc<Machine>,
     ctx: Arc<GardenerContext>,
 ) -> Result<Action, Error> {
@@ -110,37 +91,70 @@ async fn reconcile_inner(
         return delete::reconcile(&machine, &class, &ctx).await;
     }
     if !has_finalizer(&machine) {
-        let mut finalizers = machine.finalizers().to_vec();
-        finalizers.push(MCM_FINALIZER.to_owned());
-        patch_metadata(&ctx, &machine, json!({"finalizers": finalizers}), None).await?;
+        finalizer::add(&ctx.machines(), machine.as_ref(), &[MCM_FINALIZER]).await?;
         return Ok(Action::await_change());
     }
-    if !class.finalizers().iter().any(|f| f == MCM_FINALIZER) {
+    if !finalizer::has(&class, MCM_FINALIZER) {
         // Upstream requires the class finalizer before it creates anything.
         super::safety::reconcile_class(&ctx, &class).await?;
         return Ok(Action::requeue(CONFLICT_RETRY));
     }
-    let secret = ctx.secret_data(&class).await?;
-    let phase = status::phase(&machine).to_owned();
-    let node_label = machine
+    match Lifecycle::parse(status::phase(&machine)) {
+        Lifecycle::New => create(&ctx, &machine, &class).await,
+        Lifecycle::CrashLoopBackOff => crash_loop_back_off(&ctx, &machine, &class).await,
+        Lifecycle::Failed => failed(&ctx, &machine).await,
+        phase @ (Lifecycle::Pending
+        | Lifecycle::Running
+        | Lifecycle::Unknown
+        | Lifecycle::Other) => linked(&ctx, &machine, &class, phase).await,
+    }
+}
+
+/// `CrashLoopBackOff`: the health check (its Node may have joined after all), then the
+/// creation again.
+async fn crash_loop_back_off(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    class: &MachineClass,
+) -> Result<Action, Error> {
+    if let Some(action) = health(ctx, machine, Lifecycle::CrashLoopBackOff).await? {
+        return Ok(action);
+    }
+    create(ctx, machine, class).await
+}
+
+/// `Failed`: the health check (a recovered Node re-joins), then the preservation.
+async fn failed(ctx: &GardenerContext, machine: &Machine) -> Result<Action, Error> {
+    if let Some(action) = health(ctx, machine, Lifecycle::Failed).await? {
+        return Ok(action);
+    }
+    preserve(ctx, machine, &node_label(machine)).await
+}
+
+/// `Pending`, `Running`, `Unknown` (and phases other controllers write): the health check; a
+/// machine that lost its provider id is created again (the device is found first).
+async fn linked(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    class: &MachineClass,
+    phase: Lifecycle,
+) -> Result<Action, Error> {
+    if let Some(action) = health(ctx, machine, phase).await? {
+        return Ok(action);
+    }
+    if machine.spec.provider_id.as_deref().unwrap_or("").is_empty() {
+        return create(ctx, machine, class).await;
+    }
+    Ok(Action::requeue(LONG_RETRY))
+}
+
+/// The Machine's `node` label, `""` without one.
+fn node_label(machine: &Machine) -> String {
+    machine
         .labels()
         .get(NODE_LABEL)
         .cloned()
-        .unwrap_or_default();
-    if !node_label.is_empty()
-        && !phase.is_empty()
-        && let Some(action) = health(&ctx, &machine, &node_label).await?
-    {
-        return Ok(action);
-    }
-    if phase == Phase::Failed.as_str() {
-        return preserve(&ctx, &machine, &node_label).await;
-    }
-    let provider_id = machine.spec.provider_id.clone().unwrap_or_default();
-    if provider_id.is_empty() || phase.is_empty() || phase == Phase::CrashLoopBackOff.as_str() {
-        return create(&ctx, &machine, &class, secret).await;
-    }
-    Ok(Action::requeue(LONG_RETRY))
+        .unwrap_or_default()
 }
 
 /// The effective creation timeout: the annotation (HEAD), `spec.creationTimeout`, the flag.
@@ -186,12 +200,37 @@ async fn create(
     ctx: &GardenerContext,
     machine: &Machine,
     class: &MachineClass,
-    mut secret: SecretData,
 ) -> Result<Action, Error> {
-    let name = machine.name_any();
-    let Some(user_data) = secret.get_str("userData") else {
-        warn!(machine = %name, "the class's secret has no userData");
+    let Some(secret) = user_data(ctx, machine, class).await? else {
+        warn!(machine = %machine.name_any(), "the class's secret has no userData");
         return Ok(Action::requeue(SHORT_RETRY));
+    };
+    let req = MachineRequest {
+        machine,
+        class,
+        secret: &secret,
+    };
+    let (node_name, provider_id) = match find_or_create(ctx, req).await {
+        Ok(found) => found,
+        Err(s) => return create_failed(ctx, machine, s).await,
+    };
+    if node_name.is_empty() || provider_id.is_empty() {
+        return Ok(Action::requeue(MEDIUM_RETRY));
+    }
+    link(ctx, machine, &node_name, &provider_id).await
+}
+
+/// The class's secret data with the user data's placeholders filled in (the bootstrap token
+/// made first); None when the Secret has no `userData`.
+async fn user_data(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    class: &MachineClass,
+) -> Result<Option<SecretData>, Error> {
+    let name = machine.name_any();
+    let mut secret = ctx.secret_data(class).await?;
+    let Some(user_data) = secret.get_str("userData") else {
+        return Ok(None);
     };
     let token = bootstrap::ensure_token(
         ctx.target(),
@@ -204,63 +243,65 @@ async fn create(
         "userData".into(),
         bootstrap::substitute(&user_data, &token, &name).into_bytes(),
     );
-    let req = MachineRequest {
-        machine,
-        class,
-        secret: &secret,
-    };
+    Ok(Some(secret))
+}
+
+/// The device's node name and provider id: the one the cloud finds for the Machine, else a
+/// new one (only while the Machine has no provider id), else what the Machine already says.
+async fn find_or_create(
+    ctx: &GardenerContext,
+    req: MachineRequest<'_>,
+) -> Result<(String, String), Status> {
+    let machine = req.machine;
     let provider_id = machine.spec.provider_id.clone().unwrap_or_default();
-    let (node_name, provider_id) = match ctx.driver.get_machine_status(req.clone()).await {
-        Ok(found) => (found.node_name, found.provider_id),
+    match ctx.driver.get_machine_status(req.clone()).await {
+        Ok(found) => Ok((found.node_name, found.provider_id)),
         Err(s)
             if matches!(s.code, Code::NotFound | Code::Unimplemented) && provider_id.is_empty() =>
         {
-            match ctx.driver.create_machine(req.clone()).await {
-                Ok(created) => {
-                    info!(machine = %name, provider_id = %created.provider_id, "device created");
-                    ctx.crash_point("gardener-after-create");
-                    (created.node_name, created.provider_id)
-                }
-                Err(s) => return create_failed(ctx, machine, s).await,
-            }
+            let created = ctx.driver.create_machine(req).await?;
+            info!(machine = %machine.name_any(), provider_id = %created.provider_id, "device created");
+            ctx.crash_point("gardener-after-create");
+            Ok((created.node_name, created.provider_id))
         }
         Err(s) if matches!(s.code, Code::NotFound | Code::Unimplemented) => {
             let node = machine
                 .labels()
                 .get(NODE_LABEL)
                 .cloned()
-                .unwrap_or_else(|| name.clone());
-            (node, provider_id)
+                .unwrap_or_else(|| machine.name_any());
+            Ok((node, provider_id))
         }
-        Err(s) => return create_failed(ctx, machine, s).await,
-    };
-    if node_name.is_empty() || provider_id.is_empty() {
-        return Ok(Action::requeue(MEDIUM_RETRY));
+        Err(s) => Err(s),
     }
-    let needs_labels = machine
+}
+
+/// Records the device on the Machine (the `node` label, the default priority, the provider
+/// id) where missing, then goes `Pending`.
+async fn link(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    node_name: &str,
+    provider_id: &str,
+) -> Result<Action, Error> {
+    let no_provider_id = machine.spec.provider_id.as_deref().unwrap_or("").is_empty();
+    let no_priority = !machine.annotations().contains_key(MACHINE_PRIORITY);
+    let no_label = machine
         .labels()
         .get(NODE_LABEL)
-        .is_none_or(String::is_empty)
-        || !machine.annotations().contains_key(MACHINE_PRIORITY)
-        || machine.spec.provider_id.as_deref().unwrap_or("").is_empty();
-    if needs_labels {
-        let mut meta = json!({"labels": {NODE_LABEL: node_name}});
-        if !machine.annotations().contains_key(MACHINE_PRIORITY) {
-            meta["annotations"] = json!({MACHINE_PRIORITY: "3"});
-        }
-        let spec = machine
-            .spec
-            .provider_id
-            .as_deref()
-            .unwrap_or("")
-            .is_empty()
-            .then(|| json!({"providerID": provider_id}));
-        // With the label and provider id in place (upstream PR #1070), Pending follows at once
-        // on the updated object: no second status call to the cloud.
-        let updated = patch_metadata(ctx, machine, meta, spec).await?;
-        return pending(ctx, &updated).await;
+        .is_none_or(String::is_empty);
+    if !(no_label || no_priority || no_provider_id) {
+        return pending(ctx, machine).await;
     }
-    pending(ctx, machine).await
+    let mut meta = json!({"labels": {NODE_LABEL: node_name}});
+    if no_priority {
+        meta["annotations"] = json!({MACHINE_PRIORITY: "3"});
+    }
+    let spec = no_provider_id.then(|| json!({"providerID": provider_id}));
+    // With the label and provider id in place (upstream PR #1070), Pending follows at once on
+    // the updated object: no second status call to the cloud.
+    let updated = patch_metadata(ctx, machine, meta, spec).await?;
+    pending(ctx, &updated).await
 }
 
 /// A machine whose device exists and is linked goes `Pending` (from `""` or `CrashLoopBackOff`).
@@ -314,205 +355,252 @@ async fn create_failed(
     Ok(Action::requeue(retry))
 }
 
-/// Health of a machine with a Node link. Returns an action when it decided the outcome.
+/// The health check of a machine linked to a Node (upstream `reconcileMachineHealth`): the
+/// Node read from the watch's cache, linked back to the Machine, the verdict of
+/// [`lifecycle::health`] carried out. Returns an action when it decided the outcome.
 async fn health(
     ctx: &GardenerContext,
     machine: &Machine,
-    node_name: &str,
+    phase: Lifecycle,
 ) -> Result<Option<Action>, Error> {
-    let name = machine.name_any();
-    let phase = status::phase(machine).to_owned();
-    let node = ctx.nodes.get(ctx.target(), node_name).await?;
-    let conditions: Vec<Value> = machine
+    let node_name = node_label(machine);
+    if node_name.is_empty() {
+        return Ok(None);
+    }
+    let node = ctx.nodes.node(ctx.target(), &node_name).await?;
+    let view = node.as_ref().map(node_view);
+    if let Some(node) = &node {
+        if not_managed(node) {
+            // Left alone: neither linked, nor finalized, nor followed when deleted (the orphan
+            // pass takes the mark away once this Machine names it).
+            tracing::debug!(machine = %machine.name_any(), node = %node_name, "node marked not-managed-by-mcm: left alone");
+        } else if node.metadata.deletion_timestamp.is_none() {
+            sync_node_link(ctx, node, &machine.name_any()).await?;
+        }
+    }
+    let machine_conditions: Vec<Value> = machine
         .status
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    let Some(node) = node else {
-        if phase == Phase::Running.as_str() && !conditions.is_empty() {
-            let update = Update::new(
-                Some(Phase::Unknown),
-                OpType::HealthCheck,
-                OpState::Processing,
-                format!(
-                    "Node object went missing. Machine {name} is unhealthy - changing MachinePhase to Unknown"
-                ),
-            );
-            status::write(ctx, machine, update).await?;
-            return Ok(Some(Action::requeue(HEALTH_RECHECK)));
-        }
-        return timeouts(ctx, machine, &conditions).await;
-    };
-    if not_managed(&node) {
-        // Left alone: neither linked, nor finalized, nor followed when deleted (the orphan
-        // pass takes the mark away once this Machine names it).
-        tracing::debug!(machine = %name, node = %node_name, "node marked not-managed-by-mcm: left alone");
-    } else if node.metadata.deletion_timestamp.is_some() {
-        // A Node being deleted takes its Machine with it (upstream v0.61+); MCM replaces it.
-        info!(machine = %name, node = %node_name, "node is being deleted: deleting its machine");
-        match ctx
-            .machines()
-            .delete(&name, &kube::api::DeleteParams::default())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-        return Ok(Some(Action::await_change()));
-    } else {
-        sync_node_link(ctx, &node, &name).await?;
+    let outcome = lifecycle::health(&HealthInputs {
+        phase,
+        machine_conditions: &machine_conditions,
+        node: view.as_ref(),
+        unhealthy_if_true: &effective_node_conditions(ctx, machine),
+        creating: machine
+            .status
+            .as_ref()
+            .and_then(|s| s.last_operation.as_ref())
+            .is_some_and(|o| {
+                o.type_.as_deref() == Some("Create") && o.state.as_deref() != Some("Successful")
+            }),
+    });
+    let conditions = view.map_or(machine_conditions, |v| v.conditions);
+    carry_out_health(ctx, machine, phase, outcome, &conditions).await
+}
+
+/// What the health check needs of a Node.
+fn node_view(node: &Node) -> NodeView {
+    NodeView {
+        conditions: node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .map(|cs| {
+                cs.iter()
+                    .filter_map(|c| serde_json::to_value(c).ok())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        critical_taint: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| t.key == CRITICAL_COMPONENTS_NOT_READY)),
+        deleting: node.metadata.deletion_timestamp.is_some(),
+        not_managed: not_managed(node),
     }
-    let node_conditions: Vec<Value> = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .map(|cs| {
-            cs.iter()
-                .filter_map(|c| serde_json::to_value(c).ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    if conditions_changed(&conditions, &node_conditions) {
-        status::write_conditions(ctx, machine, &node_conditions).await?;
-        return Ok(Some(Action::requeue(CONFLICT_RETRY)));
-    }
-    let healthy = is_healthy(&node_conditions, &effective_node_conditions(ctx, machine));
-    let critical_taint = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == CRITICAL_COMPONENTS_NOT_READY));
-    let last = machine
-        .status
-        .as_ref()
-        .and_then(|s| s.last_operation.as_ref());
-    if healthy
-        && phase != Phase::Running.as_str()
-        && !(phase == Phase::Pending.as_str() && critical_taint)
-    {
-        let first_join = last.is_some_and(|o| {
-            o.type_.as_deref() == Some("Create") && o.state.as_deref() != Some("Successful")
-        });
-        let (description, kind) = if first_join {
-            (
-                format!("Machine {name} successfully joined the cluster"),
-                OpType::Create,
-            )
-        } else {
-            (
-                format!("Machine {name} successfully re-joined the cluster"),
-                OpType::HealthCheck,
-            )
-        };
-        status::write(
-            ctx,
-            machine,
-            Update::new(Some(Phase::Running), kind, OpState::Successful, description),
-        )
-        .await?;
-        if first_join && let Err(error) = bootstrap::delete_token(ctx.target(), &name).await {
-            warn!(machine = %name, %error, "deleting the bootstrap token");
-        }
-        return Ok(Some(Action::requeue(LONG_RETRY)));
-    }
-    if !healthy && phase == Phase::Running.as_str() {
-        let update = Update::new(
+}
+
+/// Does what the health verdict says; `conditions` are the Node's (the Machine's when the Node
+/// is gone).
+async fn carry_out_health(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    phase: Lifecycle,
+    outcome: HealthOutcome,
+    conditions: &[Value],
+) -> Result<Option<Action>, Error> {
+    let name = machine.name_any();
+    let unknown = |description: String| {
+        Update::new(
             Some(Phase::Unknown),
             OpType::HealthCheck,
             OpState::Processing,
-            format!(
+            description,
+        )
+    };
+    match outcome {
+        HealthOutcome::NodeGone => {
+            let d = format!(
+                "Node object went missing. Machine {name} is unhealthy - changing MachinePhase to Unknown"
+            );
+            status::write(ctx, machine, unknown(d)).await?;
+            Ok(Some(Action::requeue(HEALTH_RECHECK)))
+        }
+        HealthOutcome::DeleteMachine => {
+            info!(machine = %name, "node is being deleted: deleting its machine");
+            match ctx
+                .machines()
+                .delete(&name, &kube::api::DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            Ok(Some(Action::await_change()))
+        }
+        HealthOutcome::CopyConditions => {
+            status::write_conditions(ctx, machine, conditions).await?;
+            Ok(Some(Action::requeue(CONFLICT_RETRY)))
+        }
+        HealthOutcome::Joined { first } => joined(ctx, machine, first).await.map(Some),
+        HealthOutcome::Unhealthy => {
+            let d = format!(
                 "Machine {name} is unhealthy - changing MachinePhase to Unknown. Node conditions: {}",
-                Value::Array(node_conditions.clone())
-            ),
-        );
-        status::write(ctx, machine, update).await?;
-        return Ok(Some(Action::requeue(HEALTH_RECHECK)));
+                Value::Array(conditions.to_vec())
+            );
+            status::write(ctx, machine, unknown(d)).await?;
+            Ok(Some(Action::requeue(HEALTH_RECHECK)))
+        }
+        HealthOutcome::CheckTimeouts => timeouts(ctx, machine, phase, conditions).await,
+        HealthOutcome::Healthy => Ok(None),
     }
-    if !healthy || phase == Phase::Pending.as_str() {
-        return timeouts(ctx, machine, &node_conditions).await;
+}
+
+/// A healthy Node: `Running`; on the first join the bootstrap token goes.
+async fn joined(ctx: &GardenerContext, machine: &Machine, first: bool) -> Result<Action, Error> {
+    let name = machine.name_any();
+    let (description, kind) = if first {
+        (
+            format!("Machine {name} successfully joined the cluster"),
+            OpType::Create,
+        )
+    } else {
+        (
+            format!("Machine {name} successfully re-joined the cluster"),
+            OpType::HealthCheck,
+        )
+    };
+    status::write(
+        ctx,
+        machine,
+        Update::new(Some(Phase::Running), kind, OpState::Successful, description),
+    )
+    .await?;
+    if first && let Err(error) = bootstrap::delete_token(ctx.target(), &name).await {
+        warn!(machine = %name, %error, "deleting the bootstrap token");
     }
-    Ok(None)
+    Ok(Action::requeue(LONG_RETRY))
 }
 
 /// Pending past the creation timeout, or Unknown past the health timeout: `Failed`.
 async fn timeouts(
     ctx: &GardenerContext,
     machine: &Machine,
+    phase: Lifecycle,
     conditions: &[Value],
 ) -> Result<Option<Action>, Error> {
-    let name = machine.name_any();
-    let phase = status::phase(machine);
-    if phase == Phase::Pending.as_str() {
-        let timeout = creation_timeout(ctx, machine);
-        if age(machine.metadata.creation_timestamp.as_ref()) > timeout {
+    let (elapsed, limit, disabled) = match phase {
+        Lifecycle::Pending => (
+            age(machine.metadata.creation_timestamp.as_ref()),
+            creation_timeout(ctx, machine),
+            false,
+        ),
+        Lifecycle::Unknown => (
+            since_status_update(machine),
+            spec_duration(machine, "healthTimeout").unwrap_or(ctx.settings.health_timeout),
+            machine
+                .spec
+                .extra
+                .get("disableHealthTimeout")
+                .and_then(Value::as_bool)
+                == Some(true),
+        ),
+        _ => return Ok(None),
+    };
+    match lifecycle::timeout(phase, elapsed, limit, disabled, HEALTH_RECHECK) {
+        Timeout::None => Ok(None),
+        Timeout::Recheck(after) => Ok(Some(Action::requeue(after))),
+        Timeout::Expired(Phase::Pending) => {
             let update = Update::new(
                 Some(Phase::Failed),
                 OpType::Create,
                 OpState::Failed,
                 format!(
-                    "Machine {name} failed to join the cluster in {} minutes.",
-                    go_duration(timeout)
+                    "Machine {} failed to join the cluster in {} minutes.",
+                    machine.name_any(),
+                    go_duration(limit)
                 ),
             );
             status::write(ctx, machine, update).await?;
-            return Ok(Some(Action::requeue(LONG_RETRY)));
+            Ok(Some(Action::requeue(LONG_RETRY)))
         }
-        return Ok(Some(Action::requeue(HEALTH_RECHECK.min(timeout))));
+        Timeout::Expired(_) => unhealthy_too_long(ctx, machine, limit, conditions)
+            .await
+            .map(Some),
     }
-    if phase == Phase::Unknown.as_str() {
-        let disabled = machine
-            .spec
-            .extra
-            .get("disableHealthTimeout")
-            .and_then(Value::as_bool)
-            == Some(true);
-        let timeout =
-            spec_duration(machine, "healthTimeout").unwrap_or(ctx.settings.health_timeout);
-        if !disabled && since_status_update(machine) > timeout {
-            // One machine of a MachineDeployment at a time (upstream's permit per deployment):
-            // the next is marked Failed, and so replaced, once no other is being replaced.
-            let deployment = machine.labels().get(DEPLOYMENT_LABEL).cloned();
-            let lock = deployment.as_deref().map(|d| ctx.failure_lock(d));
-            let _permit = match &lock {
-                Some(lock) => Some(lock.lock().await),
-                None => None,
-            };
-            if let Some(deployment) = &deployment
-                && replacing_in(ctx, deployment, &name).await? > 0
-            {
-                info!(machine = %name, %deployment, "unhealthy past the health timeout; waiting for another machine of the deployment to be replaced first");
-                return Ok(Some(Action::requeue(FAILURE_BUDGET_RECHECK)));
-            }
-            let mut update = Update::new(
-                Some(Phase::Failed),
-                OpType::HealthCheck,
-                OpState::Failed,
-                format!(
-                    "Machine {name} health checks failing since last {} minutes. Updating machine phase to Failed. Node Conditions: {}",
-                    go_duration(timeout),
-                    Value::Array(conditions.to_vec())
-                ),
-            );
-            // Upstream keeps the previous operation type.
-            if let Some(kind) = machine
-                .status
-                .as_ref()
-                .and_then(|s| s.last_operation.as_ref())
-                .and_then(|o| o.type_.as_deref())
-            {
-                update.kind = if kind == "Create" {
-                    OpType::Create
-                } else {
-                    OpType::HealthCheck
-                };
-            }
-            status::write(ctx, machine, update).await?;
-            return Ok(Some(Action::requeue(LONG_RETRY)));
-        }
-        return Ok(Some(Action::requeue(HEALTH_RECHECK.min(timeout))));
+}
+
+/// Unknown past the health timeout: `Failed`, one machine of a MachineDeployment at a time
+/// (upstream's permit per deployment): the next is marked Failed, and so replaced, once no
+/// other is being replaced.
+async fn unhealthy_too_long(
+    ctx: &GardenerContext,
+    machine: &Machine,
+    timeout: Duration,
+    conditions: &[Value],
+) -> Result<Action, Error> {
+    let name = machine.name_any();
+    let deployment = machine.labels().get(DEPLOYMENT_LABEL).cloned();
+    let lock = deployment.as_deref().map(|d| ctx.failure_lock(d));
+    let _permit = match &lock {
+        Some(lock) => Some(lock.lock().await),
+        None => None,
+    };
+    if let Some(deployment) = &deployment
+        && replacing_in(ctx, deployment, &name).await? > 0
+    {
+        info!(machine = %name, %deployment, "unhealthy past the health timeout; waiting for another machine of the deployment to be replaced first");
+        return Ok(Action::requeue(FAILURE_BUDGET_RECHECK));
     }
-    Ok(None)
+    let mut update = Update::new(
+        Some(Phase::Failed),
+        OpType::HealthCheck,
+        OpState::Failed,
+        format!(
+            "Machine {name} health checks failing since last {} minutes. Updating machine phase to Failed. Node Conditions: {}",
+            go_duration(timeout),
+            Value::Array(conditions.to_vec())
+        ),
+    );
+    // Upstream keeps the previous operation type.
+    if let Some(kind) = machine
+        .status
+        .as_ref()
+        .and_then(|s| s.last_operation.as_ref())
+        .and_then(|o| o.type_.as_deref())
+    {
+        update.kind = if kind == "Create" {
+            OpType::Create
+        } else {
+            OpType::HealthCheck
+        };
+    }
+    status::write(ctx, machine, update).await?;
+    Ok(Action::requeue(LONG_RETRY))
 }
 
 /// Preservation of a Failed machine (upstream v0.62): with the preserve annotation
@@ -555,7 +643,7 @@ async fn preserve(
     if value.is_none() && !node_name.is_empty() {
         value = ctx
             .nodes
-            .get(ctx.target(), node_name)
+            .node(ctx.target(), node_name)
             .await?
             .and_then(|n| n.annotations().get(PRESERVE_ANNOTATION).cloned());
     }
@@ -628,39 +716,6 @@ fn effective_node_conditions(ctx: &GardenerContext, machine: &Machine) -> Vec<St
         .unwrap_or_else(|| ctx.settings.node_conditions.clone())
 }
 
-/// Upstream `isHealthy`: Ready is True and none of the listed conditions is True.
-pub fn is_healthy(conditions: &[Value], unhealthy_if_true: &[String]) -> bool {
-    let status_of = |t: &str| {
-        conditions
-            .iter()
-            .find(|c| c["type"] == t)
-            .and_then(|c| c["status"].as_str())
-            .map(str::to_owned)
-    };
-    if conditions.is_empty() || status_of("Ready").as_deref() != Some("True") {
-        return false;
-    }
-    unhealthy_if_true
-        .iter()
-        .all(|t| status_of(t).as_deref() != Some("True"))
-}
-
-/// Conditions differ by type and status (heartbeat times are ignored).
-fn conditions_changed(machine: &[Value], node: &[Value]) -> bool {
-    let key = |cs: &[Value]| {
-        let mut v: Vec<(String, String, String)> = cs
-            .iter()
-            .map(|c| {
-                let s = |k: &str| c[k].as_str().unwrap_or("").to_owned();
-                (s("type"), s("status"), s("reason"))
-            })
-            .collect();
-        v.sort();
-        v
-    };
-    key(machine) != key(node)
-}
-
 /// The Node carries upstream's `not-managed-by-mcm` mark.
 fn not_managed(node: &Node) -> bool {
     node.annotations().contains_key(super::NOT_MANAGED_BY_MCM)
@@ -717,37 +772,4 @@ pub(crate) async fn patch_metadata(
             &Patch::Merge(&body),
         )
         .await?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn healthy_needs_ready_and_no_bad_condition() {
-        let list = vec!["DiskPressure".to_owned()];
-        let ready = json!({"type": "Ready", "status": "True"});
-        let pressure = json!({"type": "DiskPressure", "status": "True"});
-        assert!(is_healthy(std::slice::from_ref(&ready), &list));
-        assert!(!is_healthy(&[ready.clone(), pressure], &list));
-        assert!(!is_healthy(
-            &[json!({"type": "Ready", "status": "Unknown"})],
-            &list
-        ));
-        assert!(!is_healthy(&[], &list));
-    }
-
-    #[test]
-    fn conditions_compare_without_heartbeats() {
-        let a = vec![
-            json!({"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": "1"}),
-        ];
-        let b = vec![
-            json!({"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": "2"}),
-        ];
-        let c = vec![json!({"type": "Ready", "status": "False", "reason": "KubeletNotReady"})];
-        assert!(!conditions_changed(&a, &b));
-        assert!(conditions_changed(&a, &c));
-        assert!(conditions_changed(&[], &a));
-    }
 }

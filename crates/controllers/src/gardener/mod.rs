@@ -17,6 +17,7 @@ pub mod bootstrap;
 pub mod delete;
 pub mod drain;
 pub mod driver;
+pub mod lifecycle;
 pub mod machine;
 pub mod safety;
 pub mod status;
@@ -24,13 +25,21 @@ pub mod status;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use ingot_api::gardener::{MCM_FINALIZER, Machine, MachineClass, PROVIDER_EQUINIX_METAL};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
-use kube::{Api, Client, ResourceExt};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 
 pub use driver::{Code, Driver, SecretData, Status};
+
+use crate::runtime::{Backoff, EventRecorder, ReconcileError, Retry};
+
+/// The component the Gardener controllers' Events are reported as (upstream's provider
+/// records none; MCM's own are `machine-controller`).
+pub const EVENT_COMPONENT: &str = "ingot";
 
 /// A shared driver.
 pub type EquinixDriverArc = Arc<dyn Driver>;
@@ -145,51 +154,133 @@ pub struct GardenerContext {
     pub(crate) evictions: drain::EvictionTracker,
     /// The target cluster's Nodes, as the machine controller's watch sees them.
     pub(crate) nodes: NodeCache,
+    /// The MachineClasses of `--namespace`, watched ([`run`] fills it).
+    pub(crate) class_cache: Cache<MachineClass>,
+    /// The Secrets of `--namespace` (the classes' `secretRef`s), watched ([`run`] fills it).
+    pub(crate) secret_cache: Cache<Secret>,
     /// Drains are counted here (a private registry unless `ingot run` gives its own).
     pub metrics: Arc<crate::Metrics>,
+    /// The one Event recorder of the Gardener controllers (component `ingot`, this replica).
+    pub events: EventRecorder,
 }
 
-/// The target cluster's Nodes from the machine controller's watch ([`machine::run`] fills it),
-/// so that a Machine's health check reads its Node without a GET per pass.
-pub(crate) struct NodeCache {
-    store: Store<Node>,
-    writer: std::sync::Mutex<Option<Writer<Node>>>,
+/// Objects of one kind as a watch sees them, filled by the one watch that takes its writer;
+/// a read falls back to the API until that watch has listed them all (or when none runs).
+pub(crate) struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    writer: std::sync::Mutex<Option<Writer<K>>>,
 }
 
-impl NodeCache {
+impl<K> Cache<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     fn new() -> Self {
         let (store, writer) = reflector::store();
-        NodeCache {
+        Cache {
             store,
             writer: std::sync::Mutex::new(Some(writer)),
         }
     }
 
     /// The writer, for the one watch that fills the cache.
-    pub(crate) fn take_writer(&self) -> Option<Writer<Node>> {
+    pub(crate) fn take_writer(&self) -> Option<Writer<K>> {
         self.writer.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
+    /// The object from the cache, or None (outer) while the watch has not listed everything.
+    fn cached(&self, name: &str, namespace: Option<&str>) -> Option<Option<K>> {
+        let ready = matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())));
+        if !ready {
+            return None;
+        }
+        let mut key = ObjectRef::new(name);
+        if let Some(namespace) = namespace {
+            key = key.within(namespace);
+        }
+        Some(self.store.get(&key).map(|o| K::clone(&o)))
+    }
+
+    /// The object from the cache, else from `api`.
+    pub(crate) async fn get(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        namespace: Option<&str>,
+    ) -> Result<Option<K>, kube::Error> {
+        match self.cached(name, namespace) {
+            Some(found) => Ok(found),
+            None => api.get_opt(name).await,
+        }
+    }
+
+    /// The object from the cache once the watch has listed everything (waiting at most
+    /// [`CACHE_WAIT`] for that): never a GET, so that the API server sees only the watch.
+    pub(crate) async fn watched(
+        &self,
+        kind: &'static str,
+        name: &str,
+        namespace: &str,
+    ) -> Result<Option<K>, Error> {
+        match tokio::time::timeout(CACHE_WAIT, self.store.wait_until_ready()).await {
+            Ok(Ok(())) => {}
+            _ => return Err(Error::NotWatched(kind)),
+        }
+        Ok(self
+            .store
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|o| K::clone(&o)))
+    }
+
+    /// Fills the cache from a watch of `api` until `shutdown` (or at once, when another
+    /// watch fills it).
+    pub(crate) async fn fill(
+        &self,
+        api: Api<K>,
+        shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    ) {
+        let Some(writer) = self.take_writer() else {
+            return;
+        };
+        let watch = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .for_each(|_| std::future::ready(()));
+        tokio::select! {
+            () = watch => {}
+            () = shutdown => {}
+        }
+    }
+}
+
+/// How long a read of a watched cache waits for the watch's first list.
+pub const CACHE_WAIT: Duration = Duration::from_secs(30);
+
+/// The target cluster's Nodes from the machine controller's watch ([`machine::run`] fills it),
+/// so that a Machine's health check reads its Node without a GET per pass.
+pub(crate) type NodeCache = Cache<Node>;
+
+impl NodeCache {
     /// The Node from the cache once the watch has listed every Node; until then (or without a
     /// watch) from the API.
-    pub(crate) async fn get(
+    pub(crate) async fn node(
         &self,
         target: &Client,
         name: &str,
     ) -> Result<Option<Node>, kube::Error> {
-        let ready = matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())));
-        if ready {
-            return Ok(self
-                .store
-                .get(&ObjectRef::new(name))
-                .map(|node| Node::clone(&node)));
-        }
-        Api::<Node>::all(target.clone()).get_opt(name).await
+        self.get(&Api::all(target.clone()), name, None).await
     }
 }
 
 impl GardenerContext {
     pub fn new(clusters: Clusters, driver: Arc<dyn Driver>, settings: Settings) -> Self {
+        let clusters_control = clusters.control.clone();
         GardenerContext {
             clusters,
             driver,
@@ -198,8 +289,21 @@ impl GardenerContext {
             failure_locks: std::sync::Mutex::default(),
             evictions: drain::EvictionTracker::default(),
             nodes: NodeCache::new(),
+            class_cache: Cache::new(),
+            secret_cache: Cache::new(),
             metrics: Arc::default(),
+            events: EventRecorder::new(clusters_control, EVENT_COMPONENT, None),
         }
+    }
+
+    /// Reports Events as this replica (`ingot run --identity`).
+    pub fn with_identity(mut self, identity: impl Into<String>) -> Self {
+        self.events = EventRecorder::new(
+            self.clusters.control.clone(),
+            EVENT_COMPONENT,
+            Some(identity.into()),
+        );
+        self
     }
 
     /// Counts into `metrics` (the ones `/metrics` serves).
@@ -245,23 +349,22 @@ impl GardenerContext {
 
     /// The class of a Machine when it is an Equinix Metal `MachineClass`; None for a Machine
     /// another machine controller owns.
-    pub async fn equinix_class(
-        &self,
-        machine: &Machine,
-    ) -> Result<Option<MachineClass>, kube::Error> {
+    pub async fn equinix_class(&self, machine: &Machine) -> Result<Option<MachineClass>, Error> {
         let Some(class) = machine.spec.class.as_ref() else {
             return Ok(None);
         };
         if class.kind != "MachineClass" || class.name.is_empty() {
             return Ok(None);
         }
-        let found = self.classes().get_opt(&class.name).await?;
+        let found = (self.class_cache)
+            .watched("MachineClasses", &class.name, &self.settings.namespace)
+            .await?;
         Ok(found.filter(|c| c.spec.provider.as_deref() == Some(PROVIDER_EQUINIX_METAL)))
     }
 
     /// The class's `secretRef` data merged with its `credentialsSecretRef` data (the latter
     /// wins); a missing Secret counts as empty, as upstream.
-    pub async fn secret_data(&self, class: &MachineClass) -> Result<SecretData, kube::Error> {
+    pub async fn secret_data(&self, class: &MachineClass) -> Result<SecretData, Error> {
         let mut data = SecretData::default();
         for reference in [&class.spec.secret_ref, &class.spec.credentials_secret_ref]
             .into_iter()
@@ -275,7 +378,15 @@ impl GardenerContext {
                 .clone()
                 .unwrap_or_else(|| self.settings.namespace.clone());
             let secrets: Api<Secret> = Api::namespaced(self.control().clone(), &namespace);
-            if let Some(secret) = secrets.get_opt(name).await? {
+            // Only the Secrets of `--namespace` are watched.
+            let secret = if namespace == self.settings.namespace {
+                (self.secret_cache)
+                    .watched("Secrets", name, &namespace)
+                    .await?
+            } else {
+                secrets.get_opt(name).await?
+            };
+            if let Some(secret) = secret {
                 for (k, v) in secret.data.unwrap_or_default() {
                     data.0.insert(k, v.0);
                 }
@@ -292,17 +403,39 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("serialising a patch: {0}")]
     Json(#[from] serde_json::Error),
+    #[error(
+        "the watch of the {0} of the namespace has not listed them yet (is list/watch granted?)"
+    )]
+    NotWatched(&'static str),
 }
 
-impl Error {
-    /// The `error` label of `reconcile_errors_total`.
-    pub fn kind(&self) -> &'static str {
+impl ReconcileError for Error {
+    /// The `error` label of `ingot_reconcile_errors_total`.
+    fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
             Error::Json(_) => "json",
+            Error::NotWatched(_) => "cache",
+        }
+    }
+
+    /// A write that lost a race on `resourceVersion` (409) looks again at once.
+    fn retry(&self) -> Retry {
+        match self {
+            Error::Kube(error) if crate::runtime::is_conflict(error) => Retry::Conflict,
+            _ => Retry::Backoff,
         }
     }
 }
+
+/// The reconcile error backoff of the Gardener controllers: [`SHORT_RETRY`] (upstream's retry
+/// after an error) doubling per failure of the same object, at most [`ERROR_BACKOFF_MAX`].
+pub fn error_backoff() -> Backoff {
+    Backoff::new(SHORT_RETRY, ERROR_BACKOFF_MAX)
+}
+
+/// The longest wait after repeated failures of one object.
+pub const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(60);
 
 /// The machine has our finalizer.
 pub fn has_finalizer(machine: &Machine) -> bool {
@@ -311,15 +444,19 @@ pub fn has_finalizer(machine: &Machine) -> bool {
 
 pub use crate::duration::{go_duration, parse_go_duration};
 
-/// Runs the machine controller, the class controller and the orphan collector until
-/// `shutdown` completes.
+/// Runs the machine controller, the class controller, the orphan collector and the watches of
+/// the MachineClasses and Secrets of `--namespace` (which the machine controller reads instead
+/// of a GET per pass) until `shutdown` completes.
 pub async fn run(
     ctx: Arc<GardenerContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
+    let secrets = Api::namespaced(ctx.control().clone(), &ctx.settings.namespace);
     tokio::join!(
+        ctx.class_cache.fill(ctx.classes(), shutdown.clone()),
+        ctx.secret_cache.fill(secrets, shutdown.clone()),
         machine::run(ctx.clone(), shutdown.clone()),
         safety::run_classes(ctx.clone(), shutdown.clone()),
-        safety::run_orphan_collector(ctx, shutdown),
+        safety::run_orphan_collector(ctx.clone(), shutdown),
     );
 }

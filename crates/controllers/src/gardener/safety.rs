@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use ingot_api::gardener::{
     MC_SECRET_FINALIZER, MCM_FINALIZER, Machine, MachineClass, MachineSpec, NODE_LABEL,
     PROVIDER_EQUINIX_METAL,
@@ -26,7 +25,13 @@ use tracing::{info, warn};
 
 use super::driver::{MachineRequest, same_device};
 use super::status;
-use super::{Error, GardenerContext, NODE_FINALIZER, NOT_MANAGED_BY_MCM, SHORT_RETRY};
+use super::{
+    Error, GardenerContext, LONG_RETRY, NODE_FINALIZER, NOT_MANAGED_BY_MCM, error_backoff,
+};
+use crate::runtime::{self, ControllerRuntime, finalizer};
+
+/// The `controller` label of the MachineClass controller's reconcile metrics.
+const CONTROLLER: &str = "gardener-machine-class";
 
 /// Runs the MachineClass controller: classes in use (and their Secrets) carry the finalizer.
 pub async fn run_classes(
@@ -34,29 +39,26 @@ pub async fn run_classes(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = ctx.settings.namespace.clone();
-    Controller::new(ctx.classes(), watcher::Config::default())
-        .watches(
-            ctx.machines(),
-            watcher::Config::default(),
-            move |m: Machine| {
-                let class = m.spec.class.as_ref().filter(|c| c.kind == "MachineClass")?;
-                Some(ObjectRef::<MachineClass>::new(&class.name).within(&namespace))
-            },
-        )
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |class: Arc<MachineClass>, ctx: Arc<GardenerContext>| async move {
-                reconcile_class(&ctx, &class).await?;
-                Ok::<_, Error>(Action::requeue(std::time::Duration::from_secs(600)))
-            },
-            |_, error: &Error, _| {
-                warn!(%error, "machine class reconcile failed");
-                Action::requeue(SHORT_RETRY)
-            },
-            ctx,
-        )
-        .for_each(|_| async {})
-        .await;
+    let controller = Controller::new(ctx.classes(), watcher::Config::default()).watches(
+        ctx.machines(),
+        watcher::Config::default(),
+        move |m: Machine| {
+            let class = m.spec.class.as_ref().filter(|c| c.kind == "MachineClass")?;
+            Some(ObjectRef::<MachineClass>::new(&class.name).within(&namespace))
+        },
+    );
+    let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), error_backoff());
+    runtime::run(
+        controller,
+        runtime,
+        ctx,
+        |class: Arc<MachineClass>, ctx: Arc<GardenerContext>| async move {
+            reconcile_class(&ctx, &class).await?;
+            Ok::<_, Error>(Action::requeue(LONG_RETRY))
+        },
+        shutdown,
+    )
+    .await;
 }
 
 /// Adds the finalizer to a class that Machines use (and to its Secrets), removes it from one
@@ -73,28 +75,14 @@ pub async fn reconcile_class(ctx: &GardenerContext, class: &MachineClass) -> Res
             .as_ref()
             .is_some_and(|c| c.kind == "MachineClass" && c.name == name)
     });
-    let has = class.finalizers().iter().any(|f| f == MCM_FINALIZER);
+    let has = finalizer::has(class, MCM_FINALIZER);
     let want = in_use || (class.metadata.deletion_timestamp.is_none() && has);
-    if want != has {
-        let finalizers: Vec<String> = if want {
-            class
-                .finalizers()
-                .iter()
-                .cloned()
-                .chain([MCM_FINALIZER.to_owned()])
-                .collect()
-        } else {
-            class
-                .finalizers()
-                .iter()
-                .filter(|f| *f != MCM_FINALIZER)
-                .cloned()
-                .collect()
-        };
-        let body = json!({"metadata": {"finalizers": finalizers, "resourceVersion": class.resource_version()}});
-        ctx.classes()
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
-            .await?;
+    let written = if want {
+        finalizer::add(&ctx.classes(), class, &[MCM_FINALIZER]).await?
+    } else {
+        finalizer::remove(&ctx.classes(), class, MCM_FINALIZER).await?
+    };
+    if written.is_some() {
         info!(class = %name, finalizer = want, "machine class finalizer");
     }
     reconcile_secrets(ctx).await
@@ -126,34 +114,16 @@ async fn reconcile_secrets(ctx: &GardenerContext) -> Result<(), Error> {
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.control().clone(), &ctx.settings.namespace);
     for secret in secrets.list(&ListParams::default()).await?.items {
-        let has = secret.finalizers().iter().any(|f| f == MC_SECRET_FINALIZER);
+        let has = finalizer::has(&secret, MC_SECRET_FINALIZER);
         let want = referenced.contains(&secret.name_any());
         if has == want {
             continue;
         }
-        let finalizers: Vec<String> = if want {
-            secret
-                .finalizers()
-                .iter()
-                .cloned()
-                .chain([MC_SECRET_FINALIZER.to_owned()])
-                .collect()
+        if want {
+            finalizer::add(&secrets, &secret, &[MC_SECRET_FINALIZER]).await?;
         } else {
-            secret
-                .finalizers()
-                .iter()
-                .filter(|f| *f != MC_SECRET_FINALIZER)
-                .cloned()
-                .collect()
-        };
-        let body = json!({"metadata": {"finalizers": finalizers, "resourceVersion": secret.resource_version()}});
-        secrets
-            .patch(
-                &secret.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&body),
-            )
-            .await?;
+            finalizer::remove(&secrets, &secret, MC_SECRET_FINALIZER).await?;
+        }
     }
     Ok(())
 }

@@ -189,31 +189,18 @@ pub async fn write(ctx: &GardenerContext, machine: &Machine, update: Update) -> 
     patch_status(ctx, machine, status).await
 }
 
-/// An Event on the Machine for a new phase; a failure to record it is logged, never fatal.
+/// An Event on the Machine for a new phase (reason: the phase; Warning for `Failed`,
+/// `CrashLoopBackOff` and `Unknown`); a failure to record it is logged, never fatal.
 async fn event(ctx: &GardenerContext, machine: &Machine, phase: Phase, description: &str) {
-    use kube::Resource;
-    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    use kube::runtime::events::EventType;
     let type_ = match phase {
         Phase::Failed | Phase::CrashLoopBackOff | Phase::Unknown => EventType::Warning,
         _ => EventType::Normal,
     };
-    let recorder = Recorder::new(
-        ctx.control().clone(),
-        Reporter {
-            controller: "ingot".into(),
-            instance: None,
-        },
-    );
-    let event = Event {
-        type_,
-        reason: phase.as_str().to_owned(),
-        note: Some(description.chars().take(1024).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(error) = recorder.publish(&event, &machine.object_ref(&())).await {
-        tracing::warn!(%error, machine = %machine.name_any(), "could not record an event");
-    }
+    let note: String = description.chars().take(1024).collect();
+    ctx.events
+        .publish(machine, type_, phase.as_str(), "Reconcile", note)
+        .await;
 }
 
 /// Copies the Node's conditions to the Machine.

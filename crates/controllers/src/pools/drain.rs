@@ -6,9 +6,9 @@
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{EvictParams, ListParams, Patch, PatchParams};
-use kube::{Api, Client, ResourceExt};
-use serde_json::json;
+use kube::{Client, ResourceExt};
+
+use crate::cluster::drain::{self, Cordon, Eviction};
 
 /// Marks a cordon made by ingot (value `ingot`).
 pub const CORDONED_BY_ANNOTATION: &str = "equinix.harvesterhci.io/cordoned-by";
@@ -45,59 +45,51 @@ pub fn drain_started(node: &Node) -> Option<Timestamp> {
 /// there, so that the deadline does not move). A Node a person already cordoned keeps that
 /// cordon as theirs: only the drain's start is marked, so the cordon is never lifted here.
 pub async fn cordon(client: &Client, node: &Node, now: Timestamp) -> Result<(), kube::Error> {
-    let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+    let unschedulable = drain::is_cordoned(node);
     if unschedulable && (cordoned_by_us(node) || drain_started(node).is_some()) {
         return Ok(());
     }
-    let started = drain_started(node).unwrap_or(now);
-    let nodes: Api<Node> = Api::all(client.clone());
-    let patch = if unschedulable {
-        json!({"metadata": {"annotations": {DRAIN_STARTED_ANNOTATION: started.to_string()}}})
+    let started = drain_started(node).unwrap_or(now).to_string();
+    let started = (DRAIN_STARTED_ANNOTATION, Some(started.as_str()));
+    if unschedulable {
+        drain::cordon(client, &node.name_any(), Cordon::Keep, &[started]).await
     } else {
-        json!({
-            "metadata": {"annotations": {
-                CORDONED_BY_ANNOTATION: CORDONED_BY,
-                DRAIN_STARTED_ANNOTATION: started.to_string(),
-            }},
-            "spec": {"unschedulable": true},
-        })
-    };
-    nodes
-        .patch(
-            &node.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
-    Ok(())
+        let ours = (CORDONED_BY_ANNOTATION, Some(CORDONED_BY));
+        drain::cordon(client, &node.name_any(), Cordon::Set, &[ours, started]).await
+    }
 }
 
 /// Undoes ingot's cordon (never a person's: on a Node a person cordoned, only the drain's
 /// start is forgotten).
 pub async fn uncordon(client: &Client, node: &Node) -> Result<(), kube::Error> {
-    let patch = if cordoned_by_us(node) {
-        json!({
-            "metadata": {"annotations": {CORDONED_BY_ANNOTATION: null, DRAIN_STARTED_ANNOTATION: null}},
-            "spec": {"unschedulable": null},
-        })
+    let name = node.name_any();
+    if cordoned_by_us(node) {
+        let marks = [
+            (CORDONED_BY_ANNOTATION, None),
+            (DRAIN_STARTED_ANNOTATION, None),
+        ];
+        drain::cordon(client, &name, Cordon::Lift, &marks).await
     } else if drain_started(node).is_some() {
-        json!({"metadata": {"annotations": {DRAIN_STARTED_ANNOTATION: null}}})
-    } else {
-        return Ok(());
-    };
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .patch(
-            &node.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
+        drain::cordon(
+            client,
+            &name,
+            Cordon::Keep,
+            &[(DRAIN_STARTED_ANNOTATION, None)],
         )
-        .await?;
-    Ok(())
+        .await
+    } else {
+        Ok(())
+    }
 }
 
-/// Whether a pod must leave before the Node goes: not a DaemonSet's, not a mirror pod, not
-/// finished.
+/// The pools' drain policy: whether a pod must leave before the Node (and its server) goes.
+///
+/// Skipped: DaemonSet pods (their controller puts them on every Node, and they go with it),
+/// mirror pods (the kubelet's static pods: the API cannot evict them), and finished pods
+/// (`Succeeded`/`Failed`: nothing runs, and on an unreachable Node no kubelet would confirm
+/// their deletion, so they would hold the drain until its deadline for nothing). Every other
+/// pod is evicted, never deleted: a refusal waits, and the drain deadline of `removal` decides.
+/// The Gardener drain differs on purpose (see `gardener::drain::must_leave`).
 pub fn must_leave(pod: &Pod) -> bool {
     let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet");
     let mirror = pod
@@ -115,27 +107,24 @@ pub fn must_leave(pod: &Pod) -> bool {
 /// evicted or terminating still counts until it is gone: on an unreachable Node nothing may
 /// confirm it, and the drain deadline decides then (see `removal`), never this pass.
 pub async fn drain(client: &Client, node: &str) -> Result<DrainState, kube::Error> {
-    let pods: Api<Pod> = Api::all(client.clone());
-    let on_node = pods
-        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-        .await?;
     let mut terminating = 0;
-    for pod in on_node.items.iter().filter(|p| must_leave(p)) {
+    for pod in drain::pods_on(client, node)
+        .await?
+        .iter()
+        .filter(|p| must_leave(p))
+    {
         if pod.metadata.deletion_timestamp.is_some() {
             terminating += 1;
             continue;
         }
-        let namespace = pod.namespace().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-        match api.evict(&pod.name_any(), &EvictParams::default()).await {
-            Ok(_) => terminating += 1,
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(kube::Error::Api(status)) if status.code == 429 => {
+        match drain::evict(client, pod).await? {
+            Eviction::Evicted => terminating += 1,
+            Eviction::Gone => {}
+            Eviction::Refused => {
                 return Ok(DrainState::Refused {
-                    pod: format!("{namespace}/{}", pod.name_any()),
+                    pod: drain::pod_key(pod),
                 });
             }
-            Err(error) => return Err(error),
         }
     }
     Ok(if terminating == 0 {
