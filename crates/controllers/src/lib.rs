@@ -41,22 +41,51 @@ pub(crate) fn crash_point(armed: Option<&str>, point: &str) {
 }
 
 /// The API of a namespaced kind in one namespace, or in all of them.
-pub(crate) fn api_in<K>(client: &Client, namespace: Option<&str>) -> kube::Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
+pub(crate) fn api_in<K: NamespacedKind>(client: &Client, namespace: Option<&str>) -> kube::Api<K> {
     match namespace {
         Some(ns) => kube::Api::namespaced(client.clone(), ns),
         None => kube::Api::all(client.clone()),
     }
 }
 
+/// What a watched kind must be: a namespaced or cluster-scoped object kube can decode, held
+/// in stores shared between tasks.
+pub trait Watched:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// A [`Watched`] kind that lives in namespaces.
+pub trait NamespacedKind:
+    Watched + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+{
+}
+
+impl<K> NamespacedKind for K where
+    K: Watched + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+{
+}
+
 /// The watch a controller is driven by, feeding the store it reads, with objects stored
 /// without `metadata.managedFields` (see [`lean_events`]).
-pub fn lean_reflector<K>(
+pub fn lean_reflector<K: Watched>(
     api: kube::Api<K>,
     config: kube::runtime::watcher::Config,
 ) -> (
@@ -64,16 +93,7 @@ pub fn lean_reflector<K>(
     impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>>
     + Send
     + 'static,
-)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+) {
     let (store, writer) = kube::runtime::reflector::store();
     (
         store,
@@ -84,25 +104,35 @@ where
 /// A watch (re-listing with backoff) whose objects come without `metadata.managedFields`: no
 /// reconciler reads them, and once a few writers have touched an object they are most of its
 /// size, held once per object for every object of a fleet in a store.
-pub fn lean_events<K>(
+pub fn lean_events<K: Watched>(
     api: kube::Api<K>,
     config: kube::runtime::watcher::Config,
 ) -> impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>>
 + Send
-+ 'static
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
++ 'static {
     use kube::runtime::WatchStreamExt;
     kube::runtime::watcher(api, config)
         .default_backoff()
         .modify(|object: &mut K| object.meta_mut().managed_fields = None)
+}
+
+/// Fills a store from a lean watch for as long as it is polled (drop it to stop); a failed
+/// watch is logged with its kind and listed again with backoff.
+pub async fn feed_store<K: Watched>(
+    writer: kube::runtime::reflector::store::Writer<K>,
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+) {
+    use futures::StreamExt;
+    let kind = K::kind(&()).into_owned();
+    kube::runtime::reflector(writer, lean_events(api, config))
+        .for_each(|event| {
+            if let Err(error) = event {
+                tracing::warn!(%error, kind, "watch failed; listing again");
+            }
+            std::future::ready(())
+        })
+        .await;
 }
 
 /// The controllers `ingot run` can start.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use ingot_controllers::metrics::LeaderTransition;
 use ingot_controllers::{ControllerKind, Metrics, pools, rufio, seeder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -733,18 +733,14 @@ fn watch_instances_for_scripts(
     client: &Client,
     stop: &Stop,
 ) -> kube::runtime::reflector::Store<ingot_api::equinix::Instance> {
-    let (store, events) = ingot_controllers::lean_reflector(
+    let (store, writer) = kube::runtime::reflector::store();
+    let feed = ingot_controllers::feed_store(
+        writer,
         kube::Api::<ingot_api::equinix::Instance>::all(client.clone()),
         kube::runtime::watcher::Config::default(),
     );
     let stopped = stop.signal();
     tokio::spawn(async move {
-        let feed = events.for_each(|event| {
-            if let Err(error) = event {
-                warn!(%error, "the Instance watch of the iPXE scripts failed; listing again");
-            }
-            std::future::ready(())
-        });
         tokio::select! {
             () = feed => {}
             () = stopped => {}

@@ -10,14 +10,11 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use ingot_api::equinix::{Instance, InstancePool, POOL_LABEL};
 use k8s_openapi::api::core::v1::{Node, Secret, Service};
 use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store, store::Writer};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
-use tracing::warn;
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
 
 use super::credentials::SecretLocation;
 
@@ -182,26 +179,15 @@ impl Default for Caches {
 }
 
 /// Feeds one store from one watch until `shutdown`, re-listing with backoff after errors.
-fn spawn_watch<K>(
+fn spawn_watch<K: crate::Watched>(
     writer: Writer<K>,
     api: Api<K>,
     config: watcher::Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync,
-    K: 'static,
-{
-    let kind = K::kind(&()).into_owned();
-    let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
+) {
     tokio::spawn(async move {
-        let drain = stream.for_each(|event| {
-            if let Err(error) = event {
-                warn!(%error, kind, "watch failed; listing again");
-            }
-            futures::future::ready(())
-        });
         tokio::select! {
-            () = drain => {}
+            () = crate::feed_store(writer, api, config) => {}
             () = shutdown => {}
         }
     });

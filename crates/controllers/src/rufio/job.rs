@@ -115,7 +115,7 @@ fn send_on_sight(ctx: &Arc<RufioContext>, job: &Job) {
 }
 
 /// The namespace and name of the Job's Machine (its own namespace when the ref has none).
-fn machine_of(job: &Job, namespace: &str) -> (String, String) {
+pub(super) fn machine_of(job: &Job, namespace: &str) -> (String, String) {
     let machine_ns = job
         .spec
         .machine_ref

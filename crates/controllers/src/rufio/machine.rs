@@ -53,19 +53,9 @@ pub async fn run(
         // A finished Job wakes its Machine (the Job controller asked for the refresh).
         .watches(jobs, watcher::Config::default(), |job| {
             super::job::finished(&job).then(|| {
-                let namespace = job
-                    .spec
-                    .machine_ref
-                    .namespace
-                    .clone()
-                    .filter(|n| !n.is_empty())
-                    .or_else(|| job.namespace());
-                let name = job.spec.machine_ref.name.clone().unwrap_or_default();
-                let r = ObjectRef::<Machine>::new(&name);
-                match namespace {
-                    Some(ns) => r.within(&ns),
-                    None => r,
-                }
+                let (namespace, name) =
+                    super::job::machine_of(&job, &job.namespace().unwrap_or_default());
+                ObjectRef::<Machine>::new(&name).within(&namespace)
             })
         })
         .with_config(Config::default().concurrency(ctx.settings.machine_concurrency));

@@ -23,7 +23,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use ingot_api::rufio::{Machine, Task};
 use ingot_bmc::ipmi::IpmiOptions;
 use ingot_bmc::manager::{ManagerOptions, Observer, SessionManager};
@@ -209,13 +209,7 @@ impl RufioContext {
     }
 
     /// The API of `K` in the watched namespace (or all namespaces).
-    pub(crate) fn watched<K>(&self) -> kube::Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
+    pub(crate) fn watched<K: crate::NamespacedKind>(&self) -> kube::Api<K> {
         crate::api_in(&self.client, self.settings.namespace.as_deref())
     }
 
@@ -316,16 +310,7 @@ pub async fn run(
         return;
     };
     let _ = ctx.tasks.set(tasks.clone());
-    let feed = reflector::reflector(
-        writer,
-        crate::lean_events(ctx.watched::<Task>(), watcher::Config::default()),
-    )
-    .for_each(|event| {
-        if let Err(error) = event {
-            warn!(%error, "Task watch failed; listing again");
-        }
-        std::future::ready(())
-    });
+    let feed = crate::feed_store(writer, ctx.watched::<Task>(), watcher::Config::default());
     tokio::select! {
         () = feed => {}
         () = ctx.secrets.watch(ctx.watched()) => {}

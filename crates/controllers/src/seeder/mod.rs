@@ -31,11 +31,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use ingot_api::rufio::{Job, Machine};
 use ingot_api::seeder::Inventory;
 use k8s_openapi::api::core::v1::Node;
-use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{reflector, watcher};
 use kube::{Api, Client};
@@ -192,13 +190,7 @@ impl SeederContext {
     }
 
     /// The API of `K` in the watched namespace (or all namespaces).
-    pub(crate) fn watched<K>(&self) -> kube::Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
+    pub(crate) fn watched<K: crate::NamespacedKind>(&self) -> kube::Api<K> {
         crate::api_in(&self.client, self.settings.namespace.as_deref())
     }
 
@@ -227,16 +219,11 @@ pub async fn run(
         warn!("the Inventory store takes no subscriber; the Seeder controllers do not run");
         return;
     };
-    let feed = reflector::reflector(
+    let feed = crate::feed_store(
         writer,
-        crate::lean_events(ctx.watched::<Inventory>(), watcher::Config::default()),
-    )
-    .for_each(|event| {
-        if let Err(error) = event {
-            warn!(%error, "Inventory watch failed; listing again");
-        }
-        std::future::ready(())
-    });
+        ctx.watched::<Inventory>(),
+        watcher::Config::default(),
+    );
     tokio::select! {
         () = feed => {}
         _ = async {
