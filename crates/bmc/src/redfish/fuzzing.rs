@@ -1,6 +1,7 @@
-//! Entry points for the fuzz targets (`fuzz/` in the repository) and the property tests: the
-//! mappings of what a Redfish service sends, which are otherwise internal. Built only with the
-//! `fuzzing` feature; nothing here is part of the client's API.
+//! Entry points for the fuzz targets (`fuzz/` in the repository), the property tests and the
+//! recorder of the inventory mapping's test data: the mappings of what a Redfish service sends,
+//! which are otherwise internal. Built only with the `fuzzing` feature; nothing here is part of
+//! the client's API.
 
 use super::boot::parse_boot;
 use super::discovery::ServiceRoot;

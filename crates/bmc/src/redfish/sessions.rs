@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+/// How requests are authenticated: not yet, with a session's token, or with HTTP Basic.
 #[derive(Clone, Default)]
 pub(super) enum Auth {
     #[default]
