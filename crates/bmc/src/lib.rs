@@ -3,13 +3,15 @@
 //! the `ingot bmc` command ([`cli`]).
 //!
 //! The IPMI (RMCP+) client lives in its own crate (`ingot-ipmi`); [`ipmi`] puts it behind the
-//! same trait and plugs it into the manager through [`manager::Connector`].
+//! same trait and plugs it into the manager through [`manager::Connector`]; [`pinned`] is the
+//! IPMI connector that keeps a cipher suite pinned per BMC.
 
 pub mod cli;
 pub mod endpoint;
 pub mod error;
 pub mod ipmi;
 pub mod manager;
+pub mod pinned;
 pub mod redfish;
 pub mod secret;
 pub mod types;

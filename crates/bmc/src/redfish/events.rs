@@ -1,6 +1,9 @@
 //! Redfish EventService server-sent events: a stream of `Event` documents.
 
-use super::{Auth, RedfishClient, check_status, json::string, token_header};
+use super::RedfishClient;
+use super::json::string;
+use super::sessions::{Auth, token_header};
+use super::transport::{Response, check_status};
 use crate::error::BmcError;
 use futures::{Stream, StreamExt};
 use reqwest::Method;
@@ -116,7 +119,7 @@ impl RedfishClient {
             let headers = resp.headers().clone();
             let body = resp.bytes().await.map(|b| b.to_vec()).unwrap_or_default();
             check_status(
-                &super::Response {
+                &Response {
                     status,
                     headers,
                     body,

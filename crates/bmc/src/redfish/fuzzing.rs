@@ -1,11 +1,15 @@
-//! Entry points for the fuzz targets (`fuzz/` in the repository) and the property tests: the
-//! mappings of what a Redfish service sends, which are otherwise internal. Built only with the
-//! `fuzzing` feature; nothing here is part of the client's API.
+//! Entry points for the fuzz targets (`fuzz/` in the repository), the property tests and the
+//! recorder of the inventory mapping's test data: the mappings of what a Redfish service sends,
+//! which are otherwise internal. Built only with the `fuzzing` feature; nothing here is part of
+//! the client's API.
 
-use super::{
-    Response, ServiceRoot, check_status, component, events, json, login_answer, media_slot,
-    normalize_mac, parse_boot,
-};
+use super::boot::parse_boot;
+use super::discovery::ServiceRoot;
+use super::inventory::map::{component, normalize_mac};
+use super::media::media_slot;
+use super::sessions::{Auth, login_answer};
+use super::transport::{Response, check_status};
+use super::{events, json, transport};
 use crate::error::BmcError;
 use crate::types::{BootOverride, Component, Health, MediaSlot};
 use reqwest::StatusCode;
@@ -14,12 +18,12 @@ use serde_json::Value;
 
 /// `base` + the path and query of `link`, as every request URL is built.
 pub fn join_url(base: &str, link: &str) -> String {
-    super::join_url(base, link)
+    transport::join_url(base, link)
 }
 
 /// Whether two links name the same resource.
 pub fn same_path(a: &str, b: &str) -> bool {
-    super::same_path(a, b)
+    transport::same_path(a, b)
 }
 
 /// What the client keeps of a service root, as `Debug` text.
@@ -94,8 +98,8 @@ pub fn login(
     let r = response(status, headers, body)?;
     Some(
         login_answer(&r, "/redfish/v1/SessionService/Sessions", true).map(|a| match a {
-            super::Auth::Session { location, .. } => location,
-            super::Auth::Basic | super::Auth::None => None,
+            Auth::Session { location, .. } => location,
+            Auth::Basic | Auth::None => None,
         }),
     )
 }
@@ -114,4 +118,18 @@ impl EventFramer {
     pub fn next_message(&mut self) -> Option<Result<Value, BmcError>> {
         self.0.next_message()
     }
+}
+
+/// The documents the client reads for an inventory, and the service root, as the inventory
+/// mapping's recorded test data holds them (`redfish/inventory/testdata/`).
+pub async fn inventory_documents(client: &super::RedfishClient) -> Result<Value, BmcError> {
+    let root = client.get("/redfish/v1/").await?;
+    let (_, system, _) = client.system().await?;
+    let documents = client.inventory_documents(system).await?;
+    let mut recorded = serde_json::to_value(documents)
+        .map_err(|e| BmcError::Malformed(format!("inventory documents: {e}")))?;
+    if let Some(fields) = recorded.as_object_mut() {
+        fields.insert("ServiceRoot".into(), root);
+    }
+    Ok(recorded)
 }

@@ -5,10 +5,10 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use ingot_api::rufio::Connection;
-use ingot_bmc::ipmi::{IpmiBmc, IpmiOptions, ipmi_address};
+use ingot_bmc::ipmi::{IpmiOptions, ipmi_address};
 use ingot_bmc::manager::{BmcConfig, Connector, ManagedBmc, SessionManager};
+use ingot_bmc::pinned::PinnedIpmiConnector;
 use ingot_bmc::{Bmc, BmcError, Endpoint, Password, PowerState, Protocol, Scheme};
 use ingot_ipmi::CipherSuite;
 use k8s_openapi::api::core::v1::Secret;
@@ -233,63 +233,6 @@ pub fn target(connection: &Connection, creds: &Credentials) -> Result<Target, Co
         ipmi_first,
         ignored,
     })
-}
-
-/// An IPMI connector that honours a cipher suite pinned per BMC (`providerOptions.ipmitool`).
-pub struct PinnedIpmiConnector {
-    options: IpmiOptions,
-    pinned: Mutex<HashMap<String, CipherSuite>>,
-}
-
-impl PinnedIpmiConnector {
-    pub fn new(options: IpmiOptions) -> Self {
-        PinnedIpmiConnector {
-            options,
-            pinned: Mutex::default(),
-        }
-    }
-
-    fn key(config: &BmcConfig) -> String {
-        format!("{}|{}", ipmi_address(&config.endpoint), config.username)
-    }
-
-    /// Records the suite for a BMC; returns whether it changed (the open session must go).
-    fn pin(&self, config: &BmcConfig, suite: Option<CipherSuite>) -> bool {
-        let mut pinned = match self.pinned.lock() {
-            Ok(p) => p,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        let key = Self::key(config);
-        let before = match suite {
-            Some(s) => pinned.insert(key, s),
-            None => pinned.remove(&key),
-        };
-        before != suite
-    }
-
-    fn suites(&self, config: &BmcConfig) -> Vec<CipherSuite> {
-        let pinned = match self.pinned.lock() {
-            Ok(p) => p,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        match pinned.get(&Self::key(config)) {
-            Some(s) => vec![*s],
-            None => self.options.cipher_suites.clone(),
-        }
-    }
-}
-
-#[async_trait]
-impl Connector for PinnedIpmiConnector {
-    fn protocol(&self) -> Protocol {
-        Protocol::Ipmi
-    }
-
-    async fn connect(&self, config: &BmcConfig) -> Result<Arc<dyn Bmc>, BmcError> {
-        let mut options = self.options.clone();
-        options.cipher_suites = self.suites(config);
-        Ok(Arc::new(IpmiBmc::connect(config, &options).await?))
-    }
 }
 
 /// Why no protocol reached a BMC.
@@ -611,18 +554,5 @@ mod tests {
         assert!(t.redfish.basic_auth);
         assert_eq!(t.ipmi.system_name, None);
         assert!(!t.ipmi.basic_auth);
-    }
-
-    #[test]
-    fn pinning_reports_changes() {
-        let c = PinnedIpmiConnector::new(IpmiOptions::default());
-        let t = target(&conn("bmc1", None), &creds()).unwrap();
-        assert!(!c.pin(&t.ipmi, None));
-        assert_eq!(c.suites(&t.ipmi), IpmiOptions::default().cipher_suites);
-        assert!(c.pin(&t.ipmi, Some(CipherSuite::Suite3)));
-        assert!(!c.pin(&t.ipmi, Some(CipherSuite::Suite3)));
-        assert_eq!(c.suites(&t.ipmi), vec![CipherSuite::Suite3]);
-        assert!(c.pin(&t.ipmi, Some(CipherSuite::Suite17)));
-        assert!(c.pin(&t.ipmi, None));
     }
 }
