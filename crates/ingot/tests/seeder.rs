@@ -24,7 +24,6 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret, Service};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use rufio_support::common::openipmi;
 use rufio_support::*;
 use serde_json::{Value, json};
 
@@ -92,18 +91,6 @@ fn node(name: &str, address: &str) -> Node {
     .unwrap()
 }
 
-fn ipmitool(sim: &openipmi::IpmiSim, args: &[&str]) -> String {
-    let out = Command::new(common::require_apt_tool("ipmitool", "ipmitool"))
-        .args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1"])
-        .arg("-p")
-        .arg(sim.addr.port().to_string())
-        .args(["-U", openipmi::USER, "-P", openipmi::PASSWORD])
-        .args(args)
-        .output()
-        .expect("run ipmitool");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// Removes everything a previous run could have left in harvester-system.
 async fn clean(client: &Client) {
     let _ = Api::<Namespace>::all(client.clone())
@@ -154,7 +141,7 @@ async fn clean(client: &Client) {
             .delete(n, &dp)
             .await;
     }
-    poll_until(
+    wait_for(
         "harvester-system emptied",
         Duration::from_secs(20),
         || async {
@@ -197,8 +184,8 @@ fn wrangler(status: &Value, type_: &str) -> Option<(String, String, String)> {
     Some((s("status"), s("reason"), s("message")))
 }
 
-async fn wait_ready(client: &Client, name: &str, within: Duration, ingot: &Proc) -> Value {
-    poll_until(&format!("Inventory {name} ready"), within, || async {
+async fn wait_ready(client: &Client, name: &str, within: Duration, ingot: &Operator) -> Value {
+    wait_for(&format!("Inventory {name} ready"), within, || async {
         let s = status(client, name).await;
         (s["status"] == "inventoryNodeReady").then_some(s)
     })
@@ -280,10 +267,15 @@ async fn request_power_anyway(client: &Client, name: &str, operation: &str) {
 }
 
 /// Waits for the answer to the request: a new Job of this action, then `complete`.
-async fn wait_power(client: &Client, name: &str, operation: &str, ingot: &Proc) -> (Value, Job) {
+async fn wait_power(
+    client: &Client,
+    name: &str,
+    operation: &str,
+    ingot: &Operator,
+) -> (Value, Job) {
     let prefix = format!("{name}-{operation}-");
     let asked = Instant::now();
-    let s = poll_until(
+    let s = wait_for(
         &format!("{operation} on {name} to be answered"),
         Duration::from_secs(40),
         || async {
@@ -453,67 +445,17 @@ fn labels(manufacturer: &str, model: &str, serial: &str) -> BTreeMap<String, Str
     ])
 }
 
-/// `ingot run --controllers seeder` on harvester-system (rufio comes with it), scaled intervals.
-fn start_ingot(kubeconfig: &std::path::Path, http_port: u16, power_api_port: u16) -> Proc {
-    start_ingot_crashing(kubeconfig, http_port, power_api_port, None)
-}
-
-/// `ingot run`, aborting at `crash_point` when one is given.
-fn start_ingot_crashing(
-    kubeconfig: &std::path::Path,
-    http_port: u16,
-    power_api_port: u16,
-    crash_point: Option<&str>,
-) -> Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
-    cmd.arg("run");
-    if let Some(point) = crash_point {
-        cmd.arg(format!("--crash-point={point}"));
-    }
-    cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--http-addr=127.0.0.1:{http_port}"))
-        .arg(format!("--power-api-addr=127.0.0.1:{power_api_port}"))
+/// `ingot run --controllers seeder` on harvester-system (rufio comes with it), scaled intervals,
+/// its power action API on a port of its own choosing.
+fn seeder_operator(kubeconfig: &std::path::Path) -> OperatorBuilder {
+    ingot_seeder(kubeconfig, "ingot-seeder-test")
+        .arg("--power-api-addr=127.0.0.1:0")
         // As the manifests run it: the certificate of a Secret ingot makes (first start) and
         // reads (the restart), with the manifests' RBAC.
         .arg("--power-api-tls-secret=ingot-power-api-tls")
         .arg("--power-api-tls-names=ingot,ingot.ingot-system,ingot.ingot-system.svc")
-        .arg(format!(
-            "--lease-namespace={}",
-            chart_support::MANIFESTS_NAMESPACE
-        ))
-        .arg("--lease-name=ingot-seeder-test")
-        .arg("--lease-duration-seconds=3")
-        .arg("--controllers=seeder")
-        .arg(format!("--seeder-namespace={NS}"))
-        .arg(format!("--rufio-namespace={NS}"))
-        .arg("--rufio-machine-interval-seconds=2")
         .arg("--rufio-task-poll-seconds=0.3")
-        .arg("--rufio-redfish-timeout-seconds=10")
         .arg("--rufio-ipmi-timeout-seconds=0.5")
-        .env("RUST_LOG", "info,ingot_controllers=debug");
-    spawn_logged(&mut cmd, "ingot-seeder")
-}
-
-/// Waits until the operator aborted at its crash point.
-async fn wait_crashed(ingot: &mut Proc, point: &str) {
-    let child = ingot.child.as_mut().expect("a running operator");
-    // Generous: the new process first waits out the killed one's Lease, on a busy machine.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the operator did not abort at {point} within 90 s:\n{}",
-            ingot.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let log = std::fs::read_to_string(&ingot.log).unwrap_or_default();
-    assert!(
-        log.contains(point),
-        "the operator exited, but not at {point}:\n{}",
-        ingot.log_tail()
-    );
-    ingot.child = None;
 }
 
 /// An Inventory, its Machine and a running Job as the Go Seeder leaves them, and its entry in a
@@ -611,16 +553,16 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
 
     let (user, password) = hep_credentials();
     let sushy = start_sushy_tls(&user, &password);
-    let sim = openipmi::start(&FruInfo::example(3).encode());
+    let sim = peers::start_ipmi_sim(&FruInfo::example(3).encode());
     // A "BMC" that accepts connections and never answers; its IPMI port is closed.
     let dead = TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_port = dead.local_addr().unwrap().port();
-    poll_until("sushy over TLS", Duration::from_secs(30), || async {
+    wait_for("sushy over TLS", Duration::from_secs(30), || async {
         sushy.system(&user, &password).await
     })
     .await;
-    poll_until("ipmi_sim", Duration::from_secs(30), || async {
-        ipmitool(&sim, &["chassis", "power", "status"])
+    wait_for("ipmi_sim", Duration::from_secs(30), || async {
+        sim.ipmitool(&["chassis", "power", "status"])
             .contains("Chassis Power is")
             .then_some(())
     })
@@ -641,9 +583,9 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     for (name, u, p) in [
         (HEP_NAME, user.as_str(), password.as_str()),
-        (IPMI_NAME, openipmi::USER, openipmi::PASSWORD),
+        (IPMI_NAME, peers::IPMI_USER, peers::IPMI_PASSWORD),
         (DEAD_NAME, user.as_str(), password.as_str()),
-        (GO_NAME, openipmi::USER, openipmi::PASSWORD),
+        (GO_NAME, peers::IPMI_USER, peers::IPMI_PASSWORD),
     ] {
         secrets
             .create(&PostParams::default(), &hep_secret(name, u, p))
@@ -657,7 +599,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         hep_inventory(
             DEAD_NAME,
             &format!("https://127.0.0.1:{dead_port}"),
-            free_port(),
+            closed_port(),
         ),
         hep_inventory(HEP_NAME, &format!("https://127.0.0.1:{}", sushy.port), 623),
         hep_inventory(IPMI_NAME, "127.0.0.1", sim.addr.port()),
@@ -670,13 +612,12 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
 
     eprintln!("{:?}: peers and objects ready", test_started.elapsed());
     let started = Instant::now();
-    let http_port = free_port();
     // Installed as docs/migrate-from-seeder.md says, from the plain manifests, and run as their
     // ServiceAccount (the seeder group includes Rufio's RBAC): a permission the manifests lack
     // fails this test, and the Go Seeder's objects above must be adopted.
     let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "seeder");
-    let power_api_port = free_port();
-    let mut ingot = start_ingot(&kubeconfig, http_port, power_api_port);
+    let mut ingot = seeder_operator(&kubeconfig).start();
+    let mut http_port = ingot.http_addr().await.port();
     let hep_status = wait_ready(&client, HEP_NAME, Duration::from_secs(30), &ingot).await;
     wait_ready(&client, IPMI_NAME, Duration::from_secs(30), &ingot).await;
     let healthy_ready = started.elapsed();
@@ -737,7 +678,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         m
     };
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
-    let local = poll_until(
+    let local = wait_for(
         "all four in the local Cluster",
         Duration::from_secs(10),
         || async {
@@ -762,7 +703,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     // model and serial; ipmi_sim's FRU all three. Seeder's trimming (spaces, dots) applied.
     let sushy_labels = labels("SushyEmulator", "3500RX", "437XR1138R2");
     let ipmi_labels = labels("IngotLabs", "IL-1U", "PSN00003");
-    poll_until("hardware labels", Duration::from_secs(20), || async {
+    wait_for("hardware labels", Duration::from_secs(20), || async {
         (hardware_labels(&client, HEP_NAME).await == sushy_labels
             && hardware_labels(&client, IPMI_NAME).await == ipmi_labels)
             .then_some(())
@@ -779,7 +720,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         )
         .await
         .unwrap();
-    poll_until(
+    wait_for(
         "the model label put back",
         Duration::from_secs(10),
         || async { (hardware_labels(&client, HEP_NAME).await == sushy_labels).then_some(()) },
@@ -846,7 +787,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     );
     let events_seen = Instant::now();
     let (hep_events, ipmi_events, sim_events) =
-        poll_until("the hardware Events", Duration::from_secs(20), || async {
+        wait_for("the hardware Events", Duration::from_secs(20), || async {
             let hep = hardware_events(&client, HEP_NAME).await;
             let ipmi = hardware_events(&client, IPMI_NAME).await;
             let sim = hardware_events(&client, SIM_NAME).await;
@@ -935,9 +876,9 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         .add_log("Critical", "Drive 0 predictive failure");
     let record = std::env::temp_dir().join(format!("ingot-sel-{}.txt", std::process::id()));
     std::fs::write(&record, "0x04 0x01 0x30 0x01 0x59 0x00 0x00\n").unwrap();
-    ipmitool(&sim, &["sel", "add", record.to_str().unwrap()]);
+    sim.ipmitool(&["sel", "add", record.to_str().unwrap()]);
     let changed = Instant::now();
-    let (ipmi_after, sim_after) = poll_until(
+    let (ipmi_after, sim_after) = wait_for(
         "the new readings' Events",
         Duration::from_secs(20),
         || async {
@@ -987,10 +928,10 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         .state
         .set_fault(Some(Fault::Slow { delay_ms: 120_000 }));
     tokio::time::sleep(Duration::from_secs(2)).await;
-    ipmitool(&sim, &["sel", "add", record.to_str().unwrap()]);
+    sim.ipmitool(&["sel", "add", record.to_str().unwrap()]);
     let _ = std::fs::remove_file(&record);
     let hung = Instant::now();
-    let ipmi_last = poll_until(
+    let ipmi_last = wait_for(
         "a SEL record while another BMC hangs",
         Duration::from_secs(8),
         || async {
@@ -1008,7 +949,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         .delete(SIM_NAME, &DeleteParams::default())
         .await
         .unwrap();
-    poll_until(
+    wait_for(
         "the emulator's Inventory gone",
         Duration::from_secs(30),
         || async {
@@ -1022,10 +963,10 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     )
     .await;
     // Killed and started again, ingot says nothing again: what was said is kept on the Nodes.
-    ingot.stop();
-    ingot = start_ingot(&kubeconfig, http_port, power_api_port);
+    ingot.restart(None);
+    http_port = ingot.http_addr().await.port();
     let restarted = Instant::now();
-    poll_until(
+    wait_for(
         "hardware polls after the restart",
         Duration::from_secs(30),
         || async { (hardware_polls(http_port).await >= 6.0).then_some(()) },
@@ -1040,7 +981,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     eprintln!("{:?}: hardware Events checked", test_started.elapsed());
 
     // The Go Seeder's running shutdown Job is followed to its end; the Inventory is adopted.
-    let go_status = poll_until(
+    let go_status = wait_for(
         "the Go Seeder's Job answered",
         Duration::from_secs(30),
         || async {
@@ -1059,7 +1000,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     );
     assert_eq!(go_status["pxeBootConfig"]["address"], "172.19.109.13");
     assert_eq!(
-        ipmitool(&sim, &["chassis", "power", "status"]),
+        sim.ipmitool(&["chassis", "power", "status"]),
         "Chassis Power is off",
         "the Go Seeder's shutdown Job reached the BMC"
     );
@@ -1072,7 +1013,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
 
     eprintln!("{:?}: Go Seeder's objects adopted", test_started.elapsed());
     // Power actions, on both peers at once, each checked on the peer.
-    let ipmi_power = || ipmitool(&sim, &["chassis", "power", "status"]);
+    let ipmi_power = || sim.ipmitool(&["chassis", "power", "status"]);
     request_power(&client, HEP_NAME, "shutdown").await;
     request_power(&client, IPMI_NAME, "poweron").await;
     wait_power(&client, HEP_NAME, "shutdown", &ingot).await;
@@ -1082,7 +1023,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         "Off"
     );
     assert_eq!(ipmi_power(), "Chassis Power is on");
-    poll_until("machinePowerState off", Duration::from_secs(10), || async {
+    wait_for("machinePowerState off", Duration::from_secs(10), || async {
         (status(&client, HEP_NAME).await["machinePowerState"] == "off").then_some(())
     })
     .await;
@@ -1145,7 +1086,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     set_maintenance(&client, IPMI_NAME, false).await;
     let jobs_before = jobs_of(&client, IPMI_NAME, "shutdown").await;
     request_power_anyway(&client, IPMI_NAME, "shutdown").await;
-    let refused = poll_until(
+    let refused = wait_for(
         "the request out of maintenance refused",
         Duration::from_secs(20),
         || async {
@@ -1192,7 +1133,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         + k8s_openapi::jiff::SignedDuration::from_hours(1))
     .strftime("%Y-%m-%dT%H:%M:%SZ")
     .to_string();
-    poll_until(
+    wait_for(
         "the taken request written",
         Duration::from_secs(10),
         || async {
@@ -1233,16 +1174,13 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
 
     // The operator killed right after creating a request's Job, before recording its name: the
     // next one records that Job and creates no other; the BMC is switched off by it.
-    ingot.stop();
-    ingot = start_ingot_crashing(
-        &kubeconfig,
-        http_port,
-        power_api_port,
-        Some("seeder-after-job-create"),
-    );
+    ingot.restart(Some("seeder-after-job-create"));
     let jobs_before = jobs_of(&client, IPMI_NAME, "shutdown").await;
     request_power(&client, IPMI_NAME, "shutdown").await;
-    wait_crashed(&mut ingot, "seeder-after-job-create").await;
+    // Generous: the new process first waits out the killed one's Lease, on a busy machine.
+    ingot
+        .wait_crashed("seeder-after-job-create", Duration::from_secs(90))
+        .await;
     let crashed = status(&client, IPMI_NAME).await;
     assert_eq!(wrangler(&crashed, "bmcJobSubmitted").unwrap().0, "True");
     assert!(
@@ -1258,7 +1196,8 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         .filter(|j| !jobs_before.contains(j))
         .collect();
     assert_eq!(made.len(), 1, "{made:?}");
-    ingot = start_ingot(&kubeconfig, http_port, power_api_port);
+    ingot.restart(None);
+    http_port = ingot.http_addr().await.port();
     let (_, job) = wait_power(&client, IPMI_NAME, "shutdown", &ingot).await;
     assert_eq!(job.name_any(), made.remove(0));
     assert_eq!(
@@ -1288,7 +1227,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     };
     let polls = hardware_polls(http_port).await;
     let before = reads().await;
-    poll_until(
+    wait_for(
         "three more hardware polls",
         Duration::from_secs(30),
         || async { (hardware_polls(http_port).await >= polls + 3.0).then_some(()) },
@@ -1302,6 +1241,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
 
     // The power API finds the Node out of maintenance first.
     set_maintenance(&client, HEP_NAME, false).await;
+    let power_api_port = ingot.power_api_addr().await.port();
     power_api_and_cli(env, &client, power_api_port, &ingot).await;
     assert_eq!(
         sushy.system(&user, &password).await.unwrap()["PowerState"],
@@ -1311,7 +1251,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     eprintln!("{:?}: power API and CLI done", test_started.elapsed());
     // The dead BMC (judged meanwhile): a clear condition, with wrangler's error reason, no credentials.
     let (cond, reason, message) =
-        poll_until("the dead BMC judged", Duration::from_secs(30), || async {
+        wait_for("the dead BMC judged", Duration::from_secs(30), || async {
             wrangler(&status(&client, DEAD_NAME).await, "machineNotContactable")
         })
         .await;
@@ -1327,7 +1267,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     eprintln!("{:?}: dead BMC judged", test_started.elapsed());
     // A BMC that stops answering: the Inventory says so and is no longer ready.
     drop(sim);
-    let (cond, reason, _) = poll_until(
+    let (cond, reason, _) = wait_for(
         "machineNotContactable after ipmi_sim stopped",
         Duration::from_secs(30),
         || async {
@@ -1345,7 +1285,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         .delete(GO_NAME, &DeleteParams::default())
         .await
         .unwrap();
-    poll_until("the Go Inventory gone", Duration::from_secs(20), || async {
+    wait_for("the Go Inventory gone", Duration::from_secs(20), || async {
         inventories
             .get_opt(GO_NAME)
             .await
@@ -1358,7 +1298,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         members(&clusters.get("local").await.unwrap()),
         [HEP_NAME, DEAD_NAME, IPMI_NAME]
     );
-    poll_until("its Machine collected", Duration::from_secs(30), || async {
+    wait_for("its Machine collected", Duration::from_secs(30), || async {
         Api::<Machine>::namespaced(client.clone(), NS)
             .get_opt(GO_NAME)
             .await
@@ -1373,7 +1313,7 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
         .delete("local", &DeleteParams::default())
         .await
         .unwrap();
-    poll_until(
+    wait_for(
         "the local Cluster made again",
         Duration::from_secs(20),
         || async {
@@ -1385,9 +1325,10 @@ async fn embedded_mode_on_sushy_and_ipmi_sim() {
     )
     .await;
 
-    let log = std::fs::read_to_string(&ingot.log).unwrap_or_default();
-    assert!(!log.contains(&password) && !log.contains(openipmi::PASSWORD));
-    ingot.stop();
+    // Every start's log.
+    let log = ingot.log();
+    assert!(!log.contains(&password) && !log.contains(peers::IPMI_PASSWORD));
+    ingot.kill();
     drop(dead);
     clean(&client).await;
     eprintln!(
@@ -1424,7 +1365,12 @@ fn power_caller(
 /// refused out of maintenance and to a caller without the power permission (who may update the
 /// Node); then
 /// `ingot power` under the same rules. Ends with the HEP's server on.
-async fn power_api_and_cli(env: &ingot_testenv::TestEnv, client: &Client, port: u16, ingot: &Proc) {
+async fn power_api_and_cli(
+    env: &ingot_testenv::TestEnv,
+    client: &Client,
+    port: u16,
+    ingot: &Operator,
+) {
     let (operator, operator_config) = power_caller(
         env,
         "power-operator",

@@ -84,3 +84,20 @@ impl Drop for ChildGuard {
         let _ = self.0.wait();
     }
 }
+
+/// A loopback TCP port nothing listens on (it was free a moment ago), for objects that must
+/// point at a closed port. Never for a child to bind: a port chosen here can be taken first.
+pub fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A loopback UDP port nothing listens on, for objects that must point at a closed IPMI port.
+pub fn closed_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback UDP port")
+}
