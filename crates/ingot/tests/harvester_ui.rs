@@ -378,7 +378,7 @@ async fn the_ui_keeps_its_power_buttons_after_the_guide() {
         .await
         .unwrap();
     let kubeconfig = chart_support::install_from_manifests(&admin, "seeder");
-    let mut ingot = ingot_seeder(&kubeconfig, "ingot-harvester-ui-test")
+    let ingot = ingot_seeder(&kubeconfig, "ingot-harvester-ui-test")
         .arg("--rufio-task-poll-seconds=0.3")
         .start();
     wait_for("the Inventory ready", Duration::from_secs(60), || async {

@@ -389,7 +389,7 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_served_and_bmc_calls_
     );
     create(&client, &ns, &refused).await;
 
-    let mut ingot = ingot_testenv::Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+    let ingot = ingot_testenv::Operator::builder(env!("CARGO_BIN_EXE_ingot"))
         .tag("observability")
         .kubeconfig(env.kubeconfig_path())
         .arg(format!("--lease-namespace={ns}"))

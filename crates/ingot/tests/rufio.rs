@@ -137,7 +137,7 @@ async fn upstream_samples_on_sushy_over_tls_and_ipmi_sim() {
 
     let (sushy, sim) = sample_machines_on_sushy_and_ipmi_sim(&client, &ns).await;
 
-    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    let ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
     wait_sample_machines(&client, &ns).await;
 
     // The sample Job on sushy: off, PXE once, on. Watch the peer for the off in between.
@@ -344,7 +344,7 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
     }
     let started = Instant::now();
     // The dead BMC holds its reconcile for the Redfish timeout (8 s) before IPMI is tried.
-    let mut ingot = start_ingot(
+    let ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
         &[
@@ -530,7 +530,7 @@ async fn reboots_are_sent_exactly_once() {
         jobs.create(&Default::default(), &j).await.unwrap();
         names.push(format!("reboot-ipmi-{i}"));
     }
-    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    let ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
     for name in &names {
         wait_job(&client, &ns, name, Duration::from_secs(60), &ingot).await;
     }
@@ -585,7 +585,7 @@ async fn the_machine_is_read_again_right_after_its_job() {
         json!({"redfish": {"port": closed_port()}, "ipmitool": {"port": closed_udp_port()}}),
     );
     create(&client, &ns, &gone).await;
-    let mut ingot = start_ingot(
+    let ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
         &["--rufio-machine-interval-seconds=600"],
@@ -663,7 +663,7 @@ async fn the_secret_is_read_once_and_again_when_it_changes() {
         json!({"redfish": {"port": fleet.bmcs[0].addr.port()}}),
     );
     create(&client, &ns, &m).await;
-    let mut ingot = start_ingot(
+    let ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
         &["--rufio-machine-interval-seconds=1"],
@@ -805,7 +805,7 @@ async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
         },
     )
     .await;
-    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    let ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
     wait_contactable(&client, &ns, "m0", "off", Duration::from_secs(30)).await;
 
     // on, then an action the BMC cannot do (this emulated iDRAC has no floppy device): the
@@ -883,7 +883,7 @@ async fn a_repeatable_action_reaches_the_bmc_before_its_task_exists() {
         },
     )
     .await;
-    let mut ingot = start_ingot(
+    let ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
         &["--rufio-machine-interval-seconds=600"],
@@ -991,7 +991,7 @@ async fn a_new_jobs_action_does_not_wait_for_a_reconcile_slot() {
         },
     )
     .await;
-    let mut ingot = start_ingot(
+    let ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
         &[
@@ -1071,7 +1071,7 @@ async fn a_killed_operator_neither_loses_nor_repeats_a_power_action() {
     };
 
     // Killed between sending a power-off ahead and creating its Task.
-    let mut ingot = start(Some("rufio-after-send-ahead"));
+    let ingot = start(Some("rufio-after-send-ahead"));
     wait_contactable(&client, &ns, "m0", "on", Duration::from_secs(30)).await;
     let mut j = job_sample(&ns, "off-on", "m0");
     j.spec.tasks =
@@ -1086,7 +1086,7 @@ async fn a_killed_operator_neither_loses_nor_repeats_a_power_action() {
         "a Task was created"
     );
 
-    let mut ingot = start(Some("rufio-after-destructive-send"));
+    let ingot = start(Some("rufio-after-destructive-send"));
     wait_job(&client, &ns, "off-on", Duration::from_secs(60), &ingot).await;
     let requests = ahead.reset_requests();
     let offs = requests.iter().filter(|r| *r == "ForceOff").count();

@@ -73,7 +73,7 @@ async fn upstream_rufio_takes_over_what_ingot_left() {
 
     // ingot runs the sample Job.
     let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "rufio");
-    let mut ingot = start_ingot_as(&kubeconfig, chart_support::MANIFESTS_NAMESPACE, &ns, &[]);
+    let ingot = start_ingot_as(&kubeconfig, chart_support::MANIFESTS_NAMESPACE, &ns, &[]);
     wait_contactable(
         &client,
         &ns,

@@ -161,7 +161,7 @@ async fn handover(version: &str, peer: &Peer, options: serde_json::Value) {
     // ingot, installed from the plain manifests as docs/migrate-from-seeder.md says and run as
     // their ServiceAccount, adopts and continues.
     let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "rufio");
-    let mut ingot = start_ingot_as(&kubeconfig, chart_support::MANIFESTS_NAMESPACE, &ns, &[]);
+    let ingot = start_ingot_as(&kubeconfig, chart_support::MANIFESTS_NAMESPACE, &ns, &[]);
     let status = wait_job(&client, &ns, "job-sample", Duration::from_secs(60), &ingot).await;
     assert_eq!(
         status["startTime"], handed_over["startTime"],

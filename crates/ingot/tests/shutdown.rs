@@ -61,7 +61,7 @@ async fn sigterm_with_reads_in_flight(
     // would keep the process for 30 s).
     let interval = format!("--rufio-machine-interval-seconds={interval_seconds}");
     let kubeconfig = chart_support::service_account_kubeconfig(env.kubeconfig_path(), &ns, "rufio");
-    let mut ingot = ingot_testenv::Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+    let ingot = ingot_testenv::Operator::builder(env!("CARGO_BIN_EXE_ingot"))
         .tag("shutdown")
         .kubeconfig(&kubeconfig)
         .arg(format!("--lease-namespace={ns}"))
@@ -92,7 +92,7 @@ async fn sigterm_with_reads_in_flight(
         if contactable == machines {
             break;
         }
-        if let Some(status) = ingot.child().unwrap().try_wait().unwrap() {
+        if let Some(status) = ingot.exit_status() {
             panic!(
                 "ingot exited ({status}) before the Machines were read\n{}",
                 ingot.log_tail()

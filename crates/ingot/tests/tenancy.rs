@@ -182,7 +182,7 @@ async fn references_across_namespaces_are_refused_unless_the_operator_allows_the
     let allow = format!("{tenant}={other}");
     let kubeconfig =
         narrowed_kubeconfig(env.kubeconfig_path(), &tenant, std::slice::from_ref(&allow));
-    let mut ingot = start_ingot_as(&kubeconfig, &tenant, &tenant, &[]);
+    let ingot = start_ingot_as(&kubeconfig, &tenant, &tenant, &[]);
     let port = ingot.http_addr().await;
 
     let message = wait_contactable_is(&client, &tenant, "stolen", "False").await;
@@ -219,7 +219,7 @@ async fn references_across_namespaces_are_refused_unless_the_operator_allows_the
 
     // The operator allows tenant -> other: the Machine reads the Secret there, and a new Job
     // drives the Machine of the other namespace.
-    let mut ingot = start_ingot_as(
+    let ingot = start_ingot_as(
         &kubeconfig,
         &tenant,
         &tenant,
@@ -380,7 +380,7 @@ async fn the_bmc_ca_bundle_lets_a_machine_verify_its_bmc() {
     }
     let kubeconfig = narrowed_kubeconfig(env.kubeconfig_path(), &ns, &[]);
 
-    let mut ingot = start_ingot_as(&kubeconfig, &ns, &ns, &[]);
+    let ingot = start_ingot_as(&kubeconfig, &ns, &ns, &[]);
     for name in ["emulated", "sushy"] {
         let message = wait_contactable_is(&client, &ns, name, "False").await;
         assert!(

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::wait_for;
@@ -27,6 +27,7 @@ pub struct OperatorBuilder {
     args: Vec<String>,
     defaults: Vec<String>,
     env: Vec<(String, String)>,
+    clear_env: bool,
     crash_point: Option<String>,
     log: Option<PathBuf>,
     tag: String,
@@ -41,6 +42,7 @@ impl OperatorBuilder {
             args: Vec::new(),
             defaults: vec!["--http-addr=127.0.0.1:0".to_owned()],
             env: Vec::new(),
+            clear_env: false,
             crash_point: None,
             log: None,
             tag: "operator".to_owned(),
@@ -75,6 +77,13 @@ impl OperatorBuilder {
 
     pub fn env(mut self, key: &str, value: impl Into<String>) -> Self {
         self.env.push((key.to_owned(), value.into()));
+        self
+    }
+
+    /// Starts the process with only the environment given by [`env`](Self::env), as a
+    /// container's.
+    pub fn clear_env(mut self) -> Self {
+        self.clear_env = true;
         self
     }
 
@@ -128,22 +137,26 @@ impl OperatorBuilder {
                 log: Some(log.clone()),
                 ..self
             },
-            child: None,
+            child: Mutex::default(),
             log,
             log_from: 0,
+            addresses: Mutex::default(),
         };
         operator.spawn();
         operator
     }
 }
 
-/// A running (or stopped) `ingot run`, killed by its PID when dropped.
+/// A running (or stopped) `ingot run`, killed by its PID when dropped. Shared references do
+/// (`http_addr`, `metrics`, `log`): tests read it from inside their polls.
 pub struct Operator {
     builder: OperatorBuilder,
-    child: Option<Child>,
+    child: Mutex<Option<Child>>,
     log: PathBuf,
     /// Where this start's lines begin in the log file (restarts append).
     log_from: usize,
+    /// This start's addresses, once read from its log.
+    addresses: Mutex<BTreeMap<&'static str, SocketAddr>>,
 }
 
 impl Operator {
@@ -159,7 +172,11 @@ impl Operator {
             .open(&self.log)
             .unwrap_or_else(|e| panic!("opening {}: {e}", self.log.display()));
         self.log_from = std::fs::metadata(&self.log).map_or(0, |m| m.len() as usize);
+        lock(&self.addresses).clear();
         let mut command = Command::new(&self.builder.binary);
+        if self.builder.clear_env {
+            command.env_clear();
+        }
         command
             .args(self.builder.argv())
             .env_remove(CRASH_POINT_ENV)
@@ -172,7 +189,7 @@ impl Operator {
         let child = command
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", self.builder.binary.display()));
-        self.child = Some(child);
+        *lock(&self.child) = Some(child);
     }
 
     /// Kills the process (if running) and starts it again with the same arguments and log,
@@ -184,59 +201,61 @@ impl Operator {
     }
 
     /// Kills the process by its PID and reaps it.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
+    pub fn kill(&self) {
+        if let Some(mut child) = lock(&self.child).take() {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
 
+    /// The running process's PID.
+    pub fn pid(&self) -> Option<u32> {
+        lock(&self.child).as_ref().map(Child::id)
+    }
+
     /// Sends SIGTERM (the process is left to exit).
     pub fn terminate(&self) {
-        if let Some(child) = &self.child {
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        if let Some(pid) = self.pid() {
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         }
     }
 
-    /// The running process, if any.
-    pub fn child(&mut self) -> Option<&mut Child> {
-        self.child.as_mut()
+    /// How the process ended, once it has (`None` while it runs, or when none was started).
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        lock(&self.child)
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
-    pub fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    pub fn is_running(&self) -> bool {
+        lock(&self.child).is_some() && self.exit_status().is_none()
     }
 
     /// Waits (at most `within`) for the process to exit; returns its status.
-    pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let status = {
-            let log = self.log.clone();
-            let child = self.child.as_mut().expect("a running operator");
-            let waited = tokio::time::timeout(within, async {
-                loop {
-                    if let Some(status) = child.try_wait().expect("waiting for the operator") {
-                        return status;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+    pub async fn wait_exit(&self, within: Duration) -> ExitStatus {
+        assert!(lock(&self.child).is_some(), "no operator is running");
+        let waited = tokio::time::timeout(within, async {
+            loop {
+                if let Some(status) = self.exit_status() {
+                    return status;
                 }
-            })
-            .await;
-            waited.unwrap_or_else(|_| {
-                panic!(
-                    "the operator did not exit within {within:?}; its log:\n{}",
-                    tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40)
-                )
-            })
-        };
-        self.child = None;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        let status = waited.unwrap_or_else(|_| {
+            panic!(
+                "the operator did not exit within {within:?}; its log:\n{}",
+                self.log_tail()
+            )
+        });
+        lock(&self.child).take();
         status
     }
 
     /// Waits for the process to abort at its crash point `point` (a failure otherwise).
-    pub async fn wait_crashed(&mut self, point: &str, within: Duration) {
+    pub async fn wait_crashed(&self, point: &str, within: Duration) {
         let status = self.wait_exit(within).await;
         assert!(
             !status.success(),
@@ -266,43 +285,44 @@ impl Operator {
     }
 
     /// The address of `line`'s `address` field logged by this start; waits for it (60 s).
-    async fn logged_address(&mut self, line: &'static str) -> SocketAddr {
-        let log = self.log.clone();
-        let from = self.log_from;
-        let child = self.child.as_mut();
-        let mut child = child;
-        wait_for(
+    async fn logged_address(&self, line: &'static str) -> SocketAddr {
+        if let Some(addr) = lock(&self.addresses).get(line) {
+            return *addr;
+        }
+        let addr = wait_for(
             &format!("the operator to log \"{line}\""),
             Duration::from_secs(60),
             async || {
-                if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                if let Some(status) = self.exit_status() {
                     panic!(
                         "the operator exited ({status}) before \"{line}\":\n{}",
-                        tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40)
+                        self.log_tail()
                     );
                 }
-                let text = std::fs::read(&log).ok()?;
-                let text = String::from_utf8_lossy(text.get(from..)?);
+                let text = std::fs::read(&self.log).ok()?;
+                let text = String::from_utf8_lossy(text.get(self.log_from..)?);
                 text.lines()
                     .filter(|l| l.contains(line))
                     .find_map(address_field)
             },
         )
-        .await
+        .await;
+        lock(&self.addresses).insert(line, addr);
+        addr
     }
 
     /// The health and metrics server's address (`--http-addr`), as this start logged it.
-    pub async fn http_addr(&mut self) -> SocketAddr {
+    pub async fn http_addr(&self) -> SocketAddr {
         self.logged_address(HTTP_LINE).await
     }
 
     /// The power action API's address (`--power-api-addr`), as this start logged it.
-    pub async fn power_api_addr(&mut self) -> SocketAddr {
+    pub async fn power_api_addr(&self) -> SocketAddr {
         self.logged_address(POWER_API_LINE).await
     }
 
     /// /metrics as text.
-    pub async fn metrics_text(&mut self) -> String {
+    pub async fn metrics_text(&self) -> String {
         let addr = self.http_addr().await;
         scrape(addr)
             .await
@@ -310,15 +330,21 @@ impl Operator {
     }
 
     /// /metrics, series (name with labels) → value.
-    pub async fn metrics(&mut self) -> BTreeMap<String, f64> {
+    pub async fn metrics(&self) -> BTreeMap<String, f64> {
         parse_metrics(&self.metrics_text().await)
     }
 
     /// The sum of the samples of `name` whose labels include every one of `labels`
     /// (`key="value"`), 0 when there is none.
-    pub async fn metric_sum(&mut self, name: &str, labels: &[&str]) -> f64 {
+    pub async fn metric_sum(&self, name: &str, labels: &[&str]) -> f64 {
         sum_of(&self.metrics_text().await, name, labels)
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Drop for Operator {
@@ -396,54 +422,53 @@ fn tail(text: &str, lines: usize) -> String {
 }
 
 /// A loopback address the test holds for as long as it lives, forwarding each connection to
-/// the address it is pointed at: a stable address for an operator whose own port changes at
-/// every restart (an iPXE URL written into a server's user data, the power action API behind
-/// a Service). The test binds it, so nothing can take it between two restarts.
+/// an operator's current address: a stable address for an operator whose own port changes at
+/// every restart (an iPXE URL written into a server's user data). The test binds it, so nothing
+/// can take it between two restarts.
 pub struct Front {
     addr: SocketAddr,
-    target: Arc<Mutex<Option<SocketAddr>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Front {
-    /// Binds a loopback port (port 0: the kernel's choice) and starts forwarding to nothing.
-    pub async fn bind() -> Self {
+    /// Binds a loopback port (port 0: the kernel's choice) and forwards each connection to the
+    /// health and metrics server of the last start logged in `log` (an [`Operator`]'s
+    /// [`log_path`](Operator::log_path), which every restart appends to). A connection made
+    /// while the new process has not logged its address yet goes to the last one's, and is
+    /// refused there, as by an operator that is down.
+    pub async fn following(log: &Path) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("binding a loopback port");
         let addr = listener.local_addr().expect("the bound address");
-        let target: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
-        let to = target.clone();
+        let log = log.to_owned();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((mut inbound, _)) = listener.accept().await else {
                     continue;
                 };
-                let Some(addr) = *to.lock().unwrap_or_else(|e| e.into_inner()) else {
-                    continue; // nothing to forward to: the connection is closed
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let Some(target) = text
+                    .lines()
+                    .filter(|l| l.contains(HTTP_LINE))
+                    .filter_map(address_field)
+                    .next_back()
+                else {
+                    continue; // nothing to forward to yet: the connection is closed
                 };
                 tokio::spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(addr).await {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                     }
                 });
             }
         });
-        Self { addr, target, task }
+        Self { addr, task }
     }
 
     /// The address the test hands out.
     pub fn addr(&self) -> SocketAddr {
         self.addr
-    }
-
-    pub fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    /// Forwards new connections to `target`.
-    pub fn forward_to(&self, target: SocketAddr) {
-        *self.target.lock().unwrap_or_else(|e| e.into_inner()) = Some(target);
     }
 }
 
