@@ -255,8 +255,7 @@ async fn a_leader_sent_sigterm_releases_the_lease_and_the_standby_leads_at_once(
     let lease_seconds = 30;
     let lease_flag = format!("--lease-duration-seconds={lease_seconds}");
 
-    let first =
-        Replica::start_with(env.kubeconfig_path(), &namespace, "term-a", &[&lease_flag]);
+    let first = Replica::start_with(env.kubeconfig_path(), &namespace, "term-a", &[&lease_flag]);
     wait_for(
         "term-a to take the lease",
         Duration::from_secs(30),

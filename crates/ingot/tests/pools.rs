@@ -139,12 +139,10 @@ impl Stack {
         }
     }
 
-    /// Starts (or restarts) `ingot run`.
+    /// Starts (or restarts) `ingot run`, with the stack's settings as they are now (a test
+    /// changes the join token between two starts); every start appends to one log.
     fn start_operator(&mut self) {
-        if let Some(operator) = &mut self.operator {
-            operator.restart(self.crash_point.as_deref());
-            return;
-        }
+        self.kill_operator();
         let operator = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
             .log_file(self.log_path())
             .crash_point(self.crash_point.as_deref())

@@ -78,12 +78,7 @@ async fn sample_machines_on_sushy_and_ipmi_sim(
         sushy.system(SAMPLE_USER, SAMPLE_PASSWORD).await
     })
     .await;
-    wait_for("ipmi_sim", Duration::from_secs(30), || async {
-        sim.ipmitool(&["chassis", "power", "status"])
-            .contains("Chassis Power is")
-            .then_some(())
-    })
-    .await;
+    sim.wait_answering().await;
 
     create_secret(
         client,

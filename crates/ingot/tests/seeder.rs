@@ -341,49 +341,31 @@ fn check_job_shape(job: &Job, inventory: &str, operation: &str, owner: &Inventor
     assert_eq!(tasks, expected);
 }
 
+/// A series of ingot's /metrics at `http_port` (0 while absent); `None` when it does not answer.
+async fn series(http_port: u16, series: &str) -> Option<f64> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], http_port));
+    let text = ingot_testenv::harness::operator::scrape(addr).await.ok()?;
+    let metrics = ingot_testenv::harness::operator::parse_metrics(&text);
+    Some(metrics.get(series).copied().unwrap_or_default())
+}
+
 /// How many Node patches ingot has sent (its `ingot_kube_requests_total`).
 async fn node_patches(http_port: u16) -> f64 {
-    let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(r#"ingot_kube_requests_total{verb="patch",resource="nodes"} "#)
-        })
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or_default()
+    kube_requests(http_port, "patch", "nodes").await
 }
 
 /// How many requests of this verb on this resource ingot has sent (`ingot_kube_requests_total`).
 async fn kube_requests(http_port: u16, verb: &str, resource: &str) -> f64 {
-    let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
+    let name = format!(r#"ingot_kube_requests_total{{verb="{verb}",resource="{resource}"}}"#);
+    series(http_port, &name)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let prefix = format!(r#"ingot_kube_requests_total{{verb="{verb}",resource="{resource}"}} "#);
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or_default()
+        .expect("ingot's /metrics answers")
 }
 
 /// How many BMC reads the hardware poller has made (its `ingot_reconciliations_total`).
 async fn hardware_polls(http_port: u16) -> f64 {
-    let Ok(resp) = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics")).await else {
-        return 0.0;
-    };
-    let text = resp.text().await.unwrap_or_default();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(r#"ingot_reconciliations_total{controller="seeder-hardware"} "#)
-        })
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or_default()
+    let name = r#"ingot_reconciliations_total{controller="seeder-hardware"}"#;
+    series(http_port, name).await.unwrap_or_default()
 }
 
 /// The hardware labels of a Node.
@@ -776,12 +758,7 @@ impl Embedded {
             sushy.system(&user, &password).await
         })
         .await;
-        wait_for("ipmi_sim", Duration::from_secs(30), || async {
-            sim.ipmitool(&["chassis", "power", "status"])
-                .contains("Chassis Power is")
-                .then_some(())
-        })
-        .await;
+        sim.wait_answering().await;
 
         let nodes: Api<Node> = Api::all(client.clone());
         for (name, ip) in [

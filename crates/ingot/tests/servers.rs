@@ -82,15 +82,8 @@ impl Ingot {
 
     /// A counter of /metrics (0 while absent).
     async fn counter(&self, series: &str) -> f64 {
-        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.http))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or(0.0)
+        let metrics = self.operator.metrics().await;
+        metrics.get(series).copied().unwrap_or(0.0)
     }
 
     async fn wait_serving(&mut self) {

@@ -46,12 +46,11 @@ async fn sushy_answers_over_tls_on_the_port_it_logged() {
 async fn ipmi_sim_answers_ipmitool_on_the_port_it_bound() {
     let mut sim = peers::start_ipmi_sim(&ingot_ipmi_sim::FruInfo::example(1).encode());
     assert_ne!(sim.addr.port(), 0);
-    wait_for("ipmi_sim", Duration::from_secs(30), async || {
-        sim.ipmitool(&["chassis", "power", "status"])
-            .contains("Chassis Power is on")
-            .then_some(())
-    })
-    .await;
+    sim.wait_answering().await;
+    assert_eq!(
+        sim.ipmitool(&["chassis", "power", "status"]),
+        "Chassis Power is on"
+    );
     sim.stop();
     assert_eq!(
         sim.ipmitool(&["-R", "1", "-N", "1", "chassis", "power", "status"]),

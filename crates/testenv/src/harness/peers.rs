@@ -289,6 +289,16 @@ impl IpmiSim {
         self.child = None;
     }
 
+    /// Waits (30 s at most) until it answers ipmitool's `chassis power status`.
+    pub async fn wait_answering(&self) {
+        super::wait_for("ipmi_sim to answer", Duration::from_secs(30), async || {
+            self.ipmitool(&["chassis", "power", "status"])
+                .contains("Chassis Power is")
+                .then_some(())
+        })
+        .await;
+    }
+
     /// `ipmitool -I lanplus -C 3` against it, with its account; standard output, trimmed.
     pub fn ipmitool(&self, args: &[&str]) -> String {
         let out = Command::new(require_apt_tool("ipmitool", "ipmitool"))
