@@ -529,8 +529,9 @@ async fn go_seeder_objects(client: &Client, sim_port: u16) {
 // Seeder's embedded mode, one behaviour per test, over one shared fixture: the peers, the
 // objects in harvester-system and one `ingot run` are set up once per test binary (see
 // `scenario`), and each test below is one step of the cluster's life, run in the order of
-// `steps!` on that fixture (a step starts from what the steps before it left). Run alone (a
-// filter), a test still waits for the steps before it.
+// `steps!` on that fixture (a step starts from what the steps before it left). Every test
+// waits for the whole scenario (the fixture is torn down before the binary exits), then reports
+// its own step; a step after a failed one fails as not run.
 
 mod scenario {
     //! Runs the steps once, on a runtime of its own (the fixture's clients and processes live
