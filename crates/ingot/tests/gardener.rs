@@ -11,13 +11,13 @@ mod chart_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ingot_api::gardener::{Machine, MachineDeployment, MachineSet};
 use ingot_boot_sim::{Booter, BooterConfig, Expected, Running};
 use ingot_metal_sim::{HardwareReservationConfig, PlanMetro, SimConfig, SimServer, Timings};
 use ingot_testenv::mcm::Mcm;
+use ingot_testenv::{Operator, wait_for};
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -44,7 +44,7 @@ struct Stack {
     _booter: Booter,
     _running: Running,
     _mcm: Mcm,
-    operator: Option<Child>,
+    operator: Option<Operator>,
     kubeconfig: PathBuf,
     /// The second API server's kubeconfig, when the Nodes join one.
     target_kubeconfig: Option<PathBuf>,
@@ -180,96 +180,55 @@ impl Stack {
     /// Starts (or restarts) `ingot run` with a stable identity; `crash_point` arms a test-only
     /// abort at that line.
     fn start_operator(&mut self, crash_point: Option<&str>) {
-        let log = std::env::temp_dir().join(format!("ingot-{}.log", self.namespace));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_ingot"));
-        command
-            .arg("run")
-            .arg("--controllers=gardener")
-            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            // Any free port, chosen by the operator itself: a port probed here could be taken
-            // before a restarted operator binds it.
-            .arg("--http-addr=127.0.0.1:0")
+        if let Some(operator) = &mut self.operator {
+            operator.restart(crash_point);
+            return;
+        }
+        let mut builder = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+            .log_file(std::env::temp_dir().join(format!("ingot-{}.log", self.namespace)))
+            .controllers("gardener")
+            .kubeconfig(&self.kubeconfig)
             .arg(format!("--namespace={}", self.namespace))
             .arg(format!("--lease-namespace={}", self.lease_namespace))
             .arg(format!("--identity=ingot-{}", self.namespace))
             .arg("--lease-duration-seconds=3")
             .arg(format!("--metal-api-url={}", self.sim.base_url()))
             .arg("--metal-rate-limit=200")
-            .args(&self.extra_args)
-            .env_remove(ingot_controllers::gardener::CRASH_POINT_ENV)
-            .stdout(Stdio::null())
-            .stderr(log);
+            .args(self.extra_args.iter().cloned())
+            .crash_point(crash_point);
         if let Some(target) = &self.target_kubeconfig {
             // ingot's own client (and Lease) on the control cluster; both upstream flags, so
             // that ignoring either one would send that half of the work to the wrong cluster.
-            command
+            builder = builder
                 .arg(format!(
                     "--control-kubeconfig={}",
                     self.kubeconfig.display()
                 ))
                 .arg(format!("--target-kubeconfig={}", target.display()));
         }
-        if let Some(point) = crash_point {
-            command.env(ingot_controllers::gardener::CRASH_POINT_ENV, point);
-        }
-        self.operator = Some(command.spawn().unwrap());
+        self.operator = Some(builder.start());
+    }
+
+    fn operator(&self) -> &Operator {
+        self.operator.as_ref().expect("the operator was started")
     }
 
     /// The running operator's /metrics, series (name with labels) -> value. Its port is the
     /// one it logged (it picks a free one itself).
     async fn metrics(&self) -> BTreeMap<String, f64> {
-        let log = std::env::temp_dir().join(format!("ingot-{}.log", self.namespace));
-        let text = std::fs::read_to_string(log).unwrap();
-        let line = text
-            .lines()
-            .rfind(|l| l.contains("serving /healthz"))
-            .expect("the operator logged its address");
-        let port: String = line
-            .rsplit("127.0.0.1:")
-            .next()
-            .unwrap()
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        let scrape = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        scrape
-            .lines()
-            .filter(|line| !line.starts_with('#'))
-            .filter_map(|line| {
-                let (series, value) = line.rsplit_once(' ')?;
-                Some((series.to_owned(), value.parse().ok()?))
-            })
-            .collect()
+        self.operator().metrics().await
     }
 
     fn kill_operator(&mut self) {
-        if let Some(mut child) = self.operator.take() {
-            let _ = child.kill();
-            child.wait().unwrap();
+        if let Some(operator) = &self.operator {
+            operator.kill();
         }
     }
 
     /// Waits for the operator to abort at its crash point.
     async fn wait_operator_crashed(&mut self, timeout: Duration) {
-        let child = self.operator.as_mut().unwrap();
-        let status = wait_for(
-            "the operator to reach its crash point",
-            timeout,
-            async || child.try_wait().unwrap(),
-        )
-        .await;
+        let status = self.operator().wait_exit(timeout).await;
         assert!(!status.success(), "aborted, not exited: {status}");
-        self.operator = None;
     }
 
     /// The provider's machine-class.yaml (first class) and secret.yaml, credentials filled. The
@@ -471,24 +430,6 @@ fn device_of(m: &Machine) -> String {
 
 fn last_operation(m: &Machine) -> Value {
     serde_json::to_value(m.status.as_ref().and_then(|s| s.last_operation.clone())).unwrap()
-}
-
-async fn wait_for<T>(
-    what: &str,
-    timeout: Duration,
-    mut probe: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -202,10 +202,10 @@ async fn wait_answered(
     sushy: &Sushy,
     operation: &str,
     power_state: &str,
-    ingot: &Proc,
+    ingot: &Operator,
 ) {
     let prefix = format!("{NODE}-{operation}-");
-    let s = poll_until(
+    let s = wait_for(
         &format!("{operation} answered"),
         Duration::from_secs(60),
         || async {
@@ -259,7 +259,7 @@ async fn clean(client: &Client) {
     let _ = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &addon_resource())
         .delete("harvester-seeder", &dp)
         .await;
-    poll_until(
+    wait_for(
         "the previous objects gone",
         Duration::from_secs(30),
         || async {
@@ -286,7 +286,7 @@ async fn the_ui_keeps_its_power_buttons_after_the_guide() {
         &["--server-side", "--force-conflicts"],
     );
     let addons: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &addon_resource());
-    poll_until("the Addon CRD served", Duration::from_secs(30), || async {
+    wait_for("the Addon CRD served", Duration::from_secs(30), || async {
         addons.list(&Default::default()).await.ok().map(|_| ())
     })
     .await;
@@ -308,7 +308,7 @@ async fn the_ui_keeps_its_power_buttons_after_the_guide() {
 
     // The BMC, the Node and the Inventory the UI makes for it (named like the Node).
     let sushy = start_sushy_tls(USER, PASSWORD);
-    poll_until("sushy over TLS", Duration::from_secs(30), || async {
+    wait_for("sushy over TLS", Duration::from_secs(30), || async {
         sushy.system(USER, PASSWORD).await
     })
     .await;
@@ -378,25 +378,10 @@ async fn the_ui_keeps_its_power_buttons_after_the_guide() {
         .await
         .unwrap();
     let kubeconfig = chart_support::install_from_manifests(&admin, "seeder");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
-    cmd.arg("run")
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--http-addr=127.0.0.1:{}", free_port()))
-        .arg(format!(
-            "--lease-namespace={}",
-            chart_support::MANIFESTS_NAMESPACE
-        ))
-        .arg("--lease-name=ingot-harvester-ui-test")
-        .arg("--lease-duration-seconds=3")
-        .arg("--controllers=seeder")
-        .arg(format!("--seeder-namespace={NS}"))
-        .arg(format!("--rufio-namespace={NS}"))
-        .arg("--rufio-machine-interval-seconds=2")
+    let ingot = ingot_seeder(&kubeconfig, "ingot-harvester-ui-test")
         .arg("--rufio-task-poll-seconds=0.3")
-        .arg("--rufio-redfish-timeout-seconds=10")
-        .env("RUST_LOG", "info,ingot_controllers=debug");
-    let mut ingot = spawn_logged(&mut cmd, "ingot-harvester-ui");
-    poll_until("the Inventory ready", Duration::from_secs(60), || async {
+        .start();
+    wait_for("the Inventory ready", Duration::from_secs(60), || async {
         (inventory_status(&client).await["status"] == "inventoryNodeReady").then_some(())
     })
     .await;
@@ -444,7 +429,7 @@ async fn the_ui_keeps_its_power_buttons_after_the_guide() {
 
     // Rolling back, from the guide's code block: ingot stopped (its process here; the block
     // scales the manifests' Deployment), Seeder's values restored, its finalizer alone left.
-    ingot.stop();
+    ingot.kill();
     shell(&admin, &work, &guide_block("seeder-restored.yaml"));
     let restored = addon(&client).await;
     assert_eq!(restored.data["spec"]["enabled"], json!(true));

@@ -684,13 +684,18 @@ async fn the_readmes_helm_install_runs_a_pool_past_its_join_token() {
     let _ = credentials
         .delete("equinix-addon", &DeleteParams::default())
         .await;
-    wait_until("the old credentials Secret to be gone", async || {
-        credentials
-            .get_opt("equinix-addon")
-            .await
-            .unwrap()
-            .is_none()
-    })
+    ingot_testenv::wait_for(
+        "the old credentials Secret to be gone",
+        Duration::from_secs(60),
+        async || {
+            credentials
+                .get_opt("equinix-addon")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
     .await;
 
     let commands = readme_install_commands(&[
@@ -831,27 +836,24 @@ async fn the_installed_pod_runs_a_pool_past_its_join_token(
     let pod = deployment.spec.unwrap().template.spec.unwrap();
     assert_eq!(pod.service_account_name.as_deref(), Some(release.as_str()));
     let container = &pod.containers[0];
-    let http_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let sim = ingot_metal_sim::SimServer::start(
         ingot_metal_sim::SimConfig::single(METAL_TOKEN, PROJECT),
         "127.0.0.1:0".parse().unwrap(),
     )
     .await
     .unwrap();
-    let mut operator = Command::new(env!("CARGO_BIN_EXE_ingot"));
-    operator.env_clear();
-    for arg in container.args.clone().unwrap() {
-        if arg.starts_with("--http-addr=") {
-            operator.arg(format!("--http-addr=127.0.0.1:{http_port}"));
-        } else {
-            operator.arg(arg);
-        }
-    }
-    operator
+    // The container's arguments and environment, on a port of its own choosing.
+    let args = container.args.clone().unwrap();
+    assert_eq!(args[0], "run");
+    let mut operator = ingot_testenv::Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+        .clear_env()
+        .log_file(std::env::temp_dir().join(format!("{release}.log")))
+        .args(
+            args[1..]
+                .iter()
+                .filter(|a| !a.starts_with("--http-addr="))
+                .cloned(),
+        )
         .arg(format!(
             "--kubeconfig={}",
             chart_support::token_kubeconfig(admin, &release, &namespace, &release).display()
@@ -879,7 +881,7 @@ async fn the_installed_pod_runs_a_pool_past_its_join_token(
             },
             (None, None) => String::new(),
         };
-        operator.env(var.name, value);
+        operator = operator.env(&var.name, value);
     }
     assert!(token_from_secret, "TOKEN comes from the README's Secret");
 
@@ -910,18 +912,9 @@ async fn the_installed_pod_runs_a_pool_past_its_join_token(
         .unwrap();
 
     let log_path = std::env::temp_dir().join(format!("{release}.log"));
-    let log = std::fs::File::create(&log_path).unwrap();
-    let child = KillOnDrop(
-        operator
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    let log_tail = || {
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
-    };
+    let _ = std::fs::remove_file(&log_path);
+    let child = operator.start();
+    let log_tail = || child.log_tail();
 
     let pools: Api<InstancePool> = Api::all(client.clone());
     let name = format!("install-{suffix}");
@@ -1008,27 +1001,6 @@ async fn the_installed_pod_runs_a_pool_past_its_join_token(
         .delete("ingress-expose", &DeleteParams::default())
         .await;
     let _ = std::fs::remove_file(&log_path);
-}
-
-/// A process killed when the test ends, also when it fails.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn wait_until(what: &str, mut probe: impl AsyncFnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !probe().await {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-    }
 }
 
 /// The binary the image is built from: the one built as shipped (`INGOT_SHIPPED_BINARY`, which

@@ -5,11 +5,10 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use ingot_testenv::{Operator, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::PostParams;
@@ -17,8 +16,7 @@ use serde_json::json;
 
 struct Replica {
     identity: String,
-    port: u16,
-    child: Child,
+    operator: Operator,
 }
 
 impl Replica {
@@ -27,42 +25,30 @@ impl Replica {
     }
 
     fn start_with(kubeconfig: &Path, namespace: &str, identity: &str, extra: &[&str]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let log = std::env::temp_dir().join(format!("{identity}.log"));
-        let log = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_ingot"))
-            .args([
-                "run",
-                "--controllers",
-                "pools",
-                "--lease-name",
-                "ingot-leader-test",
-            ])
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        // A new log for this run (the harness appends to a log file).
+        let _ = std::fs::remove_file(log_path(identity));
+        let operator = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+            .log_file(log_path(identity))
+            .controllers("pools")
+            .arg("--lease-name=ingot-leader-test")
+            .kubeconfig(kubeconfig)
             .arg(format!("--lease-namespace={namespace}"))
             .arg(format!("--identity={identity}"))
-            .arg(format!("--http-addr=127.0.0.1:{port}"))
-            .args(extra)
+            .args(extra.iter().copied())
             // The pools controller reads its Secret here: a namespace of this test.
             .env("NAMESPACE", namespace)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start ingot");
+            .start();
         Self {
             identity: identity.to_owned(),
-            port,
-            child,
+            operator,
         }
     }
 
     /// The replica's reconciliation count and leader gauge, from /metrics.
     async fn metrics(&self, http: &reqwest::Client) -> Option<(u64, u64)> {
+        let addr = self.operator.http_addr().await;
         let text = http
-            .get(format!("http://127.0.0.1:{}/metrics", self.port))
+            .get(format!("http://{addr}/metrics"))
             .send()
             .await
             .ok()?
@@ -87,11 +73,9 @@ impl Replica {
     }
 }
 
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A replica's log (its identity names it).
+fn log_path(identity: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("{identity}.log"))
 }
 
 async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
@@ -102,24 +86,6 @@ async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
         .flatten()?
         .spec?
         .holder_identity
-}
-
-async fn wait_for<T>(
-    what: &str,
-    timeout: Duration,
-    mut probe: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test]
@@ -138,7 +104,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over_after_sigkill
     )
     .await;
     assert_eq!(holder, first.identity);
-    let mut second = Replica::start(env.kubeconfig_path(), &namespace, "replica-b");
+    let second = Replica::start(env.kubeconfig_path(), &namespace, "replica-b");
     wait_for(
         "replica-b to serve /metrics",
         Duration::from_secs(30),
@@ -190,9 +156,8 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over_after_sigkill
     );
 
     // SIGKILL: no chance to release the lease; the standby must notice that it is no longer renewed.
-    let mut first = first;
-    first.child.kill().expect("SIGKILL replica-a");
-    first.child.wait().expect("reap replica-a");
+    let first = first;
+    first.operator.kill();
     let killed_at = Instant::now();
     let holder = wait_for(
         "replica-b to take the lease",
@@ -217,10 +182,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over_after_sigkill
         },
     )
     .await;
-    assert!(
-        second.child.try_wait().expect("replica-b state").is_none(),
-        "replica-b keeps running"
-    );
+    assert!(second.operator.is_running(), "replica-b keeps running");
 }
 
 #[tokio::test]
@@ -229,7 +191,7 @@ async fn a_leader_whose_lease_is_taken_stops_before_the_new_holder_could_lead() 
     let client = env.client().expect("client");
     let namespace = env.namespace("fence").await.expect("namespace");
     let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
-    let mut leader = Replica::start(env.kubeconfig_path(), &namespace, "replica-fenced");
+    let leader = Replica::start(env.kubeconfig_path(), &namespace, "replica-fenced");
     wait_for(
         "replica-fenced to take the lease",
         Duration::from_secs(30),
@@ -266,19 +228,13 @@ async fn a_leader_whose_lease_is_taken_stops_before_the_new_holder_could_lead() 
 
     // The deposed leader cancels its work and exits at its next renewal, well within the
     // lease duration (10 s) in which the new holder would start.
-    let status = wait_for(
-        "the deposed leader to exit",
-        Duration::from_secs(10),
-        async || leader.child.try_wait().expect("replica state"),
-    )
-    .await;
+    let status = leader.operator.wait_exit(Duration::from_secs(10)).await;
     assert!(!status.success(), "it exits with an error: {status:?}");
     eprintln!(
         "the deposed leader exited {:.1} s after its lease was taken",
         taken_at.elapsed().as_secs_f64()
     );
-    let log = std::fs::read_to_string(std::env::temp_dir().join("replica-fenced.log"))
-        .expect("replica log");
+    let log = std::fs::read_to_string(log_path("replica-fenced")).expect("replica log");
     assert!(log.contains("lost leadership"), "{log}");
     assert_eq!(
         lease_holder(&leases).await.as_deref(),
@@ -299,8 +255,7 @@ async fn a_leader_sent_sigterm_releases_the_lease_and_the_standby_leads_at_once(
     let lease_seconds = 30;
     let lease_flag = format!("--lease-duration-seconds={lease_seconds}");
 
-    let mut first =
-        Replica::start_with(env.kubeconfig_path(), &namespace, "term-a", &[&lease_flag]);
+    let first = Replica::start_with(env.kubeconfig_path(), &namespace, "term-a", &[&lease_flag]);
     wait_for(
         "term-a to take the lease",
         Duration::from_secs(30),
@@ -323,13 +278,9 @@ async fn a_leader_sent_sigterm_releases_the_lease_and_the_standby_leads_at_once(
     })
     .await;
 
-    let pid = nix::unistd::Pid::from_raw(first.child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM term-a");
+    first.operator.terminate();
     let signalled = Instant::now();
-    let status = wait_for("term-a to exit", Duration::from_secs(10), async || {
-        first.child.try_wait().expect("term-a state")
-    })
-    .await;
+    let status = first.operator.wait_exit(Duration::from_secs(10)).await;
     assert!(status.success(), "term-a exited with {status}");
     // Released before the exit: the Lease no longer names term-a (it is empty, or term-b's).
     assert_ne!(

@@ -13,7 +13,6 @@ mod rufio_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions};
@@ -387,7 +386,7 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_served_and_bmc_calls_
         "refused",
         "bmc-auth",
         "127.0.0.1",
-        json!({"redfish": {"port": free_port()}}),
+        json!({"redfish": {"port": closed_port()}}),
     );
     create(&client, &ns, &refused).await;
 
@@ -399,22 +398,21 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_served_and_bmc_calls_
         .create(&kube::api::PostParams::default(), &harvester_system)
         .await;
 
-    let port = free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
-    cmd.arg("run")
-        .arg(format!("--kubeconfig={}", env.kubeconfig_path().display()))
-        .arg(format!("--http-addr=127.0.0.1:{port}"))
+    let ingot = ingot_testenv::Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+        .tag("observability")
+        .kubeconfig(env.kubeconfig_path())
         .arg(format!("--lease-namespace={ns}"))
         .arg("--lease-name=ingot-observability")
         .arg("--lease-duration-seconds=3")
-        .arg("--controllers=pools,rufio,seeder,gardener")
+        .controllers("pools,rufio,seeder,gardener")
         .arg(format!("--rufio-namespace={ns}"))
         .arg(format!("--seeder-namespace={ns}"))
         .arg(format!("--namespace={ns}"))
         .arg("--rufio-machine-interval-seconds=2")
         .arg("--rufio-redfish-timeout-seconds=3")
-        .env("NAMESPACE", &ns);
-    let ingot = spawn_logged(&mut cmd, "ingot-observability");
+        .env("NAMESPACE", &ns)
+        .start();
+    let port = ingot.http_addr().await.port();
 
     // A Gardener Machine whose MachineClass does not exist: the machine controller looks at it
     // (and leaves it, as upstream does) without any Equinix Metal call.
@@ -437,7 +435,7 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_served_and_bmc_calls_
                 && *v > 0.0
         })
     };
-    let text = poll_until(
+    let text = wait_for(
         "the failed BMC calls to be counted",
         Duration::from_secs(60),
         || async {

@@ -7,13 +7,12 @@
 mod chart_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ingot_api::equinix::{Instance, InstancePool};
 use ingot_boot_sim::{Booter, BooterConfig, Expected, NotReady, Running};
 use ingot_metal_sim::{PlanMetro, SimConfig, SimServer, Timings};
+use ingot_testenv::{Front, Operator, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Secret};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -37,8 +36,10 @@ struct Stack {
     sim: SimServer,
     booter: Booter,
     _running: Running,
-    operator: Option<Child>,
-    http_port: u16,
+    operator: Option<Operator>,
+    /// The operator's health, metrics and iPXE address as the servers see it: one address the
+    /// test holds across the operator's restarts (each of which binds a port of its own).
+    front: Front,
     kubeconfig: std::path::PathBuf,
     /// The point at which the operator aborts (`--crash-point`), if any.
     crash_point: Option<String>,
@@ -101,11 +102,7 @@ impl Stack {
         config.heartbeat_interval = Duration::from_secs(1);
         let booter = Booter::new(config, client.clone()).unwrap();
         let running = booter.start();
-        let http_port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let front = Front::following(&log_path(&namespace)).await;
         // `ingot run` runs as the chart's ServiceAccount with the chart's RBAC for pools: a
         // permission the chart lacks fails these tests.
         let (kubeconfig, credentials_namespace, lease_namespace) = if from_manifests {
@@ -132,7 +129,7 @@ impl Stack {
             booter,
             _running: running,
             operator: None,
-            http_port,
+            front,
             kubeconfig,
             crash_point: None,
             install_retry_seconds: 10,
@@ -142,31 +139,21 @@ impl Stack {
         }
     }
 
-    /// Starts (or restarts) `ingot run`.
+    /// Starts (or restarts) `ingot run`, with the stack's settings as they are now (a test
+    /// changes the join token between two starts); every start appends to one log.
     fn start_operator(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_ingot"));
-        if let Some(point) = &self.crash_point {
-            command.env("INGOT_CRASH_POINT", point);
-        }
-        let child = command
-            .arg("run")
+        self.kill_operator();
+        let operator = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+            .log_file(self.log_path())
+            .crash_point(self.crash_point.as_deref())
             // The same identity after every restart, as a pod keeps its name: the restarted
             // process takes its own Lease back at once.
             .arg(format!("--identity=ingot-e2e-{}", self.namespace))
-            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .arg(format!("--http-addr=127.0.0.1:{}", self.http_port))
+            .kubeconfig(&self.kubeconfig)
             .arg(format!("--lease-namespace={}", self.lease_namespace))
             .arg("--lease-duration-seconds=3")
             .arg(format!("--metal-api-url={}", self.sim.base_url()))
-            .arg(format!(
-                "--ipxe-base-url=http://127.0.0.1:{}",
-                self.http_port
-            ))
+            .arg(format!("--ipxe-base-url=http://{}", self.front.addr()))
             .arg(format!("--cluster-address={VIP}"))
             .arg("--metal-rate-limit=200")
             .arg("--metal-poll-seconds=0.5")
@@ -179,17 +166,17 @@ impl Stack {
             .arg("--error-backoff-max-seconds=5")
             .env("NAMESPACE", &self.credentials_namespace)
             .env("TOKEN", &self.join_token)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.operator = Some(child);
+            .start();
+        self.operator = Some(operator);
+    }
+
+    fn operator(&self) -> &Operator {
+        self.operator.as_ref().expect("the operator was started")
     }
 
     fn kill_operator(&mut self) {
-        if let Some(mut child) = self.operator.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
+        if let Some(operator) = &self.operator {
+            operator.kill();
         }
     }
 
@@ -213,19 +200,7 @@ impl Stack {
 
     /// The operator's /metrics: series (name with labels) -> value.
     async fn metrics(&self) -> BTreeMap<String, f64> {
-        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.http_port))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .filter(|line| !line.starts_with('#'))
-            .filter_map(|line| {
-                let (series, value) = line.rsplit_once(' ')?;
-                Some((series.to_owned(), value.parse().ok()?))
-            })
-            .collect()
+        self.operator().metrics().await
     }
 
     fn pools(&self) -> Api<InstancePool> {
@@ -393,22 +368,9 @@ impl Drop for Stack {
     }
 }
 
-async fn wait_for<T>(
-    what: &str,
-    timeout: Duration,
-    mut probe: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+/// The operator's log of the test in `namespace`: every start's lines.
+fn log_path(namespace: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("ingot-{namespace}.log"))
 }
 
 fn readme_pool() -> Value {
@@ -947,10 +909,8 @@ impl Stack {
             self.start_operator();
             let deadline = Instant::now() + quiet;
             loop {
-                let child = self.operator.as_mut().unwrap();
-                if let Some(status) = child.try_wait().unwrap() {
+                if let Some(status) = self.operator().exit_status() {
                     assert!(!status.success(), "the operator aborted at {point}");
-                    self.operator = None;
                     ended += 1;
                     break;
                 }
@@ -977,7 +937,7 @@ impl Stack {
     }
 
     fn log_path(&self) -> std::path::PathBuf {
-        std::env::temp_dir().join(format!("ingot-{}.log", self.namespace))
+        log_path(&self.namespace)
     }
 
     /// SIGKILLs the leader `kills` times at random moments, restarting it each time.
@@ -1151,13 +1111,8 @@ async fn a_deposed_leader_cuts_off_its_call_in_flight_and_the_next_leader_does_n
     }
     assert!(taken, "the test took the Lease");
     let taken_at = Instant::now();
-    let mut operator = stack.operator.take().unwrap();
-    let status = wait_for(
-        "the deposed leader to exit",
-        Duration::from_secs(30),
-        async || operator.try_wait().unwrap(),
-    )
-    .await;
+    // The deposed leader exits.
+    let status = stack.operator().wait_exit(Duration::from_secs(30)).await;
     let exited_after = taken_at.elapsed();
     assert!(!status.success(), "it exits with an error: {status:?}");
     // The create would have answered CREATE_LATENCY after it was sent: exiting well before

@@ -8,7 +8,6 @@
 mod chart_support;
 mod rufio_support;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -18,7 +17,6 @@ use ingot_bmc_sim::{BmcSpec, Fault, Fleet, FleetOptions};
 use ingot_ipmi_sim::FruInfo;
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
-use rufio_support::common::openipmi;
 use rufio_support::*;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -28,18 +26,6 @@ static SERIAL: Mutex<()> = Mutex::const_new(());
 /// The sample Secret's credentials (admin / t0p-Secret), kept for sushy.
 const SAMPLE_USER: &str = "admin";
 const SAMPLE_PASSWORD: &str = "t0p-Secret";
-
-fn ipmitool(sim: &openipmi::IpmiSim, args: &[&str]) -> String {
-    let out = Command::new(common::require_apt_tool("ipmitool", "ipmitool"))
-        .args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1"])
-        .arg("-p")
-        .arg(sim.addr.port().to_string())
-        .args(["-U", openipmi::USER, "-P", openipmi::PASSWORD])
-        .args(args)
-        .output()
-        .expect("run ipmitool");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 /// Checks the Job and Task objects against Rufio's shapes.
 async fn check_job_shape(client: &kube::Client, ns: &str, job: &str, status: &Value) {
@@ -85,19 +71,14 @@ async fn check_job_shape(client: &kube::Client, ns: &str, job: &str, status: &Va
 async fn sample_machines_on_sushy_and_ipmi_sim(
     client: &kube::Client,
     ns: &str,
-) -> (Sushy, openipmi::IpmiSim) {
+) -> (Sushy, peers::IpmiSim) {
     let sushy = start_sushy_tls(SAMPLE_USER, SAMPLE_PASSWORD);
-    let sim = openipmi::start(&FruInfo::example(3).encode());
-    poll_until("sushy over TLS", Duration::from_secs(30), || async {
+    let sim = peers::start_ipmi_sim(&FruInfo::example(3).encode());
+    wait_for("sushy over TLS", Duration::from_secs(30), || async {
         sushy.system(SAMPLE_USER, SAMPLE_PASSWORD).await
     })
     .await;
-    poll_until("ipmi_sim", Duration::from_secs(30), || async {
-        ipmitool(&sim, &["chassis", "power", "status"])
-            .contains("Chassis Power is")
-            .then_some(())
-    })
-    .await;
+    sim.wait_answering().await;
 
     create_secret(
         client,
@@ -111,8 +92,8 @@ async fn sample_machines_on_sushy_and_ipmi_sim(
         client,
         ns,
         "ipmi-machine-auth",
-        openipmi::USER,
-        openipmi::PASSWORD,
+        peers::IPMI_USER,
+        peers::IPMI_PASSWORD,
     )
     .await;
     let redfish = machine_sample(
@@ -151,7 +132,7 @@ async fn upstream_samples_on_sushy_over_tls_and_ipmi_sim() {
 
     let (sushy, sim) = sample_machines_on_sushy_and_ipmi_sim(&client, &ns).await;
 
-    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    let ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
     wait_sample_machines(&client, &ns).await;
 
     // The sample Job on sushy: off, PXE once, on. Watch the peer for the off in between.
@@ -227,7 +208,7 @@ async fn upstream_samples_on_sushy_over_tls_and_ipmi_sim() {
     check_job_shape(&client, &ns, "job-sample-ipmi", &status).await;
     assert!(seen_off.load(Ordering::Relaxed), "ipmi_sim never went off");
     assert_eq!(
-        ipmitool(&sim, &["chassis", "power", "status"]),
+        sim.ipmitool(&["chassis", "power", "status"]),
         "Chassis Power is on"
     );
     assert_eq!(
@@ -257,7 +238,7 @@ async fn upstream_samples_on_sushy_over_tls_and_ipmi_sim() {
 
     // Everything is deletable (no finalizers), Tasks go with their Job.
     delete_all(&client, &ns).await;
-    poll_until("objects deleted", Duration::from_secs(30), || async {
+    wait_for("objects deleted", Duration::from_secs(30), || async {
         let m = Api::<Machine>::namespaced(client.clone(), &ns)
             .list(&Default::default())
             .await
@@ -269,7 +250,7 @@ async fn upstream_samples_on_sushy_over_tls_and_ipmi_sim() {
         (m.items.is_empty() && j.items.is_empty()).then_some(())
     })
     .await;
-    ingot.stop();
+    ingot.kill();
 }
 
 /// Reads sushy's own API for the watcher task.
@@ -334,7 +315,7 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
         "dead",
         "sample-machine-auth",
         "127.0.0.1",
-        json!({"redfish": {"port": dead.addr.port()}, "ipmitool": {"port": free_udp_port()}}),
+        json!({"redfish": {"port": dead.addr.port()}, "ipmitool": {"port": closed_udp_port()}}),
     );
     create(&client, &ns, &dead_machine).await;
     // A BMC address where nothing listens at all.
@@ -343,7 +324,7 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
         "refused",
         "sample-machine-auth",
         "127.0.0.1",
-        json!({"redfish": {"port": free_port()}, "ipmitool": {"port": free_udp_port()}}),
+        json!({"redfish": {"port": closed_port()}, "ipmitool": {"port": closed_udp_port()}}),
     );
     create(&client, &ns, &refused).await;
     for (i, bmc) in fleet.bmcs.iter().take(healthy).enumerate() {
@@ -358,7 +339,7 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
     }
     let started = Instant::now();
     // The dead BMC holds its reconcile for the Redfish timeout (8 s) before IPMI is tried.
-    let mut ingot = start_ingot(
+    let ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
         &[
@@ -385,7 +366,7 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
         "the dead BMC was judged before the healthy ones were read ({all_known:?}): {dead_status}"
     );
 
-    let (status, message) = poll_until(
+    let (status, message) = wait_for(
         "the dead Machine to be judged",
         Duration::from_secs(60),
         || async {
@@ -409,7 +390,7 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
         machine_status(&client, &ns, "dead").await["powerState"],
         "unknown"
     );
-    let (status, message) = poll_until("refused judged", Duration::from_secs(30), || async {
+    let (status, message) = wait_for("refused judged", Duration::from_secs(30), || async {
         condition(
             &machine_status(&client, &ns, "refused").await,
             "Contactable",
@@ -444,7 +425,7 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
             .await
             .unwrap();
     }
-    poll_until(
+    wait_for(
         "the deleted Machines' BMC sessions to be logged out",
         Duration::from_secs(30),
         || async {
@@ -467,17 +448,8 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
     }
 
     // SIGTERM: every session is logged out.
-    let pid = ingot.child.as_ref().unwrap().id();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    poll_until("ingot to exit", Duration::from_secs(30), || {
-        let exited = ingot.child.as_mut().unwrap().try_wait().unwrap().is_some();
-        async move { exited.then_some(()) }
-    })
-    .await;
+    ingot.terminate();
+    ingot.wait_exit(Duration::from_secs(30)).await;
     for (i, b) in fleet.bmcs[..healthy].iter().enumerate() {
         assert_eq!(
             b.state.snapshot().sessions,
@@ -490,14 +462,6 @@ async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
     let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
         .await;
-}
-
-fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A reboot is sent once per Task, whatever the watch cache shows: each BMC counts them.
@@ -537,7 +501,7 @@ async fn reboots_are_sent_exactly_once() {
             &format!("redfish-{i}"),
             "sample-machine-auth",
             "127.0.0.1",
-            json!({"redfish": {"port": b.addr.port()}, "ipmitool": {"port": free_udp_port()}}),
+            json!({"redfish": {"port": b.addr.port()}, "ipmitool": {"port": closed_udp_port()}}),
         );
         create(&client, &ns, &m).await;
         let mut j = job_sample(&ns, &format!("reset-{i}"), &format!("redfish-{i}"));
@@ -551,7 +515,7 @@ async fn reboots_are_sent_exactly_once() {
             &format!("ipmi-{i}"),
             "sample-machine-auth",
             "127.0.0.1",
-            json!({"redfish": {"port": free_port()}, "ipmitool": {"port": b.addr().port()}}),
+            json!({"redfish": {"port": closed_port()}, "ipmitool": {"port": b.addr().port()}}),
         );
         create(&client, &ns, &m).await;
         let mut j = job_sample(&ns, &format!("reboot-ipmi-{i}"), &format!("ipmi-{i}"));
@@ -561,7 +525,7 @@ async fn reboots_are_sent_exactly_once() {
         jobs.create(&Default::default(), &j).await.unwrap();
         names.push(format!("reboot-ipmi-{i}"));
     }
-    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    let ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
     for name in &names {
         wait_job(&client, &ns, name, Duration::from_secs(60), &ingot).await;
     }
@@ -572,7 +536,7 @@ async fn reboots_are_sent_exactly_once() {
         // Chassis Control 2 (power cycle), then 3 (hard reset), each once.
         assert_eq!(b.stats().chassis_controls, vec![2, 3], "IPMI BMC {i}");
     }
-    ingot.stop();
+    ingot.kill();
     delete_all(&client, &ns).await;
 }
 
@@ -613,10 +577,10 @@ async fn the_machine_is_read_again_right_after_its_job() {
         "gone",
         "sample-machine-auth",
         "127.0.0.1",
-        json!({"redfish": {"port": free_port()}, "ipmitool": {"port": free_udp_port()}}),
+        json!({"redfish": {"port": closed_port()}, "ipmitool": {"port": closed_udp_port()}}),
     );
     create(&client, &ns, &gone).await;
-    let mut ingot = start_ingot(
+    let ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
         &["--rufio-machine-interval-seconds=600"],
@@ -633,7 +597,7 @@ async fn the_machine_is_read_again_right_after_its_job() {
     j.spec.tasks = serde_json::from_value(json!([{"powerAction": "off"}])).unwrap();
     create(&client, &ns, &j).await;
     wait_job(&client, &ns, "off", Duration::from_secs(30), &ingot).await;
-    poll_until(
+    wait_for(
         "the Machine to read off",
         Duration::from_secs(10),
         || async {
@@ -651,7 +615,7 @@ async fn the_machine_is_read_again_right_after_its_job() {
             .unwrap()
             .items
     };
-    poll_until("the Events", Duration::from_secs(20), || async {
+    wait_for("the Events", Duration::from_secs(20), || async {
         let events = events().await;
         let has = |object: &str, reason: &str| {
             events.iter().any(|e| {
@@ -670,7 +634,7 @@ async fn the_machine_is_read_again_right_after_its_job() {
         .and_then(|e| e.note)
         .unwrap();
     assert!(note.contains("providerOptions.intelAMT"), "{note}");
-    ingot.stop();
+    ingot.kill();
     delete_all(&client, &ns).await;
 }
 
@@ -694,15 +658,12 @@ async fn the_secret_is_read_once_and_again_when_it_changes() {
         json!({"redfish": {"port": fleet.bmcs[0].addr.port()}}),
     );
     create(&client, &ns, &m).await;
-    let port = free_port();
-    let mut ingot = start_ingot(
+    let ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
-        &[
-            &format!("--http-addr=127.0.0.1:{port}"),
-            "--rufio-machine-interval-seconds=1",
-        ],
+        &["--rufio-machine-interval-seconds=1"],
     );
+    let port = ingot.http_addr().await;
     wait_contactable(
         &client,
         &ns,
@@ -714,7 +675,7 @@ async fn the_secret_is_read_once_and_again_when_it_changes() {
     let bmc = &fleet.bmcs[0].state;
     // Reads made before the Secret watch has listed go to the API server; after that, polls
     // (each one request at the BMC) read no Secret.
-    poll_until(
+    wait_for(
         "three polls without a Secret read",
         Duration::from_secs(30),
         || async {
@@ -759,20 +720,20 @@ async fn the_secret_is_read_once_and_again_when_it_changes() {
         }
     };
     set_password("not-the-password").await;
-    poll_until(
+    wait_for(
         "Contactable=False with the changed password",
         Duration::from_secs(15),
         || contactable("False"),
     )
     .await;
     set_password(SAMPLE_PASSWORD).await;
-    poll_until(
+    wait_for(
         "Contactable=True with the password put back",
         Duration::from_secs(15),
         || contactable("True"),
     )
     .await;
-    ingot.stop();
+    ingot.kill();
     delete_all(&client, &ns).await;
 }
 
@@ -813,7 +774,7 @@ async fn machines_on_fleet(client: &kube::Client, ns: &str, n: usize, spec: BmcS
             &format!("m{i}"),
             "sample-machine-auth",
             "127.0.0.1",
-            json!({"redfish": {"port": b.addr.port()}, "ipmitool": {"port": free_udp_port()}}),
+            json!({"redfish": {"port": b.addr.port()}, "ipmitool": {"port": closed_udp_port()}}),
         );
         create(client, ns, &m).await;
     }
@@ -839,7 +800,7 @@ async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
         },
     )
     .await;
-    let mut ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
+    let ingot = start_ingot(env.kubeconfig_path(), &ns, &[]);
     wait_contactable(&client, &ns, "m0", "off", Duration::from_secs(30)).await;
 
     // on, then an action the BMC cannot do (this emulated iDRAC has no floppy device): the
@@ -852,7 +813,7 @@ async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
     ]))
     .unwrap();
     create(&client, &ns, &j).await;
-    let status = poll_until("the Job to fail", Duration::from_secs(30), || async {
+    let status = wait_for("the Job to fail", Duration::from_secs(30), || async {
         let s = job_status(&client, &ns, "fails").await;
         condition(&s, "Failed").map(|c| (c, s))
     })
@@ -888,7 +849,7 @@ async fn a_failed_task_fails_the_job_and_a_busy_bmc_is_retried() {
     fleet.bmcs[1].state.set_fault(None);
     wait_job(&client, &ns, "busy", Duration::from_secs(60), &ingot).await;
     assert_eq!(fleet.bmcs[1].state.snapshot().power_state, "On");
-    ingot.stop();
+    ingot.kill();
     delete_all(&client, &ns).await;
 }
 
@@ -917,15 +878,12 @@ async fn a_repeatable_action_reaches_the_bmc_before_its_task_exists() {
         },
     )
     .await;
-    let port = free_port();
-    let mut ingot = start_ingot(
+    let ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
-        &[
-            &format!("--http-addr=127.0.0.1:{port}"),
-            "--rufio-machine-interval-seconds=600",
-        ],
+        &["--rufio-machine-interval-seconds=600"],
     );
+    let port = ingot.http_addr().await;
     wait_contactable(&client, &ns, "m0", "on", Duration::from_secs(30)).await;
 
     let tasks: Api<Task> = Api::namespaced(client.clone(), &ns);
@@ -1003,7 +961,7 @@ async fn a_repeatable_action_reaches_the_bmc_before_its_task_exists() {
         1.0,
         "Task creates sent by the operator"
     );
-    ingot.stop();
+    ingot.kill();
     delete_all(&client, &ns).await;
 }
 
@@ -1028,7 +986,7 @@ async fn a_new_jobs_action_does_not_wait_for_a_reconcile_slot() {
         },
     )
     .await;
-    let mut ingot = start_ingot(
+    let ingot = start_ingot(
         env.kubeconfig_path(),
         &ns,
         &[
@@ -1048,14 +1006,14 @@ async fn a_new_jobs_action_does_not_wait_for_a_reconcile_slot() {
         j
     };
     create(&client, &ns, &off("a", "m0")).await;
-    poll_until(
+    wait_for(
         "Job a's request at its BMC",
         Duration::from_secs(10),
         || async { (slow.snapshot().requests > requests_before).then_some(()) },
     )
     .await;
     create(&client, &ns, &off("b", "m1")).await;
-    poll_until(
+    wait_for(
         "Job b's power-off at its BMC",
         Duration::from_secs(10),
         || async { (fast.reset_requests() == ["ForceOff"]).then_some(()) },
@@ -1073,30 +1031,8 @@ async fn a_new_jobs_action_does_not_wait_for_a_reconcile_slot() {
     assert_eq!(slow.snapshot().power_state, "Off");
     assert_eq!(fast.snapshot().power_state, "Off");
     assert_eq!(fast.reset_requests(), ["ForceOff"], "sent once");
-    ingot.stop();
+    ingot.kill();
     delete_all(&client, &ns).await;
-}
-
-/// Waits until the operator aborted at its crash point.
-async fn wait_crashed(ingot: &mut Proc, point: &str) {
-    let child = ingot.child.as_mut().expect("a running operator");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the operator did not abort at {point} within 30 s:\n{}",
-            ingot.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        std::fs::read_to_string(&ingot.log)
-            .unwrap_or_default()
-            .contains(point),
-        "the operator exited, but not at {point}:\n{}",
-        ingot.log_tail()
-    );
-    ingot.child = None;
 }
 
 /// An operator killed at either Rufio crash point neither loses nor repeats a power action;
@@ -1130,20 +1066,22 @@ async fn a_killed_operator_neither_loses_nor_repeats_a_power_action() {
     };
 
     // Killed between sending a power-off ahead and creating its Task.
-    let mut ingot = start(Some("rufio-after-send-ahead"));
+    let ingot = start(Some("rufio-after-send-ahead"));
     wait_contactable(&client, &ns, "m0", "on", Duration::from_secs(30)).await;
     let mut j = job_sample(&ns, "off-on", "m0");
     j.spec.tasks =
         serde_json::from_value(json!([{"powerAction": "off"}, {"powerAction": "on"}])).unwrap();
     create(&client, &ns, &j).await;
-    wait_crashed(&mut ingot, "rufio-after-send-ahead").await;
+    ingot
+        .wait_crashed("rufio-after-send-ahead", Duration::from_secs(30))
+        .await;
     assert_eq!(ahead.reset_requests(), ["ForceOff"]);
     assert!(
         tasks_of(&client, &ns).await.is_empty(),
         "a Task was created"
     );
 
-    let mut ingot = start(Some("rufio-after-destructive-send"));
+    let ingot = start(Some("rufio-after-destructive-send"));
     wait_job(&client, &ns, "off-on", Duration::from_secs(60), &ingot).await;
     let requests = ahead.reset_requests();
     let offs = requests.iter().filter(|r| *r == "ForceOff").count();
@@ -1159,11 +1097,13 @@ async fn a_killed_operator_neither_loses_nor_repeats_a_power_action() {
     let mut j = job_sample(&ns, "reset", "m1");
     j.spec.tasks = serde_json::from_value(json!([{"powerAction": "reset"}])).unwrap();
     create(&client, &ns, &j).await;
-    wait_crashed(&mut ingot, "rufio-after-destructive-send").await;
+    ingot
+        .wait_crashed("rufio-after-destructive-send", Duration::from_secs(30))
+        .await;
     assert_eq!(reboot.snapshot().resets, 1);
 
     let ingot = start(None);
-    let status = poll_until("Job reset to end", Duration::from_secs(60), || async {
+    let status = wait_for("Job reset to end", Duration::from_secs(60), || async {
         let s = job_status(&client, &ns, "reset").await;
         (condition(&s, "Failed").is_some() || condition(&s, "Completed").is_some()).then_some(s)
     })
@@ -1219,7 +1159,7 @@ async fn the_system_name_picks_the_system_on_a_bmc_with_several() {
                 .map(|s| s["PowerState"].as_str().unwrap_or_default().to_owned())
         }
     };
-    poll_until("sushy over TLS", Duration::from_secs(30), || async {
+    wait_for("sushy over TLS", Duration::from_secs(30), || async {
         power_of("blade-2").await
     })
     .await;
@@ -1271,7 +1211,7 @@ async fn the_system_name_picks_the_system_on_a_bmc_with_several() {
         );
     }
 
-    let (contactable, message) = poll_until(
+    let (contactable, message) = wait_for(
         "Machine missing's Contactable condition",
         Duration::from_secs(30),
         || async {
@@ -1380,7 +1320,7 @@ async fn a_virtual_media_job_attaches_the_image_on_sushy_and_ipmi_has_none() {
     ]))
     .unwrap();
     create(&client, &ns, &j).await;
-    let status = poll_until(
+    let status = wait_for(
         "Job media-ipmi to fail",
         Duration::from_secs(60),
         || async {

@@ -18,15 +18,14 @@ use ingot_api::rufio::{Job, Machine};
 use ingot_ipmi_sim::FruInfo;
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
-use rufio_support::common::openipmi;
 use rufio_support::*;
 use serde_json::json;
 
 fn ipmitool(port: u16, args: &[&str]) -> String {
-    let out = Command::new(common::require_apt_tool("ipmitool", "ipmitool"))
+    let out = Command::new(require_apt_tool("ipmitool", "ipmitool"))
         .args(["-I", "lanplus", "-C", "3", "-N", "1", "-R", "3"])
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .args(["-U", openipmi::USER, "-P", openipmi::PASSWORD])
+        .args(["-U", peers::IPMI_USER, "-P", peers::IPMI_PASSWORD])
         .args(args)
         .output()
         .expect("run ipmitool");
@@ -44,9 +43,9 @@ async fn upstream_rufio_takes_over_what_ingot_left() {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     let ns = env.namespace("rufio-rollback").await.unwrap();
-    let sim = openipmi::start(&FruInfo::example(7).encode());
+    let sim = peers::start_ipmi_sim(&FruInfo::example(7).encode());
     let port = sim.addr.port();
-    poll_until("ipmi_sim on", Duration::from_secs(30), || async {
+    wait_for("ipmi_sim on", Duration::from_secs(30), || async {
         (power(port).await == "Chassis Power is on").then_some(())
     })
     .await;
@@ -54,8 +53,8 @@ async fn upstream_rufio_takes_over_what_ingot_left() {
         &client,
         &ns,
         "sample-machine-auth",
-        openipmi::USER,
-        openipmi::PASSWORD,
+        peers::IPMI_USER,
+        peers::IPMI_PASSWORD,
     )
     .await;
     let options = json!({"ipmitool": {"port": port, "cipherSuite": "3"}});
@@ -74,7 +73,7 @@ async fn upstream_rufio_takes_over_what_ingot_left() {
 
     // ingot runs the sample Job.
     let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "rufio");
-    let mut ingot = start_ingot_as(&kubeconfig, chart_support::MANIFESTS_NAMESPACE, &ns, &[]);
+    let ingot = start_ingot_as(&kubeconfig, chart_support::MANIFESTS_NAMESPACE, &ns, &[]);
     wait_contactable(
         &client,
         &ns,
@@ -94,7 +93,7 @@ async fn upstream_rufio_takes_over_what_ingot_left() {
     assert_eq!(ingot_tasks, 3, "the sample Job's three Tasks");
 
     // Rolled back: ingot stopped, upstream Rufio started on the same objects.
-    ingot.stop();
+    ingot.kill();
     let mut rufio = start_rufio(&rufio_binary("v0.6.5"), env.kubeconfig_path(), &ns);
     let seen_off = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -115,7 +114,7 @@ async fn upstream_rufio_takes_over_what_ingot_left() {
     for attempt in 0..3 {
         let name = format!("job-upstream-{attempt}");
         create(&client, &ns, &job_sample(&ns, &name, "machine-sample")).await;
-        let status = poll_until(
+        let status = wait_for(
             &format!("upstream Rufio to end {name}"),
             Duration::from_secs(120),
             || async {
@@ -168,7 +167,7 @@ async fn upstream_rufio_takes_over_what_ingot_left() {
         .delete("machine-sample", &DeleteParams::default())
         .await
         .unwrap();
-    poll_until(
+    wait_for(
         "ingot's Job, its Tasks and the Machine gone",
         Duration::from_secs(60),
         || async {

@@ -21,7 +21,6 @@ use ingot_api::rufio::{Job, Machine, Task};
 use ingot_ipmi_sim::FruInfo;
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
-use rufio_support::common::openipmi;
 use rufio_support::*;
 use serde_json::json;
 use tokio::sync::Mutex;
@@ -39,7 +38,7 @@ struct Peer {
 impl Peer {
     /// `ipmitool` against the peer: its own answer, not ingot's.
     fn ipmitool(&self, args: &[&str]) -> String {
-        let out = Command::new(common::require_apt_tool("ipmitool", "ipmitool"))
+        let out = Command::new(require_apt_tool("ipmitool", "ipmitool"))
             .args(["-I", "lanplus", "-C", "3", "-N", "1", "-R", "3"])
             .args(["-H", &self.host, "-p", &self.port.to_string()])
             .args(["-U", &self.user, "-P", &self.password])
@@ -85,12 +84,12 @@ async fn task_completed(client: &kube::Client, ns: &str, name: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_written_by_upstream_rufio_v0_6_5_are_adopted_continued_and_deletable() {
     let _serial = SERIAL.lock().await;
-    let sim = openipmi::start(&FruInfo::example(5).encode());
+    let sim = peers::start_ipmi_sim(&FruInfo::example(5).encode());
     let peer = Peer {
         host: "127.0.0.1".into(),
         port: sim.addr.port(),
-        user: openipmi::USER.into(),
-        password: openipmi::PASSWORD.into(),
+        user: peers::IPMI_USER.into(),
+        password: peers::IPMI_PASSWORD.into(),
     };
     let options = json!({"ipmitool": {"port": sim.addr.port(), "cipherSuite": "3"}});
     handover("v0.6.5", &peer, options).await;
@@ -162,7 +161,7 @@ async fn handover(version: &str, peer: &Peer, options: serde_json::Value) {
     // ingot, installed from the plain manifests as docs/migrate-from-seeder.md says and run as
     // their ServiceAccount, adopts and continues.
     let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "rufio");
-    let mut ingot = start_ingot_as(&kubeconfig, chart_support::MANIFESTS_NAMESPACE, &ns, &[]);
+    let ingot = start_ingot_as(&kubeconfig, chart_support::MANIFESTS_NAMESPACE, &ns, &[]);
     let status = wait_job(&client, &ns, "job-sample", Duration::from_secs(60), &ingot).await;
     assert_eq!(
         status["startTime"], handed_over["startTime"],
@@ -220,7 +219,7 @@ async fn handover(version: &str, peer: &Peer, options: serde_json::Value) {
         .delete("machine-sample", &DeleteParams::default())
         .await
         .unwrap();
-    poll_until(
+    wait_for(
         "Job, Tasks and Machine gone",
         Duration::from_secs(60),
         || async {
@@ -237,7 +236,7 @@ async fn handover(version: &str, peer: &Peer, options: serde_json::Value) {
         },
     )
     .await;
-    ingot.stop();
+    ingot.kill();
 }
 
 /// Runs upstream Rufio on the samples until the Job's first Task completes, then stops it.
@@ -252,7 +251,7 @@ async fn upstream_half(
     let client = env.client().unwrap();
     let ns = env.namespace("rufio-peer").await.unwrap();
     // The peer starts on (a previous attempt may have left it off).
-    poll_until("the IPMI peer on", Duration::from_secs(30), || async {
+    wait_for("the IPMI peer on", Duration::from_secs(30), || async {
         if peer.power().await == "Chassis Power is on" {
             return Some(());
         }
@@ -296,7 +295,7 @@ async fn upstream_half(
 
     // Upstream Rufio reads the Machine and starts the sample Job.
     let mut rufio = start_rufio(&rufio_bin, env.kubeconfig_path(), &ns);
-    let upstream_status = poll_until(
+    let upstream_status = wait_for(
         "upstream Rufio to make the Machine contactable",
         Duration::from_secs(90),
         || async {
@@ -312,7 +311,7 @@ async fn upstream_half(
         &job_sample(&ns, "job-sample", "machine-sample"),
     )
     .await;
-    poll_until(
+    wait_for(
         "upstream Rufio to complete job-sample-task-0 (off)",
         Duration::from_secs(90),
         || async {

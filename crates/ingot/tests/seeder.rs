@@ -24,7 +24,6 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret, Service};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use rufio_support::common::openipmi;
 use rufio_support::*;
 use serde_json::{Value, json};
 
@@ -92,18 +91,6 @@ fn node(name: &str, address: &str) -> Node {
     .unwrap()
 }
 
-fn ipmitool(sim: &openipmi::IpmiSim, args: &[&str]) -> String {
-    let out = Command::new(common::require_apt_tool("ipmitool", "ipmitool"))
-        .args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1"])
-        .arg("-p")
-        .arg(sim.addr.port().to_string())
-        .args(["-U", openipmi::USER, "-P", openipmi::PASSWORD])
-        .args(args)
-        .output()
-        .expect("run ipmitool");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// Removes everything a previous run could have left in harvester-system.
 async fn clean(client: &Client) {
     let _ = Api::<Namespace>::all(client.clone())
@@ -154,7 +141,7 @@ async fn clean(client: &Client) {
             .delete(n, &dp)
             .await;
     }
-    poll_until(
+    wait_for(
         "harvester-system emptied",
         Duration::from_secs(20),
         || async {
@@ -197,8 +184,8 @@ fn wrangler(status: &Value, type_: &str) -> Option<(String, String, String)> {
     Some((s("status"), s("reason"), s("message")))
 }
 
-async fn wait_ready(client: &Client, name: &str, within: Duration, ingot: &Proc) -> Value {
-    poll_until(&format!("Inventory {name} ready"), within, || async {
+async fn wait_ready(client: &Client, name: &str, within: Duration, ingot: &Operator) -> Value {
+    wait_for(&format!("Inventory {name} ready"), within, || async {
         let s = status(client, name).await;
         (s["status"] == "inventoryNodeReady").then_some(s)
     })
@@ -280,10 +267,15 @@ async fn request_power_anyway(client: &Client, name: &str, operation: &str) {
 }
 
 /// Waits for the answer to the request: a new Job of this action, then `complete`.
-async fn wait_power(client: &Client, name: &str, operation: &str, ingot: &Proc) -> (Value, Job) {
+async fn wait_power(
+    client: &Client,
+    name: &str,
+    operation: &str,
+    ingot: &Operator,
+) -> (Value, Job) {
     let prefix = format!("{name}-{operation}-");
     let asked = Instant::now();
-    let s = poll_until(
+    let s = wait_for(
         &format!("{operation} on {name} to be answered"),
         Duration::from_secs(40),
         || async {
@@ -349,49 +341,45 @@ fn check_job_shape(job: &Job, inventory: &str, operation: &str, owner: &Inventor
     assert_eq!(tasks, expected);
 }
 
+/// A series of ingot's /metrics at `http_port` (0 while absent); `None` when it does not answer.
+async fn series(http_port: u16, series: &str) -> Option<f64> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], http_port));
+    let text = ingot_testenv::harness::operator::scrape(addr).await.ok()?;
+    let metrics = ingot_testenv::harness::operator::parse_metrics(&text);
+    Some(metrics.get(series).copied().unwrap_or_default())
+}
+
 /// How many Node patches ingot has sent (its `ingot_kube_requests_total`).
 async fn node_patches(http_port: u16) -> f64 {
-    let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(r#"ingot_kube_requests_total{verb="patch",resource="nodes"} "#)
-        })
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or_default()
+    kube_requests(http_port, "patch", "nodes").await
 }
 
 /// How many requests of this verb on this resource ingot has sent (`ingot_kube_requests_total`).
 async fn kube_requests(http_port: u16, verb: &str, resource: &str) -> f64 {
-    let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
+    let name = format!(r#"ingot_kube_requests_total{{verb="{verb}",resource="{resource}"}}"#);
+    series(http_port, &name)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let prefix = format!(r#"ingot_kube_requests_total{{verb="{verb}",resource="{resource}"}} "#);
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or_default()
+        .expect("ingot's /metrics answers")
 }
 
-/// How many BMC reads the hardware poller has made (its `ingot_reconciliations_total`).
+/// How many BMC reads the hardware poller has made: its inventory reads, the one BMC call
+/// only the poller makes (its reconciles also count passes that wait for their turn).
 async fn hardware_polls(http_port: u16) -> f64 {
-    let Ok(resp) = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics")).await else {
-        return 0.0;
-    };
-    let text = resp.text().await.unwrap_or_default();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(r#"ingot_reconciliations_total{controller="seeder-hardware"} "#)
-        })
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or_default()
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], http_port));
+    let text = ingot_testenv::harness::operator::scrape(addr)
+        .await
+        .unwrap_or_default();
+    ingot_testenv::harness::operator::sum_of(
+        &text,
+        "ingot_bmc_requests_total",
+        &[r#"operation="inventory""#],
+    )
+}
+
+/// How many passes the Inventory controller has made (its `ingot_reconciliations_total`).
+async fn inventory_passes(http_port: u16) -> f64 {
+    let name = r#"ingot_reconciliations_total{controller="seeder-inventory"}"#;
+    series(http_port, name).await.unwrap_or_default()
 }
 
 /// The hardware labels of a Node.
@@ -453,67 +441,17 @@ fn labels(manufacturer: &str, model: &str, serial: &str) -> BTreeMap<String, Str
     ])
 }
 
-/// `ingot run --controllers seeder` on harvester-system (rufio comes with it), scaled intervals.
-fn start_ingot(kubeconfig: &std::path::Path, http_port: u16, power_api_port: u16) -> Proc {
-    start_ingot_crashing(kubeconfig, http_port, power_api_port, None)
-}
-
-/// `ingot run`, aborting at `crash_point` when one is given.
-fn start_ingot_crashing(
-    kubeconfig: &std::path::Path,
-    http_port: u16,
-    power_api_port: u16,
-    crash_point: Option<&str>,
-) -> Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
-    cmd.arg("run");
-    if let Some(point) = crash_point {
-        cmd.arg(format!("--crash-point={point}"));
-    }
-    cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--http-addr=127.0.0.1:{http_port}"))
-        .arg(format!("--power-api-addr=127.0.0.1:{power_api_port}"))
+/// `ingot run --controllers seeder` on harvester-system (rufio comes with it), scaled intervals,
+/// its power action API on a port of its own choosing.
+fn seeder_operator(kubeconfig: &std::path::Path) -> OperatorBuilder {
+    ingot_seeder(kubeconfig, "ingot-seeder-test")
+        .arg("--power-api-addr=127.0.0.1:0")
         // As the manifests run it: the certificate of a Secret ingot makes (first start) and
         // reads (the restart), with the manifests' RBAC.
         .arg("--power-api-tls-secret=ingot-power-api-tls")
         .arg("--power-api-tls-names=ingot,ingot.ingot-system,ingot.ingot-system.svc")
-        .arg(format!(
-            "--lease-namespace={}",
-            chart_support::MANIFESTS_NAMESPACE
-        ))
-        .arg("--lease-name=ingot-seeder-test")
-        .arg("--lease-duration-seconds=3")
-        .arg("--controllers=seeder")
-        .arg(format!("--seeder-namespace={NS}"))
-        .arg(format!("--rufio-namespace={NS}"))
-        .arg("--rufio-machine-interval-seconds=2")
         .arg("--rufio-task-poll-seconds=0.3")
-        .arg("--rufio-redfish-timeout-seconds=10")
         .arg("--rufio-ipmi-timeout-seconds=0.5")
-        .env("RUST_LOG", "info,ingot_controllers=debug");
-    spawn_logged(&mut cmd, "ingot-seeder")
-}
-
-/// Waits until the operator aborted at its crash point.
-async fn wait_crashed(ingot: &mut Proc, point: &str) {
-    let child = ingot.child.as_mut().expect("a running operator");
-    // Generous: the new process first waits out the killed one's Lease, on a busy machine.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the operator did not abort at {point} within 90 s:\n{}",
-            ingot.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let log = std::fs::read_to_string(&ingot.log).unwrap_or_default();
-    assert!(
-        log.contains(point),
-        "the operator exited, but not at {point}:\n{}",
-        ingot.log_tail()
-    );
-    ingot.child = None;
 }
 
 /// An Inventory, its Machine and a running Job as the Go Seeder leaves them, and its entry in a
@@ -602,833 +540,1160 @@ async fn go_seeder_objects(client: &Client, sim_port: u16) {
     create(client, NS, &job).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_mode_on_sushy_and_ipmi_sim() {
-    let test_started = Instant::now();
-    let env = ingot_testenv::shared().await;
-    let client = env.client().unwrap();
-    clean(&client).await;
+// Seeder's embedded mode, one behaviour per test, over one shared fixture: the peers, the
+// objects in harvester-system and one `ingot run` are set up once per test binary (see
+// `scenario`), and each test below is one step of the cluster's life, run in the order of
+// `steps!` on that fixture (a step starts from what the steps before it left). Every test
+// waits for the whole scenario (the fixture is torn down before the binary exits), then reports
+// its own step; a step after a failed one fails as not run.
 
-    let (user, password) = hep_credentials();
-    let sushy = start_sushy_tls(&user, &password);
-    let sim = openipmi::start(&FruInfo::example(3).encode());
-    // A "BMC" that accepts connections and never answers; its IPMI port is closed.
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead_port = dead.local_addr().unwrap().port();
-    poll_until("sushy over TLS", Duration::from_secs(30), || async {
-        sushy.system(&user, &password).await
-    })
-    .await;
-    poll_until("ipmi_sim", Duration::from_secs(30), || async {
-        ipmitool(&sim, &["chassis", "power", "status"])
-            .contains("Chassis Power is")
-            .then_some(())
-    })
-    .await;
+mod scenario {
+    //! Runs the steps once, on a runtime of its own (the fixture's clients and processes live
+    //! as long as it), and keeps each step's outcome for its test.
 
-    let nodes: Api<Node> = Api::all(client.clone());
-    for (name, ip) in [
-        (HEP_NAME, "172.19.109.10"),
-        (IPMI_NAME, "172.19.109.11"),
-        (DEAD_NAME, "172.19.109.12"),
-        (GO_NAME, "172.19.109.13"),
-    ] {
-        nodes
-            .create(&PostParams::default(), &node(name, ip))
-            .await
-            .unwrap();
-    }
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    for (name, u, p) in [
-        (HEP_NAME, user.as_str(), password.as_str()),
-        (IPMI_NAME, openipmi::USER, openipmi::PASSWORD),
-        (DEAD_NAME, user.as_str(), password.as_str()),
-        (GO_NAME, openipmi::USER, openipmi::PASSWORD),
-    ] {
-        secrets
-            .create(&PostParams::default(), &hep_secret(name, u, p))
-            .await
-            .unwrap();
-    }
-    go_seeder_objects(&client, sim.addr.port()).await;
-    // The dead BMC first, so that it is reconciled first.
-    let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
-    for inv in [
-        hep_inventory(
-            DEAD_NAME,
-            &format!("https://127.0.0.1:{dead_port}"),
-            free_port(),
-        ),
-        hep_inventory(HEP_NAME, &format!("https://127.0.0.1:{}", sushy.port), 623),
-        hep_inventory(IPMI_NAME, "127.0.0.1", sim.addr.port()),
-    ] {
-        inventories
-            .create(&PostParams::default(), &inv)
-            .await
-            .unwrap();
+    use std::collections::BTreeMap;
+    use std::panic::AssertUnwindSafe;
+    use std::sync::{Condvar, Mutex, Once};
+
+    use futures::FutureExt;
+
+    use super::{Embedded, STEPS};
+
+    #[derive(Default)]
+    struct Outcomes {
+        done: bool,
+        /// Step → its failure (absent: it passed).
+        failed: BTreeMap<&'static str, String>,
     }
 
-    eprintln!("{:?}: peers and objects ready", test_started.elapsed());
-    let started = Instant::now();
-    let http_port = free_port();
-    // Installed as docs/migrate-from-seeder.md says, from the plain manifests, and run as their
-    // ServiceAccount (the seeder group includes Rufio's RBAC): a permission the manifests lack
-    // fails this test, and the Go Seeder's objects above must be adopted.
-    let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "seeder");
-    let power_api_port = free_port();
-    let mut ingot = start_ingot(&kubeconfig, http_port, power_api_port);
-    let hep_status = wait_ready(&client, HEP_NAME, Duration::from_secs(30), &ingot).await;
-    wait_ready(&client, IPMI_NAME, Duration::from_secs(30), &ingot).await;
-    let healthy_ready = started.elapsed();
-    // The dead BMC is still being waited for (10 s Redfish timeout): it held nobody up.
-    let dead_status = status(&client, DEAD_NAME).await;
-    assert!(
-        wrangler(&dead_status, "machineNotContactable").is_none(),
-        "the dead BMC was judged before the healthy ones were ready ({healthy_ready:?}): {dead_status}"
-    );
+    static START: Once = Once::new();
+    static OUTCOMES: Mutex<Outcomes> = Mutex::new(Outcomes {
+        done: false,
+        failed: BTreeMap::new(),
+    });
+    static DONE: Condvar = Condvar::new();
 
-    // The HEP's status shape, with the Node's address.
-    assert_eq!(hep_status["pxeBootConfig"]["address"], "172.19.109.10");
-    assert_eq!(
-        hep_status["ownerCluster"],
-        json!({"name": "", "namespace": ""})
-    );
-    assert_eq!(hep_status["machinePowerState"], "on");
-    assert_eq!(wrangler(&hep_status, "bmcObjectCreated").unwrap().0, "True");
-    assert!(hep_status["hardwareID"].is_string());
-    assert_eq!(
-        status(&client, IPMI_NAME).await["pxeBootConfig"]["address"],
-        "172.19.109.11"
-    );
-    // One Machine per Inventory, Seeder's finalizer, owned by the Inventory; two finalizers on
-    // the Inventory.
-    let hep_inventory_now = inventory(&client, HEP_NAME).await;
-    let machine = Api::<Machine>::namespaced(client.clone(), NS)
-        .get(HEP_NAME)
-        .await
-        .unwrap();
-    assert_eq!(machine.finalizers(), [SEEDER_FINALIZER]);
-    assert_eq!(
-        machine.owner_references()[0].uid,
-        hep_inventory_now.uid().unwrap()
-    );
-    assert_eq!(machine.spec, hep_inventory_now.spec.baseboard_spec);
-    let mut finalizers = hep_inventory_now.finalizers().to_vec();
-    finalizers.sort();
-    assert_eq!(finalizers, [SEEDER_FINALIZER, MEMBERSHIP_FINALIZER]);
+    /// Waits for the scenario to end (the fixture torn down, so that no process outlives the
+    /// test binary) and fails if `step` did.
+    pub fn outcome(step: &'static str) {
+        assert!(
+            STEPS.contains(&step),
+            "{step} is not a step of the scenario"
+        );
+        START.call_once(|| {
+            std::thread::spawn(run);
+        });
+        let mut outcomes = OUTCOMES.lock().unwrap_or_else(|e| e.into_inner());
+        while !outcomes.done {
+            outcomes = DONE.wait(outcomes).unwrap_or_else(|e| e.into_inner());
+        }
+        if let Some(failure) = outcomes.failed.get(step) {
+            panic!("{step}: {failure}");
+        }
+    }
 
-    // The local Cluster: the Go Seeder's, its address corrected to the cluster's own.
-    let service_ip = Api::<Service>::namespaced(client.clone(), "default")
-        .get("kubernetes")
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .cluster_ip
-        .unwrap();
-    let members = |c: &Cluster| {
-        let mut m: Vec<String> = c
-            .spec
-            .nodes
-            .iter()
-            .map(|n| n.inventory_reference.name.clone())
-            .collect();
-        m.sort();
-        m
+    fn message(panic: &Box<dyn std::any::Any + Send>) -> String {
+        panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "panicked".to_owned())
+    }
+
+    fn run() {
+        let mut failed = BTreeMap::new();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime for the scenario");
+        runtime.block_on(async {
+            let fixture = AssertUnwindSafe(Embedded::start()).catch_unwind().await;
+            let mut fixture = match fixture {
+                Ok(fixture) => fixture,
+                Err(panic) => {
+                    let why = format!("the fixture did not start: {}", message(&panic));
+                    for step in STEPS {
+                        failed.insert(*step, why.clone());
+                    }
+                    return;
+                }
+            };
+            let mut first_failure: Option<&str> = None;
+            for step in STEPS {
+                if let Some(first) = first_failure {
+                    failed.insert(*step, format!("not run: the step {first} failed before it"));
+                    continue;
+                }
+                let started = std::time::Instant::now();
+                match AssertUnwindSafe(fixture.step(step)).catch_unwind().await {
+                    Ok(()) => eprintln!("{step}: passed in {:?}", started.elapsed()),
+                    Err(panic) => {
+                        failed.insert(*step, message(&panic));
+                        first_failure = Some(step);
+                    }
+                }
+            }
+            fixture.finish().await;
+        });
+        drop(runtime);
+        let mut outcomes = OUTCOMES.lock().unwrap_or_else(|e| e.into_inner());
+        outcomes.failed = failed;
+        outcomes.done = true;
+        DONE.notify_all();
+    }
+}
+
+/// The tests, one per step, and the steps in the order they run (`STEPS`).
+macro_rules! steps {
+    ($($step:ident),* $(,)?) => {
+        /// The steps, in the order they run.
+        const STEPS: &[&str] = &[$(stringify!($step)),*];
+
+        $(
+            #[test]
+            fn $step() {
+                scenario::outcome(stringify!($step));
+            }
+        )*
+
+        impl Embedded {
+            async fn step(&mut self, name: &str) {
+                $(
+                    if name == stringify!($step) {
+                        return self.$step().await;
+                    }
+                )*
+                panic!("no step {name}");
+            }
+        }
     };
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
-    let local = poll_until(
-        "all four in the local Cluster",
-        Duration::from_secs(10),
-        || async {
-            let c = clusters.get("local").await.unwrap();
-            (members(&c).len() == 4).then_some(c)
-        },
-    )
-    .await;
-    let local_status = local.status.clone().unwrap();
-    assert_eq!(local_status.status.as_deref(), Some("clusterRunning"));
-    assert_eq!(
-        local_status.cluster_address.as_deref(),
-        Some(service_ip.as_str())
-    );
-    assert_eq!(members(&local), [HEP_NAME, DEAD_NAME, GO_NAME, IPMI_NAME]);
+}
 
-    eprintln!(
-        "{:?}: ready and local Cluster checked",
-        test_started.elapsed()
-    );
-    // Hardware facts on the Nodes: sushy's System names the manufacturer only, its Chassis the
-    // model and serial; ipmi_sim's FRU all three. Seeder's trimming (spaces, dots) applied.
-    let sushy_labels = labels("SushyEmulator", "3500RX", "437XR1138R2");
-    let ipmi_labels = labels("IngotLabs", "IL-1U", "PSN00003");
-    poll_until("hardware labels", Duration::from_secs(20), || async {
-        (hardware_labels(&client, HEP_NAME).await == sushy_labels
-            && hardware_labels(&client, IPMI_NAME).await == ipmi_labels)
-            .then_some(())
-    })
-    .await;
-    assert!(hardware_labels(&client, DEAD_NAME).await.is_empty());
-    // Read every second, written only when changed: a label changed by hand is put back, and
-    // otherwise nothing is patched.
-    Api::<Node>::all(client.clone())
-        .patch(
-            HEP_NAME,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"model": "edited"}}})),
-        )
-        .await
-        .unwrap();
-    poll_until(
-        "the model label put back",
-        Duration::from_secs(10),
-        || async { (hardware_labels(&client, HEP_NAME).await == sushy_labels).then_some(()) },
-    )
-    .await;
-    let patches = node_patches(http_port).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        node_patches(http_port).await,
-        patches,
-        "unchanged labels were written again"
-    );
-    eprintln!("{:?}: hardware labels checked", test_started.elapsed());
+steps!(
+    the_healthy_bmcs_are_ready_before_the_dead_one_is_judged,
+    the_inventory_status_has_the_heps_shape_and_the_nodes_address,
+    each_inventory_owns_one_machine_with_seeders_finalizer,
+    the_go_seeders_local_cluster_is_adopted_with_the_clusters_own_address,
+    hardware_facts_become_node_labels,
+    an_edited_label_is_put_back_and_unchanged_labels_are_not_written,
+    each_hardware_reading_is_one_node_event,
+    hardware_facts_become_node_annotations,
+    a_new_reading_is_one_new_event,
+    a_hung_bmc_holds_no_other_bmcs_polling,
+    a_restarted_operator_says_nothing_again,
+    the_go_seeders_running_job_is_followed_and_its_inventory_adopted,
+    power_actions_reach_sushy_and_ipmi_sim,
+    a_reboot_turns_the_peer_off_and_on_with_no_network_boot,
+    a_request_out_of_maintenance_is_refused_and_reaches_no_bmc,
+    a_taken_request_is_found_by_its_recorded_job_name_and_not_sent_again,
+    an_operator_killed_after_creating_a_job_records_it_and_creates_no_other,
+    steady_state_reads_no_jobs,
+    inventory_passes_read_machines_nodes_and_jobs_from_the_caches,
+    the_power_api_and_cli_act_for_permitted_callers_only,
+    a_dead_bmc_is_judged_with_a_clear_condition_and_no_credentials,
+    a_bmc_that_stops_answering_makes_its_inventory_not_ready,
+    a_deleted_inventory_leaves_the_local_cluster_then_its_machine_goes,
+    a_deleted_local_cluster_comes_back_with_its_members,
+    no_credentials_are_logged,
+);
 
-    // Hardware health as Seeder's Node Events, each reading once. sushy has a Thermal and no
-    // log; ipmi_sim a SEL with two records and no sensors; ingot's Redfish emulator both, and
-    // fans whose health it changes. Polled every second.
-    let fleet = Fleet::uniform(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
-        1,
-        BmcSpec {
-            username: user.clone(),
-            password: password.clone(),
-            ..BmcSpec::default()
-        },
+/// The hardware Events said so far: of the HEP's Node (sushy), the IPMI one (ipmi_sim) and the
+/// emulator's.
+#[derive(Default)]
+struct Said {
+    hep: Vec<(String, String)>,
+    ipmi: Vec<(String, String)>,
+    sim: Vec<(String, String)>,
+}
+
+/// The fixture: the peers (sushy-tools over TLS, ipmi_sim, a dead BMC, later ingot's Redfish
+/// emulator), the HEP's objects and the Go Seeder's in harvester-system, and `ingot run`
+/// installed from the plain manifests.
+struct Embedded {
+    test_started: Instant,
+    env: &'static ingot_testenv::TestEnv,
+    client: Client,
+    user: String,
+    password: String,
+    sushy: Sushy,
+    sim: peers::IpmiSim,
+    /// A "BMC" that accepts connections and never answers; its IPMI port is closed.
+    _dead: TcpListener,
+    dead_port: u16,
+    ingot: Operator,
+    http_port: u16,
+    inventories: Api<Inventory>,
+    clusters: Api<Cluster>,
+    service_ip: String,
+    /// From the operator's start until both healthy BMCs' Inventories were ready.
+    healthy_ready: Duration,
+    hep_status: Value,
+    /// ingot's Redfish emulator, the BMC of `SIM_NAME` (from the hardware Events on).
+    fleet: Option<Fleet>,
+    said: Said,
+    /// A SEL record added to ipmi_sim with ipmitool.
+    record: std::path::PathBuf,
+}
+
+/// The record of the SEL's critical threshold event `record`.
+fn sel_critical(record: &str) -> (String, String) {
+    (
+        "Warning".to_owned(),
+        format!(
+            "EventLog: Temperature #0x30: asserted (event type 0x01, data 59 00 00) (severity Critical, entry sel:{record})"
+        ),
     )
-    .await
-    .unwrap();
-    let sim_bmc = &fleet.bmcs[0];
-    nodes
-        .create(&PostParams::default(), &node(SIM_NAME, "172.19.109.14"))
-        .await
-        .unwrap();
-    secrets
-        .create(
-            &PostParams::default(),
-            &hep_secret(SIM_NAME, &user, &password),
-        )
-        .await
-        .unwrap();
-    inventories
-        .create(
-            &PostParams::default(),
-            &hep_inventory(
-                SIM_NAME,
-                &format!("https://127.0.0.1:{}", sim_bmc.addr.port()),
-                623,
-            ),
-        )
-        .await
-        .unwrap();
-    wait_ready(&client, SIM_NAME, Duration::from_secs(30), &ingot).await;
-    let sushy_thermal = (
-        "Normal".to_owned(),
-        "ThermalHealth: CPU Temp reported temp: 41C,Chassis Intake Temp reported temp: 25C"
-            .to_owned(),
-    );
-    let sim_thermal = (
-        "Normal".to_owned(),
-        "ThermalHealth: Inlet Temp reported temp: 24C,CPU1 Temp reported temp: 47.5C".to_owned(),
-    );
-    let events_seen = Instant::now();
-    let (hep_events, ipmi_events, sim_events) =
-        poll_until("the hardware Events", Duration::from_secs(20), || async {
-            let hep = hardware_events(&client, HEP_NAME).await;
-            let ipmi = hardware_events(&client, IPMI_NAME).await;
-            let sim = hardware_events(&client, SIM_NAME).await;
-            (!hep.is_empty() && ipmi.len() >= 2 && sim.len() >= 3).then_some((hep, ipmi, sim))
+}
+
+/// The members of a Cluster, sorted.
+fn members(c: &Cluster) -> Vec<String> {
+    let mut m: Vec<String> = c
+        .spec
+        .nodes
+        .iter()
+        .map(|n| n.inventory_reference.name.clone())
+        .collect();
+    m.sort();
+    m
+}
+
+impl Embedded {
+    async fn start() -> Self {
+        let test_started = Instant::now();
+        let env = ingot_testenv::shared().await;
+        let client = env.client().unwrap();
+        clean(&client).await;
+
+        let (user, password) = hep_credentials();
+        let sushy = start_sushy_tls(&user, &password);
+        let sim = peers::start_ipmi_sim(&FruInfo::example(3).encode());
+        let dead = TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead_port = dead.local_addr().unwrap().port();
+        wait_for("sushy over TLS", Duration::from_secs(30), || async {
+            sushy.system(&user, &password).await
         })
         .await;
-    eprintln!(
-        "hardware Events after {:?}: {hep_events:?} {ipmi_events:?} {sim_events:?}",
-        events_seen.elapsed()
-    );
-    assert_eq!(hep_events, [sushy_thermal]);
-    // The SEL's two records (a critical threshold event, a state event), Warning and Normal
-    // by severity; their time stamps count from the BMC's start, so no creation time.
-    let sel_critical = |record: &str| {
-        (
-            "Warning".to_owned(),
-            format!(
-                "EventLog: Temperature #0x30: asserted (event type 0x01, data 59 00 00) (severity Critical, entry sel:{record})"
+        sim.wait_answering().await;
+
+        let nodes: Api<Node> = Api::all(client.clone());
+        for (name, ip) in [
+            (HEP_NAME, "172.19.109.10"),
+            (IPMI_NAME, "172.19.109.11"),
+            (DEAD_NAME, "172.19.109.12"),
+            (GO_NAME, "172.19.109.13"),
+        ] {
+            nodes
+                .create(&PostParams::default(), &node(name, ip))
+                .await
+                .unwrap();
+        }
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+        for (name, u, p) in [
+            (HEP_NAME, user.as_str(), password.as_str()),
+            (IPMI_NAME, peers::IPMI_USER, peers::IPMI_PASSWORD),
+            (DEAD_NAME, user.as_str(), password.as_str()),
+            (GO_NAME, peers::IPMI_USER, peers::IPMI_PASSWORD),
+        ] {
+            secrets
+                .create(&PostParams::default(), &hep_secret(name, u, p))
+                .await
+                .unwrap();
+        }
+        go_seeder_objects(&client, sim.addr.port()).await;
+        // The dead BMC first, so that it is reconciled first.
+        let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
+        for inv in [
+            hep_inventory(
+                DEAD_NAME,
+                &format!("https://127.0.0.1:{dead_port}"),
+                closed_port(),
             ),
-        )
-    };
-    assert_eq!(
-        ipmi_events,
-        [
-            sel_critical("0001"),
-            (
-                "Normal".to_owned(),
-                "EventLog: Processor #0x02: asserted (event type 0x6f, data 00 ff ff) (entry sel:0002)"
-                    .to_owned()
-            )
-        ]
-    );
-    assert!(sim_events.contains(&sim_thermal), "{sim_events:?}");
-    let sim_log: Vec<&(String, String)> = sim_events
-        .iter()
-        .filter(|(_, m)| m.starts_with("EventLog: "))
-        .collect();
-    assert_eq!(sim_log.len(), 2, "{sim_events:?}");
-    assert!(
-        sim_log
-            .iter()
-            .any(|(t, m)| t == "Warning" && m.contains("severity Warning"))
-    );
-    assert!(
-        sim_log
-            .iter()
-            .any(|(t, m)| t == "Normal" && m.contains("The system was powered on."))
-    );
-    // Several cycles later, nothing said again.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(hardware_events(&client, HEP_NAME).await, hep_events);
-    assert_eq!(hardware_events(&client, IPMI_NAME).await, ipmi_events);
-    assert_eq!(hardware_events(&client, SIM_NAME).await, sim_events);
-    // The facts as annotations.
-    let sim_annotations = hardware_annotations(&client, SIM_NAME).await;
-    eprintln!(
-        "annotations: {:?} {sim_annotations:?} {:?}",
-        hardware_annotations(&client, HEP_NAME).await,
-        hardware_annotations(&client, IPMI_NAME).await
-    );
-    for key in [
-        "cpu",
-        "memory",
-        "bios-version",
-        "bmc-firmware-version",
-        "nic-macs",
-        "disks",
-        "health",
-        "health-readings",
-        "event-log-cursor",
-    ] {
-        assert!(
-            sim_annotations.contains_key(&format!("seeder.ingot.dev/{key}")),
-            "{key}: {sim_annotations:?}"
+            hep_inventory(HEP_NAME, &format!("https://127.0.0.1:{}", sushy.port), 623),
+            hep_inventory(IPMI_NAME, "127.0.0.1", sim.addr.port()),
+        ] {
+            inventories
+                .create(&PostParams::default(), &inv)
+                .await
+                .unwrap();
+        }
+        let service_ip = Api::<Service>::namespaced(client.clone(), "default")
+            .get("kubernetes")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .cluster_ip
+            .unwrap();
+
+        eprintln!("{:?}: peers and objects ready", test_started.elapsed());
+        let started = Instant::now();
+        // Installed as docs/migrate-from-seeder.md says, from the plain manifests, and run as
+        // their ServiceAccount (the seeder group includes Rufio's RBAC): a permission the
+        // manifests lack fails these tests, and the Go Seeder's objects above must be adopted.
+        let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "seeder");
+        let ingot = seeder_operator(&kubeconfig).start();
+        let http_port = ingot.http_addr().await.port();
+        let hep_status = wait_ready(&client, HEP_NAME, Duration::from_secs(30), &ingot).await;
+        wait_ready(&client, IPMI_NAME, Duration::from_secs(30), &ingot).await;
+        let healthy_ready = started.elapsed();
+        Self {
+            test_started,
+            env,
+            clusters: Api::namespaced(client.clone(), NS),
+            client,
+            user,
+            password,
+            sushy,
+            sim,
+            _dead: dead,
+            dead_port,
+            ingot,
+            http_port,
+            inventories,
+            service_ip,
+            healthy_ready,
+            hep_status,
+            fleet: None,
+            said: Said::default(),
+            record: std::env::temp_dir().join(format!("ingot-sel-{}.txt", std::process::id())),
+        }
+    }
+
+    /// Stops the operator and removes what the scenario made.
+    async fn finish(self) {
+        self.ingot.kill();
+        let _ = std::fs::remove_file(&self.record);
+        clean(&self.client).await;
+        eprintln!(
+            "healthy ready after {:?}; whole scenario {:?}",
+            self.healthy_ready,
+            self.test_started.elapsed()
         );
     }
-    assert_eq!(sim_annotations["seeder.ingot.dev/health"], "OK");
-    assert!(
-        sim_annotations["seeder.ingot.dev/nic-macs"].contains(&sim_bmc.state.mac(0)),
-        "{sim_annotations:?}"
-    );
-    // A fan goes Critical: one Warning. A new SEL record and a new log entry: one Event each.
-    sim_bmc.state.set_fan_health("System Fan 1", "Critical");
-    sim_bmc
-        .state
-        .add_log("Critical", "Drive 0 predictive failure");
-    let record = std::env::temp_dir().join(format!("ingot-sel-{}.txt", std::process::id()));
-    std::fs::write(&record, "0x04 0x01 0x30 0x01 0x59 0x00 0x00\n").unwrap();
-    ipmitool(&sim, &["sel", "add", record.to_str().unwrap()]);
-    let changed = Instant::now();
-    let (ipmi_after, sim_after) = poll_until(
-        "the new readings' Events",
-        Duration::from_secs(20),
-        || async {
-            let ipmi = hardware_events(&client, IPMI_NAME).await;
-            let sim = hardware_events(&client, SIM_NAME).await;
-            (ipmi.len() > ipmi_events.len() && sim.len() >= sim_events.len() + 2)
-                .then_some((ipmi, sim))
-        },
-    )
-    .await;
-    eprintln!(
-        "new readings' Events after {:?}: {:?} {:?}",
-        changed.elapsed(),
-        &ipmi_after[ipmi_events.len()..],
-        &sim_after[sim_events.len()..]
-    );
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let ipmi_after = hardware_events(&client, IPMI_NAME).await;
-    let sim_after = hardware_events(&client, SIM_NAME).await;
-    assert_eq!(ipmi_after.len(), ipmi_events.len() + 1, "{ipmi_after:?}");
-    assert_eq!(ipmi_after[ipmi_events.len()], sel_critical("0003"));
-    let mut sim_new = sim_after[sim_events.len()..].to_vec();
-    sim_new.sort();
-    assert_eq!(sim_new.len(), 2, "{sim_after:?}");
-    assert_eq!(
-        sim_new[1],
-        (
-            "Warning".to_owned(),
-            "fan System Fan 1 is Critical".to_owned()
+
+    fn ipmi_power(&self) -> String {
+        self.sim.ipmitool(&["chassis", "power", "status"])
+    }
+
+    /// The dead BMC is still being waited for (10 s Redfish timeout) when both healthy ones are
+    /// ready: it held nobody up.
+    async fn the_healthy_bmcs_are_ready_before_the_dead_one_is_judged(&mut self) {
+        let dead_status = status(&self.client, DEAD_NAME).await;
+        let healthy_ready = self.healthy_ready;
+        assert!(
+            wrangler(&dead_status, "machineNotContactable").is_none(),
+            "the dead BMC was judged before the healthy ones were ready ({healthy_ready:?}): {dead_status}"
+        );
+    }
+
+    /// The HEP's status shape, with the Node's address.
+    async fn the_inventory_status_has_the_heps_shape_and_the_nodes_address(&mut self) {
+        let hep_status = &self.hep_status;
+        assert_eq!(hep_status["pxeBootConfig"]["address"], "172.19.109.10");
+        assert_eq!(
+            hep_status["ownerCluster"],
+            json!({"name": "", "namespace": ""})
+        );
+        assert_eq!(hep_status["machinePowerState"], "on");
+        assert_eq!(wrangler(hep_status, "bmcObjectCreated").unwrap().0, "True");
+        assert!(hep_status["hardwareID"].is_string());
+        assert_eq!(
+            status(&self.client, IPMI_NAME).await["pxeBootConfig"]["address"],
+            "172.19.109.11"
+        );
+    }
+
+    /// One Machine per Inventory, Seeder's finalizer, owned by the Inventory; two finalizers on
+    /// the Inventory.
+    async fn each_inventory_owns_one_machine_with_seeders_finalizer(&mut self) {
+        let client = &self.client;
+        let hep_inventory_now = inventory(client, HEP_NAME).await;
+        let machine = Api::<Machine>::namespaced(client.clone(), NS)
+            .get(HEP_NAME)
+            .await
+            .unwrap();
+        assert_eq!(machine.finalizers(), [SEEDER_FINALIZER]);
+        assert_eq!(
+            machine.owner_references()[0].uid,
+            hep_inventory_now.uid().unwrap()
+        );
+        assert_eq!(machine.spec, hep_inventory_now.spec.baseboard_spec);
+        let mut finalizers = hep_inventory_now.finalizers().to_vec();
+        finalizers.sort();
+        assert_eq!(finalizers, [SEEDER_FINALIZER, MEMBERSHIP_FINALIZER]);
+    }
+
+    /// The local Cluster: the Go Seeder's, its address corrected to the cluster's own.
+    async fn the_go_seeders_local_cluster_is_adopted_with_the_clusters_own_address(&mut self) {
+        let clusters = &self.clusters;
+        let local = wait_for(
+            "all four in the local Cluster",
+            Duration::from_secs(10),
+            || async {
+                let c = clusters.get("local").await.unwrap();
+                (members(&c).len() == 4).then_some(c)
+            },
         )
-    );
-    assert_eq!(sim_new[0].0, "Warning");
-    assert!(
-        sim_new[0]
-            .1
-            .starts_with("EventLog: Drive 0 predictive failure (severity Critical"),
-        "{sim_new:?}"
-    );
-    assert_eq!(
-        hardware_annotations(&client, SIM_NAME).await["seeder.ingot.dev/health"],
-        "Critical"
-    );
-    assert_eq!(hardware_events(&client, HEP_NAME).await, hep_events);
-    // A BMC that stops answering holds no other BMC's polling: with the emulator hanging,
-    // a new SEL record on ipmi_sim is still reported within a few cycles.
-    sim_bmc
-        .state
-        .set_fault(Some(Fault::Slow { delay_ms: 120_000 }));
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    ipmitool(&sim, &["sel", "add", record.to_str().unwrap()]);
-    let _ = std::fs::remove_file(&record);
-    let hung = Instant::now();
-    let ipmi_last = poll_until(
-        "a SEL record while another BMC hangs",
-        Duration::from_secs(8),
-        || async {
-            let events = hardware_events(&client, IPMI_NAME).await;
-            (events.len() > ipmi_after.len()).then_some(events)
-        },
-    )
-    .await;
-    assert_eq!(ipmi_last[ipmi_after.len()..], [sel_critical("0004")]);
-    eprintln!(
-        "SEL record reported after {:?} while the emulator hung",
-        hung.elapsed()
-    );
-    inventories
-        .delete(SIM_NAME, &DeleteParams::default())
+        .await;
+        let local_status = local.status.clone().unwrap();
+        assert_eq!(local_status.status.as_deref(), Some("clusterRunning"));
+        assert_eq!(
+            local_status.cluster_address.as_deref(),
+            Some(self.service_ip.as_str())
+        );
+        assert_eq!(members(&local), [HEP_NAME, DEAD_NAME, GO_NAME, IPMI_NAME]);
+    }
+
+    /// Hardware facts on the Nodes: sushy's System names the manufacturer only, its Chassis the
+    /// model and serial; ipmi_sim's FRU all three. Seeder's trimming (spaces, dots) applied.
+    async fn hardware_facts_become_node_labels(&mut self) {
+        let client = &self.client;
+        let sushy_labels = labels("SushyEmulator", "3500RX", "437XR1138R2");
+        let ipmi_labels = labels("IngotLabs", "IL-1U", "PSN00003");
+        wait_for("hardware labels", Duration::from_secs(20), || async {
+            (hardware_labels(client, HEP_NAME).await == sushy_labels
+                && hardware_labels(client, IPMI_NAME).await == ipmi_labels)
+                .then_some(())
+        })
+        .await;
+        assert!(hardware_labels(client, DEAD_NAME).await.is_empty());
+    }
+
+    /// Read every second, written only when changed: a label changed by hand is put back, and
+    /// otherwise nothing is patched.
+    async fn an_edited_label_is_put_back_and_unchanged_labels_are_not_written(&mut self) {
+        let client = &self.client;
+        let sushy_labels = labels("SushyEmulator", "3500RX", "437XR1138R2");
+        Api::<Node>::all(client.clone())
+            .patch(
+                HEP_NAME,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"model": "edited"}}})),
+            )
+            .await
+            .unwrap();
+        wait_for(
+            "the model label put back",
+            Duration::from_secs(10),
+            || async { (hardware_labels(client, HEP_NAME).await == sushy_labels).then_some(()) },
+        )
+        .await;
+        let patches = node_patches(self.http_port).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            node_patches(self.http_port).await,
+            patches,
+            "unchanged labels were written again"
+        );
+    }
+
+    /// Hardware health as Seeder's Node Events, each reading once. sushy has a Thermal and no
+    /// log; ipmi_sim a SEL with two records and no sensors; ingot's Redfish emulator both, and
+    /// fans whose health it changes. Polled every second.
+    async fn each_hardware_reading_is_one_node_event(&mut self) {
+        let client = &self.client;
+        let fleet = Fleet::uniform(
+            FleetOptions {
+                tls: true,
+                ..FleetOptions::default()
+            },
+            1,
+            BmcSpec {
+                username: self.user.clone(),
+                password: self.password.clone(),
+                ..BmcSpec::default()
+            },
+        )
         .await
         .unwrap();
-    poll_until(
-        "the emulator's Inventory gone",
-        Duration::from_secs(30),
-        || async {
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node(SIM_NAME, "172.19.109.14"))
+            .await
+            .unwrap();
+        Api::<Secret>::namespaced(client.clone(), NS)
+            .create(
+                &PostParams::default(),
+                &hep_secret(SIM_NAME, &self.user, &self.password),
+            )
+            .await
+            .unwrap();
+        self.inventories
+            .create(
+                &PostParams::default(),
+                &hep_inventory(
+                    SIM_NAME,
+                    &format!("https://127.0.0.1:{}", fleet.bmcs[0].addr.port()),
+                    623,
+                ),
+            )
+            .await
+            .unwrap();
+        self.fleet = Some(fleet);
+        wait_ready(client, SIM_NAME, Duration::from_secs(30), &self.ingot).await;
+        let sushy_thermal = (
+            "Normal".to_owned(),
+            "ThermalHealth: CPU Temp reported temp: 41C,Chassis Intake Temp reported temp: 25C"
+                .to_owned(),
+        );
+        let sim_thermal = (
+            "Normal".to_owned(),
+            "ThermalHealth: Inlet Temp reported temp: 24C,CPU1 Temp reported temp: 47.5C"
+                .to_owned(),
+        );
+        let events_seen = Instant::now();
+        let (hep_events, ipmi_events, sim_events) =
+            wait_for("the hardware Events", Duration::from_secs(20), || async {
+                let hep = hardware_events(client, HEP_NAME).await;
+                let ipmi = hardware_events(client, IPMI_NAME).await;
+                let sim = hardware_events(client, SIM_NAME).await;
+                (!hep.is_empty() && ipmi.len() >= 2 && sim.len() >= 3).then_some((hep, ipmi, sim))
+            })
+            .await;
+        eprintln!(
+            "hardware Events after {:?}: {hep_events:?} {ipmi_events:?} {sim_events:?}",
+            events_seen.elapsed()
+        );
+        assert_eq!(hep_events, [sushy_thermal]);
+        // The SEL's two records (a critical threshold event, a state event), Warning and Normal
+        // by severity; their time stamps count from the BMC's start, so no creation time.
+        assert_eq!(
+            ipmi_events,
+            [
+                sel_critical("0001"),
+                (
+                    "Normal".to_owned(),
+                    "EventLog: Processor #0x02: asserted (event type 0x6f, data 00 ff ff) (entry sel:0002)"
+                        .to_owned()
+                )
+            ]
+        );
+        assert!(sim_events.contains(&sim_thermal), "{sim_events:?}");
+        let sim_log: Vec<&(String, String)> = sim_events
+            .iter()
+            .filter(|(_, m)| m.starts_with("EventLog: "))
+            .collect();
+        assert_eq!(sim_log.len(), 2, "{sim_events:?}");
+        assert!(
+            sim_log
+                .iter()
+                .any(|(t, m)| t == "Warning" && m.contains("severity Warning"))
+        );
+        assert!(
+            sim_log
+                .iter()
+                .any(|(t, m)| t == "Normal" && m.contains("The system was powered on."))
+        );
+        // Several cycles later, nothing said again.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(hardware_events(client, HEP_NAME).await, hep_events);
+        assert_eq!(hardware_events(client, IPMI_NAME).await, ipmi_events);
+        assert_eq!(hardware_events(client, SIM_NAME).await, sim_events);
+        self.said = Said {
+            hep: hep_events,
+            ipmi: ipmi_events,
+            sim: sim_events,
+        };
+    }
+
+    /// The facts as annotations.
+    async fn hardware_facts_become_node_annotations(&mut self) {
+        let client = &self.client;
+        let sim_bmc = &self.fleet.as_ref().expect("the emulator").bmcs[0];
+        let sim_annotations = hardware_annotations(client, SIM_NAME).await;
+        eprintln!(
+            "annotations: {:?} {sim_annotations:?} {:?}",
+            hardware_annotations(client, HEP_NAME).await,
+            hardware_annotations(client, IPMI_NAME).await
+        );
+        for key in [
+            "cpu",
+            "memory",
+            "bios-version",
+            "bmc-firmware-version",
+            "nic-macs",
+            "disks",
+            "health",
+            "health-readings",
+            "event-log-cursor",
+        ] {
+            assert!(
+                sim_annotations.contains_key(&format!("seeder.ingot.dev/{key}")),
+                "{key}: {sim_annotations:?}"
+            );
+        }
+        assert_eq!(sim_annotations["seeder.ingot.dev/health"], "OK");
+        assert!(
+            sim_annotations["seeder.ingot.dev/nic-macs"].contains(&sim_bmc.state.mac(0)),
+            "{sim_annotations:?}"
+        );
+    }
+
+    /// A fan goes Critical: one Warning. A new SEL record and a new log entry: one Event each.
+    async fn a_new_reading_is_one_new_event(&mut self) {
+        let client = &self.client;
+        let sim_bmc = &self.fleet.as_ref().expect("the emulator").bmcs[0];
+        let (hep_events, ipmi_events, sim_events) =
+            (&self.said.hep, &self.said.ipmi, &self.said.sim);
+        sim_bmc.state.set_fan_health("System Fan 1", "Critical");
+        sim_bmc
+            .state
+            .add_log("Critical", "Drive 0 predictive failure");
+        std::fs::write(&self.record, "0x04 0x01 0x30 0x01 0x59 0x00 0x00\n").unwrap();
+        self.sim
+            .ipmitool(&["sel", "add", self.record.to_str().unwrap()]);
+        let changed = Instant::now();
+        let (ipmi_after, sim_after) = wait_for(
+            "the new readings' Events",
+            Duration::from_secs(20),
+            || async {
+                let ipmi = hardware_events(client, IPMI_NAME).await;
+                let sim = hardware_events(client, SIM_NAME).await;
+                (ipmi.len() > ipmi_events.len() && sim.len() >= sim_events.len() + 2)
+                    .then_some((ipmi, sim))
+            },
+        )
+        .await;
+        eprintln!(
+            "new readings' Events after {:?}: {:?} {:?}",
+            changed.elapsed(),
+            &ipmi_after[ipmi_events.len()..],
+            &sim_after[sim_events.len()..]
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let ipmi_after = hardware_events(client, IPMI_NAME).await;
+        let sim_after = hardware_events(client, SIM_NAME).await;
+        assert_eq!(ipmi_after.len(), ipmi_events.len() + 1, "{ipmi_after:?}");
+        assert_eq!(ipmi_after[ipmi_events.len()], sel_critical("0003"));
+        let mut sim_new = sim_after[sim_events.len()..].to_vec();
+        sim_new.sort();
+        assert_eq!(sim_new.len(), 2, "{sim_after:?}");
+        assert_eq!(
+            sim_new[1],
+            (
+                "Warning".to_owned(),
+                "fan System Fan 1 is Critical".to_owned()
+            )
+        );
+        assert_eq!(sim_new[0].0, "Warning");
+        assert!(
+            sim_new[0]
+                .1
+                .starts_with("EventLog: Drive 0 predictive failure (severity Critical"),
+            "{sim_new:?}"
+        );
+        assert_eq!(
+            hardware_annotations(client, SIM_NAME).await["seeder.ingot.dev/health"],
+            "Critical"
+        );
+        assert_eq!(&hardware_events(client, HEP_NAME).await, hep_events);
+        self.said.ipmi = ipmi_after;
+        self.said.sim = sim_after;
+    }
+
+    /// A BMC that stops answering holds no other BMC's polling: with the emulator hanging, a
+    /// new SEL record on ipmi_sim is still reported within a few cycles.
+    async fn a_hung_bmc_holds_no_other_bmcs_polling(&mut self) {
+        let client = &self.client;
+        let sim_bmc = &self.fleet.as_ref().expect("the emulator").bmcs[0];
+        let ipmi_after = &self.said.ipmi;
+        sim_bmc
+            .state
+            .set_fault(Some(Fault::Slow { delay_ms: 120_000 }));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        self.sim
+            .ipmitool(&["sel", "add", self.record.to_str().unwrap()]);
+        let _ = std::fs::remove_file(&self.record);
+        let hung = Instant::now();
+        let ipmi_last = wait_for(
+            "a SEL record while another BMC hangs",
+            Duration::from_secs(8),
+            || async {
+                let events = hardware_events(client, IPMI_NAME).await;
+                (events.len() > ipmi_after.len()).then_some(events)
+            },
+        )
+        .await;
+        assert_eq!(ipmi_last[ipmi_after.len()..], [sel_critical("0004")]);
+        eprintln!(
+            "SEL record reported after {:?} while the emulator hung",
+            hung.elapsed()
+        );
+        self.said.ipmi = ipmi_last;
+    }
+
+    /// Killed and started again, ingot says nothing again: what was said is kept on the Nodes.
+    async fn a_restarted_operator_says_nothing_again(&mut self) {
+        let client = &self.client;
+        let inventories = &self.inventories;
+        inventories
+            .delete(SIM_NAME, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for(
+            "the emulator's Inventory gone",
+            Duration::from_secs(30),
+            || async {
+                inventories
+                    .get_opt(SIM_NAME)
+                    .await
+                    .unwrap()
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+        self.ingot.restart(None);
+        self.http_port = self.ingot.http_addr().await.port();
+        let http_port = self.http_port;
+        let restarted = Instant::now();
+        wait_for(
+            "hardware polls after the restart",
+            Duration::from_secs(30),
+            || async { (hardware_polls(http_port).await >= 6.0).then_some(()) },
+        )
+        .await;
+        eprintln!(
+            "six hardware polls {:?} after the restart",
+            restarted.elapsed()
+        );
+        assert_eq!(hardware_events(client, HEP_NAME).await, self.said.hep);
+        assert_eq!(hardware_events(client, IPMI_NAME).await, self.said.ipmi);
+    }
+
+    /// The Go Seeder's running shutdown Job is followed to its end; the Inventory is adopted.
+    async fn the_go_seeders_running_job_is_followed_and_its_inventory_adopted(&mut self) {
+        let client = &self.client;
+        let go_status = wait_for(
+            "the Go Seeder's Job answered",
+            Duration::from_secs(30),
+            || async {
+                let s = status(client, GO_NAME).await;
+                s["powerAction"]["actionStatus"].is_string().then_some(s)
+            },
+        )
+        .await;
+        assert_eq!(
+            go_status["powerAction"]["actionStatus"], "complete",
+            "{go_status}"
+        );
+        assert_eq!(
+            go_status["hardwareID"],
+            "5f0d2b4e-cb39-11ed-8000-0242ac120002"
+        );
+        assert_eq!(go_status["pxeBootConfig"]["address"], "172.19.109.13");
+        assert_eq!(
+            self.ipmi_power(),
+            "Chassis Power is off",
+            "the Go Seeder's shutdown Job reached the BMC"
+        );
+        let go_inventory = inventory(client, GO_NAME).await;
+        assert!(
+            go_inventory
+                .finalizers()
+                .contains(&MEMBERSHIP_FINALIZER.to_owned())
+        );
+    }
+
+    /// Power actions, on both peers at once, each checked on the peer.
+    async fn power_actions_reach_sushy_and_ipmi_sim(&mut self) {
+        let (client, ingot, sushy) = (&self.client, &self.ingot, &self.sushy);
+        let (user, password) = (&self.user, &self.password);
+        request_power(client, HEP_NAME, "shutdown").await;
+        request_power(client, IPMI_NAME, "poweron").await;
+        wait_power(client, HEP_NAME, "shutdown", ingot).await;
+        wait_power(client, IPMI_NAME, "poweron", ingot).await;
+        assert_eq!(
+            sushy.system(user, password).await.unwrap()["PowerState"],
+            "Off"
+        );
+        assert_eq!(self.ipmi_power(), "Chassis Power is on");
+        wait_for("machinePowerState off", Duration::from_secs(10), || async {
+            (status(client, HEP_NAME).await["machinePowerState"] == "off").then_some(())
+        })
+        .await;
+
+        request_power(client, HEP_NAME, "poweron").await;
+        request_power(client, IPMI_NAME, "shutdown").await;
+        wait_power(client, HEP_NAME, "poweron", ingot).await;
+        wait_power(client, IPMI_NAME, "shutdown", ingot).await;
+        assert_eq!(
+            sushy.system(user, password).await.unwrap()["PowerState"],
+            "On"
+        );
+        assert_eq!(self.ipmi_power(), "Chassis Power is off");
+        request_power(client, IPMI_NAME, "poweron").await;
+        wait_power(client, IPMI_NAME, "poweron", ingot).await;
+        assert_eq!(self.ipmi_power(), "Chassis Power is on");
+    }
+
+    /// Reboot: the peer goes off and comes back on, with no network boot set.
+    async fn a_reboot_turns_the_peer_off_and_on_with_no_network_boot(&mut self) {
+        let (client, ingot, sushy, sim) = (&self.client, &self.ingot, &self.sushy, &self.sim);
+        let (user, password) = (&self.user, &self.password);
+        let saw_off = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let (saw_off, stop, power) = (saw_off.clone(), stop.clone(), sim.dir.join("power"));
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    if std::fs::read_to_string(&power).is_ok_and(|p| p.trim() == "0") {
+                        saw_off.store(true, Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+        };
+        let boot_before =
+            sushy.system(user, password).await.unwrap()["Boot"]["BootSourceOverrideTarget"].clone();
+        request_power(client, HEP_NAME, "reboot").await;
+        request_power(client, IPMI_NAME, "reboot").await;
+        wait_power(client, HEP_NAME, "reboot", ingot).await;
+        wait_power(client, IPMI_NAME, "reboot", ingot).await;
+        stop.store(true, Ordering::Relaxed);
+        watcher.await.unwrap();
+        assert!(
+            saw_off.load(Ordering::Relaxed),
+            "ipmi_sim never went off during the reboot"
+        );
+        assert_eq!(self.ipmi_power(), "Chassis Power is on");
+        let system = sushy.system(user, password).await.unwrap();
+        assert_eq!(system["PowerState"], "On");
+        assert_eq!(
+            system["Boot"]["BootSourceOverrideTarget"], boot_before,
+            "{system}"
+        );
+        assert_ne!(
+            std::fs::read_to_string(sim.dir.join("boot"))
+                .unwrap_or_default()
+                .trim(),
+            "pxe"
+        );
+    }
+
+    /// A request whose Node left maintenance before it was taken fails, and reaches no BMC.
+    async fn a_request_out_of_maintenance_is_refused_and_reaches_no_bmc(&mut self) {
+        let client = &self.client;
+        set_maintenance(client, IPMI_NAME, false).await;
+        let jobs_before = jobs_of(client, IPMI_NAME, "shutdown").await;
+        request_power_anyway(client, IPMI_NAME, "shutdown").await;
+        let refused = wait_for(
+            "the request out of maintenance refused",
+            Duration::from_secs(20),
+            || async {
+                // The request cleared `lastJobName`; its answer sets it again.
+                let s = status(client, IPMI_NAME).await;
+                let answered = s["powerAction"]["lastJobName"]
+                    .as_str()
+                    .is_some_and(|j| !j.is_empty());
+                answered.then_some(s)
+            },
+        )
+        .await;
+        assert_eq!(
+            refused["powerAction"]["actionStatus"], "failed",
+            "{refused}"
+        );
+        let (error, _, message) = wrangler(&refused, "bmcJobErrorr").unwrap();
+        assert_eq!(error, "True", "{refused}");
+        assert!(
+            message.contains(&format!("node {IPMI_NAME} is not in maintenance mode")),
+            "{message}"
+        );
+        assert_eq!(jobs_of(client, IPMI_NAME, "shutdown").await, jobs_before);
+        assert_eq!(self.ipmi_power(), "Chassis Power is on");
+    }
+
+    /// A request taken, its Job created, then the operator stopped before recording the Job's
+    /// name, by an operator whose clock ran an hour ahead of the API server's: the Job is found
+    /// by the name recorded when the request was taken, and not created (or sent) again.
+    async fn a_taken_request_is_found_by_its_recorded_job_name_and_not_sent_again(&mut self) {
+        let (client, ingot, inventories) = (&self.client, &self.ingot, &self.inventories);
+        set_maintenance(client, IPMI_NAME, true).await;
+        let jobs_before = jobs_of(client, IPMI_NAME, "shutdown").await;
+        let ipmi_inventory = inventory(client, IPMI_NAME).await;
+        let taken = format!("{IPMI_NAME}-shutdown-x7k2p");
+        let owner = json!([{"apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+            "name": IPMI_NAME, "uid": ipmi_inventory.uid().unwrap()}]);
+        let job: Job = serde_json::from_value(json!({
+            "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Job",
+            "metadata": {"name": taken, "namespace": NS, "generateName": format!("{IPMI_NAME}-shutdown-"),
+                "labels": {"inventory.metal.harvesterhci.io": IPMI_NAME}, "ownerReferences": owner},
+            "spec": {"machineRef": {"name": IPMI_NAME, "namespace": NS}, "tasks": [{"powerAction": "off"}]}
+        }))
+        .unwrap();
+        create(client, NS, &job).await;
+        let ahead = (k8s_openapi::jiff::Timestamp::now()
+            + k8s_openapi::jiff::SignedDuration::from_hours(1))
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+        wait_for(
+            "the taken request written",
+            Duration::from_secs(10),
+            || async {
+                let mut current = inventory(client, IPMI_NAME).await;
+                let status = current.status.as_mut().unwrap();
+                for c in &mut status.conditions {
+                    let (value, message) = match c.type_.as_str() {
+                        "bmcJobSubmitted" => ("True", Some(format!("creating bmc job {taken}"))),
+                        "bmcJobErrorr" | "bmcJobCompleted" => ("False", None),
+                        _ => continue,
+                    };
+                    c.status = value.into();
+                    c.message = message;
+                    c.reason = None;
+                    c.last_update_time = Some(ahead.clone());
+                }
+                status.power_action.action_status = None;
+                status.power_action.last_job_name = None;
+                inventories
+                    .replace_status(IPMI_NAME, &PostParams::default(), &current)
+                    .await
+                    .ok()
+            },
+        )
+        .await;
+        let (_, job) = wait_power(client, IPMI_NAME, "shutdown", ingot).await;
+        assert_eq!(job.name_any(), taken);
+        let mut want = jobs_before.clone();
+        want.push(taken.clone());
+        want.sort();
+        let mut have = jobs_of(client, IPMI_NAME, "shutdown").await;
+        have.sort();
+        assert_eq!(have, want, "a second Job was created for the taken request");
+        assert_eq!(self.ipmi_power(), "Chassis Power is off");
+        request_power(client, IPMI_NAME, "poweron").await;
+        wait_power(client, IPMI_NAME, "poweron", ingot).await;
+        assert_eq!(self.ipmi_power(), "Chassis Power is on");
+    }
+
+    /// The operator killed right after creating a request's Job, before recording its name:
+    /// the next one records that Job and creates no other; the BMC is switched off by it.
+    async fn an_operator_killed_after_creating_a_job_records_it_and_creates_no_other(&mut self) {
+        let client = &self.client;
+        self.ingot.restart(Some("seeder-after-job-create"));
+        let jobs_before = jobs_of(client, IPMI_NAME, "shutdown").await;
+        request_power(client, IPMI_NAME, "shutdown").await;
+        // Generous: the new process first waits out the killed one's Lease, on a busy machine.
+        self.ingot
+            .wait_crashed("seeder-after-job-create", Duration::from_secs(90))
+            .await;
+        let crashed = status(client, IPMI_NAME).await;
+        assert_eq!(wrangler(&crashed, "bmcJobSubmitted").unwrap().0, "True");
+        assert!(
+            crashed["powerAction"]["lastJobName"]
+                .as_str()
+                .unwrap_or_default()
+                .is_empty(),
+            "{crashed}"
+        );
+        let mut made: Vec<String> = jobs_of(client, IPMI_NAME, "shutdown")
+            .await
+            .into_iter()
+            .filter(|j| !jobs_before.contains(j))
+            .collect();
+        assert_eq!(made.len(), 1, "{made:?}");
+        self.ingot.restart(None);
+        self.http_port = self.ingot.http_addr().await.port();
+        let ingot = &self.ingot;
+        let (_, job) = wait_power(client, IPMI_NAME, "shutdown", ingot).await;
+        assert_eq!(job.name_any(), made.remove(0));
+        assert_eq!(
+            jobs_of(client, IPMI_NAME, "shutdown").await.len(),
+            jobs_before.len() + 1,
+            "a second Job was created after the restart"
+        );
+        assert_eq!(self.ipmi_power(), "Chassis Power is off");
+        request_power(client, IPMI_NAME, "poweron").await;
+        wait_power(client, IPMI_NAME, "poweron", ingot).await;
+        assert_eq!(self.ipmi_power(), "Chassis Power is on");
+    }
+
+    /// In steady state (no request open), the checks of a request read nothing: no Job is read
+    /// or listed while the Inventories are reconciled and their hardware read three times.
+    async fn steady_state_reads_no_jobs(&mut self) {
+        let http_port = self.http_port;
+        let reads = || async {
+            let mut n = Vec::new();
+            for (verb, resource) in [
+                ("get", "jobs"),
+                ("list", "jobs"),
+                ("get", "inventories"),
+                ("list", "inventories"),
+                ("get", "nodes"),
+            ] {
+                n.push(kube_requests(http_port, verb, resource).await);
+            }
+            n
+        };
+        let polls = hardware_polls(http_port).await;
+        let before = reads().await;
+        wait_for(
+            "three more hardware polls",
+            Duration::from_secs(30),
+            || async { (hardware_polls(http_port).await >= polls + 3.0).then_some(()) },
+        )
+        .await;
+        let after = reads().await;
+        eprintln!(
+            "steady state, three hardware polls: get/list jobs, get/list inventories, get nodes: {before:?} -> {after:?}"
+        );
+        assert_eq!(after[..2], before[..2], "Jobs read in steady state");
+        // Nor a Node: each poll takes it from the watch cache, which shows the poller's last
+        // write.
+        assert_eq!(after[4], before[4], "Nodes read by the hardware polls");
+    }
+
+    /// The Inventory passes read their Machine, Node and Jobs from the watch caches: a pass of
+    /// each touched Inventory reads none of them from the API server.
+    async fn inventory_passes_read_machines_nodes_and_jobs_from_the_caches(&mut self) {
+        let http_port = self.http_port;
+        let inventories: Api<Inventory> = Api::namespaced(self.client.clone(), NS);
+        let cached_reads = || async {
+            (
+                kube_requests(http_port, "get", "machines").await,
+                kube_requests(http_port, "get", "nodes").await,
+                kube_requests(http_port, "get", "jobs").await,
+            )
+        };
+        let passes = inventory_passes(http_port).await;
+        let before = cached_reads().await;
+        for name in [HEP_NAME, IPMI_NAME, GO_NAME] {
             inventories
-                .get_opt(SIM_NAME)
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"metadata": {"annotations": {"ingot.test/touched": "1"}}}),
+                    ),
+                )
+                .await
+                .unwrap();
+        }
+        wait_for(
+            "a pass of each touched Inventory",
+            Duration::from_secs(30),
+            || async { (inventory_passes(http_port).await >= passes + 3.0).then_some(()) },
+        )
+        .await;
+        let after = cached_reads().await;
+        eprintln!("three Inventory passes: get machines, nodes, jobs: {before:?} -> {after:?}");
+        assert_eq!(
+            after, before,
+            "Machines, Nodes or Jobs read by the Inventory passes"
+        );
+    }
+
+    /// The power API finds the Node out of maintenance first.
+    async fn the_power_api_and_cli_act_for_permitted_callers_only(&mut self) {
+        let client = &self.client;
+        set_maintenance(client, HEP_NAME, false).await;
+        let power_api_port = self.ingot.power_api_addr().await.port();
+        power_api_and_cli(self.env, client, power_api_port, &self.ingot).await;
+        assert_eq!(
+            self.sushy.system(&self.user, &self.password).await.unwrap()["PowerState"],
+            "On",
+            "shut down by the power API, powered on by `ingot power`"
+        );
+    }
+
+    /// The dead BMC (judged meanwhile): a clear condition, with wrangler's error reason, no
+    /// credentials.
+    async fn a_dead_bmc_is_judged_with_a_clear_condition_and_no_credentials(&mut self) {
+        let client = &self.client;
+        let (cond, reason, message) =
+            wait_for("the dead BMC judged", Duration::from_secs(30), || async {
+                wrangler(&status(client, DEAD_NAME).await, "machineNotContactable")
+            })
+            .await;
+        assert_eq!((cond.as_str(), reason.as_str()), ("True", "Error"));
+        assert!(
+            message.contains("failed to open connection to BMC")
+                && message.contains(&format!("https://127.0.0.1:{}", self.dead_port)),
+            "{message}"
+        );
+        assert!(!message.contains(&self.password));
+        assert!(status(client, DEAD_NAME).await["status"].is_null());
+    }
+
+    /// A BMC that stops answering: the Inventory says so and is no longer ready.
+    async fn a_bmc_that_stops_answering_makes_its_inventory_not_ready(&mut self) {
+        self.sim.stop();
+        let client = &self.client;
+        let (cond, reason, _) = wait_for(
+            "machineNotContactable after ipmi_sim stopped",
+            Duration::from_secs(30),
+            || async {
+                let s = status(client, IPMI_NAME).await;
+                wrangler(&s, "machineNotContactable").filter(|c| c.0 == "True")
+            },
+        )
+        .await;
+        assert_eq!((cond.as_str(), reason.as_str()), ("True", "Error"));
+        assert!(status(client, IPMI_NAME).await["status"].is_null());
+    }
+
+    /// Deleting an Inventory: out of the local Cluster first, then its Machine collected.
+    async fn a_deleted_inventory_leaves_the_local_cluster_then_its_machine_goes(&mut self) {
+        let (client, inventories, clusters) = (&self.client, &self.inventories, &self.clusters);
+        inventories
+            .delete(GO_NAME, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for("the Go Inventory gone", Duration::from_secs(20), || async {
+            inventories
+                .get_opt(GO_NAME)
                 .await
                 .unwrap()
                 .is_none()
                 .then_some(())
-        },
-    )
-    .await;
-    // Killed and started again, ingot says nothing again: what was said is kept on the Nodes.
-    ingot.stop();
-    ingot = start_ingot(&kubeconfig, http_port, power_api_port);
-    let restarted = Instant::now();
-    poll_until(
-        "hardware polls after the restart",
-        Duration::from_secs(30),
-        || async { (hardware_polls(http_port).await >= 6.0).then_some(()) },
-    )
-    .await;
-    eprintln!(
-        "six hardware polls {:?} after the restart",
-        restarted.elapsed()
-    );
-    assert_eq!(hardware_events(&client, HEP_NAME).await, hep_events);
-    assert_eq!(hardware_events(&client, IPMI_NAME).await, ipmi_last);
-    eprintln!("{:?}: hardware Events checked", test_started.elapsed());
-
-    // The Go Seeder's running shutdown Job is followed to its end; the Inventory is adopted.
-    let go_status = poll_until(
-        "the Go Seeder's Job answered",
-        Duration::from_secs(30),
-        || async {
-            let s = status(&client, GO_NAME).await;
-            s["powerAction"]["actionStatus"].is_string().then_some(s)
-        },
-    )
-    .await;
-    assert_eq!(
-        go_status["powerAction"]["actionStatus"], "complete",
-        "{go_status}"
-    );
-    assert_eq!(
-        go_status["hardwareID"],
-        "5f0d2b4e-cb39-11ed-8000-0242ac120002"
-    );
-    assert_eq!(go_status["pxeBootConfig"]["address"], "172.19.109.13");
-    assert_eq!(
-        ipmitool(&sim, &["chassis", "power", "status"]),
-        "Chassis Power is off",
-        "the Go Seeder's shutdown Job reached the BMC"
-    );
-    let go_inventory = inventory(&client, GO_NAME).await;
-    assert!(
-        go_inventory
-            .finalizers()
-            .contains(&MEMBERSHIP_FINALIZER.to_owned())
-    );
-
-    eprintln!("{:?}: Go Seeder's objects adopted", test_started.elapsed());
-    // Power actions, on both peers at once, each checked on the peer.
-    let ipmi_power = || ipmitool(&sim, &["chassis", "power", "status"]);
-    request_power(&client, HEP_NAME, "shutdown").await;
-    request_power(&client, IPMI_NAME, "poweron").await;
-    wait_power(&client, HEP_NAME, "shutdown", &ingot).await;
-    wait_power(&client, IPMI_NAME, "poweron", &ingot).await;
-    assert_eq!(
-        sushy.system(&user, &password).await.unwrap()["PowerState"],
-        "Off"
-    );
-    assert_eq!(ipmi_power(), "Chassis Power is on");
-    poll_until("machinePowerState off", Duration::from_secs(10), || async {
-        (status(&client, HEP_NAME).await["machinePowerState"] == "off").then_some(())
-    })
-    .await;
-
-    request_power(&client, HEP_NAME, "poweron").await;
-    request_power(&client, IPMI_NAME, "shutdown").await;
-    wait_power(&client, HEP_NAME, "poweron", &ingot).await;
-    wait_power(&client, IPMI_NAME, "shutdown", &ingot).await;
-    assert_eq!(
-        sushy.system(&user, &password).await.unwrap()["PowerState"],
-        "On"
-    );
-    assert_eq!(ipmi_power(), "Chassis Power is off");
-    request_power(&client, IPMI_NAME, "poweron").await;
-    wait_power(&client, IPMI_NAME, "poweron", &ingot).await;
-    assert_eq!(ipmi_power(), "Chassis Power is on");
-
-    // Reboot: the peer goes off and comes back on, with no network boot set.
-    let saw_off = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (saw_off, stop, power) = (saw_off.clone(), stop.clone(), sim.dir.join("power"));
-        tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                if std::fs::read_to_string(&power).is_ok_and(|p| p.trim() == "0") {
-                    saw_off.store(true, Ordering::Relaxed);
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-    };
-    let boot_before =
-        sushy.system(&user, &password).await.unwrap()["Boot"]["BootSourceOverrideTarget"].clone();
-    request_power(&client, HEP_NAME, "reboot").await;
-    request_power(&client, IPMI_NAME, "reboot").await;
-    wait_power(&client, HEP_NAME, "reboot", &ingot).await;
-    wait_power(&client, IPMI_NAME, "reboot", &ingot).await;
-    stop.store(true, Ordering::Relaxed);
-    watcher.await.unwrap();
-    assert!(
-        saw_off.load(Ordering::Relaxed),
-        "ipmi_sim never went off during the reboot"
-    );
-    assert_eq!(ipmi_power(), "Chassis Power is on");
-    let system = sushy.system(&user, &password).await.unwrap();
-    assert_eq!(system["PowerState"], "On");
-    assert_eq!(
-        system["Boot"]["BootSourceOverrideTarget"], boot_before,
-        "{system}"
-    );
-    assert_ne!(
-        std::fs::read_to_string(sim.dir.join("boot"))
-            .unwrap_or_default()
-            .trim(),
-        "pxe"
-    );
-
-    eprintln!("{:?}: power actions done", test_started.elapsed());
-    // A request whose Node left maintenance before it was taken fails, and reaches no BMC.
-    set_maintenance(&client, IPMI_NAME, false).await;
-    let jobs_before = jobs_of(&client, IPMI_NAME, "shutdown").await;
-    request_power_anyway(&client, IPMI_NAME, "shutdown").await;
-    let refused = poll_until(
-        "the request out of maintenance refused",
-        Duration::from_secs(20),
-        || async {
-            // The request cleared `lastJobName`; its answer sets it again.
-            let s = status(&client, IPMI_NAME).await;
-            let answered = s["powerAction"]["lastJobName"]
-                .as_str()
-                .is_some_and(|j| !j.is_empty());
-            answered.then_some(s)
-        },
-    )
-    .await;
-    assert_eq!(
-        refused["powerAction"]["actionStatus"], "failed",
-        "{refused}"
-    );
-    let (error, _, message) = wrangler(&refused, "bmcJobErrorr").unwrap();
-    assert_eq!(error, "True", "{refused}");
-    assert!(
-        message.contains(&format!("node {IPMI_NAME} is not in maintenance mode")),
-        "{message}"
-    );
-    assert_eq!(jobs_of(&client, IPMI_NAME, "shutdown").await, jobs_before);
-    assert_eq!(ipmi_power(), "Chassis Power is on");
-
-    // A request taken, its Job created, then the operator stopped before recording the Job's
-    // name, by an operator whose clock ran an hour ahead of the API server's: the Job is found
-    // by the name recorded when the request was taken, and not created (or sent) again.
-    set_maintenance(&client, IPMI_NAME, true).await;
-    let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
-    let ipmi_inventory = inventory(&client, IPMI_NAME).await;
-    let taken = format!("{IPMI_NAME}-shutdown-x7k2p");
-    let owner = json!([{"apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
-        "name": IPMI_NAME, "uid": ipmi_inventory.uid().unwrap()}]);
-    let job: Job = serde_json::from_value(json!({
-        "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Job",
-        "metadata": {"name": taken, "namespace": NS, "generateName": format!("{IPMI_NAME}-shutdown-"),
-            "labels": {"inventory.metal.harvesterhci.io": IPMI_NAME}, "ownerReferences": owner},
-        "spec": {"machineRef": {"name": IPMI_NAME, "namespace": NS}, "tasks": [{"powerAction": "off"}]}
-    }))
-    .unwrap();
-    create(&client, NS, &job).await;
-    let ahead = (k8s_openapi::jiff::Timestamp::now()
-        + k8s_openapi::jiff::SignedDuration::from_hours(1))
-    .strftime("%Y-%m-%dT%H:%M:%SZ")
-    .to_string();
-    poll_until(
-        "the taken request written",
-        Duration::from_secs(10),
-        || async {
-            let mut current = inventory(&client, IPMI_NAME).await;
-            let status = current.status.as_mut().unwrap();
-            for c in &mut status.conditions {
-                let (value, message) = match c.type_.as_str() {
-                    "bmcJobSubmitted" => ("True", Some(format!("creating bmc job {taken}"))),
-                    "bmcJobErrorr" | "bmcJobCompleted" => ("False", None),
-                    _ => continue,
-                };
-                c.status = value.into();
-                c.message = message;
-                c.reason = None;
-                c.last_update_time = Some(ahead.clone());
-            }
-            status.power_action.action_status = None;
-            status.power_action.last_job_name = None;
-            inventories
-                .replace_status(IPMI_NAME, &PostParams::default(), &current)
-                .await
-                .ok()
-        },
-    )
-    .await;
-    let (_, job) = wait_power(&client, IPMI_NAME, "shutdown", &ingot).await;
-    assert_eq!(job.name_any(), taken);
-    let mut want = jobs_before.clone();
-    want.push(taken.clone());
-    want.sort();
-    let mut have = jobs_of(&client, IPMI_NAME, "shutdown").await;
-    have.sort();
-    assert_eq!(have, want, "a second Job was created for the taken request");
-    assert_eq!(ipmi_power(), "Chassis Power is off");
-    request_power(&client, IPMI_NAME, "poweron").await;
-    wait_power(&client, IPMI_NAME, "poweron", &ingot).await;
-    assert_eq!(ipmi_power(), "Chassis Power is on");
-
-    // The operator killed right after creating a request's Job, before recording its name: the
-    // next one records that Job and creates no other; the BMC is switched off by it.
-    ingot.stop();
-    ingot = start_ingot_crashing(
-        &kubeconfig,
-        http_port,
-        power_api_port,
-        Some("seeder-after-job-create"),
-    );
-    let jobs_before = jobs_of(&client, IPMI_NAME, "shutdown").await;
-    request_power(&client, IPMI_NAME, "shutdown").await;
-    wait_crashed(&mut ingot, "seeder-after-job-create").await;
-    let crashed = status(&client, IPMI_NAME).await;
-    assert_eq!(wrangler(&crashed, "bmcJobSubmitted").unwrap().0, "True");
-    assert!(
-        crashed["powerAction"]["lastJobName"]
-            .as_str()
-            .unwrap_or_default()
-            .is_empty(),
-        "{crashed}"
-    );
-    let mut made: Vec<String> = jobs_of(&client, IPMI_NAME, "shutdown")
-        .await
-        .into_iter()
-        .filter(|j| !jobs_before.contains(j))
-        .collect();
-    assert_eq!(made.len(), 1, "{made:?}");
-    ingot = start_ingot(&kubeconfig, http_port, power_api_port);
-    let (_, job) = wait_power(&client, IPMI_NAME, "shutdown", &ingot).await;
-    assert_eq!(job.name_any(), made.remove(0));
-    assert_eq!(
-        jobs_of(&client, IPMI_NAME, "shutdown").await.len(),
-        jobs_before.len() + 1,
-        "a second Job was created after the restart"
-    );
-    assert_eq!(ipmi_power(), "Chassis Power is off");
-    request_power(&client, IPMI_NAME, "poweron").await;
-    wait_power(&client, IPMI_NAME, "poweron", &ingot).await;
-    assert_eq!(ipmi_power(), "Chassis Power is on");
-
-    // In steady state (no request open), the checks of a request read nothing: no Job is read
-    // or listed while the Inventories are reconciled and their hardware read three times.
-    let reads = || async {
-        let mut n = Vec::new();
-        for (verb, resource) in [
-            ("get", "jobs"),
-            ("list", "jobs"),
-            ("get", "inventories"),
-            ("list", "inventories"),
-            ("get", "nodes"),
-        ] {
-            n.push(kube_requests(http_port, verb, resource).await);
-        }
-        n
-    };
-    let polls = hardware_polls(http_port).await;
-    let before = reads().await;
-    poll_until(
-        "three more hardware polls",
-        Duration::from_secs(30),
-        || async { (hardware_polls(http_port).await >= polls + 3.0).then_some(()) },
-    )
-    .await;
-    let after = reads().await;
-    eprintln!(
-        "steady state, three hardware polls: get/list jobs, get/list inventories, get nodes: {before:?} -> {after:?}"
-    );
-    assert_eq!(after[..2], before[..2], "Jobs read in steady state");
-    // Nor a Node: each poll takes it from the watch cache, which shows the poller's last write.
-    assert_eq!(after[4], before[4], "Nodes read by the hardware polls");
-    // The Inventory passes read their Machine and Node from the watch caches too: a pass of
-    // each touched Inventory reads neither from the API server.
-    let cached_reads = || async {
-        (
-            kube_requests(http_port, "get", "machines").await,
-            kube_requests(http_port, "get", "nodes").await,
-            kube_requests(http_port, "get", "jobs").await,
-        )
-    };
-    let passes = inventory_passes(http_port).await;
-    let before = cached_reads().await;
-    for name in [HEP_NAME, IPMI_NAME, GO_NAME] {
-        inventories
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {"ingot.test/touched": "1"}}})),
-            )
-            .await
-            .unwrap();
-    }
-    poll_until(
-        "a pass of each touched Inventory",
-        Duration::from_secs(30),
-        || async { (inventory_passes(http_port).await >= passes + 3.0).then_some(()) },
-    )
-    .await;
-    let after = cached_reads().await;
-    eprintln!("three Inventory passes: get machines, nodes, jobs: {before:?} -> {after:?}");
-    assert_eq!(
-        after, before,
-        "Machines, Nodes or Jobs read by the Inventory passes"
-    );
-
-    // The power API finds the Node out of maintenance first.
-    set_maintenance(&client, HEP_NAME, false).await;
-    power_api_and_cli(env, &client, power_api_port, &ingot).await;
-    assert_eq!(
-        sushy.system(&user, &password).await.unwrap()["PowerState"],
-        "On",
-        "shut down by the power API, powered on by `ingot power`"
-    );
-    eprintln!("{:?}: power API and CLI done", test_started.elapsed());
-    // The dead BMC (judged meanwhile): a clear condition, with wrangler's error reason, no credentials.
-    let (cond, reason, message) =
-        poll_until("the dead BMC judged", Duration::from_secs(30), || async {
-            wrangler(&status(&client, DEAD_NAME).await, "machineNotContactable")
         })
         .await;
-    assert_eq!((cond.as_str(), reason.as_str()), ("True", "Error"));
-    assert!(
-        message.contains("failed to open connection to BMC")
-            && message.contains(&format!("https://127.0.0.1:{dead_port}")),
-        "{message}"
-    );
-    assert!(!message.contains(&password));
-    assert!(status(&client, DEAD_NAME).await["status"].is_null());
+        assert_eq!(
+            members(&clusters.get("local").await.unwrap()),
+            [HEP_NAME, DEAD_NAME, IPMI_NAME]
+        );
+        wait_for("its Machine collected", Duration::from_secs(30), || async {
+            Api::<Machine>::namespaced(client.clone(), NS)
+                .get_opt(GO_NAME)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
 
-    eprintln!("{:?}: dead BMC judged", test_started.elapsed());
-    // A BMC that stops answering: the Inventory says so and is no longer ready.
-    drop(sim);
-    let (cond, reason, _) = poll_until(
-        "machineNotContactable after ipmi_sim stopped",
-        Duration::from_secs(30),
-        || async {
-            let s = status(&client, IPMI_NAME).await;
-            wrangler(&s, "machineNotContactable").filter(|c| c.0 == "True")
-        },
-    )
-    .await;
-    assert_eq!((cond.as_str(), reason.as_str()), ("True", "Error"));
-    assert!(status(&client, IPMI_NAME).await["status"].is_null());
-
-    eprintln!("{:?}: outage seen", test_started.elapsed());
-    // Deleting an Inventory: out of the local Cluster first, then its Machine collected.
-    inventories
-        .delete(GO_NAME, &DeleteParams::default())
-        .await
-        .unwrap();
-    poll_until("the Go Inventory gone", Duration::from_secs(20), || async {
-        inventories
-            .get_opt(GO_NAME)
+    /// The local Cluster deleted by hand comes back with its members.
+    async fn a_deleted_local_cluster_comes_back_with_its_members(&mut self) {
+        let clusters = &self.clusters;
+        let service_ip = &self.service_ip;
+        clusters
+            .delete("local", &DeleteParams::default())
             .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
-    assert_eq!(
-        members(&clusters.get("local").await.unwrap()),
-        [HEP_NAME, DEAD_NAME, IPMI_NAME]
-    );
-    poll_until("its Machine collected", Duration::from_secs(30), || async {
-        Api::<Machine>::namespaced(client.clone(), NS)
-            .get_opt(GO_NAME)
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+            .unwrap();
+        wait_for(
+            "the local Cluster made again",
+            Duration::from_secs(20),
+            || async {
+                let c = clusters.get_opt("local").await.unwrap()?;
+                (members(&c) == [HEP_NAME, DEAD_NAME, IPMI_NAME]
+                    && c.status.as_ref()?.cluster_address.as_deref() == Some(service_ip.as_str()))
+                .then_some(())
+            },
+        )
+        .await;
+    }
 
-    // The local Cluster deleted by hand comes back with its members.
-    clusters
-        .delete("local", &DeleteParams::default())
-        .await
-        .unwrap();
-    poll_until(
-        "the local Cluster made again",
-        Duration::from_secs(20),
-        || async {
-            let c = clusters.get_opt("local").await.unwrap()?;
-            (members(&c) == [HEP_NAME, DEAD_NAME, IPMI_NAME]
-                && c.status.as_ref()?.cluster_address.as_deref() == Some(service_ip.as_str()))
-            .then_some(())
-        },
-    )
-    .await;
-
-    let log = std::fs::read_to_string(&ingot.log).unwrap_or_default();
-    assert!(!log.contains(&password) && !log.contains(openipmi::PASSWORD));
-    ingot.stop();
-    drop(dead);
-    clean(&client).await;
-    eprintln!(
-        "healthy ready after {healthy_ready:?}; whole test {:?}",
-        test_started.elapsed()
-    );
+    /// Every start's log holds neither BMC password.
+    async fn no_credentials_are_logged(&mut self) {
+        let log = self.ingot.log();
+        assert!(
+            log.contains("serving /healthz"),
+            "the log is the operator's"
+        );
+        assert!(!log.contains(&self.password) && !log.contains(peers::IPMI_PASSWORD));
+    }
 }
 
 /// One caller of Harvester's node actions: a ServiceAccount with `rules`, its token and a
@@ -1459,7 +1724,12 @@ fn power_caller(
 /// refused out of maintenance and to a caller without the power permission (who may update the
 /// Node); then
 /// `ingot power` under the same rules. Ends with the HEP's server on.
-async fn power_api_and_cli(env: &ingot_testenv::TestEnv, client: &Client, port: u16, ingot: &Proc) {
+async fn power_api_and_cli(
+    env: &ingot_testenv::TestEnv,
+    client: &Client,
+    port: u16,
+    ingot: &Operator,
+) {
     let (operator, operator_config) = power_caller(
         env,
         "power-operator",
@@ -1578,18 +1848,4 @@ async fn power_api_and_cli(env: &ingot_testenv::TestEnv, client: &Client, port: 
         String::from_utf8_lossy(&done.stderr)
     );
     wait_power(client, HEP_NAME, "poweron", ingot).await;
-}
-
-/// How many passes the Inventory controller has made (its `ingot_reconciliations_total`).
-async fn inventory_passes(http_port: u16) -> f64 {
-    let Ok(resp) = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics")).await else {
-        return 0.0;
-    };
-    let text = resp.text().await.unwrap_or_default();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(r#"ingot_reconciliations_total{controller="seeder-inventory"} "#)
-        })
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or_default()
 }

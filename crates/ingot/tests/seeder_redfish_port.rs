@@ -10,7 +10,6 @@ mod chart_support;
 mod rufio_support;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 use ingot_api::rufio::Machine;
@@ -21,7 +20,6 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use rufio_support::common::openipmi;
 use rufio_support::*;
 use serde_json::json;
 
@@ -46,7 +44,7 @@ async fn clean(client: &Client) {
     let _ = Api::<Secret>::namespaced(client.clone(), NS)
         .delete(NAME, &dp)
         .await;
-    poll_until(
+    wait_for(
         "the previous objects gone",
         Duration::from_secs(30),
         || async {
@@ -81,10 +79,10 @@ async fn the_hardware_is_read_at_the_labelled_redfish_port() {
 
     // One BMC, two sides with the same credentials: Redfish (sushy-tools, its own port) and
     // IPMI (ipmi_sim).
-    let sushy = start_sushy_tls(openipmi::USER, openipmi::PASSWORD);
-    let sim = openipmi::start(&FruInfo::example(3).encode());
-    poll_until("sushy over TLS", Duration::from_secs(30), || async {
-        sushy.system(openipmi::USER, openipmi::PASSWORD).await
+    let sushy = start_sushy_tls(peers::IPMI_USER, peers::IPMI_PASSWORD);
+    let sim = peers::start_ipmi_sim(&FruInfo::example(3).encode());
+    wait_for("sushy over TLS", Duration::from_secs(30), || async {
+        sushy.system(peers::IPMI_USER, peers::IPMI_PASSWORD).await
     })
     .await;
     assert_ne!(sushy.port, 443);
@@ -104,8 +102,8 @@ async fn the_hardware_is_read_at_the_labelled_redfish_port() {
             ..Default::default()
         },
         data: Some(BTreeMap::from([
-            ("username".into(), ByteString(openipmi::USER.into())),
-            ("password".into(), ByteString(openipmi::PASSWORD.into())),
+            ("username".into(), ByteString(peers::IPMI_USER.into())),
+            ("password".into(), ByteString(peers::IPMI_PASSWORD.into())),
         ])),
         ..Default::default()
     };
@@ -133,24 +131,9 @@ async fn the_hardware_is_read_at_the_labelled_redfish_port() {
         .await
         .unwrap();
 
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
-    cmd.arg("run")
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--http-addr=127.0.0.1:{}", free_port()))
-        .arg(format!(
-            "--lease-namespace={}",
-            chart_support::MANIFESTS_NAMESPACE
-        ))
-        .arg("--lease-name=ingot-redfish-port-test")
-        .arg("--lease-duration-seconds=3")
-        .arg("--controllers=seeder")
-        .arg(format!("--seeder-namespace={NS}"))
-        .arg(format!("--rufio-namespace={NS}"))
-        .arg("--rufio-machine-interval-seconds=2")
-        .arg("--rufio-redfish-timeout-seconds=10")
+    let ingot = ingot_seeder(&kubeconfig, "ingot-redfish-port-test")
         .arg("--rufio-ipmi-timeout-seconds=2")
-        .env("RUST_LOG", "info,ingot_controllers=debug");
-    let ingot = spawn_logged(&mut cmd, "ingot-redfish-port");
+        .start();
 
     // The Machine (the connection as it is) reaches the IPMI side; the hardware comes from
     // sushy's Redfish at the labelled port (sushy's System and Chassis, not ipmi_sim's FRU).
@@ -186,7 +169,7 @@ async fn the_hardware_is_read_at_the_labelled_redfish_port() {
         )
         .await
         .unwrap();
-    let note = poll_until(
+    let note = wait_for(
         "the Event naming the label",
         Duration::from_secs(60),
         || async {

@@ -12,12 +12,11 @@
 
 mod chart_support;
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ingot_testenv::{Operator, wait_for};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, Secret, ServiceAccount};
@@ -32,86 +31,68 @@ use tokio::net::TcpStream;
 
 const HELD_LEASE: &str = "held-by-another";
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
-}
-
 /// One `ingot run`, standing by (the Lease is another's), killed when dropped.
 struct Ingot {
-    child: Child,
+    operator: Operator,
+    /// Its health and metrics port, and its power action API's (0 without Seeder).
     http: u16,
     power: u16,
-    log: PathBuf,
 }
 
 impl Ingot {
-    fn start(
+    async fn start(
         kubeconfig: &Path,
         namespace: &str,
         name: &str,
         controllers: &str,
         extra: &[&str],
     ) -> Self {
-        let (http, power) = (free_port(), free_port());
-        let log = std::env::temp_dir().join(format!("ingot-{name}-{namespace}.log"));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_ingot"));
-        command
-            .arg("run")
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg(format!("--controllers={controllers}"))
-            .arg(format!("--http-addr=127.0.0.1:{http}"))
+        let mut builder = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+            .tag(name)
+            .kubeconfig(kubeconfig)
+            .controllers(controllers)
             .arg(format!("--lease-namespace={namespace}"))
             .arg(format!("--lease-name={HELD_LEASE}"))
             .arg(format!("--identity={name}"))
             .arg("--metal-api-url=http://127.0.0.1:9")
             .env("NAMESPACE", namespace);
         if controllers == "seeder" {
-            command
-                .arg(format!("--power-api-addr=127.0.0.1:{power}"))
+            builder = builder
+                .arg("--power-api-addr=127.0.0.1:0")
                 .arg(format!("--seeder-namespace={namespace}"))
                 .arg(format!("--rufio-namespace={namespace}"));
         }
-        let child = command
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
+        let operator = builder.args(extra.iter().copied()).start();
+        let http = operator.http_addr().await.port();
+        let power = if controllers == "seeder" {
+            operator.power_api_addr().await.port()
+        } else {
+            0
+        };
         Self {
-            child,
+            operator,
             http,
             power,
-            log,
         }
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.operator.log()
     }
 
     /// A counter of /metrics (0 while absent).
     async fn counter(&self, series: &str) -> f64 {
-        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.http))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or(0.0)
+        let metrics = self.operator.metrics().await;
+        metrics.get(series).copied().unwrap_or(0.0)
     }
 
     async fn wait_serving(&mut self) {
         let port = self.http;
-        wait_until(
+        wait_for(
             "ingot serving /healthz",
             Duration::from_secs(60),
             async || {
-                if let Ok(Some(status)) = self.child.try_wait() {
+                if let Some(status) = self.operator.exit_status() {
                     panic!("ingot exited ({status}):\n{}", self.log());
                 }
                 let ok = reqwest::get(format!("http://127.0.0.1:{port}/healthz"))
@@ -121,28 +102,6 @@ impl Ingot {
             },
         )
         .await;
-    }
-}
-
-impl Drop for Ingot {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn wait_until<T>(
-    what: &str,
-    bound: Duration,
-    mut probe: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + bound;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -423,10 +382,11 @@ async fn the_power_permission_is_its_own_the_answers_are_cached_and_a_body_is_re
             tls_names,
             "--request-header-timeout-seconds=3",
         ],
-    );
+    )
+    .await;
     ingot.wait_serving().await;
     let port = ingot.power;
-    wait_until(
+    wait_for(
         "the power action API",
         Duration::from_secs(30),
         async || TcpStream::connect(("127.0.0.1", port)).await.ok(),
@@ -538,10 +498,11 @@ async fn the_power_permission_is_its_own_the_answers_are_cached_and_a_body_is_re
             tls_names,
             "--power-api-audiences=ingot-servers-test",
         ],
-    );
+    )
+    .await;
     second.wait_serving().await;
     let second_port = second.power;
-    wait_until(
+    wait_for(
         "the second power action API",
         Duration::from_secs(30),
         async || TcpStream::connect(("127.0.0.1", second_port)).await.ok(),
@@ -598,10 +559,11 @@ async fn slow_silent_and_crowding_clients_are_cut_off() {
         "servers-slow",
         "seeder",
         &["--request-header-timeout-seconds=1"],
-    );
+    )
+    .await;
     ingot.wait_serving().await;
     let (http, power) = (ingot.http, ingot.power);
-    wait_until(
+    wait_for(
         "the power action API",
         Duration::from_secs(30),
         async || TcpStream::connect(("127.0.0.1", power)).await.ok(),
@@ -641,7 +603,8 @@ async fn slow_silent_and_crowding_clients_are_cut_off() {
             "--http-max-connections=2",
             "--request-header-timeout-seconds=60",
         ],
-    );
+    )
+    .await;
     let http = ingot.http;
     let healthz = async || {
         let mut stream = TcpStream::connect(("127.0.0.1", http)).await.ok()?;
@@ -653,7 +616,7 @@ async fn slow_silent_and_crowding_clients_are_cut_off() {
         )
         .await
     };
-    wait_until(
+    wait_for(
         "ingot serving /healthz",
         Duration::from_secs(60),
         async || healthz().await.filter(|(code, _)| *code == 200),
@@ -672,7 +635,7 @@ async fn slow_silent_and_crowding_clients_are_cut_off() {
         "a third connection with 2 allowed"
     );
     drop(first);
-    wait_until("a freed connection slot", bound, async || {
+    wait_for("a freed connection slot", bound, async || {
         healthz().await.filter(|(code, _)| *code == 200)
     })
     .await;
@@ -689,7 +652,8 @@ async fn slow_silent_and_crowding_clients_are_cut_off() {
             "--connection-lifetime-seconds=1",
             "--request-header-timeout-seconds=60",
         ],
-    );
+    )
+    .await;
     ingot.wait_serving().await;
     let mut kept = tokio::time::timeout(bound, held_connection(ingot.http))
         .await
@@ -740,10 +704,10 @@ async fn install_scripts_are_read_from_the_watch_not_the_api_server() {
         .create(&PostParams::default(), &instance)
         .await
         .unwrap();
-    let mut ingot = Ingot::start(env.kubeconfig_path(), &ns, "servers-ipxe", "pools", &[]);
+    let mut ingot = Ingot::start(env.kubeconfig_path(), &ns, "servers-ipxe", "pools", &[]).await;
     ingot.wait_serving().await;
     let url = format!("http://127.0.0.1:{}/ipxe/instances/{name}.ipxe", ingot.http);
-    wait_until(
+    wait_for(
         "the Instance's script",
         Duration::from_secs(30),
         async || {

@@ -20,14 +20,6 @@ use serde_json::json;
 const USER: &str = "admin";
 const PASSWORD: &str = "t0p-Secret";
 
-fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `machines` Machines on as many emulated BMCs, each read every `interval_seconds`, `dead` of
 /// which stop answering once every Machine is contactable; SIGTERM once a read to each dead BMC
 /// is in flight. Returns the time from SIGTERM to the exit.
@@ -60,7 +52,7 @@ async fn sigterm_with_reads_in_flight(
             &format!("m{i}"),
             "bmc-auth",
             "127.0.0.1",
-            json!({"redfish": {"port": bmc.addr.port()}, "ipmitool": {"port": free_udp_port()}}),
+            json!({"redfish": {"port": bmc.addr.port()}, "ipmitool": {"port": closed_udp_port()}}),
         );
         create(&client, &ns, &machine).await;
     }
@@ -69,22 +61,19 @@ async fn sigterm_with_reads_in_flight(
     // would keep the process for 30 s).
     let interval = format!("--rufio-machine-interval-seconds={interval_seconds}");
     let kubeconfig = chart_support::service_account_kubeconfig(env.kubeconfig_path(), &ns, "rufio");
-    let mut ingot = spawn_logged(
-        std::process::Command::new(env!("CARGO_BIN_EXE_ingot"))
-            .arg("run")
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg(format!("--lease-namespace={ns}"))
-            .arg(format!("--lease-name=ingot-{ns}"))
-            // A Lease that the first reads of a large fleet (TLS logins) cannot starve.
-            .arg("--lease-duration-seconds=30")
-            .arg("--controllers=rufio")
-            .arg(format!("--rufio-namespace={ns}"))
-            .arg(format!("--http-addr=127.0.0.1:{}", free_port()))
-            .arg(&interval)
-            .arg("--rufio-redfish-timeout-seconds=30")
-            .env("RUST_LOG", "info"),
-        "ingot-shutdown",
-    );
+    let ingot = ingot_testenv::Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+        .tag("shutdown")
+        .kubeconfig(&kubeconfig)
+        .arg(format!("--lease-namespace={ns}"))
+        .arg(format!("--lease-name=ingot-{ns}"))
+        // A Lease that the first reads of a large fleet (TLS logins) cannot starve.
+        .arg("--lease-duration-seconds=30")
+        .controllers("rufio")
+        .arg(format!("--rufio-namespace={ns}"))
+        .arg(&interval)
+        .arg("--rufio-redfish-timeout-seconds=30")
+        .env("RUST_LOG", "info")
+        .start();
     let deadline = Instant::now() + Duration::from_secs(120 + machines as u64 / 2);
     loop {
         let listed = kube::Api::<Machine>::namespaced(client.clone(), &ns)
@@ -103,7 +92,7 @@ async fn sigterm_with_reads_in_flight(
         if contactable == machines {
             break;
         }
-        if let Some(status) = ingot.child.as_mut().unwrap().try_wait().unwrap() {
+        if let Some(status) = ingot.exit_status() {
             panic!(
                 "ingot exited ({status}) before the Machines were read\n{}",
                 ingot.log_tail()
@@ -129,7 +118,7 @@ async fn sigterm_with_reads_in_flight(
     for bmc in dead_bmcs {
         bmc.state.set_fault(Some(Fault::Timeout));
     }
-    poll_until(
+    wait_for(
         "a read in flight to each dead BMC",
         Duration::from_secs(60),
         || async {
@@ -141,15 +130,9 @@ async fn sigterm_with_reads_in_flight(
     )
     .await;
 
-    let child = ingot.child.as_mut().unwrap();
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    ingot.terminate();
     let signalled = Instant::now();
-    let status = poll_until("ingot to exit", Duration::from_secs(60), || {
-        let exited = child.try_wait().unwrap();
-        async move { exited }
-    })
-    .await;
+    let status = ingot.wait_exit(Duration::from_secs(60)).await;
     let took = signalled.elapsed();
     let log = ingot.log_tail();
     assert!(status.success(), "ingot exited with {status}: {log}");
@@ -172,7 +155,7 @@ async fn sigterm_with_reads_in_flight(
         open.len(),
         live_bmcs.len()
     );
-    ingot.stop();
+    ingot.kill();
     delete_all(&client, &ns).await;
     took
 }

@@ -69,14 +69,12 @@ fn kubeconfig_for(server: &str) -> PathBuf {
 }
 
 fn run_against(kubeconfig: &Path) -> (Output, Duration) {
-    let http = TcpListener::bind("127.0.0.1:0").unwrap();
-    let http_addr = http.local_addr().unwrap();
-    drop(http);
     let started = Instant::now();
     let output = ingot()
         .arg("run")
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--http-addr={http_addr}"))
+        // A port of its own choosing.
+        .arg("--http-addr=127.0.0.1:0")
         .env_remove("RUST_LOG")
         .output()
         .unwrap();
@@ -86,11 +84,7 @@ fn run_against(kubeconfig: &Path) -> (Output, Duration) {
 #[test]
 fn an_api_server_that_refuses_connections_is_named_in_one_line() {
     // A port nothing listens on.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = ingot_testenv::harness::closed_port();
     let server = format!("https://127.0.0.1:{port}");
     let kubeconfig = kubeconfig_for(&server);
     let (output, _) = run_against(&kubeconfig);
@@ -128,14 +122,11 @@ async fn a_missing_credentials_secret_is_named_in_one_line_and_ingot_waits_for_i
     use std::io::{BufRead, BufReader};
     let env = ingot_testenv::shared().await;
     let ns = env.namespace("startup").await.unwrap();
-    let http_addr = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
     let mut child = ingot()
         .arg("run")
         .arg(format!("--kubeconfig={}", env.kubeconfig_path().display()))
-        .arg(format!("--http-addr={http_addr}"))
+        // A port of its own choosing.
+        .arg("--http-addr=127.0.0.1:0")
         .args(["--controllers", "pools", "--lease-namespace", &ns])
         .args(["--equinix-secret", "no-such-secret"])
         .args(["--equinix-secret-namespace", &ns])

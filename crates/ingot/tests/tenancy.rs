@@ -74,7 +74,7 @@ async fn fleet(n: usize, tls: bool) -> Fleet {
 /// A Machine on the emulated BMC at `port`, its Secret `secret_ns/SECRET`.
 fn machine(ns: &str, name: &str, secret_ns: &str, host: &str, port: u16) -> Machine {
     // IPMI at a port where nothing answers: only the Redfish emulator is this BMC.
-    let options = json!({"redfish": {"port": port}, "ipmitool": {"port": free_port()}});
+    let options = json!({"redfish": {"port": port}, "ipmitool": {"port": closed_port()}});
     let mut m = machine_sample(ns, name, SECRET, host, options);
     m.spec
         .connection
@@ -104,7 +104,7 @@ async fn event_notes(client: &Client, ns: &str, object: &str, reason: &str) -> V
 
 /// Waits for a Warning Event with `reason` on `object` and returns its note.
 async fn wait_event(client: &Client, ns: &str, object: &str, reason: &str) -> String {
-    poll_until(
+    wait_for(
         &format!("a {reason} Event on {object}"),
         Duration::from_secs(30),
         || async {
@@ -119,7 +119,7 @@ async fn wait_event(client: &Client, ns: &str, object: &str, reason: &str) -> St
 
 /// Waits until the Machine's `Contactable` condition has this status; returns its message.
 async fn wait_contactable_is(client: &Client, ns: &str, name: &str, wanted: &str) -> String {
-    poll_until(
+    wait_for(
         &format!("Machine {name} Contactable={wanted}"),
         Duration::from_secs(30),
         || async {
@@ -182,9 +182,8 @@ async fn references_across_namespaces_are_refused_unless_the_operator_allows_the
     let allow = format!("{tenant}={other}");
     let kubeconfig =
         narrowed_kubeconfig(env.kubeconfig_path(), &tenant, std::slice::from_ref(&allow));
-    let port = free_port();
-    let http_addr = format!("--http-addr=127.0.0.1:{port}");
-    let mut ingot = start_ingot_as(&kubeconfig, &tenant, &tenant, &[&http_addr]);
+    let ingot = start_ingot_as(&kubeconfig, &tenant, &tenant, &[]);
+    let port = ingot.http_addr().await;
 
     let message = wait_contactable_is(&client, &tenant, "stolen", "False").await;
     assert!(
@@ -198,7 +197,7 @@ async fn references_across_namespaces_are_refused_unless_the_operator_allows_the
         note.contains("spec.connection.authSecretRef.namespace"),
         "{note}"
     );
-    let status = poll_until("the Job to fail", Duration::from_secs(30), || async {
+    let status = wait_for("the Job to fail", Duration::from_secs(30), || async {
         let s = job_status(&client, &tenant, "power-victim").await;
         condition(&s, "Failed")
             .filter(|c| c.0 == "True")
@@ -216,11 +215,11 @@ async fn references_across_namespaces_are_refused_unless_the_operator_allows_the
     assert_eq!(stolen_bmc.state.snapshot().requests, 0);
     assert_eq!(victim_bmc.state.snapshot().requests, 0);
     assert_eq!(victim_bmc.state.snapshot().power_state, "On");
-    ingot.stop();
+    ingot.kill();
 
     // The operator allows tenant -> other: the Machine reads the Secret there, and a new Job
     // drives the Machine of the other namespace.
-    let mut ingot = start_ingot_as(
+    let ingot = start_ingot_as(
         &kubeconfig,
         &tenant,
         &tenant,
@@ -239,7 +238,7 @@ async fn references_across_namespaces_are_refused_unless_the_operator_allows_the
     )
     .await;
     assert!(victim_bmc.state.snapshot().requests > 0);
-    ingot.stop();
+    ingot.kill();
     delete_all(&client, &tenant).await;
     delete_all(&client, &other).await;
 }
@@ -266,7 +265,7 @@ async fn a_task_naming_a_secret_of_another_namespace_fails_and_sends_nothing() {
     create(&client, &tenant, &task).await;
     let kubeconfig = narrowed_kubeconfig(env.kubeconfig_path(), &tenant, &[]);
     let ingot = start_ingot_as(&kubeconfig, &tenant, &tenant, &[]);
-    let message = poll_until("the Task to fail", Duration::from_secs(30), || async {
+    let message = wait_for("the Task to fail", Duration::from_secs(30), || async {
         let t = Api::<Task>::namespaced(client.clone(), &tenant)
             .get("power-off")
             .await
@@ -381,7 +380,7 @@ async fn the_bmc_ca_bundle_lets_a_machine_verify_its_bmc() {
     }
     let kubeconfig = narrowed_kubeconfig(env.kubeconfig_path(), &ns, &[]);
 
-    let mut ingot = start_ingot_as(&kubeconfig, &ns, &ns, &[]);
+    let ingot = start_ingot_as(&kubeconfig, &ns, &ns, &[]);
     for name in ["emulated", "sushy"] {
         let message = wait_contactable_is(&client, &ns, name, "False").await;
         assert!(
@@ -389,7 +388,7 @@ async fn the_bmc_ca_bundle_lets_a_machine_verify_its_bmc() {
             "{name}: {message}"
         );
     }
-    ingot.stop();
+    ingot.kill();
 
     let bundle = temp_dir("tenancy-ca").join("bmc-ca.pem");
     let sushy_ca = std::fs::read_to_string(&sushy.ca).unwrap();
@@ -463,7 +462,7 @@ async fn a_pinned_certificate_fingerprint_is_the_only_trust_needed() {
     annotate(&client, &ns, "mispinned", PIN, &wrong).await;
     wait_contactable(&client, &ns, "sushy", "on", Duration::from_secs(30)).await;
     wait_contactable(&client, &ns, "emulated", "on", Duration::from_secs(30)).await;
-    let message = poll_until(
+    let message = wait_for(
         "the mispinned Machine to name the fingerprints",
         Duration::from_secs(30),
         || async {

@@ -875,8 +875,18 @@ mod tests {
                 d[4] = if i % 2 == 0 { 0x06 } else { 0x00 };
                 d[5] = [0x00, 0x10, 0x12, 0x14, 0xC0][i % 5];
             }
-            let _ = b.handle(&d);
+            let answer = b.handle(&d);
+            assert!(
+                answer.is_empty(),
+                "garbage datagram {i} ({d:02x?}) was answered: {answer:02x?}"
+            );
         }
+        // Still serving: a well-formed request after the garbage is answered, so the silence
+        // above is the garbage's, not a dead BMC's.
+        let ping = [
+            0x06, 0x00, 0xFF, 0x06, 0x00, 0x00, 0x11, 0xBE, 0x80, 0x21, 0x00, 0x00,
+        ];
+        assert_eq!(b.handle(&ping).len(), 1, "no pong after the garbage");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 mod control_plane;
 mod crds;
+pub mod harness;
 pub mod mcm;
 mod pki;
 
@@ -24,6 +25,8 @@ use tokio::sync::OnceCell;
 
 pub use control_plane::{AUDIT_LOG, ControlPlane, Options};
 pub use crds::{install_crds, shared_dir};
+pub use harness::operator::{Front, Operator, OperatorBuilder};
+pub use harness::wait_for;
 
 /// Errors of the test environment. Each says what to do about it.
 #[derive(Debug, thiserror::Error)]

@@ -2,22 +2,29 @@
 //! Rufio as processes, sushy-tools over TLS, and reading objects and conditions.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../../bmc/tests/common/mod.rs"]
-pub mod common;
-
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use ingot_api::rufio::{Job, Machine, Task};
+pub use ingot_testenv::{Operator, OperatorBuilder};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-pub use common::{ChildGuard, free_port, poll_until, require_tool, temp_dir};
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use ingot_testenv::harness::peers::{
+    self, Sushy, SushySystem, start_sushy_tls, start_sushy_tls_with,
+};
+#[allow(unused_imports)]
+pub use ingot_testenv::harness::{closed_port, closed_udp_port, require_apt_tool, temp_dir};
+pub use ingot_testenv::wait_for;
 
-/// A process stopped by its PID when dropped; its log kept for failures.
+/// A process of a peer (upstream Rufio) stopped by its PID when dropped; its log kept for
+/// failures.
 pub struct Proc {
     pub child: Option<Child>,
     pub log: PathBuf,
@@ -61,7 +68,7 @@ pub fn spawn_logged(cmd: &mut Command, tag: &str) -> Proc {
 
 /// `ingot run --controllers rufio` on the namespace, with short (scaled) intervals, as the
 /// chart's ServiceAccount (`admin` issues its token).
-pub fn start_ingot(admin: &Path, namespace: &str, extra: &[&str]) -> Proc {
+pub fn start_ingot(admin: &Path, namespace: &str, extra: &[&str]) -> Operator {
     let kubeconfig = crate::chart_support::service_account_kubeconfig(admin, namespace, "rufio");
     start_ingot_as(&kubeconfig, namespace, namespace, extra)
 }
@@ -73,50 +80,42 @@ pub fn start_ingot_as(
     lease_namespace: &str,
     namespace: &str,
     extra: &[&str],
-) -> Proc {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
-    cmd.arg("run")
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+) -> Operator {
+    ingot_as(kubeconfig, lease_namespace, namespace)
+        .args(extra.iter().copied())
+        .start()
+}
+
+/// The builder of [`start_ingot_as`], for more than extra arguments.
+pub fn ingot_as(kubeconfig: &Path, lease_namespace: &str, namespace: &str) -> OperatorBuilder {
+    Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+        .tag("rufio")
+        .kubeconfig(kubeconfig)
         .arg(format!("--lease-namespace={lease_namespace}"))
         .arg(format!("--lease-name=ingot-{namespace}"))
         .arg("--lease-duration-seconds=3")
-        .arg("--controllers=rufio")
-        .arg(format!("--rufio-namespace={namespace}"));
-    // Scaled defaults, each unless `extra` sets it.
-    let http_addr = format!("--http-addr=127.0.0.1:{}", free_port());
-    for default in [
-        http_addr.as_str(),
-        "--rufio-machine-interval-seconds=2",
-        "--rufio-task-poll-seconds=0.3",
-        "--rufio-redfish-timeout-seconds=3",
-    ] {
-        let flag = default.split('=').next().unwrap_or_default();
-        if !extra.iter().any(|e| e.starts_with(flag)) {
-            cmd.arg(default);
-        }
-    }
-    cmd.args(extra)
-        .env("RUST_LOG", "info,ingot_controllers=debug");
-    spawn_logged(&mut cmd, "ingot-rufio")
+        .controllers("rufio")
+        .arg(format!("--rufio-namespace={namespace}"))
+        // Scaled defaults, each unless the test sets it.
+        .default_arg("--rufio-machine-interval-seconds=2")
+        .default_arg("--rufio-task-poll-seconds=0.3")
+        .default_arg("--rufio-redfish-timeout-seconds=3")
+        .env("RUST_LOG", "info,ingot_controllers=debug")
 }
 
-/// How many requests `ingot run` (its /metrics on `port`) made with `verb` on `resource`.
-pub async fn kube_requests(port: u16, verb: &str, resource: &str) -> f64 {
-    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-        .await
-        .unwrap()
-        .text()
+/// How many requests `ingot run` (its /metrics at `addr`) made with `verb` on `resource`.
+pub async fn kube_requests(addr: SocketAddr, verb: &str, resource: &str) -> f64 {
+    let text = ingot_testenv::harness::operator::scrape(addr)
         .await
         .unwrap();
-    let labels = [
-        format!("verb=\"{verb}\""),
-        format!("resource=\"{resource}\""),
-    ];
-    text.lines()
-        .filter(|l| l.starts_with("ingot_kube_requests_total{"))
-        .filter(|l| labels.iter().all(|label| l.contains(label.as_str())))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
+    ingot_testenv::harness::operator::sum_of(
+        &text,
+        "ingot_kube_requests_total",
+        &[
+            &format!("verb=\"{verb}\""),
+            &format!("resource=\"{resource}\""),
+        ],
+    )
 }
 
 /// The upstream Rufio manager binary of `version` (`INGOT_RUFIO_BIN` for v0.6.5 and
@@ -155,11 +154,9 @@ pub fn start_rufio(binary: &Path, kubeconfig: &Path, namespace: &str) -> Proc {
     let mut cmd = Command::new(binary);
     cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
         .arg(format!("--kube-namespace={namespace}"))
-        .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()))
-        .arg(format!(
-            "--health-probe-bind-address=127.0.0.1:{}",
-            free_port()
-        ));
+        // Ports of its own choosing.
+        .arg("--metrics-bind-address=127.0.0.1:0")
+        .arg("--health-probe-bind-address=127.0.0.1:0");
     spawn_logged(&mut cmd, "upstream-rufio")
 }
 
@@ -255,7 +252,7 @@ pub async fn wait_contactable(
     power: &str,
     within: Duration,
 ) {
-    poll_until(
+    wait_for(
         &format!("Machine {name} Contactable with power {power}"),
         within,
         || async {
@@ -274,9 +271,9 @@ pub async fn wait_job(
     ns: &str,
     name: &str,
     within: Duration,
-    log: &Proc,
+    log: &Operator,
 ) -> Value {
-    let status = poll_until(&format!("Job {name} to end"), within, || async {
+    let status = wait_for(&format!("Job {name} to end"), within, || async {
         let s = job_status(client, ns, name).await;
         let done = condition(&s, "Completed").is_some_and(|c| c.0 == "True")
             || condition(&s, "Failed").is_some_and(|c| c.0 == "True");
@@ -312,223 +309,23 @@ pub async fn delete_all(client: &Client, ns: &str) {
         .await;
 }
 
-/// sushy-tools' emulator over TLS (a certificate from a CA of its own, `ca`): the fake system
-/// `fake` (on), then any others it was started with.
-pub struct Sushy {
-    _child: ChildGuard,
-    pub port: u16,
-    pub dir: PathBuf,
-    /// PEM of the CA that signed sushy's certificate.
-    pub ca: PathBuf,
-}
-
-/// A fake system besides the first: its `Name`, `Id` (a UUID) and power state.
-pub struct SushySystem<'a> {
-    pub name: &'a str,
-    pub uuid: &'a str,
-    pub power_state: &'a str,
-}
-
-pub fn start_sushy_tls(user: &str, password: &str) -> Sushy {
-    start_sushy_tls_with(user, password, &[])
-}
-
-/// sushy-tools over TLS with the fake system `fake` (on) and `more` systems.
-pub fn start_sushy_tls_with(user: &str, password: &str, more: &[SushySystem]) -> Sushy {
-    let sushy = require_tool("sushy-emulator");
-    let python = sushy
-        .parent()
-        .map(|d| d.join("python3"))
-        .filter(|p| p.is_file())
-        .unwrap_or_else(|| "python3".into());
-    let dir = temp_dir("sushy-tls");
-    let out = Command::new(&python)
-        .args([
-            "-c",
-            "import bcrypt,sys; print(bcrypt.hashpw(sys.argv[1].encode(), bcrypt.gensalt(rounds=4)).decode())",
-            password,
-        ])
-        .output()
-        .expect("python for bcrypt");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let digest = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    std::fs::write(dir.join("htpasswd"), format!("{user}:{digest}\n")).unwrap();
-    // A CA of its own signs the certificate, so that clients can trust sushy by that CA
-    // (`--bmc-ca-bundle`) as well as skip verification.
-    let ca = dir.join("ca.pem");
-    let ca_key = dir.join("ca-key.pem");
-    let cert = dir.join("cert.pem");
-    let key = dir.join("key.pem");
-    let csr = dir.join("cert.csr");
-    let extensions = dir.join("cert.ext");
-    std::fs::write(
-        &extensions,
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    let openssl = |args: &[&std::ffi::OsStr]| {
-        let status = Command::new("openssl")
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("openssl");
-        assert!(status.success(), "openssl {args:?} failed");
-    };
-    let os = |s: &'static str| std::ffi::OsStr::new(s);
-    openssl(&[
-        os("req"),
-        os("-x509"),
-        os("-newkey"),
-        os("rsa:2048"),
-        os("-nodes"),
-        os("-days"),
-        os("1"),
-        os("-keyout"),
-        ca_key.as_os_str(),
-        os("-out"),
-        ca.as_os_str(),
-        os("-subj"),
-        os("/CN=sushy test CA"),
-    ]);
-    openssl(&[
-        os("req"),
-        os("-newkey"),
-        os("rsa:2048"),
-        os("-nodes"),
-        os("-keyout"),
-        key.as_os_str(),
-        os("-out"),
-        csr.as_os_str(),
-        os("-subj"),
-        os("/CN=127.0.0.1"),
-    ]);
-    openssl(&[
-        os("x509"),
-        os("-req"),
-        os("-days"),
-        os("1"),
-        os("-in"),
-        csr.as_os_str(),
-        os("-CA"),
-        ca.as_os_str(),
-        os("-CAkey"),
-        ca_key.as_os_str(),
-        os("-CAcreateserial"),
-        os("-extfile"),
-        extensions.as_os_str(),
-        os("-out"),
-        cert.as_os_str(),
-    ]);
-    let port = free_port();
-    let conf = format!(
-        r#"
-SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'
-SUSHY_EMULATOR_LISTEN_PORT = {port}
-SUSHY_EMULATOR_SSL_CERT = '{cert}'
-SUSHY_EMULATOR_SSL_KEY = '{key}'
-SUSHY_EMULATOR_FAKE_DRIVER = True
-SUSHY_EMULATOR_STATE_DIR = '{state}'
-SUSHY_EMULATOR_AUTH_FILE = '{auth}'
-SUSHY_EMULATOR_FAKE_SYSTEMS = [{{
-    'uuid': '27946b59-9e44-4fa7-8e91-f3527a1ef094',
-    'name': 'fake',
-    'power_state': 'On',
-    'external_notifier': False,
-    'nics': [{{'mac': '00:5c:52:31:3a:9c', 'ip': '127.0.0.2'}}],
-}}{more}]
-"#,
-        more = more
-            .iter()
-            .map(|m| format!(
-                ", {{'uuid': '{}', 'name': '{}', 'power_state': '{}', 'external_notifier': False}}",
-                m.uuid, m.name, m.power_state
-            ))
-            .collect::<String>(),
-        cert = cert.display(),
-        key = key.display(),
-        state = dir.join("state").display(),
-        auth = dir.join("htpasswd").display(),
-    );
-    std::fs::create_dir_all(dir.join("state")).unwrap();
-    std::fs::write(dir.join("conf.py"), conf).unwrap();
-    let log = std::fs::File::create(dir.join("sushy.log")).unwrap();
-    let child = common::spawn(
-        Command::new(&sushy)
-            // sushy fetches virtual media images itself: from loopback, never through a proxy.
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .env("no_proxy", "127.0.0.1,localhost")
-            .arg("--config")
-            .arg(dir.join("conf.py"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log),
-    );
-    Sushy {
-        _child: child,
-        port,
-        ca: dir.join("ca.pem"),
-        dir,
-    }
-}
-
-impl Sushy {
-    /// The fake system as sushy itself reports it (its own API, not ingot's client).
-    pub async fn system(&self, user: &str, password: &str) -> Option<Value> {
-        self.systems(user, password).await.into_iter().next()
-    }
-
-    /// The system named `name`, as sushy reports it.
-    pub async fn system_named(&self, user: &str, password: &str, name: &str) -> Option<Value> {
-        self.systems(user, password)
-            .await
-            .into_iter()
-            .find(|s| s["Name"] == name)
-    }
-
-    /// The first system's virtual CD device, as sushy reports it.
-    pub async fn virtual_cd(&self, user: &str, password: &str) -> Option<Value> {
-        let system = self.system(user, password).await?;
-        let path = format!("{}/VirtualMedia/Cd", system["@odata.id"].as_str()?);
-        self.get(user, password, path).await
-    }
-
-    async fn get(&self, user: &str, password: &str, path: String) -> Option<Value> {
-        let http = reqwest::Client::builder()
-            .danger_accept_invalid_certs(true)
-            .timeout(Duration::from_secs(5))
-            .build()
-            .unwrap();
-        http.get(format!("https://127.0.0.1:{}{path}", self.port))
-            .basic_auth(user, Some(password))
-            .send()
-            .await
-            .ok()?
-            .json::<Value>()
-            .await
-            .ok()
-    }
-
-    /// Every member of sushy's `Systems`, in its order (empty when sushy does not answer).
-    async fn systems(&self, user: &str, password: &str) -> Vec<Value> {
-        let get = |path: String| self.get(user, password, path);
-        let Some(collection) = get("/redfish/v1/Systems".into()).await else {
-            return Vec::new();
-        };
-        let mut systems = Vec::new();
-        for member in collection["Members"].as_array().into_iter().flatten() {
-            let Some(path) = member["@odata.id"].as_str() else {
-                continue;
-            };
-            match get(path.to_owned()).await {
-                Some(system) => systems.push(system),
-                None => return Vec::new(),
-            }
-        }
-        systems
-    }
+/// `ingot run --controllers seeder` (rufio comes with it) on `harvester-system`, installed from
+/// the plain manifests (`kubeconfig` holds their ServiceAccount's token, the Lease is in their
+/// namespace), with scaled intervals.
+pub fn ingot_seeder(kubeconfig: &Path, lease_name: &str) -> OperatorBuilder {
+    Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+        .tag("seeder")
+        .kubeconfig(kubeconfig)
+        .arg(format!(
+            "--lease-namespace={}",
+            crate::chart_support::MANIFESTS_NAMESPACE
+        ))
+        .arg(format!("--lease-name={lease_name}"))
+        .arg("--lease-duration-seconds=3")
+        .controllers("seeder")
+        .arg("--seeder-namespace=harvester-system")
+        .arg("--rufio-namespace=harvester-system")
+        .arg("--rufio-machine-interval-seconds=2")
+        .arg("--rufio-redfish-timeout-seconds=10")
+        .env("RUST_LOG", "info,ingot_controllers=debug")
 }
