@@ -10,10 +10,12 @@
 //! - `async fn finish(self)`: stops what `start` started and removes what the scenario made.
 //!
 //! The first of a scenario's tests to run starts the whole scenario on a thread and a runtime of
-//! its own (the fixture's clients and processes live as long as that runtime); every test of the
-//! scenario waits for it to end (the fixture torn down, so that no process outlives the test
-//! binary), then reports its own step: the step's panic, "not run" after an earlier step failed,
-//! or the fixture's failure to start.
+//! its own (the fixture's clients and processes live as long as that runtime). Each test waits
+//! for its own step, then reports it: the step's panic, "not run" after an earlier step failed,
+//! or the fixture's failure to start. The test that started the scenario also waits for the
+//! fixture to be torn down (and reports a failure to finish), so that no process outlives the
+//! test binary: the scenario holds one of the harness's test threads for its whole run, as one
+//! long test would, and the other tests of it hold theirs only until their step is done.
 //!
 //! ```ignore
 //! struct Deployment { /* ... */ }
@@ -41,21 +43,22 @@ use futures::FutureExt;
 /// The future of one step, borrowing the fixture (what the generated dispatcher returns).
 pub type StepFuture<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
-/// Step → its failure (absent: it passed).
-pub type Failures = BTreeMap<&'static str, String>;
-
-/// The state of one scenario: its steps, whether it has run, and each step's outcome. Declared
-/// by [`scenario!`](crate::scenario) as a static.
+/// The state of one scenario: its steps, the steps' outcomes so far, whether the fixture is torn
+/// down. Declared by [`scenario!`](crate::scenario) as a static.
 pub struct Scenario {
     steps: &'static [&'static str],
     start: Once,
-    outcomes: Mutex<Outcomes>,
-    done: Condvar,
+    state: Mutex<State>,
+    changed: Condvar,
 }
 
-struct Outcomes {
-    done: bool,
-    failed: Failures,
+struct State {
+    /// Step → its outcome (`Err`: why it failed or did not run), as each becomes known.
+    outcomes: BTreeMap<&'static str, Result<(), String>>,
+    /// The fixture is torn down (or the scenario's thread ended).
+    finished: bool,
+    /// Why the fixture could not be torn down.
+    finish_failure: Option<String>,
 }
 
 impl Scenario {
@@ -64,45 +67,69 @@ impl Scenario {
         Self {
             steps,
             start: Once::new(),
-            outcomes: Mutex::new(Outcomes {
-                done: false,
-                failed: BTreeMap::new(),
+            state: Mutex::new(State {
+                outcomes: BTreeMap::new(),
+                finished: false,
+                finish_failure: None,
             }),
-            done: Condvar::new(),
+            changed: Condvar::new(),
         }
     }
 
-    /// The steps, in the order they run.
-    pub fn steps(&self) -> &'static [&'static str] {
-        self.steps
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs the scenario (`play`, on a thread of its own) unless a test of it already did, waits
-    /// for it to end, and fails if `step` did.
-    pub fn outcome(
-        &'static self,
-        step: &'static str,
-        play: fn(&'static [&'static str]) -> Failures,
-    ) {
+    fn report(&self, step: &'static str, outcome: Result<(), String>) {
+        self.lock().outcomes.entry(step).or_insert(outcome);
+        self.changed.notify_all();
+    }
+
+    /// Every step without an outcome fails with `why`.
+    fn fail_the_rest(&self, why: &str) {
+        let mut state = self.lock();
+        for step in self.steps {
+            state
+                .outcomes
+                .entry(step)
+                .or_insert_with(|| Err(why.to_owned()));
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    /// The test of `step`: runs the scenario (`play`, on a thread of its own) unless a test of
+    /// it already did, waits for `step` (and for the fixture's teardown, see the module), and
+    /// fails if `step` did.
+    pub fn outcome(&'static self, step: &'static str, play: fn(&'static Scenario)) {
         assert!(
             self.steps.contains(&step),
             "{step} is not a step of the scenario"
         );
+        let mut first = false;
         self.start.call_once(|| {
+            first = true;
             std::thread::spawn(move || {
-                let failed = play(self.steps);
-                let mut outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
-                outcomes.failed = failed;
-                outcomes.done = true;
-                self.done.notify_all();
+                if let Err(panic) = std::panic::catch_unwind(|| play(self)) {
+                    self.fail_the_rest(&format!("the scenario did not run: {}", message(&*panic)));
+                }
+                self.lock().finished = true;
+                self.changed.notify_all();
             });
         });
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
-        while !outcomes.done {
-            outcomes = self.done.wait(outcomes).unwrap_or_else(|e| e.into_inner());
+        let mut state = self.lock();
+        loop {
+            let known = state.outcomes.contains_key(step);
+            if known && (!first || state.finished) {
+                break;
+            }
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
         }
-        if let Some(failure) = outcomes.failed.get(step) {
+        if let Some(Err(failure)) = state.outcomes.get(step) {
             panic!("{step}: {failure}");
+        }
+        if let Some(failure) = &state.finish_failure {
+            panic!("{step} passed, but {failure}");
         }
     }
 }
@@ -115,20 +142,19 @@ fn message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "panicked".to_owned())
 }
 
-/// Starts the fixture, runs `steps` in order on it (`step` runs one by name; a step after a
-/// failed one is not run), finishes it, and returns the failures. On a runtime of its own, which
-/// is dropped before this returns. Called by the code [`scenario!`](crate::scenario) generates.
+/// Starts the fixture, runs the scenario's steps in order on it (`step` runs one by name; a
+/// step after a failed one is not run), reporting each outcome as it is known, then finishes
+/// the fixture. On a runtime of its own, which is dropped before this returns. Called by the
+/// code [`scenario!`](crate::scenario) generates.
 pub fn play<F, S, Fin>(
-    steps: &'static [&'static str],
+    scenario: &'static Scenario,
     start: impl FnOnce() -> S,
     step: for<'a> fn(&'a mut F, &'static str) -> StepFuture<'a>,
     finish: impl FnOnce(F) -> Fin,
-) -> Failures
-where
+) where
     S: Future<Output = F>,
     Fin: Future<Output = ()>,
 {
-    let mut failed = BTreeMap::new();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -139,35 +165,33 @@ where
         let mut fixture = match fixture {
             Ok(fixture) => fixture,
             Err(panic) => {
-                let why = format!("the fixture did not start: {}", message(&*panic));
-                for name in steps {
-                    failed.insert(*name, why.clone());
-                }
+                scenario.fail_the_rest(&format!("the fixture did not start: {}", message(&*panic)));
                 return;
             }
         };
-        let mut first_failure: Option<&str> = None;
-        for name in steps {
-            if let Some(first) = first_failure {
-                failed.insert(*name, format!("not run: the step {first} failed before it"));
-                continue;
-            }
+        for name in scenario.steps {
             let started = Instant::now();
             match AssertUnwindSafe(step(&mut fixture, name))
                 .catch_unwind()
                 .await
             {
-                Ok(()) => eprintln!("{name}: passed in {:?}", started.elapsed()),
+                Ok(()) => {
+                    eprintln!("{name}: passed in {:?}", started.elapsed());
+                    scenario.report(name, Ok(()));
+                }
                 Err(panic) => {
-                    failed.insert(*name, message(&*panic));
-                    first_failure = Some(name);
+                    scenario.report(name, Err(message(&*panic)));
+                    scenario.fail_the_rest(&format!("not run: the step {name} failed before it"));
+                    break;
                 }
             }
         }
-        finish(fixture).await;
+        if let Err(panic) = AssertUnwindSafe(finish(fixture)).catch_unwind().await {
+            scenario.lock().finish_failure =
+                Some(format!("the fixture did not finish: {}", message(&*panic)));
+        }
     });
     drop(runtime);
-    failed
 }
 
 /// Declares a scenario: `scenario!(mod NAME: FIXTURE { step_a, step_b, ... })` makes the module
@@ -202,11 +226,9 @@ macro_rules! scenario {
                 panic!("no step {name}")
             }
 
-            pub(super) fn play(
-                steps: &'static [&'static str],
-            ) -> $crate::harness::scenario::Failures {
+            pub(super) fn play(scenario: &'static $crate::harness::scenario::Scenario) {
                 $crate::harness::scenario::play(
-                    steps,
+                    scenario,
                     <$fixture>::start,
                     step,
                     <$fixture>::finish,
