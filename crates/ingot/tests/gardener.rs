@@ -1023,7 +1023,7 @@ impl Faults {
             )
             .await
             .unwrap();
-        assert!(stack.sim.sim().vanish(&device_of(&first)));
+        assert!(stack.sim.sim().vanish(&device_of(first)));
         let preserved = wait_for(
             "the failed machine to be preserved",
             Duration::from_secs(60),
@@ -1099,7 +1099,7 @@ impl Faults {
             async || {
                 let devices = stack.devices();
                 (orphans.iter().all(|o| !devices.contains_key(o))
-                    && devices.contains_key(&device_of(&replacement)))
+                    && devices.contains_key(&device_of(replacement)))
                 .then_some(())
             },
         )
@@ -1659,7 +1659,7 @@ impl Split {
             "the stray node to be marked not-managed-by-mcm",
             Duration::from_secs(30),
             async || {
-                let node = target_nodes.get(&stray).await.unwrap();
+                let node = target_nodes.get(stray).await.unwrap();
                 (node.annotations().get(NOT_MANAGED).map(String::as_str) == Some("1")
                     && node.finalizers().is_empty())
                 .then_some(())
@@ -1687,7 +1687,7 @@ impl Split {
             "the mark to go once a machine names the node",
             Duration::from_secs(30),
             async || {
-                let node = target_nodes.get(&stray).await.unwrap();
+                let node = target_nodes.get(stray).await.unwrap();
                 (!node.annotations().contains_key(NOT_MANAGED)).then_some(())
             },
         )

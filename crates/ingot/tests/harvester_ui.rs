@@ -387,14 +387,14 @@ impl Guide {
 
     async fn finish(self) {
         let client = &self.client;
-        clean(&client).await;
+        clean(client).await;
     }
 
     /// Step 1 of the guide, from its code block: Seeder scaled to 0, its Addon enabled.
     async fn the_guide_s_first_step_stops_seeder_and_keeps_its_addon_enabled(&mut self) {
         let (client, admin, work) = (&self.client, &self.admin, &self.work);
-        shell(&admin, &work, &guide_block("seeder-stopped.yaml"));
-        let stopped = addon(&client).await;
+        shell(admin, work, &guide_block("seeder-stopped.yaml"));
+        let stopped = addon(client).await;
         assert_eq!(stopped.data["spec"]["enabled"], json!(true), "{stopped:?}");
         let v = values(&stopped);
         assert_eq!(v["replicaCount"], serde_yaml::Value::from(0), "{v:?}");
@@ -419,15 +419,15 @@ impl Guide {
             "kubectl apply --server-side --force-conflicts -f deploy/manifests/seeder.yaml"
         ));
         Api::<Inventory>::namespaced(client.clone(), NS)
-            .create(&PostParams::default(), &inventory)
+            .create(&PostParams::default(), inventory)
             .await
             .unwrap();
-        let kubeconfig = chart_support::install_from_manifests(&admin, "seeder");
+        let kubeconfig = chart_support::install_from_manifests(admin, "seeder");
         let ingot = ingot_seeder(&kubeconfig, "ingot-harvester-ui-test")
             .arg("--rufio-task-poll-seconds=0.3")
             .start();
         wait_for("the Inventory ready", Duration::from_secs(60), || async {
-            (inventory_status(&client).await["status"] == "inventoryNodeReady").then_some(())
+            (inventory_status(client).await["status"] == "inventoryNodeReady").then_some(())
         })
         .await;
         self.ingot = Some(ingot);
@@ -475,11 +475,11 @@ impl Guide {
             )
             .await
             .unwrap();
-        assert_eq!(power_action_possible(&client, NODE).await, Ok(()));
-        press(&client, NODE, "shutdown").await;
-        wait_answered(&client, &sushy, "shutdown", "Off", &ingot).await;
-        press(&client, NODE, "poweron").await;
-        wait_answered(&client, &sushy, "poweron", "On", &ingot).await;
+        assert_eq!(power_action_possible(client, NODE).await, Ok(()));
+        press(client, NODE, "shutdown").await;
+        wait_answered(client, sushy, "shutdown", "Off", ingot).await;
+        press(client, NODE, "poweron").await;
+        wait_answered(client, sushy, "poweron", "On", ingot).await;
     }
 
     /// Rolling back, from the guide's code block: ingot stopped (its process here; the block
@@ -488,8 +488,8 @@ impl Guide {
         let (client, admin, work) = (&self.client, &self.admin, &self.work);
         let ingot = self.ingot.take().expect("ingot runs");
         ingot.kill();
-        shell(&admin, &work, &guide_block("seeder-restored.yaml"));
-        let restored = addon(&client).await;
+        shell(admin, work, &guide_block("seeder-restored.yaml"));
+        let restored = addon(client).await;
         assert_eq!(restored.data["spec"]["enabled"], json!(true));
         assert_eq!(
             restored.data["spec"]["valuesContent"], SHIPPED_VALUES,
@@ -537,12 +537,12 @@ impl Guide {
     /// The guide's old first step takes the buttons away: Harvester answers 424.
     async fn the_guide_s_old_first_step_takes_the_buttons_away(&mut self) {
         let (client, admin, work) = (&self.client, &self.admin, &self.work);
-        shell(&admin, &work, OLD_STEP_1);
+        shell(admin, work, OLD_STEP_1);
         assert_eq!(
-            power_action_possible(&client, NODE).await.map_err(|e| e.0),
+            power_action_possible(client, NODE).await.map_err(|e| e.0),
             Err(424)
         );
-        assert_eq!(addon_verdict(Some(&addon(&client).await)), Err(424));
+        assert_eq!(addon_verdict(Some(&addon(client).await)), Err(424));
         assert_eq!(addon_verdict(None), Err(424));
     }
 }

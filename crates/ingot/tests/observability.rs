@@ -468,15 +468,15 @@ impl Observed {
             Api::<ingot_api::equinix::InstancePool>::all(self.client.clone()),
         );
         let pool_name = &self.pool_name;
-        let _ = pools.delete(&pool_name, &DeleteParams::default()).await;
-        let _ = Api::<ingot_api::seeder::Inventory>::namespaced(client.clone(), &ns)
+        let _ = pools.delete(pool_name, &DeleteParams::default()).await;
+        let _ = Api::<ingot_api::seeder::Inventory>::namespaced(client.clone(), ns)
             .delete_collection(&DeleteParams::default(), &Default::default())
             .await;
-        let _ = Api::<ingot_api::gardener::Machine>::namespaced(client.clone(), &ns)
+        let _ = Api::<ingot_api::gardener::Machine>::namespaced(client.clone(), ns)
             .delete_collection(&DeleteParams::default(), &Default::default())
             .await;
 
-        delete_all(&client, &ns).await;
+        delete_all(client, ns).await;
         drop(self.ingot);
     }
 
@@ -484,7 +484,7 @@ impl Observed {
     /// unreachable (or timed out).
     async fn unreachable_bmc_calls_are_counted(&mut self) {
         let (client, ns, http, port) = (&self.client, &self.ns, &self.http, self.port);
-        wait_contactable(&client, &ns, "good", "on", Duration::from_secs(60)).await;
+        wait_contactable(client, ns, "good", "on", Duration::from_secs(60)).await;
         let bmc_failed = |s: &BTreeMap<String, f64>| {
             s.iter().any(|(series, v)| {
                 series.starts_with("ingot_bmc_requests_total{")
@@ -497,7 +497,7 @@ impl Observed {
             "the failed BMC calls to be counted",
             Duration::from_secs(60),
             || async {
-                let text = scrape(&http, port).await?;
+                let text = scrape(http, port).await?;
                 bmc_failed(&samples(&text)).then_some(text)
             },
         )
@@ -509,7 +509,7 @@ impl Observed {
     async fn every_metric_the_dashboard_and_the_alerts_name_is_served(&mut self) {
         let (text, ingot) = (&self.text, &self.ingot);
         let expressions = expressions();
-        let served_families = families(&text);
+        let served_families = families(text);
 
         let mut missing = Vec::new();
         for (at, expr) in &expressions {
@@ -595,7 +595,7 @@ impl Observed {
             },
         }))
         .unwrap();
-        create(&client, &ns, &inventory).await;
+        create(client, ns, &inventory).await;
         let parts = [
             "instancepool",
             "gardener-machine",
@@ -619,7 +619,7 @@ impl Observed {
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
-            let text = scrape(&http, port).await.unwrap_or_default();
+            let text = scrape(http, port).await.unwrap_or_default();
             let missing = unreconciled(&samples(&text));
             if missing.is_empty() {
                 break;

@@ -384,9 +384,9 @@ impl DeadBmc {
 
     async fn finish(self) {
         let (client, ns) = (&self.client, &self.ns);
-        delete_all(&client, &ns).await;
+        delete_all(client, ns).await;
         let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-            .delete(&ns, &DeleteParams::default())
+            .delete(ns, &DeleteParams::default())
             .await;
     }
 
@@ -396,8 +396,8 @@ impl DeadBmc {
         let (client, ns, healthy, started) = (&self.client, &self.ns, self.healthy, self.started);
         for i in 0..healthy {
             wait_contactable(
-                &client,
-                &ns,
+                client,
+                ns,
                 &format!("m{i:02}"),
                 "on",
                 Duration::from_secs(30),
@@ -407,7 +407,7 @@ impl DeadBmc {
         let all_known = started.elapsed();
         // The dead BMC is still being waited for (8 s Redfish timeout, then the IPMI probe):
         // it held nobody else up.
-        let dead_status = machine_status(&client, &ns, "dead").await;
+        let dead_status = machine_status(client, ns, "dead").await;
         assert!(
             dead_status.is_null() || condition(&dead_status, "Contactable").is_none(),
             "the dead BMC was judged before the healthy ones were read ({all_known:?}): {dead_status}"
@@ -423,7 +423,7 @@ impl DeadBmc {
             "the dead Machine to be judged",
             Duration::from_secs(60),
             || async {
-                let s = machine_status(&client, &ns, "dead").await;
+                let s = machine_status(client, ns, "dead").await;
                 condition(&s, "Contactable")
             },
         )
@@ -440,7 +440,7 @@ impl DeadBmc {
         );
         assert!(!message.contains(SAMPLE_PASSWORD));
         assert_eq!(
-            machine_status(&client, &ns, "dead").await["powerState"],
+            machine_status(client, ns, "dead").await["powerState"],
             "unknown"
         );
     }
@@ -449,10 +449,7 @@ impl DeadBmc {
     async fn a_closed_bmc_port_is_not_contactable(&mut self) {
         let (client, ns) = (&self.client, &self.ns);
         let (status, message) = wait_for("refused judged", Duration::from_secs(30), || async {
-            condition(
-                &machine_status(&client, &ns, "refused").await,
-                "Contactable",
-            )
+            condition(&machine_status(client, ns, "refused").await, "Contactable")
         })
         .await;
         assert_eq!(status, "False");
@@ -482,7 +479,7 @@ impl DeadBmc {
     async fn a_deleted_machine_s_bmc_is_logged_out_and_the_others_keep_theirs(&mut self) {
         let (client, ns, fleet, healthy) = (&self.client, &self.ns, &self.fleet, self.healthy);
         let deleted = 5;
-        let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
+        let machines: Api<Machine> = Api::namespaced(client.clone(), ns);
         for i in 0..deleted {
             machines
                 .delete(&format!("m{i:02}"), &DeleteParams::default())

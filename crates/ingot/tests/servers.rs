@@ -472,20 +472,20 @@ impl Power {
         let (harvester, updater, ingot) = (&self.harvester, &self.updater, &self.ingot);
         for _ in 0..4 {
             assert_eq!(
-                power_request(port, Some(&updater), &node, "powerAction", reboot)
+                power_request(port, Some(updater), node, "powerAction", reboot)
                     .await
                     .0,
                 403
             );
             assert_eq!(
-                power_request(port, Some(&harvester), &node, "powerAction", reboot)
+                power_request(port, Some(harvester), node, "powerAction", reboot)
                     .await
                     .0,
                 424
             );
         }
         assert_eq!(
-            power_request(port, Some(&harvester), &node, "powerActionPossible", "")
+            power_request(port, Some(harvester), node, "powerActionPossible", "")
                 .await
                 .0,
             424
@@ -575,7 +575,7 @@ impl Power {
         let env = ingot_testenv::shared().await;
         let mut second = Ingot::start(
             env.kubeconfig_path(),
-            &ns,
+            ns,
             "servers-b",
             "seeder",
             &[
@@ -593,7 +593,7 @@ impl Power {
             async || TcpStream::connect(("127.0.0.1", second_port)).await.ok(),
         )
         .await;
-        let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+        let secret = Api::<Secret>::namespaced(client.clone(), ns)
             .get("power-api-tls")
             .await
             .unwrap();
@@ -618,15 +618,15 @@ impl Power {
             (&self.client, &self.ns, &self.node, &self.harvester, REBOOT);
         let second_port = self.second.as_ref().expect("the second replica runs").power;
         let (code, body) =
-            power_request(second_port, Some(&harvester), &node, "powerAction", reboot).await;
+            power_request(second_port, Some(harvester), node, "powerAction", reboot).await;
         assert_eq!(
             code, 401,
             "a token for the API server, not this audience: {body}"
         );
         let for_ingot =
-            service_account_token(&client, &ns, "harvester", &["ingot-servers-test"]).await;
+            service_account_token(client, ns, "harvester", &["ingot-servers-test"]).await;
         let (code, body) =
-            power_request(second_port, Some(&for_ingot), &node, "powerAction", reboot).await;
+            power_request(second_port, Some(&for_ingot), node, "powerAction", reboot).await;
         assert_eq!(code, 424, "{body}");
         self.for_ingot = Some(for_ingot);
     }
