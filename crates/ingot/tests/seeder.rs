@@ -543,9 +543,9 @@ async fn go_seeder_objects(client: &Client, sim_port: u16) {
 // Seeder's embedded mode, one behaviour per test, over one shared fixture (`Embedded`): the
 // peers, the objects in harvester-system and one `ingot run` are set up once per test binary,
 // and each test below is one step of the cluster's life, run in this order on that fixture (a
-// step starts from what the steps before it left). Every test waits for the whole scenario (the
-// fixture is torn down before the binary exits), then reports its own step; a step after a
-// failed one fails as not run (`ingot_testenv::scenario!`).
+// step starts from what the steps before it left). Each test reports its own step; a step after
+// a failed one fails as not run; the fixture is torn down before the binary exits
+// (`ingot_testenv::scenario!`).
 ingot_testenv::scenario!(mod embedded: Embedded {
     the_healthy_bmcs_are_ready_before_the_dead_one_is_judged,
     the_inventory_status_has_the_heps_shape_and_the_nodes_address,
