@@ -432,250 +432,320 @@ fn last_operation(m: &Machine) -> Value {
     serde_json::to_value(m.status.as_ref().and_then(|s| s.last_operation.clone())).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn machine_deployment_scales_rolls_and_deletes_with_upstream_mcm() {
-    let stack = Stack::start(&[]).await;
-    let md = "eqx-md-life";
-    stack.create_deployment(md, 3).await;
-    let machines = stack.wait_running(3, Duration::from_secs(120)).await;
-    for m in &machines {
-        let name = m.name_any();
-        assert!(
-            m.finalizers()
-                .contains(&"machine.sapcloud.io/machine-controller-manager".to_owned())
-        );
-        assert_eq!(m.labels().get("node"), Some(&name), "node label");
-        assert_eq!(
-            m.annotations()
-                .get("machinepriority.machine.sapcloud.io")
-                .map(String::as_str),
-            Some("3")
-        );
-        let provider_id = m.spec.provider_id.clone().unwrap();
-        assert!(
-            provider_id.starts_with("equinixmetal://ny/"),
-            "{provider_id}"
-        );
-        let op = last_operation(m);
-        assert_eq!(
-            op["description"],
-            format!("Machine {name} successfully joined the cluster")
-        );
-        assert_eq!(
-            (op["state"].as_str(), op["type"].as_str()),
-            (Some("Successful"), Some("Create"))
-        );
-        let node = stack.node(&name).await.expect("the machine's Node joined");
-        assert_eq!(
-            node.labels().get("node.gardener.cloud/machine-name"),
-            Some(&name)
-        );
-        let conditions = m.status.as_ref().unwrap().conditions.clone().unwrap();
-        assert!(
-            conditions
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True"),
-            "node conditions copied"
-        );
-        // The bootstrap token was used and then deleted.
-        let token = ingot_controllers::gardener::bootstrap::secret_name(&name);
-        assert!(
-            Api::<Secret>::namespaced(stack.client.clone(), "kube-system")
-                .get_opt(&token)
-                .await
-                .unwrap()
-                .is_none()
-        );
+// A MachineDeployment's life with upstream MCM, one behaviour per test, over one stack (`Life`):
+// it runs three Machines, is touched, scaled, loses a Node, rolls to a new class and is deleted,
+// in this order (`ingot_testenv::scenario!`).
+ingot_testenv::scenario!(mod deployment_life: Life {
+    a_deployment_s_machines_run_each_on_its_device_with_its_node_joined,
+    passes_over_running_machines_read_class_and_secret_from_the_caches,
+    scaling_deletes_the_nodes_of_the_deleted_machines,
+    a_deleted_node_deletes_its_machine_which_mcm_replaces,
+    a_new_class_rolls_every_machine_onto_its_plan,
+    a_deleted_deployment_leaves_no_machine_or_device_and_none_was_made_twice,
+    each_phase_change_is_an_event_on_its_machine,
+    neither_the_api_token_nor_the_user_data_is_logged,
+});
+
+/// One stack and its MachineDeployment `eqx-md-life`, with the Machines it first ran.
+struct Life {
+    stack: Stack,
+    md: &'static str,
+    /// The three Machines the deployment first ran.
+    machines: Vec<Machine>,
+}
+
+impl Life {
+    async fn start() -> Self {
+        Life {
+            stack: Stack::start(&[]).await,
+            md: "eqx-md-life",
+            machines: Vec::new(),
+        }
     }
-    // Steady state: repeated passes over the Running machines read their MachineClass and
-    // its Secret from the watched caches, never with a GET per pass. Touching a Machine makes
-    // the machine controller reconcile it; two rounds, each waited for.
-    let passes = |metrics: &BTreeMap<String, f64>| {
-        metrics
-            .get("ingot_reconciliations_total{controller=\"gardener-machine\"}")
-            .copied()
-            .unwrap_or_default()
-    };
-    let before = stack.metrics().await;
-    let mut seen = passes(&before);
-    for round in 0..2 {
+
+    async fn finish(self) {}
+
+    /// Three Running Machines, each with MCM's finalizer, its node label and priority, an
+    /// `equinixmetal://` provider ID, a Successful Create, its Node joined with its conditions
+    /// copied, and its bootstrap token used then deleted.
+    async fn a_deployment_s_machines_run_each_on_its_device_with_its_node_joined(&mut self) {
+        let stack = &self.stack;
+        let md = self.md;
+        stack.create_deployment(md, 3).await;
+        let machines = stack.wait_running(3, Duration::from_secs(120)).await;
         for m in &machines {
-            let touch = json!({"metadata": {"annotations": {"e2e/touched": round.to_string()}}});
+            let name = m.name_any();
+            assert!(
+                m.finalizers()
+                    .contains(&"machine.sapcloud.io/machine-controller-manager".to_owned())
+            );
+            assert_eq!(m.labels().get("node"), Some(&name), "node label");
+            assert_eq!(
+                m.annotations()
+                    .get("machinepriority.machine.sapcloud.io")
+                    .map(String::as_str),
+                Some("3")
+            );
+            let provider_id = m.spec.provider_id.clone().unwrap();
+            assert!(
+                provider_id.starts_with("equinixmetal://ny/"),
+                "{provider_id}"
+            );
+            let op = last_operation(m);
+            assert_eq!(
+                op["description"],
+                format!("Machine {name} successfully joined the cluster")
+            );
+            assert_eq!(
+                (op["state"].as_str(), op["type"].as_str()),
+                (Some("Successful"), Some("Create"))
+            );
+            let node = stack.node(&name).await.expect("the machine's Node joined");
+            assert_eq!(
+                node.labels().get("node.gardener.cloud/machine-name"),
+                Some(&name)
+            );
+            let conditions = m.status.as_ref().unwrap().conditions.clone().unwrap();
+            assert!(
+                conditions
+                    .iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True"),
+                "node conditions copied"
+            );
+            // The bootstrap token was used and then deleted.
+            let token = ingot_controllers::gardener::bootstrap::secret_name(&name);
+            assert!(
+                Api::<Secret>::namespaced(stack.client.clone(), "kube-system")
+                    .get_opt(&token)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+        }
+        self.machines = machines;
+    }
+
+    /// Steady state: repeated passes over the Running machines read their MachineClass and
+    /// its Secret from the watched caches, never with a GET per pass.
+    async fn passes_over_running_machines_read_class_and_secret_from_the_caches(&mut self) {
+        let stack = &self.stack;
+        let machines = &self.machines;
+        let passes = |metrics: &BTreeMap<String, f64>| {
+            metrics
+                .get("ingot_reconciliations_total{controller=\"gardener-machine\"}")
+                .copied()
+                .unwrap_or_default()
+        };
+        let before = stack.metrics().await;
+        let mut seen = passes(&before);
+        for round in 0..2 {
+            for m in machines {
+                let touch =
+                    json!({"metadata": {"annotations": {"e2e/touched": round.to_string()}}});
+                stack
+                    .machines_api()
+                    .patch(
+                        &m.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&touch),
+                    )
+                    .await
+                    .unwrap();
+            }
+            seen = wait_for(
+                "the machine controller to reconcile every touched Machine",
+                Duration::from_secs(60),
+                async || {
+                    let now = passes(&stack.metrics().await);
+                    (now >= seen + machines.len() as f64).then_some(now)
+                },
+            )
+            .await;
+        }
+        let after = stack.metrics().await;
+        // The MachineClass controller's passes (the touched Machines name the class) are counted.
+        assert!(
+            after
+                .get("ingot_reconciliations_total{controller=\"gardener-machine-class\"}")
+                .is_some_and(|n| *n > 0.0),
+            "{after:#?}"
+        );
+        for resource in ["machineclasses", "secrets"] {
+            let series =
+                format!("ingot_kube_requests_total{{verb=\"get\",resource=\"{resource}\"}}");
+            let read = after.get(&series).copied().unwrap_or_default()
+                - before.get(&series).copied().unwrap_or_default();
+            assert_eq!(
+                read,
+                0.0,
+                "{series}: {} passes over {} Running machines read the API server",
+                passes(&after) - passes(&before),
+                machines.len()
+            );
+        }
+        let class: Value = serde_json::to_value(
             stack
                 .machines_api()
-                .patch(
-                    &m.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&touch),
-                )
+                .get(&machines[0].name_any())
                 .await
-                .unwrap();
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(class["spec"]["class"]["name"], CLASS);
+    }
+
+    /// Scaled to 5 then 1: the Nodes of the deleted Machines are deleted with them.
+    async fn scaling_deletes_the_nodes_of_the_deleted_machines(&mut self) {
+        let stack = &self.stack;
+        let md = self.md;
+        let machines = &self.machines;
+        stack.scale(md, 5).await;
+        stack.wait_running(5, Duration::from_secs(120)).await;
+        stack.scale(md, 1).await;
+        let one = stack.wait_running(1, Duration::from_secs(120)).await;
+        // Nodes of deleted machines are deleted with them.
+        for m in machines
+            .iter()
+            .filter(|m| m.name_any() != one[0].name_any())
+        {
+            assert!(
+                stack.node(&m.name_any()).await.is_none(),
+                "node of {} deleted",
+                m.name_any()
+            );
         }
-        seen = wait_for(
-            "the machine controller to reconcile every touched Machine",
-            Duration::from_secs(60),
+    }
+
+    /// Deleting the Node (held by the machine controller's finalizer) deletes its Machine,
+    /// which MCM replaces.
+    async fn a_deleted_node_deletes_its_machine_which_mcm_replaces(&mut self) {
+        let stack = &self.stack;
+        let one = stack.wait_running(1, Duration::from_secs(120)).await;
+        let survivor = one[0].name_any();
+        let node = stack.node(&survivor).await.unwrap();
+        assert!(
+            node.finalizers()
+                .contains(&"node.machine.sapcloud.io/machine-controller".to_owned())
+        );
+        Api::<Node>::all(stack.client.clone())
+            .delete(&survivor, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for(
+            "the machine of the deleted node to be replaced",
+            Duration::from_secs(120),
             async || {
-                let now = passes(&stack.metrics().await);
-                (now >= seen + machines.len() as f64).then_some(now)
+                let machines = stack.wait_running_now(1).await?;
+                (machines[0].name_any() != survivor).then_some(())
             },
         )
         .await;
+        assert!(stack.node(&survivor).await.is_none(), "the node is gone");
     }
-    let after = stack.metrics().await;
-    // The MachineClass controller's passes (the touched Machines name the class) are counted.
-    assert!(
-        after
-            .get("ingot_reconciliations_total{controller=\"gardener-machine-class\"}")
-            .is_some_and(|n| *n > 0.0),
-        "{after:#?}"
-    );
-    for resource in ["machineclasses", "secrets"] {
-        let series = format!("ingot_kube_requests_total{{verb=\"get\",resource=\"{resource}\"}}");
-        let read = after.get(&series).copied().unwrap_or_default()
-            - before.get(&series).copied().unwrap_or_default();
-        assert_eq!(
-            read,
-            0.0,
-            "{series}: {} passes over {} Running machines read the API server",
-            passes(&after) - passes(&before),
-            machines.len()
-        );
-    }
-    let class: Value = serde_json::to_value(
-        stack
-            .machines_api()
-            .get(&machines[0].name_any())
+
+    /// A rolling update: a new class (another plan), every Machine replaced, on its plan.
+    async fn a_new_class_rolls_every_machine_onto_its_plan(&mut self) {
+        let stack = &self.stack;
+        let md = self.md;
+        stack.scale(md, 2).await;
+        let before: BTreeSet<String> = stack
+            .wait_running(2, Duration::from_secs(120))
             .await
-            .unwrap(),
-    )
-    .unwrap();
-    assert_eq!(class["spec"]["class"]["name"], CLASS);
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        let mut v2 = ingot_compat::yaml_documents(&ingot_compat::shared_file(
+            "fixtures/mcm-provider-samples/machine-class.yaml",
+        ))
+        .remove(0);
+        v2["metadata"] = json!({"name": "eqx-mc-v2", "namespace": stack.namespace});
+        v2["secretRef"]["namespace"] = json!(stack.namespace);
+        v2["providerSpec"]["machineType"] = json!("c3.medium.x86");
+        v2["providerSpec"]["OS"] = json!("ubuntu_24_04");
+        stack.apply(&v2).await;
+        stack
+            .deployments()
+            .patch(md, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"template": {"spec": {"class": {"kind": "MachineClass", "name": "eqx-mc-v2"}}}}})))
+            .await
+            .unwrap();
+        let after = wait_for(
+            "every machine replaced by one of the new class",
+            Duration::from_secs(180),
+            async || {
+                let machines = stack.wait_running_now(2).await?;
+                machines
+                    .iter()
+                    .all(|m| {
+                        m.spec.class.as_ref().unwrap().name == "eqx-mc-v2"
+                            && !before.contains(&m.name_any())
+                    })
+                    .then_some(machines)
+            },
+        )
+        .await;
+        let plans: BTreeSet<String> = stack
+            .sim
+            .sim()
+            .device_listing(Some(PROJECT))
+            .into_iter()
+            .filter(|e| {
+                after
+                    .iter()
+                    .any(|m| device_of(m) == e["device"]["id"].as_str().unwrap())
+            })
+            .map(|e| e["device"]["plan"]["slug"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(plans, BTreeSet::from(["c3.medium.x86".to_owned()]));
+    }
 
-    stack.scale(md, 5).await;
-    stack.wait_running(5, Duration::from_secs(120)).await;
-    stack.scale(md, 1).await;
-    let one = stack.wait_running(1, Duration::from_secs(120)).await;
-    // Nodes of deleted machines are deleted with them.
-    for m in machines
-        .iter()
-        .filter(|m| m.name_any() != one[0].name_any())
-    {
+    /// Deleting the deployment leaves no Machine and no device; one device was created per
+    /// Machine, never two.
+    async fn a_deleted_deployment_leaves_no_machine_or_device_and_none_was_made_twice(&mut self) {
+        let stack = &self.stack;
+        let md = self.md;
+        stack.delete_deployment_and_expect_nothing_left(md).await;
+        // No duplicate was ever made: one create per Machine.
+        let creates = stack.sim.sim().metrics().requests("createDevice");
+        assert_eq!(creates, 3 + 2 + 1 + 1 + 2, "devices created");
+    }
+
+    /// Each phase change is an Event on its Machine.
+    async fn each_phase_change_is_an_event_on_its_machine(&mut self) {
+        let stack = &self.stack;
+        let machines = &self.machines;
+        let events: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(stack.client.clone(), &stack.namespace);
+        let reasons: BTreeSet<String> = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.involved_object.kind.as_deref() == Some("Machine")
+                    && e.involved_object.name.as_deref() == Some(&machines[0].name_any())
+            })
+            .filter_map(|e| e.reason)
+            .collect();
+        for reason in ["Pending", "Running", "Terminating"] {
+            assert!(reasons.contains(reason), "{reason} in {reasons:?}");
+        }
+    }
+
+    /// Neither the API token nor the user data (with its bootstrap tokens) is ever logged.
+    async fn neither_the_api_token_nor_the_user_data_is_logged(&mut self) {
+        let stack = &self.stack;
+        let log = std::fs::read_to_string(
+            std::env::temp_dir().join(format!("ingot-{}.log", stack.namespace)),
+        )
+        .unwrap();
+        assert!(log.contains("device created"), "the log is the operator's");
+        assert!(!log.contains(TOKEN), "the API token is not logged");
         assert!(
-            stack.node(&m.name_any()).await.is_none(),
-            "node of {} deleted",
-            m.name_any()
+            !log.contains("gardener-node-agent"),
+            "the user data is not logged"
         );
     }
-
-    // Deleting the Node (held by the machine controller's finalizer) deletes its Machine, which
-    // MCM replaces.
-    let survivor = one[0].name_any();
-    let node = stack.node(&survivor).await.unwrap();
-    assert!(
-        node.finalizers()
-            .contains(&"node.machine.sapcloud.io/machine-controller".to_owned())
-    );
-    Api::<Node>::all(stack.client.clone())
-        .delete(&survivor, &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for(
-        "the machine of the deleted node to be replaced",
-        Duration::from_secs(120),
-        async || {
-            let machines = stack.wait_running_now(1).await?;
-            (machines[0].name_any() != survivor).then_some(())
-        },
-    )
-    .await;
-    assert!(stack.node(&survivor).await.is_none(), "the node is gone");
-
-    // A rolling update: a new class (another tag), every Machine replaced.
-    stack.scale(md, 2).await;
-    let before: BTreeSet<String> = stack
-        .wait_running(2, Duration::from_secs(120))
-        .await
-        .iter()
-        .map(ResourceExt::name_any)
-        .collect();
-    let mut v2 = ingot_compat::yaml_documents(&ingot_compat::shared_file(
-        "fixtures/mcm-provider-samples/machine-class.yaml",
-    ))
-    .remove(0);
-    v2["metadata"] = json!({"name": "eqx-mc-v2", "namespace": stack.namespace});
-    v2["secretRef"]["namespace"] = json!(stack.namespace);
-    v2["providerSpec"]["machineType"] = json!("c3.medium.x86");
-    v2["providerSpec"]["OS"] = json!("ubuntu_24_04");
-    stack.apply(&v2).await;
-    stack
-        .deployments()
-        .patch(md, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"template": {"spec": {"class": {"kind": "MachineClass", "name": "eqx-mc-v2"}}}}})))
-        .await
-        .unwrap();
-    let after = wait_for(
-        "every machine replaced by one of the new class",
-        Duration::from_secs(180),
-        async || {
-            let machines = stack.wait_running_now(2).await?;
-            machines
-                .iter()
-                .all(|m| {
-                    m.spec.class.as_ref().unwrap().name == "eqx-mc-v2"
-                        && !before.contains(&m.name_any())
-                })
-                .then_some(machines)
-        },
-    )
-    .await;
-    let plans: BTreeSet<String> = stack
-        .sim
-        .sim()
-        .device_listing(Some(PROJECT))
-        .into_iter()
-        .filter(|e| {
-            after
-                .iter()
-                .any(|m| device_of(m) == e["device"]["id"].as_str().unwrap())
-        })
-        .map(|e| e["device"]["plan"]["slug"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(plans, BTreeSet::from(["c3.medium.x86".to_owned()]));
-
-    stack.delete_deployment_and_expect_nothing_left(md).await;
-    // No duplicate was ever made: one create per Machine.
-    let creates = stack.sim.sim().metrics().requests("createDevice");
-    assert_eq!(creates, 3 + 2 + 1 + 1 + 2, "devices created");
-
-    // Each phase change is an Event on its Machine.
-    let events: Api<k8s_openapi::api::core::v1::Event> =
-        Api::namespaced(stack.client.clone(), &stack.namespace);
-    let reasons: BTreeSet<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.involved_object.kind.as_deref() == Some("Machine")
-                && e.involved_object.name.as_deref() == Some(&machines[0].name_any())
-        })
-        .filter_map(|e| e.reason)
-        .collect();
-    for reason in ["Pending", "Running", "Terminating"] {
-        assert!(reasons.contains(reason), "{reason} in {reasons:?}");
-    }
-
-    // Neither the API token nor the user data (with its bootstrap tokens) is ever logged.
-    let log = std::fs::read_to_string(
-        std::env::temp_dir().join(format!("ingot-{}.log", stack.namespace)),
-    )
-    .unwrap();
-    assert!(log.contains("device created"), "the log is the operator's");
-    assert!(!log.contains(TOKEN), "the API token is not logged");
-    assert!(
-        !log.contains("gardener-node-agent"),
-        "the user data is not logged"
-    );
 }
 
 /// Unhealthy machines of one MachineDeployment are marked Failed (and so replaced) one at a
@@ -887,160 +957,229 @@ impl Stack {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vanished_devices_orphans_and_capacity_errors() {
-    let stack = Stack::start(&[
-        "--machine-health-timeout=5s",
-        "--machine-safety-orphan-vms-period=2s",
-        "--resource-exhausted-retry=3s",
-        "--machine-preserve-timeout=6s",
-    ])
-    .await;
-    let md = "eqx-md-faults";
-    stack.create_deployment(md, 1).await;
-    let first = stack
-        .wait_running(1, Duration::from_secs(120))
-        .await
-        .remove(0);
+// Faults under one MachineDeployment, one behaviour per test, over one stack (`Faults`): a device
+// vanishes behind ingot's back, orphan devices appear, capacity runs out and comes back, in this
+// order (`ingot_testenv::scenario!`).
+ingot_testenv::scenario!(mod faults: Faults {
+    a_machine_whose_device_vanished_fails_and_is_preserved_until_its_expiry,
+    a_preserved_machine_is_replaced_after_its_expiry,
+    orphan_devices_are_deleted_and_a_machine_s_own_is_kept,
+    a_machine_refused_for_capacity_is_resource_exhausted_in_crash_loop_back_off,
+    mcm_lists_a_machine_refused_for_capacity_among_the_failed_ones,
+    once_capacity_is_back_the_refused_machine_runs,
+});
 
-    // The device is deleted behind ingot's back: the Node goes Unknown, the Machine Unknown,
-    // then Failed after the health timeout. It asked to be preserved when failed, so it is
-    // kept (MCM leaves it) until its preserve expiry, then MCM replaces it.
-    stack
-        .machines_api()
-        .patch(
-            &first.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"annotations": {"node.machine.sapcloud.io/preserve": "when-failed"}}})),
-        )
-        .await
-        .unwrap();
-    assert!(stack.sim.sim().vanish(&device_of(&first)));
-    let preserved = wait_for(
-        "the failed machine to be preserved",
-        Duration::from_secs(60),
-        async || {
-            let m = stack
-                .machines_api()
-                .get_opt(&first.name_any())
-                .await
-                .unwrap()?;
-            let current =
-                serde_json::to_value(m.status.as_ref()?.current_status.as_ref()?).unwrap();
-            (current["phase"] == "Failed" && current["preserveExpiryTime"].is_string()).then_some(m)
-        },
-    )
-    .await;
-    assert!(
-        last_operation(&preserved)["description"]
-            .as_str()
-            .unwrap()
-            .contains("health checks failing since last 5s minutes")
-    );
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let kept = stack.machines_api().get(&first.name_any()).await.unwrap();
-    assert!(
-        kept.metadata.deletion_timestamp.is_none(),
-        "a preserved machine is not deleted before its expiry"
-    );
-    let replacement = wait_for(
-        "the machine to be replaced",
-        Duration::from_secs(120),
-        async || {
-            let machines = stack.wait_running_now(1).await?;
-            (machines[0].name_any() != first.name_any()).then(|| machines[0].clone())
-        },
-    )
-    .await;
+/// One stack (short health, orphan, retry and preserve periods) and its MachineDeployment
+/// `eqx-md-faults`, which runs one Machine from the start.
+struct Faults {
+    stack: Stack,
+    md: &'static str,
+    /// The deployment's first Machine.
+    first: Machine,
+    /// The Machine that replaced `first`.
+    replacement: Option<Machine>,
+    /// The Machine refused for capacity.
+    starved: Option<Machine>,
+}
 
-    // Orphans: a device of the class's tags that no Machine owns, and a second device with the
-    // hostname of a Running Machine. Both are deleted; the Machine's own device is kept.
-    let tags = json!([
-        "kubernetes.io/cluster/YOUR_CLUSTER_NAME: 1",
-        "kubernetes.io/role/YOUR_ROLE_NAME: 1"
-    ]);
-    let mut orphans = Vec::new();
-    for hostname in ["orphan-device".to_owned(), replacement.name_any()] {
-        let created: Value = reqwest::Client::new()
-            .post(format!("{}/projects/{PROJECT}/devices", stack.sim.base_url()))
-            .header("X-Auth-Token", TOKEN)
-            .json(&json!({"metro": "ny", "plan": "c3.small.x86", "operating_system": "ubuntu_22_04", "hostname": hostname, "tags": tags}))
-            .send()
+impl Faults {
+    async fn start() -> Self {
+        let stack = Stack::start(&[
+            "--machine-health-timeout=5s",
+            "--machine-safety-orphan-vms-period=2s",
+            "--resource-exhausted-retry=3s",
+            "--machine-preserve-timeout=6s",
+        ])
+        .await;
+        let md = "eqx-md-faults";
+        stack.create_deployment(md, 1).await;
+        let first = stack
+            .wait_running(1, Duration::from_secs(120))
             .await
-            .unwrap()
-            .json()
+            .remove(0);
+        Faults {
+            stack,
+            md,
+            first,
+            replacement: None,
+            starved: None,
+        }
+    }
+
+    async fn finish(self) {}
+
+    /// The device is deleted behind ingot's back: the Node goes Unknown, the Machine Unknown,
+    /// then Failed after the health timeout. It asked to be preserved when failed, so it is
+    /// kept (MCM leaves it) until its preserve expiry.
+    async fn a_machine_whose_device_vanished_fails_and_is_preserved_until_its_expiry(&mut self) {
+        let stack = &self.stack;
+        let first = &self.first;
+        stack
+            .machines_api()
+            .patch(
+                &first.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"annotations": {"node.machine.sapcloud.io/preserve": "when-failed"}}})),
+            )
             .await
             .unwrap();
-        orphans.push(created["id"].as_str().unwrap().to_owned());
+        assert!(stack.sim.sim().vanish(&device_of(first)));
+        let preserved = wait_for(
+            "the failed machine to be preserved",
+            Duration::from_secs(60),
+            async || {
+                let m = stack
+                    .machines_api()
+                    .get_opt(&first.name_any())
+                    .await
+                    .unwrap()?;
+                let current =
+                    serde_json::to_value(m.status.as_ref()?.current_status.as_ref()?).unwrap();
+                (current["phase"] == "Failed" && current["preserveExpiryTime"].is_string())
+                    .then_some(m)
+            },
+        )
+        .await;
+        assert!(
+            last_operation(&preserved)["description"]
+                .as_str()
+                .unwrap()
+                .contains("health checks failing since last 5s minutes")
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let kept = stack.machines_api().get(&first.name_any()).await.unwrap();
+        assert!(
+            kept.metadata.deletion_timestamp.is_none(),
+            "a preserved machine is not deleted before its expiry"
+        );
     }
-    wait_for(
-        "the orphan devices to be collected",
-        Duration::from_secs(60),
-        async || {
-            let devices = stack.devices();
-            (orphans.iter().all(|o| !devices.contains_key(o))
-                && devices.contains_key(&device_of(&replacement)))
-            .then_some(())
-        },
-    )
-    .await;
 
-    // No capacity: the new Machine says ResourceExhausted and stays in CrashLoopBackOff (listed
-    // by MCM among the failed machines); once capacity is back it runs.
-    stack.sim.sim().update_faults(|f| {
-        f.capacity_exhausted.push(PlanMetro {
-            plan: "c3.small.x86".into(),
-            metro: "ny".into(),
-        })
-    });
-    stack.scale(md, 2).await;
-    let starved = wait_for(
-        "a machine refused for capacity",
-        Duration::from_secs(60),
-        async || {
-            stack
-                .machines()
+    /// After its preserve expiry, MCM replaces the failed Machine.
+    async fn a_preserved_machine_is_replaced_after_its_expiry(&mut self) {
+        let stack = &self.stack;
+        let first = &self.first;
+        let replacement = wait_for(
+            "the machine to be replaced",
+            Duration::from_secs(120),
+            async || {
+                let machines = stack.wait_running_now(1).await?;
+                (machines[0].name_any() != first.name_any()).then(|| machines[0].clone())
+            },
+        )
+        .await;
+        self.replacement = Some(replacement);
+    }
+
+    /// Orphans: a device of the class's tags that no Machine owns, and a second device with the
+    /// hostname of a Running Machine. Both are deleted; the Machine's own device is kept.
+    async fn orphan_devices_are_deleted_and_a_machine_s_own_is_kept(&mut self) {
+        let stack = &self.stack;
+        let replacement = self.replacement.as_ref().expect("the replacement ran");
+        let tags = json!([
+            "kubernetes.io/cluster/YOUR_CLUSTER_NAME: 1",
+            "kubernetes.io/role/YOUR_ROLE_NAME: 1"
+        ]);
+        let mut orphans = Vec::new();
+        for hostname in ["orphan-device".to_owned(), replacement.name_any()] {
+            let created: Value = reqwest::Client::new()
+                .post(format!("{}/projects/{PROJECT}/devices", stack.sim.base_url()))
+                .header("X-Auth-Token", TOKEN)
+                .json(&json!({"metro": "ny", "plan": "c3.small.x86", "operating_system": "ubuntu_22_04", "hostname": hostname, "tags": tags}))
+                .send()
                 .await
-                .into_iter()
-                .find(|m| last_operation(m)["errorCode"] == "ResourceExhausted")
-        },
-    )
-    .await;
-    let op = last_operation(&starved);
-    assert_eq!(phase(&starved), "CrashLoopBackOff");
-    assert_eq!(
-        (op["state"].as_str(), op["type"].as_str()),
-        (Some("Failed"), Some("Create"))
-    );
-    assert!(
-        op["description"].as_str().unwrap().starts_with("Cloud provider message - machine codes error: code = [ResourceExhausted] message = [Could not create machine: "),
-        "{op}"
-    );
-    let sets: Api<MachineSet> = Api::namespaced(stack.client.clone(), &stack.namespace);
-    wait_for(
-        "MCM to list the machine among the failed ones",
-        Duration::from_secs(60),
-        async || {
-            let list = sets.list(&ListParams::default()).await.unwrap();
-            list.items
-                .iter()
-                .any(|s| {
-                    s.status.as_ref().is_some_and(|st| {
-                        st["failedMachines"]
-                            .as_array()
-                            .is_some_and(|f| f.iter().any(|m| m["name"] == starved.name_any()))
-                    })
-                })
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            orphans.push(created["id"].as_str().unwrap().to_owned());
+        }
+        wait_for(
+            "the orphan devices to be collected",
+            Duration::from_secs(60),
+            async || {
+                let devices = stack.devices();
+                (orphans.iter().all(|o| !devices.contains_key(o))
+                    && devices.contains_key(&device_of(replacement)))
                 .then_some(())
-        },
-    )
-    .await;
-    stack
-        .sim
-        .sim()
-        .update_faults(|f| f.capacity_exhausted.clear());
-    stack.wait_running(2, Duration::from_secs(90)).await;
-    stack.delete_deployment_and_expect_nothing_left(md).await;
+            },
+        )
+        .await;
+    }
+
+    /// No capacity: the new Machine says ResourceExhausted and stays in CrashLoopBackOff.
+    async fn a_machine_refused_for_capacity_is_resource_exhausted_in_crash_loop_back_off(
+        &mut self,
+    ) {
+        let stack = &self.stack;
+        let md = self.md;
+        stack.sim.sim().update_faults(|f| {
+            f.capacity_exhausted.push(PlanMetro {
+                plan: "c3.small.x86".into(),
+                metro: "ny".into(),
+            })
+        });
+        stack.scale(md, 2).await;
+        let starved = wait_for(
+            "a machine refused for capacity",
+            Duration::from_secs(60),
+            async || {
+                stack
+                    .machines()
+                    .await
+                    .into_iter()
+                    .find(|m| last_operation(m)["errorCode"] == "ResourceExhausted")
+            },
+        )
+        .await;
+        let op = last_operation(&starved);
+        assert_eq!(phase(&starved), "CrashLoopBackOff");
+        assert_eq!(
+            (op["state"].as_str(), op["type"].as_str()),
+            (Some("Failed"), Some("Create"))
+        );
+        assert!(
+            op["description"].as_str().unwrap().starts_with("Cloud provider message - machine codes error: code = [ResourceExhausted] message = [Could not create machine: "),
+            "{op}"
+        );
+        self.starved = Some(starved);
+    }
+
+    /// MCM lists the Machine refused for capacity among the failed machines.
+    async fn mcm_lists_a_machine_refused_for_capacity_among_the_failed_ones(&mut self) {
+        let stack = &self.stack;
+        let starved = self.starved.as_ref().expect("a machine was refused");
+        let sets: Api<MachineSet> = Api::namespaced(stack.client.clone(), &stack.namespace);
+        wait_for(
+            "MCM to list the machine among the failed ones",
+            Duration::from_secs(60),
+            async || {
+                let list = sets.list(&ListParams::default()).await.unwrap();
+                list.items
+                    .iter()
+                    .any(|s| {
+                        s.status.as_ref().is_some_and(|st| {
+                            st["failedMachines"]
+                                .as_array()
+                                .is_some_and(|f| f.iter().any(|m| m["name"] == starved.name_any()))
+                        })
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Once capacity is back the refused Machine runs; the deployment then deletes cleanly.
+    async fn once_capacity_is_back_the_refused_machine_runs(&mut self) {
+        let stack = &self.stack;
+        let md = self.md;
+        stack
+            .sim
+            .sim()
+            .update_faults(|f| f.capacity_exhausted.clear());
+        stack.wait_running(2, Duration::from_secs(90)).await;
+        stack.delete_deployment_and_expect_nothing_left(md).await;
+    }
 }
 
 /// The drain evicts through the eviction API. An eviction refused by a budget is tried
@@ -1366,165 +1505,223 @@ async fn killed_at_chosen_and_random_moments_leaves_no_orphan_or_duplicate() {
     stack.delete_deployment_and_expect_nothing_left(md).await;
 }
 
-/// As upstream's machine controller runs in a Gardener seed: the Machines, MachineClasses and
-/// Secrets in the control cluster, the Nodes (with their bootstrap tokens and the pods drained
-/// from them) in a second API server, ingot given both with `--control-kubeconfig` and
-/// `--target-kubeconfig`. A stray Node of the target cluster, which no Machine backs, is marked
-/// `not-managed-by-mcm` once older than the creation timeout (the flag; the machines have their
-/// own), and unmarked when a Machine names it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn machines_in_the_control_cluster_nodes_in_the_target_cluster() {
-    const NOT_MANAGED: &str = "node.machine.sapcloud.io/not-managed-by-mcm";
-    const NODE_FINALIZER: &str = "node.machine.sapcloud.io/machine-controller";
-    let stack = Stack::start_with_target_cluster(&[
-        "--machine-creation-timeout=3s",
-        "--machine-safety-orphan-vms-period=1s",
-    ])
-    .await;
-    let target_nodes: Api<Node> = Api::all(stack.target.clone());
-    let stray = format!("stray-{}", ingot_testenv::random_suffix(5));
-    target_nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": stray, "finalizers": [NODE_FINALIZER]}}),
+// As upstream's machine controller runs in a Gardener seed: the Machines, MachineClasses and
+// Secrets in the control cluster, the Nodes (with their bootstrap tokens and the pods drained
+// from them) in a second API server, ingot given both with `--control-kubeconfig` and
+// `--target-kubeconfig`. A stray Node of the target cluster, which no Machine backs, is marked
+// `not-managed-by-mcm` once older than the creation timeout (the flag; the machines have their
+// own), and unmarked when a Machine names it. One behaviour per test, over one stack (`Split`),
+// in this order (`ingot_testenv::scenario!`).
+ingot_testenv::scenario!(mod split_clusters: Split {
+    machines_run_with_their_nodes_in_the_target_cluster_only,
+    the_lease_and_the_machines_events_stay_in_the_control_cluster,
+    running_machines_read_their_nodes_from_the_watch_cache,
+    a_stray_node_is_marked_not_managed_and_loses_the_node_finalizer,
+    a_machine_naming_the_stray_node_removes_the_mark,
+    scaled_to_zero_the_target_s_pods_are_drained_and_its_nodes_deleted,
+});
+
+const NOT_MANAGED: &str = "node.machine.sapcloud.io/not-managed-by-mcm";
+const NODE_FINALIZER: &str = "node.machine.sapcloud.io/machine-controller";
+
+/// A stack whose Nodes join a second API server, a stray Node there (with the node finalizer,
+/// no Machine), and the MachineDeployment `eqx-md-split`.
+struct Split {
+    stack: Stack,
+    target_nodes: Api<Node>,
+    stray: String,
+    md: &'static str,
+    /// The deployment's two Running Machines.
+    machines: Vec<Machine>,
+}
+
+impl Split {
+    async fn start() -> Self {
+        let stack = Stack::start_with_target_cluster(&[
+            "--machine-creation-timeout=3s",
+            "--machine-safety-orphan-vms-period=1s",
+        ])
+        .await;
+        let target_nodes: Api<Node> = Api::all(stack.target.clone());
+        let stray = format!("stray-{}", ingot_testenv::random_suffix(5));
+        target_nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": stray, "finalizers": [NODE_FINALIZER]}}),
+                )
+                .unwrap(),
             )
+            .await
+            .unwrap();
+        let md = "eqx-md-split";
+        stack
+            .create_deployment_with(md, 2, json!({"creationTimeout": "2m"}))
+            .await;
+        Split {
+            stack,
+            target_nodes,
+            stray,
+            md,
+            machines: Vec::new(),
+        }
+    }
+
+    async fn finish(self) {
+        self.target_nodes
+            .delete(&self.stray, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    /// Two Running Machines, each with its Node in the target cluster (labelled, with the node
+    /// finalizer, managed), none in the control cluster, the target Node's conditions copied.
+    async fn machines_run_with_their_nodes_in_the_target_cluster_only(&mut self) {
+        let stack = &self.stack;
+        let machines = stack.wait_running(2, Duration::from_secs(120)).await;
+        let control_nodes: Api<Node> = Api::all(stack.client.clone());
+        for m in &machines {
+            let name = m.name_any();
+            let node = stack.node(&name).await.expect("the Node joined the target");
+            assert_eq!(
+                node.labels().get("node.gardener.cloud/machine-name"),
+                Some(&name)
+            );
+            assert!(node.finalizers().contains(&NODE_FINALIZER.to_owned()));
+            assert!(
+                !node.annotations().contains_key(NOT_MANAGED),
+                "a backed node is managed"
+            );
+            assert!(
+                control_nodes.get_opt(&name).await.unwrap().is_none(),
+                "no Node in the control cluster"
+            );
+            let conditions = m.status.as_ref().unwrap().conditions.clone().unwrap();
+            assert!(
+                conditions
+                    .iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True"),
+                "the target Node's conditions are copied"
+            );
+        }
+        self.machines = machines;
+    }
+
+    /// ingot's Lease stays on its own cluster; the Events are the Machines' cluster's.
+    async fn the_lease_and_the_machines_events_stay_in_the_control_cluster(&mut self) {
+        let stack = &self.stack;
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(stack.client.clone(), &stack.namespace);
+        assert!(leases.get_opt("ingot").await.unwrap().is_some());
+        let events: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(stack.client.clone(), &stack.namespace);
+        assert!(
+            events
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .any(|e| {
+                    e.involved_object.kind.as_deref() == Some("Machine")
+                        && e.reason.as_deref() == Some("Running")
+                }),
+            "Running events on the Machines"
+        );
+    }
+
+    /// Running machines read their Nodes from the Node watch's cache: the heartbeats (every
+    /// 2 s) trigger their health checks, and none of them GETs a Node. Counted by ingot's own
+    /// clients (the target API server also serves the booting servers and MCM).
+    async fn running_machines_read_their_nodes_from_the_watch_cache(&mut self) {
+        let stack = &self.stack;
+        let node_gets = async || {
+            stack
+                .metrics()
+                .await
+                .get("ingot_kube_requests_total{verb=\"get\",resource=\"nodes\"}")
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let gets = node_gets().await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!(
+            node_gets().await,
+            gets,
+            "no GET of a Node while the machines run"
+        );
+    }
+
+    /// The stray Node is marked and loses the node finalizer, which nothing would remove.
+    async fn a_stray_node_is_marked_not_managed_and_loses_the_node_finalizer(&mut self) {
+        let (target_nodes, stray) = (&self.target_nodes, &self.stray);
+        wait_for(
+            "the stray node to be marked not-managed-by-mcm",
+            Duration::from_secs(30),
+            async || {
+                let node = target_nodes.get(stray).await.unwrap();
+                (node.annotations().get(NOT_MANAGED).map(String::as_str) == Some("1")
+                    && node.finalizers().is_empty())
+                .then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// A Machine (of another provider's class) naming the stray Node: the mark goes.
+    async fn a_machine_naming_the_stray_node_removes_the_mark(&mut self) {
+        let stack = &self.stack;
+        let (target_nodes, stray) = (&self.target_nodes, &self.stray);
+        let claim: Machine = serde_json::from_value(json!({
+            "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+            "metadata": {"name": format!("claims-{stray}"), "labels": {"node": stray}},
+            "spec": {"class": {"kind": "MachineClass", "name": "another-provider"}},
+        }))
+        .unwrap();
+        stack
+            .machines_api()
+            .create(&PostParams::default(), &claim)
+            .await
+            .unwrap();
+        wait_for(
+            "the mark to go once a machine names the node",
+            Duration::from_secs(30),
+            async || {
+                let node = target_nodes.get(stray).await.unwrap();
+                (!node.annotations().contains_key(NOT_MANAGED)).then_some(())
+            },
+        )
+        .await;
+        stack
+            .machines_api()
+            .delete(&claim.name_any(), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    /// Scaled to zero: a pod in the target is evicted by the drain, the Nodes are deleted
+    /// there, every device goes.
+    async fn scaled_to_zero_the_target_s_pods_are_drained_and_its_nodes_deleted(&mut self) {
+        let stack = &self.stack;
+        let (md, machines) = (self.md, &self.machines);
+        let pods: Api<Pod> = Api::namespaced(stack.target.clone(), "default");
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "workload"},
+                "spec": {"nodeName": machines[0].name_any(), "terminationGracePeriodSeconds": 0,
+                         "containers": [{"name": "c", "image": "busybox"}]},
+            }))
             .unwrap(),
         )
         .await
         .unwrap();
-
-    let md = "eqx-md-split";
-    stack
-        .create_deployment_with(md, 2, json!({"creationTimeout": "2m"}))
-        .await;
-    let machines = stack.wait_running(2, Duration::from_secs(120)).await;
-    let control_nodes: Api<Node> = Api::all(stack.client.clone());
-    for m in &machines {
-        let name = m.name_any();
-        let node = stack.node(&name).await.expect("the Node joined the target");
-        assert_eq!(
-            node.labels().get("node.gardener.cloud/machine-name"),
-            Some(&name)
-        );
-        assert!(node.finalizers().contains(&NODE_FINALIZER.to_owned()));
-        assert!(
-            !node.annotations().contains_key(NOT_MANAGED),
-            "a backed node is managed"
-        );
-        assert!(
-            control_nodes.get_opt(&name).await.unwrap().is_none(),
-            "no Node in the control cluster"
-        );
-        let conditions = m.status.as_ref().unwrap().conditions.clone().unwrap();
-        assert!(
-            conditions
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True"),
-            "the target Node's conditions are copied"
-        );
+        stack.delete_deployment_and_expect_nothing_left(md).await;
+        assert!(pods.get_opt("workload").await.unwrap().is_none(), "drained");
+        for m in machines {
+            assert!(stack.node(&m.name_any()).await.is_none(), "node deleted");
+        }
     }
-    // ingot's Lease stays on its own cluster; the Events are the Machines' cluster's.
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(stack.client.clone(), &stack.namespace);
-    assert!(leases.get_opt("ingot").await.unwrap().is_some());
-    let events: Api<k8s_openapi::api::core::v1::Event> =
-        Api::namespaced(stack.client.clone(), &stack.namespace);
-    assert!(
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .any(|e| {
-                e.involved_object.kind.as_deref() == Some("Machine")
-                    && e.reason.as_deref() == Some("Running")
-            }),
-        "Running events on the Machines"
-    );
-
-    // Running machines read their Nodes from the Node watch's cache: the heartbeats (every
-    // 2 s) trigger their health checks, and none of them GETs a Node. Counted by ingot's own
-    // clients (the target API server also serves the booting servers and MCM).
-    let node_gets = async || {
-        stack
-            .metrics()
-            .await
-            .get("ingot_kube_requests_total{verb=\"get\",resource=\"nodes\"}")
-            .copied()
-            .unwrap_or(0.0)
-    };
-    let gets = node_gets().await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(
-        node_gets().await,
-        gets,
-        "no GET of a Node while the machines run"
-    );
-
-    // The stray Node is marked and loses the node finalizer, which nothing would remove.
-    wait_for(
-        "the stray node to be marked not-managed-by-mcm",
-        Duration::from_secs(30),
-        async || {
-            let node = target_nodes.get(&stray).await.unwrap();
-            (node.annotations().get(NOT_MANAGED).map(String::as_str) == Some("1")
-                && node.finalizers().is_empty())
-            .then_some(())
-        },
-    )
-    .await;
-    // A Machine (of another provider's class) naming it: the mark goes.
-    let claim: Machine = serde_json::from_value(json!({
-        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
-        "metadata": {"name": format!("claims-{stray}"), "labels": {"node": stray}},
-        "spec": {"class": {"kind": "MachineClass", "name": "another-provider"}},
-    }))
-    .unwrap();
-    stack
-        .machines_api()
-        .create(&PostParams::default(), &claim)
-        .await
-        .unwrap();
-    wait_for(
-        "the mark to go once a machine names the node",
-        Duration::from_secs(30),
-        async || {
-            let node = target_nodes.get(&stray).await.unwrap();
-            (!node.annotations().contains_key(NOT_MANAGED)).then_some(())
-        },
-    )
-    .await;
-    stack
-        .machines_api()
-        .delete(&claim.name_any(), &DeleteParams::default())
-        .await
-        .unwrap();
-
-    // Scaled to zero: a pod in the target is evicted by the drain, the Nodes are deleted there,
-    // every device goes.
-    let pods: Api<Pod> = Api::namespaced(stack.target.clone(), "default");
-    pods.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({
-            "metadata": {"name": "workload"},
-            "spec": {"nodeName": machines[0].name_any(), "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "c", "image": "busybox"}]},
-        }))
-        .unwrap(),
-    )
-    .await
-    .unwrap();
-    stack.delete_deployment_and_expect_nothing_left(md).await;
-    assert!(pods.get_opt("workload").await.unwrap().is_none(), "drained");
-    for m in &machines {
-        assert!(stack.node(&m.name_any()).await.is_none(), "node deleted");
-    }
-    target_nodes
-        .delete(&stray, &DeleteParams::default())
-        .await
-        .unwrap();
 }
 
 /// docs/migrate-from-mcm-provider.md, step by step: a Running Machine as the Go provider leaves

@@ -271,212 +271,278 @@ async fn clean(client: &Client) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_ui_keeps_its_power_buttons_after_the_guide() {
-    let env = ingot_testenv::shared().await;
-    let client = env.client().unwrap();
-    let admin = env.kubeconfig_path().to_path_buf();
-    // Harvester's Addon CRD (upstream's file) and the namespace.
-    chart_support::kubectl_apply(
-        &admin,
-        &format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n---\n{}",
-            ingot_compat::shared_file("fixtures/upstream-crds/harvesterhci.io_addons.yaml")
-        ),
-        &["--server-side", "--force-conflicts"],
-    );
-    let addons: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &addon_resource());
-    wait_for("the Addon CRD served", Duration::from_secs(30), || async {
-        addons.list(&Default::default()).await.ok().map(|_| ())
-    })
-    .await;
-    clean(&client).await;
+// docs/migrate-from-seeder.md's guide under Harvester's UI, one behaviour per test, over one
+// fixture (`Guide`): Harvester's Addon as shipped, a BMC (sushy-tools over TLS), its Node and
+// Secret; the guide's steps, the UI's power buttons and the rollback, in this order
+// (`ingot_testenv::scenario!`).
+ingot_testenv::scenario!(mod guide: Guide {
+    the_guide_s_first_step_stops_seeder_and_keeps_its_addon_enabled,
+    ingot_installed_from_the_manifests_makes_the_ui_s_inventory_ready,
+    the_guide_s_machine_check_passes,
+    the_ui_keeps_its_power_buttons_after_the_guide,
+    rolling_back_restores_seeder_s_values_and_stops_ingot_s_deployment,
+    rolling_back_leaves_the_inventory_as_the_go_seeder_reads_it,
+    the_guide_s_old_first_step_takes_the_buttons_away,
+});
 
-    // The Addon as Harvester's installer ships it, enabled (Seeder running).
-    let shipped: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "harvesterhci.io/v1beta1", "kind": "Addon",
-        "metadata": {"name": "harvester-seeder", "namespace": NS,
-            "labels": {"addon.harvesterhci.io/experimental": "true"}},
-        "spec": {"repo": "http://harvester-cluster-repo.cattle-system.svc/charts", "version": "0.1.1",
-            "chart": "harvester-seeder", "enabled": true, "valuesContent": SHIPPED_VALUES}
-    }))
-    .unwrap();
-    addons
-        .create(&PostParams::default(), &shipped)
-        .await
-        .unwrap();
+/// Harvester's Addon CRD and the enabled Addon as shipped, the BMC, its Node and Secret, and
+/// the Inventory the UI makes for it (created at the guide's step 3).
+struct Guide {
+    client: Client,
+    admin: std::path::PathBuf,
+    work: std::path::PathBuf,
+    sushy: Sushy,
+    inventory: Inventory,
+    /// `ingot run` from the manifests (from the guide's step 3 until the rollback).
+    ingot: Option<ingot_testenv::Operator>,
+}
 
-    // The BMC, the Node and the Inventory the UI makes for it (named like the Node).
-    let sushy = start_sushy_tls(USER, PASSWORD);
-    wait_for("sushy over TLS", Duration::from_secs(30), || async {
-        sushy.system(USER, PASSWORD).await
-    })
-    .await;
-    let node: Node = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-        "status": {"addresses": [{"type": "InternalIP", "address": "172.19.110.10"}]}
-    }))
-    .unwrap();
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .unwrap();
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(NODE.into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([
-            ("username".into(), ByteString(USER.into())),
-            ("password".into(), ByteString(PASSWORD.into())),
-        ])),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    let inventory: Inventory = serde_json::from_value(json!({
-        "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
-        "metadata": {"name": NODE, "namespace": NS, "annotations": {
-            "metal.harvesterhci.io/local-inventory": "true",
-            "metal.harvesterhci.io/local-node-name": NODE}},
-        "spec": {"baseboardSpec": {"connection": {
-            "host": format!("https://127.0.0.1:{}", sushy.port), "port": 623, "insecureTLS": true,
-            "authSecretRef": {"name": NODE, "namespace": NS}}},
-            "events": {"enabled": false, "pollingInterval": "1h"}}
-    }))
-    .unwrap();
-
-    // Step 1 of the guide, from its code block.
-    let work = temp_dir("harvester-ui");
-    shell(&admin, &work, &guide_block("seeder-stopped.yaml"));
-    let stopped = addon(&client).await;
-    assert_eq!(stopped.data["spec"]["enabled"], json!(true), "{stopped:?}");
-    let v = values(&stopped);
-    assert_eq!(v["replicaCount"], serde_yaml::Value::from(0), "{v:?}");
-    assert_eq!(
-        v["image"]["tag"],
-        serde_yaml::Value::from("v0.1.1"),
-        "{v:?}"
-    );
-    assert_eq!(
-        v["fullnameOverride"],
-        serde_yaml::Value::from("harvester-seeder"),
-        "{v:?}"
-    );
-    assert_eq!(addon_verdict(Some(&stopped)), Ok(()));
-
-    // Step 3: the plain manifests, run as their ServiceAccount (the command is the guide's).
-    assert!(
-        guide_block("deploy/manifests/seeder.yaml").contains(
-            "kubectl apply --server-side --force-conflicts -f deploy/manifests/seeder.yaml"
-        )
-    );
-    Api::<Inventory>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &inventory)
-        .await
-        .unwrap();
-    let kubeconfig = chart_support::install_from_manifests(&admin, "seeder");
-    let ingot = ingot_seeder(&kubeconfig, "ingot-harvester-ui-test")
-        .arg("--rufio-task-poll-seconds=0.3")
-        .start();
-    wait_for("the Inventory ready", Duration::from_secs(60), || async {
-        (inventory_status(&client).await["status"] == "inventoryNodeReady").then_some(())
-    })
-    .await;
-    // Step 4's check of the Machines, the guide's command in this test's namespace (other
-    // tests' Machines share the control plane).
-    let guide = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/migrate-from-seeder.md"),
-    )
-    .unwrap();
-    let guide = guide.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(guide.contains(
-        "`kubectl wait --for=condition=Contactable -A --all machines.bmc.tinkerbell.org`"
-    ));
-    chart_support::run(
-        Command::new(chart_support::kubectl())
-            .arg(format!("--kubeconfig={}", admin.display()))
-            .args([
-                "wait",
-                "--for=condition=Contactable",
-                "-n",
-                NS,
-                "--all",
-                "machines.bmc.tinkerbell.org",
-                "--timeout=120s",
-            ]),
-        None,
-    );
-
-    // The UI offers powerAction on a Node in maintenance; Harvester's node API drives ingot.
-    Api::<Node>::all(client.clone())
-        .patch(
-            NODE,
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"harvesterhci.io/maintain-status": "completed"}}}),
+impl Guide {
+    async fn start() -> Self {
+        let env = ingot_testenv::shared().await;
+        let client = env.client().unwrap();
+        let admin = env.kubeconfig_path().to_path_buf();
+        // Harvester's Addon CRD (upstream's file) and the namespace.
+        chart_support::kubectl_apply(
+            &admin,
+            &format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n---\n{}",
+                ingot_compat::shared_file("fixtures/upstream-crds/harvesterhci.io_addons.yaml")
             ),
+            &["--server-side", "--force-conflicts"],
+        );
+        let addons: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), NS, &addon_resource());
+        wait_for("the Addon CRD served", Duration::from_secs(30), || async {
+            addons.list(&Default::default()).await.ok().map(|_| ())
+        })
+        .await;
+        clean(&client).await;
+
+        // The Addon as Harvester's installer ships it, enabled (Seeder running).
+        let shipped: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "harvesterhci.io/v1beta1", "kind": "Addon",
+            "metadata": {"name": "harvester-seeder", "namespace": NS,
+                "labels": {"addon.harvesterhci.io/experimental": "true"}},
+            "spec": {"repo": "http://harvester-cluster-repo.cattle-system.svc/charts", "version": "0.1.1",
+                "chart": "harvester-seeder", "enabled": true, "valuesContent": SHIPPED_VALUES}
+        }))
+        .unwrap();
+        addons
+            .create(&PostParams::default(), &shipped)
+            .await
+            .unwrap();
+
+        // The BMC, the Node and the Inventory the UI makes for it (named like the Node).
+        let sushy = start_sushy_tls(USER, PASSWORD);
+        wait_for("sushy over TLS", Duration::from_secs(30), || async {
+            sushy.system(USER, PASSWORD).await
+        })
+        .await;
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
+            "status": {"addresses": [{"type": "InternalIP", "address": "172.19.110.10"}]}
+        }))
+        .unwrap();
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap();
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(NODE.into()),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([
+                ("username".into(), ByteString(USER.into())),
+                ("password".into(), ByteString(PASSWORD.into())),
+            ])),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(client.clone(), NS)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let inventory: Inventory = serde_json::from_value(json!({
+            "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+            "metadata": {"name": NODE, "namespace": NS, "annotations": {
+                "metal.harvesterhci.io/local-inventory": "true",
+                "metal.harvesterhci.io/local-node-name": NODE}},
+            "spec": {"baseboardSpec": {"connection": {
+                "host": format!("https://127.0.0.1:{}", sushy.port), "port": 623, "insecureTLS": true,
+                "authSecretRef": {"name": NODE, "namespace": NS}}},
+                "events": {"enabled": false, "pollingInterval": "1h"}}
+        }))
+        .unwrap();
+        let work = temp_dir("harvester-ui");
+        Guide {
+            client,
+            admin,
+            work,
+            sushy,
+            inventory,
+            ingot: None,
+        }
+    }
+
+    async fn finish(self) {
+        let client = &self.client;
+        clean(client).await;
+    }
+
+    /// Step 1 of the guide, from its code block: Seeder scaled to 0, its Addon enabled.
+    async fn the_guide_s_first_step_stops_seeder_and_keeps_its_addon_enabled(&mut self) {
+        let (client, admin, work) = (&self.client, &self.admin, &self.work);
+        shell(admin, work, &guide_block("seeder-stopped.yaml"));
+        let stopped = addon(client).await;
+        assert_eq!(stopped.data["spec"]["enabled"], json!(true), "{stopped:?}");
+        let v = values(&stopped);
+        assert_eq!(v["replicaCount"], serde_yaml::Value::from(0), "{v:?}");
+        assert_eq!(
+            v["image"]["tag"],
+            serde_yaml::Value::from("v0.1.1"),
+            "{v:?}"
+        );
+        assert_eq!(
+            v["fullnameOverride"],
+            serde_yaml::Value::from("harvester-seeder"),
+            "{v:?}"
+        );
+        assert_eq!(addon_verdict(Some(&stopped)), Ok(()));
+    }
+
+    /// Step 3: the plain manifests, run as their ServiceAccount (the command is the guide's);
+    /// the UI's Inventory becomes ready.
+    async fn ingot_installed_from_the_manifests_makes_the_ui_s_inventory_ready(&mut self) {
+        let (client, admin, inventory) = (&self.client, &self.admin, &self.inventory);
+        assert!(guide_block("deploy/manifests/seeder.yaml").contains(
+            "kubectl apply --server-side --force-conflicts -f deploy/manifests/seeder.yaml"
+        ));
+        Api::<Inventory>::namespaced(client.clone(), NS)
+            .create(&PostParams::default(), inventory)
+            .await
+            .unwrap();
+        let kubeconfig = chart_support::install_from_manifests(admin, "seeder");
+        let ingot = ingot_seeder(&kubeconfig, "ingot-harvester-ui-test")
+            .arg("--rufio-task-poll-seconds=0.3")
+            .start();
+        wait_for("the Inventory ready", Duration::from_secs(60), || async {
+            (inventory_status(client).await["status"] == "inventoryNodeReady").then_some(())
+        })
+        .await;
+        self.ingot = Some(ingot);
+    }
+
+    /// Step 4's check of the Machines, the guide's command in this test's namespace (other
+    /// tests' Machines share the control plane).
+    async fn the_guide_s_machine_check_passes(&mut self) {
+        let admin = &self.admin;
+        let guide = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/migrate-from-seeder.md"),
         )
-        .await
         .unwrap();
-    assert_eq!(power_action_possible(&client, NODE).await, Ok(()));
-    press(&client, NODE, "shutdown").await;
-    wait_answered(&client, &sushy, "shutdown", "Off", &ingot).await;
-    press(&client, NODE, "poweron").await;
-    wait_answered(&client, &sushy, "poweron", "On", &ingot).await;
+        let guide = guide.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(guide.contains(
+            "`kubectl wait --for=condition=Contactable -A --all machines.bmc.tinkerbell.org`"
+        ));
+        chart_support::run(
+            Command::new(chart_support::kubectl())
+                .arg(format!("--kubeconfig={}", admin.display()))
+                .args([
+                    "wait",
+                    "--for=condition=Contactable",
+                    "-n",
+                    NS,
+                    "--all",
+                    "machines.bmc.tinkerbell.org",
+                    "--timeout=120s",
+                ]),
+            None,
+        );
+    }
 
-    // Rolling back, from the guide's code block: ingot stopped (its process here; the block
-    // scales the manifests' Deployment), Seeder's values restored, its finalizer alone left.
-    ingot.kill();
-    shell(&admin, &work, &guide_block("seeder-restored.yaml"));
-    let restored = addon(&client).await;
-    assert_eq!(restored.data["spec"]["enabled"], json!(true));
-    assert_eq!(
-        restored.data["spec"]["valuesContent"], SHIPPED_VALUES,
-        "the Addon's values as shipped again"
-    );
-    let deployment = chart_support::run(
-        Command::new(chart_support::kubectl())
-            .arg(format!("--kubeconfig={}", admin.display()))
-            .args([
-                "-n",
-                chart_support::MANIFESTS_NAMESPACE,
-                "get",
-                "deployment",
-                "ingot",
-                "-o",
-                "jsonpath={.spec.replicas}",
-            ]),
-        None,
-    );
-    assert_eq!(deployment, "0");
-    let left = Api::<Inventory>::namespaced(client.clone(), NS)
-        .get(NODE)
-        .await
-        .unwrap();
-    assert_eq!(left.finalizers(), [SEEDER_FINALIZER]);
-    // Left as the Go Seeder reads it: ready, its Machine with Seeder's finalizer, owned by it.
-    assert_eq!(
-        left.status.as_ref().unwrap().status.as_deref(),
-        Some("inventoryNodeReady")
-    );
-    let machine = Api::<Machine>::namespaced(client.clone(), NS)
-        .get(NODE)
-        .await
-        .unwrap();
-    assert_eq!(machine.finalizers(), [SEEDER_FINALIZER]);
-    assert_eq!(machine.owner_references()[0].uid, left.uid().unwrap());
+    /// The UI offers powerAction on a Node in maintenance; Harvester's node API drives ingot.
+    async fn the_ui_keeps_its_power_buttons_after_the_guide(&mut self) {
+        let (client, sushy) = (&self.client, &self.sushy);
+        let ingot = self.ingot.as_ref().expect("ingot runs");
+        Api::<Node>::all(client.clone())
+            .patch(
+                NODE,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"harvesterhci.io/maintain-status": "completed"}}}),
+                ),
+            )
+            .await
+            .unwrap();
+        assert_eq!(power_action_possible(client, NODE).await, Ok(()));
+        press(client, NODE, "shutdown").await;
+        wait_answered(client, sushy, "shutdown", "Off", ingot).await;
+        press(client, NODE, "poweron").await;
+        wait_answered(client, sushy, "poweron", "On", ingot).await;
+    }
 
-    // The guide's old first step takes the buttons away: Harvester answers 424.
-    shell(&admin, &work, OLD_STEP_1);
-    assert_eq!(
-        power_action_possible(&client, NODE).await.map_err(|e| e.0),
-        Err(424)
-    );
-    assert_eq!(addon_verdict(Some(&addon(&client).await)), Err(424));
-    assert_eq!(addon_verdict(None), Err(424));
+    /// Rolling back, from the guide's code block: ingot stopped (its process here; the block
+    /// scales the manifests' Deployment), Seeder's values restored.
+    async fn rolling_back_restores_seeder_s_values_and_stops_ingot_s_deployment(&mut self) {
+        let (client, admin, work) = (&self.client, &self.admin, &self.work);
+        let ingot = self.ingot.take().expect("ingot runs");
+        ingot.kill();
+        shell(admin, work, &guide_block("seeder-restored.yaml"));
+        let restored = addon(client).await;
+        assert_eq!(restored.data["spec"]["enabled"], json!(true));
+        assert_eq!(
+            restored.data["spec"]["valuesContent"], SHIPPED_VALUES,
+            "the Addon's values as shipped again"
+        );
+        let deployment = chart_support::run(
+            Command::new(chart_support::kubectl())
+                .arg(format!("--kubeconfig={}", admin.display()))
+                .args([
+                    "-n",
+                    chart_support::MANIFESTS_NAMESPACE,
+                    "get",
+                    "deployment",
+                    "ingot",
+                    "-o",
+                    "jsonpath={.spec.replicas}",
+                ]),
+            None,
+        );
+        assert_eq!(deployment, "0");
+    }
 
-    clean(&client).await;
+    /// Left as the Go Seeder reads it: Seeder's finalizer alone, ready, its Machine with
+    /// Seeder's finalizer, owned by it.
+    async fn rolling_back_leaves_the_inventory_as_the_go_seeder_reads_it(&mut self) {
+        let client = &self.client;
+        let left = Api::<Inventory>::namespaced(client.clone(), NS)
+            .get(NODE)
+            .await
+            .unwrap();
+        assert_eq!(left.finalizers(), [SEEDER_FINALIZER]);
+        // Left as the Go Seeder reads it: ready, its Machine with Seeder's finalizer, owned by it.
+        assert_eq!(
+            left.status.as_ref().unwrap().status.as_deref(),
+            Some("inventoryNodeReady")
+        );
+        let machine = Api::<Machine>::namespaced(client.clone(), NS)
+            .get(NODE)
+            .await
+            .unwrap();
+        assert_eq!(machine.finalizers(), [SEEDER_FINALIZER]);
+        assert_eq!(machine.owner_references()[0].uid, left.uid().unwrap());
+    }
+
+    /// The guide's old first step takes the buttons away: Harvester answers 424.
+    async fn the_guide_s_old_first_step_takes_the_buttons_away(&mut self) {
+        let (client, admin, work) = (&self.client, &self.admin, &self.work);
+        shell(admin, work, OLD_STEP_1);
+        assert_eq!(
+            power_action_possible(client, NODE).await.map_err(|e| e.0),
+            Err(424)
+        );
+        assert_eq!(addon_verdict(Some(&addon(client).await)), Err(424));
+        assert_eq!(addon_verdict(None), Err(424));
+    }
 }

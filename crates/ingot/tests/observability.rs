@@ -349,217 +349,287 @@ fn samples(scrape: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_metric_the_dashboard_and_the_alerts_name_is_served_and_bmc_calls_are_counted() {
-    let expressions = expressions();
-    let env = ingot_testenv::shared().await;
-    let client = env.client().unwrap();
-    let ns = env.namespace("observability").await.unwrap();
+// `ingot run` with every controller, one behaviour per test, over one fixture (`Observed`): one
+// healthy Redfish BMC, a Machine whose BMC port has nothing behind it, a Gardener Machine
+// without its class; the tests read its /metrics, in this order (`ingot_testenv::scenario!`).
+ingot_testenv::scenario!(mod observed: Observed {
+    unreachable_bmc_calls_are_counted,
+    every_metric_the_dashboard_and_the_alerts_name_is_served,
+    bmc_calls_are_counted_by_protocol_operation_and_outcome,
+    the_replica_that_took_the_lease_once_says_so,
+    every_part_exports_the_same_reconcile_series,
+});
 
-    // One healthy Redfish BMC, and a Machine whose BMC port has nothing behind it.
-    let spec = BmcSpec {
-        username: "admin".into(),
-        password: "t0p-Secret".into(),
-        ..BmcSpec::default()
-    };
-    let fleet = Fleet::uniform(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
-        1,
-        spec,
-    )
-    .await
-    .unwrap();
-    create_secret(&client, &ns, "bmc-auth", "admin", "t0p-Secret").await;
-    let good = machine_sample(
-        &ns,
-        "good",
-        "bmc-auth",
-        "127.0.0.1",
-        json!({"redfish": {"port": fleet.bmcs[0].addr.port()}}),
-    );
-    create(&client, &ns, &good).await;
-    let refused = machine_sample(
-        &ns,
-        "refused",
-        "bmc-auth",
-        "127.0.0.1",
-        json!({"redfish": {"port": closed_port()}}),
-    );
-    create(&client, &ns, &refused).await;
+/// The BMCs and Machines, `ingot run` with every controller on one Lease, and the scrape taken
+/// once the failed BMC calls were counted.
+struct Observed {
+    client: kube::Client,
+    ns: String,
+    _fleet: Fleet,
+    ingot: ingot_testenv::Operator,
+    port: u16,
+    http: reqwest::Client,
+    /// /metrics once the failed BMC calls were counted.
+    text: String,
+    pool_name: String,
+}
 
-    // Seeder's embedded mode keeps its local Cluster in harvester-system, as Harvester does.
-    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
-    let harvester_system =
-        serde_json::from_value(json!({"metadata": {"name": "harvester-system"}})).unwrap();
-    let _ = namespaces
-        .create(&kube::api::PostParams::default(), &harvester_system)
-        .await;
+impl Observed {
+    async fn start() -> Self {
+        let env = ingot_testenv::shared().await;
+        let client = env.client().unwrap();
+        let ns = env.namespace("observability").await.unwrap();
 
-    let ingot = ingot_testenv::Operator::builder(env!("CARGO_BIN_EXE_ingot"))
-        .tag("observability")
-        .kubeconfig(env.kubeconfig_path())
-        .arg(format!("--lease-namespace={ns}"))
-        .arg("--lease-name=ingot-observability")
-        .arg("--lease-duration-seconds=3")
-        .controllers("pools,rufio,seeder,gardener")
-        .arg(format!("--rufio-namespace={ns}"))
-        .arg(format!("--seeder-namespace={ns}"))
-        .arg(format!("--namespace={ns}"))
-        .arg("--rufio-machine-interval-seconds=2")
-        .arg("--rufio-redfish-timeout-seconds=3")
-        .env("NAMESPACE", &ns)
-        .start();
-    let port = ingot.http_addr().await.port();
-
-    // A Gardener Machine whose MachineClass does not exist: the machine controller looks at it
-    // (and leaves it, as upstream does) without any Equinix Metal call.
-    let gardener_machine: ingot_api::gardener::Machine = serde_json::from_value(json!({
-        "apiVersion": "machine.sapcloud.io/v1alpha1",
-        "kind": "Machine",
-        "metadata": {"name": "no-class", "namespace": ns},
-        "spec": {"class": {"kind": "MachineClass", "name": "absent"}},
-    }))
-    .unwrap();
-    create(&client, &ns, &gardener_machine).await;
-
-    let http = reqwest::Client::new();
-    wait_contactable(&client, &ns, "good", "on", Duration::from_secs(60)).await;
-    let bmc_failed = |s: &BTreeMap<String, f64>| {
-        s.iter().any(|(series, v)| {
-            series.starts_with("ingot_bmc_requests_total{")
-                && (series.contains("outcome=\"unreachable\"")
-                    || series.contains("outcome=\"timeout\""))
-                && *v > 0.0
-        })
-    };
-    let text = wait_for(
-        "the failed BMC calls to be counted",
-        Duration::from_secs(60),
-        || async {
-            let text = scrape(&http, port).await?;
-            bmc_failed(&samples(&text)).then_some(text)
-        },
-    )
-    .await;
-    let served_families = families(&text);
-    let values = samples(&text);
-
-    let mut missing = Vec::new();
-    for (at, expr) in &expressions {
-        for name in metric_names(expr) {
-            if let Err(problem) = served(&name, &served_families) {
-                missing.push(format!("{at}: {problem}\n    in {expr}"));
-            }
-        }
-    }
-    assert!(
-        missing.is_empty(),
-        "the observability files name metrics /metrics does not serve:\n{}\n\nserved families: {:?}\n{}",
-        missing.join("\n"),
-        served_families.keys().collect::<Vec<_>>(),
-        ingot.log_tail()
-    );
-
-    // The BMC metrics moved: calls by protocol, operation and outcome, the session open, the
-    // fleet limit; and this replica took the lease once.
-    let value = |series: &str| values.get(series).copied().unwrap_or_default();
-    assert!(
-        value(
-            r#"ingot_bmc_requests_total{protocol="redfish",operation="power_state",outcome="ok"}"#
-        ) >= 1.0,
-        "{text}"
-    );
-    assert!(
-        value(
-            r#"ingot_bmc_request_duration_seconds_count{protocol="redfish",operation="power_state"}"#
-        ) >= 1.0,
-        "{text}"
-    );
-    assert!(
-        value(r#"ingot_bmc_sessions_open{protocol="redfish"}"#) >= 1.0,
-        "{text}"
-    );
-    assert_eq!(value("ingot_bmc_fleet_limit"), 256.0, "{text}");
-    assert_eq!(
-        value(r#"ingot_leader_transitions_total{transition="acquired"}"#),
-        1.0,
-        "{text}"
-    );
-    assert_eq!(value("ingot_leader"), 1.0, "{text}");
-
-    // Every controller runs on the one runtime, so each part exports the same reconcile series:
-    // a pool (count 0), an Inventory, the Machines above and the Gardener Machine are enough
-    // for each part's controller to reconcile once.
-    let pool_name = format!("{ns}-pool");
-    let pool: ingot_api::equinix::InstancePool = serde_json::from_value(json!({
-        "apiVersion": "equinix.harvesterhci.io/v1", "kind": "InstancePool",
-        "metadata": {"name": pool_name}, "spec": {"count": 0},
-    }))
-    .unwrap();
-    let pools = Api::<ingot_api::equinix::InstancePool>::all(client.clone());
-    pools
-        .create(&kube::api::PostParams::default(), &pool)
+        // One healthy Redfish BMC, and a Machine whose BMC port has nothing behind it.
+        let spec = BmcSpec {
+            username: "admin".into(),
+            password: "t0p-Secret".into(),
+            ..BmcSpec::default()
+        };
+        let fleet = Fleet::uniform(
+            FleetOptions {
+                tls: true,
+                ..FleetOptions::default()
+            },
+            1,
+            spec,
+        )
         .await
         .unwrap();
-    let inventory: ingot_api::seeder::Inventory = serde_json::from_value(json!({
-        "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
-        "metadata": {"name": "observed", "namespace": ns},
-        "spec": {
-            "primaryDisk": "/dev/sda",
-            "managementInterfaceMacAddress": "aa:bb:cc:00:00:01",
-            "events": {"enabled": false},
-            "baseboardSpec": {"connection": {"host": "127.0.0.1", "port": 623, "insecureTLS": true,
-                "authSecretRef": {"name": "bmc-auth", "namespace": ns}}},
-        },
-    }))
-    .unwrap();
-    create(&client, &ns, &inventory).await;
-    let parts = [
-        "instancepool",
-        "gardener-machine",
-        "rufio-machine",
-        "seeder-inventory",
-    ];
-    let unreconciled = |s: &BTreeMap<String, f64>| -> Vec<&str> {
-        let value = |series: String| s.get(&series).copied().unwrap_or_default();
-        parts
-            .iter()
-            .copied()
-            .filter(|c| {
-                value(format!(
-                    r#"ingot_reconciliations_total{{controller="{c}"}}"#
-                )) < 1.0
-                    || value(format!(
-                        r#"ingot_reconcile_duration_seconds_count{{controller="{c}"}}"#
-                    )) < 1.0
+        create_secret(&client, &ns, "bmc-auth", "admin", "t0p-Secret").await;
+        let good = machine_sample(
+            &ns,
+            "good",
+            "bmc-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": fleet.bmcs[0].addr.port()}}),
+        );
+        create(&client, &ns, &good).await;
+        let refused = machine_sample(
+            &ns,
+            "refused",
+            "bmc-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": closed_port()}}),
+        );
+        create(&client, &ns, &refused).await;
+
+        // Seeder's embedded mode keeps its local Cluster in harvester-system, as Harvester does.
+        let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+        let harvester_system =
+            serde_json::from_value(json!({"metadata": {"name": "harvester-system"}})).unwrap();
+        let _ = namespaces
+            .create(&kube::api::PostParams::default(), &harvester_system)
+            .await;
+
+        let ingot = ingot_testenv::Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+            .tag("observability")
+            .kubeconfig(env.kubeconfig_path())
+            .arg(format!("--lease-namespace={ns}"))
+            .arg("--lease-name=ingot-observability")
+            .arg("--lease-duration-seconds=3")
+            .controllers("pools,rufio,seeder,gardener")
+            .arg(format!("--rufio-namespace={ns}"))
+            .arg(format!("--seeder-namespace={ns}"))
+            .arg(format!("--namespace={ns}"))
+            .arg("--rufio-machine-interval-seconds=2")
+            .arg("--rufio-redfish-timeout-seconds=3")
+            .env("NAMESPACE", &ns)
+            .start();
+        let port = ingot.http_addr().await.port();
+
+        // A Gardener Machine whose MachineClass does not exist: the machine controller looks at it
+        // (and leaves it, as upstream does) without any Equinix Metal call.
+        let gardener_machine: ingot_api::gardener::Machine = serde_json::from_value(json!({
+            "apiVersion": "machine.sapcloud.io/v1alpha1",
+            "kind": "Machine",
+            "metadata": {"name": "no-class", "namespace": ns},
+            "spec": {"class": {"kind": "MachineClass", "name": "absent"}},
+        }))
+        .unwrap();
+        create(&client, &ns, &gardener_machine).await;
+        let http = reqwest::Client::new();
+        Observed {
+            client,
+            ns: ns.clone(),
+            _fleet: fleet,
+            ingot,
+            port,
+            http,
+            text: String::new(),
+            pool_name: format!("{ns}-pool"),
+        }
+    }
+
+    async fn finish(self) {
+        let (client, ns, pools) = (
+            &self.client,
+            &self.ns,
+            Api::<ingot_api::equinix::InstancePool>::all(self.client.clone()),
+        );
+        let pool_name = &self.pool_name;
+        let _ = pools.delete(pool_name, &DeleteParams::default()).await;
+        let _ = Api::<ingot_api::seeder::Inventory>::namespaced(client.clone(), ns)
+            .delete_collection(&DeleteParams::default(), &Default::default())
+            .await;
+        let _ = Api::<ingot_api::gardener::Machine>::namespaced(client.clone(), ns)
+            .delete_collection(&DeleteParams::default(), &Default::default())
+            .await;
+
+        delete_all(client, ns).await;
+        drop(self.ingot);
+    }
+
+    /// The healthy Machine is contactable, and the calls to the closed port are counted as
+    /// unreachable (or timed out).
+    async fn unreachable_bmc_calls_are_counted(&mut self) {
+        let (client, ns, http, port) = (&self.client, &self.ns, &self.http, self.port);
+        wait_contactable(client, ns, "good", "on", Duration::from_secs(60)).await;
+        let bmc_failed = |s: &BTreeMap<String, f64>| {
+            s.iter().any(|(series, v)| {
+                series.starts_with("ingot_bmc_requests_total{")
+                    && (series.contains("outcome=\"unreachable\"")
+                        || series.contains("outcome=\"timeout\""))
+                    && *v > 0.0
             })
-            .collect()
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = scrape(&http, port).await.unwrap_or_default();
-        let missing = unreconciled(&samples(&text));
-        if missing.is_empty() {
-            break;
+        };
+        let text = wait_for(
+            "the failed BMC calls to be counted",
+            Duration::from_secs(60),
+            || async {
+                let text = scrape(http, port).await?;
+                bmc_failed(&samples(&text)).then_some(text)
+            },
+        )
+        .await;
+        self.text = text;
+    }
+
+    /// Every metric the Grafana dashboard and the Prometheus alerts name is served.
+    async fn every_metric_the_dashboard_and_the_alerts_name_is_served(&mut self) {
+        let (text, ingot) = (&self.text, &self.ingot);
+        let expressions = expressions();
+        let served_families = families(text);
+
+        let mut missing = Vec::new();
+        for (at, expr) in &expressions {
+            for name in metric_names(expr) {
+                if let Err(problem) = served(&name, &served_families) {
+                    missing.push(format!("{at}: {problem}\n    in {expr}"));
+                }
+            }
         }
         assert!(
-            std::time::Instant::now() < deadline,
-            "no reconcile series for {missing:?} within 60 s:\n{text}\n{}",
+            missing.is_empty(),
+            "the observability files name metrics /metrics does not serve:\n{}\n\nserved families: {:?}\n{}",
+            missing.join("\n"),
+            served_families.keys().collect::<Vec<_>>(),
             ingot.log_tail()
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let _ = pools.delete(&pool_name, &DeleteParams::default()).await;
-    let _ = Api::<ingot_api::seeder::Inventory>::namespaced(client.clone(), &ns)
-        .delete_collection(&DeleteParams::default(), &Default::default())
-        .await;
-    let _ = Api::<ingot_api::gardener::Machine>::namespaced(client.clone(), &ns)
-        .delete_collection(&DeleteParams::default(), &Default::default())
-        .await;
 
-    delete_all(&client, &ns).await;
-    drop(ingot);
+    /// The BMC metrics moved: calls by protocol, operation and outcome, their duration, the
+    /// session open, the fleet limit.
+    async fn bmc_calls_are_counted_by_protocol_operation_and_outcome(&mut self) {
+        let text = &self.text;
+        let values = samples(text);
+        let value = |series: &str| values.get(series).copied().unwrap_or_default();
+        assert!(
+            value(
+                r#"ingot_bmc_requests_total{protocol="redfish",operation="power_state",outcome="ok"}"#
+            ) >= 1.0,
+            "{text}"
+        );
+        assert!(
+            value(
+                r#"ingot_bmc_request_duration_seconds_count{protocol="redfish",operation="power_state"}"#
+            ) >= 1.0,
+            "{text}"
+        );
+        assert!(
+            value(r#"ingot_bmc_sessions_open{protocol="redfish"}"#) >= 1.0,
+            "{text}"
+        );
+        assert_eq!(value("ingot_bmc_fleet_limit"), 256.0, "{text}");
+    }
+
+    /// This replica took the lease once and leads.
+    async fn the_replica_that_took_the_lease_once_says_so(&mut self) {
+        let text = &self.text;
+        let values = samples(text);
+        let value = |series: &str| values.get(series).copied().unwrap_or_default();
+        assert_eq!(
+            value(r#"ingot_leader_transitions_total{transition="acquired"}"#),
+            1.0,
+            "{text}"
+        );
+        assert_eq!(value("ingot_leader"), 1.0, "{text}");
+    }
+
+    /// Every controller runs on the one runtime, so each part exports the same reconcile series:
+    /// a pool (count 0), an Inventory, the Machines above and the Gardener Machine are enough
+    /// for each part's controller to reconcile once.
+    async fn every_part_exports_the_same_reconcile_series(&mut self) {
+        let (client, ns, http, port, ingot) =
+            (&self.client, &self.ns, &self.http, self.port, &self.ingot);
+        let pool_name = &self.pool_name;
+        let pool: ingot_api::equinix::InstancePool = serde_json::from_value(json!({
+            "apiVersion": "equinix.harvesterhci.io/v1", "kind": "InstancePool",
+            "metadata": {"name": pool_name}, "spec": {"count": 0},
+        }))
+        .unwrap();
+        let pools = Api::<ingot_api::equinix::InstancePool>::all(client.clone());
+        pools
+            .create(&kube::api::PostParams::default(), &pool)
+            .await
+            .unwrap();
+        let inventory: ingot_api::seeder::Inventory = serde_json::from_value(json!({
+            "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+            "metadata": {"name": "observed", "namespace": ns},
+            "spec": {
+                "primaryDisk": "/dev/sda",
+                "managementInterfaceMacAddress": "aa:bb:cc:00:00:01",
+                "events": {"enabled": false},
+                "baseboardSpec": {"connection": {"host": "127.0.0.1", "port": 623, "insecureTLS": true,
+                    "authSecretRef": {"name": "bmc-auth", "namespace": ns}}},
+            },
+        }))
+        .unwrap();
+        create(client, ns, &inventory).await;
+        let parts = [
+            "instancepool",
+            "gardener-machine",
+            "rufio-machine",
+            "seeder-inventory",
+        ];
+        let unreconciled = |s: &BTreeMap<String, f64>| -> Vec<&str> {
+            let value = |series: String| s.get(&series).copied().unwrap_or_default();
+            parts
+                .iter()
+                .copied()
+                .filter(|c| {
+                    value(format!(
+                        r#"ingot_reconciliations_total{{controller="{c}"}}"#
+                    )) < 1.0
+                        || value(format!(
+                            r#"ingot_reconcile_duration_seconds_count{{controller="{c}"}}"#
+                        )) < 1.0
+                })
+                .collect()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = scrape(http, port).await.unwrap_or_default();
+            let missing = unreconciled(&samples(&text));
+            if missing.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no reconcile series for {missing:?} within 60 s:\n{text}\n{}",
+                ingot.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
 }

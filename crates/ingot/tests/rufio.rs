@@ -280,188 +280,249 @@ impl PeerSushy {
     }
 }
 
-// The emulated fleet runs in this process: worker threads keep it answering while the test waits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_bmc_is_not_contactable_and_delays_no_other_machine() {
-    let _serial = SERIAL.lock().await;
-    let env = ingot_testenv::shared().await;
-    let client = env.client().unwrap();
-    let ns = env.namespace("rufio-dead").await.unwrap();
+// A dead BMC among twenty healthy ones, one behaviour per test, over one fleet and one
+// `ingot run --controllers rufio` (`DeadBmc`), in this order (`ingot_testenv::scenario!`; the
+// emulated fleet runs in this process, on the scenario's worker threads).
+ingot_testenv::scenario!(mod dead_bmc: DeadBmc {
+    a_dead_bmc_delays_no_other_machine,
+    a_bmc_that_never_answers_is_not_contactable_with_a_clear_message,
+    a_closed_bmc_port_is_not_contactable,
+    polls_reuse_one_session_per_bmc,
+    a_deleted_machine_s_bmc_is_logged_out_and_the_others_keep_theirs,
+    sigterm_logs_out_every_bmc_session,
+});
 
-    // Twenty healthy Redfish BMCs over TLS, and one that never answers.
-    let healthy = 20;
-    let fleet = sample_fleet(
-        healthy + 1,
-        BmcSpec {
-            latency: Duration::from_millis(20),
-            ..BmcSpec::default()
-        },
-    )
-    .await;
-    let dead = &fleet.bmcs[healthy];
-    dead.state
-        .set_fault(Some(Fault::Slow { delay_ms: 120_000 }));
-    create_secret(
-        &client,
-        &ns,
-        "sample-machine-auth",
-        SAMPLE_USER,
-        SAMPLE_PASSWORD,
-    )
-    .await;
-    // The dead one first, so that it is reconciled first.
-    let dead_machine = machine_sample(
-        &ns,
-        "dead",
-        "sample-machine-auth",
-        "127.0.0.1",
-        json!({"redfish": {"port": dead.addr.port()}, "ipmitool": {"port": closed_udp_port()}}),
-    );
-    create(&client, &ns, &dead_machine).await;
-    // A BMC address where nothing listens at all.
-    let refused = machine_sample(
-        &ns,
-        "refused",
-        "sample-machine-auth",
-        "127.0.0.1",
-        json!({"redfish": {"port": closed_port()}, "ipmitool": {"port": closed_udp_port()}}),
-    );
-    create(&client, &ns, &refused).await;
-    for (i, bmc) in fleet.bmcs.iter().take(healthy).enumerate() {
-        let m = machine_sample(
-            &ns,
-            &format!("m{i:02}"),
-            "sample-machine-auth",
-            "127.0.0.1",
-            json!({"redfish": {"port": bmc.addr.port()}}),
-        );
-        create(&client, &ns, &m).await;
-    }
-    let started = Instant::now();
-    // The dead BMC holds its reconcile for the Redfish timeout (8 s) before IPMI is tried.
-    let ingot = start_ingot(
-        env.kubeconfig_path(),
-        &ns,
-        &[
-            "--rufio-redfish-timeout-seconds=8",
-            "--rufio-evict-interval-seconds=1",
-        ],
-    );
-    for i in 0..healthy {
-        wait_contactable(
+/// Twenty healthy Redfish BMCs over TLS and one that never answers (the emulated fleet, in this
+/// process), their Machines, one more Machine whose BMC port is closed, and `ingot run` started
+/// last.
+struct DeadBmc {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    client: kube::Client,
+    ns: String,
+    healthy: usize,
+    fleet: Fleet,
+    ingot: Operator,
+    started: Instant,
+}
+
+impl DeadBmc {
+    async fn start() -> Self {
+        let _serial = SERIAL.lock().await;
+        let env = ingot_testenv::shared().await;
+        let client = env.client().unwrap();
+        let ns = env.namespace("rufio-dead").await.unwrap();
+
+        // Twenty healthy Redfish BMCs over TLS, and one that never answers.
+        let healthy = 20;
+        let fleet = sample_fleet(
+            healthy + 1,
+            BmcSpec {
+                latency: Duration::from_millis(20),
+                ..BmcSpec::default()
+            },
+        )
+        .await;
+        let dead = &fleet.bmcs[healthy];
+        dead.state
+            .set_fault(Some(Fault::Slow { delay_ms: 120_000 }));
+        create_secret(
             &client,
             &ns,
-            &format!("m{i:02}"),
-            "on",
-            Duration::from_secs(30),
+            "sample-machine-auth",
+            SAMPLE_USER,
+            SAMPLE_PASSWORD,
         )
         .await;
+        // The dead one first, so that it is reconciled first.
+        let dead_machine = machine_sample(
+            &ns,
+            "dead",
+            "sample-machine-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": dead.addr.port()}, "ipmitool": {"port": closed_udp_port()}}),
+        );
+        create(&client, &ns, &dead_machine).await;
+        // A BMC address where nothing listens at all.
+        let refused = machine_sample(
+            &ns,
+            "refused",
+            "sample-machine-auth",
+            "127.0.0.1",
+            json!({"redfish": {"port": closed_port()}, "ipmitool": {"port": closed_udp_port()}}),
+        );
+        create(&client, &ns, &refused).await;
+        for (i, bmc) in fleet.bmcs.iter().take(healthy).enumerate() {
+            let m = machine_sample(
+                &ns,
+                &format!("m{i:02}"),
+                "sample-machine-auth",
+                "127.0.0.1",
+                json!({"redfish": {"port": bmc.addr.port()}}),
+            );
+            create(&client, &ns, &m).await;
+        }
+        let started = Instant::now();
+        // The dead BMC holds its reconcile for the Redfish timeout (8 s) before IPMI is tried.
+        let ingot = start_ingot(
+            env.kubeconfig_path(),
+            &ns,
+            &[
+                "--rufio-redfish-timeout-seconds=8",
+                "--rufio-evict-interval-seconds=1",
+            ],
+        );
+        DeadBmc {
+            _serial,
+            client,
+            ns,
+            healthy,
+            fleet,
+            ingot,
+            started,
+        }
     }
-    let all_known = started.elapsed();
-    // The dead BMC is still being waited for (8 s Redfish timeout, then the IPMI probe):
-    // it held nobody else up.
-    let dead_status = machine_status(&client, &ns, "dead").await;
-    assert!(
-        dead_status.is_null() || condition(&dead_status, "Contactable").is_none(),
-        "the dead BMC was judged before the healthy ones were read ({all_known:?}): {dead_status}"
-    );
 
-    let (status, message) = wait_for(
-        "the dead Machine to be judged",
-        Duration::from_secs(60),
-        || async {
-            let s = machine_status(&client, &ns, "dead").await;
-            condition(&s, "Contactable")
-        },
-    )
-    .await;
-    assert_eq!(status, "False");
-    assert!(
-        message.contains("failed to open connection to BMC")
-            && message.contains(&format!(
-                "redfish at https://127.0.0.1:{}",
-                dead.addr.port()
-            ))
-            && message.contains("no answer"),
-        "{message}"
-    );
-    assert!(!message.contains(SAMPLE_PASSWORD));
-    assert_eq!(
-        machine_status(&client, &ns, "dead").await["powerState"],
-        "unknown"
-    );
-    let (status, message) = wait_for("refused judged", Duration::from_secs(30), || async {
-        condition(
-            &machine_status(&client, &ns, "refused").await,
-            "Contactable",
-        )
-    })
-    .await;
-    assert_eq!(status, "False");
-    assert!(message.contains("cannot reach the BMC"), "{message}");
+    async fn finish(self) {
+        let (client, ns) = (&self.client, &self.ns);
+        delete_all(client, ns).await;
+        let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .delete(ns, &DeleteParams::default())
+            .await;
+    }
 
-    // Polled every 2 s, through one session per BMC: never a login per poll.
-    let before: Vec<u64> = fleet.bmcs[..healthy]
-        .iter()
-        .map(|b| b.state.snapshot().requests)
-        .collect();
-    tokio::time::sleep(Duration::from_secs(7)).await;
-    for (i, b) in fleet.bmcs[..healthy].iter().enumerate() {
-        let snap = b.state.snapshot();
+    /// Every healthy Machine is contactable while the dead BMC is still being waited for (8 s
+    /// Redfish timeout, then the IPMI probe): it held nobody else up.
+    async fn a_dead_bmc_delays_no_other_machine(&mut self) {
+        let (client, ns, healthy, started) = (&self.client, &self.ns, self.healthy, self.started);
+        for i in 0..healthy {
+            wait_contactable(
+                client,
+                ns,
+                &format!("m{i:02}"),
+                "on",
+                Duration::from_secs(30),
+            )
+            .await;
+        }
+        let all_known = started.elapsed();
+        // The dead BMC is still being waited for (8 s Redfish timeout, then the IPMI probe):
+        // it held nobody else up.
+        let dead_status = machine_status(client, ns, "dead").await;
         assert!(
-            snap.requests > before[i],
-            "BMC {i} was not polled again: {snap:?}"
+            dead_status.is_null() || condition(&dead_status, "Contactable").is_none(),
+            "the dead BMC was judged before the healthy ones were read ({all_known:?}): {dead_status}"
         );
-        assert_eq!(snap.sessions_created, 1, "BMC {i}: {snap:?}");
-        assert_eq!(snap.sessions, 1, "BMC {i}: {snap:?}");
     }
 
-    // Machines deleted: their BMCs are logged out at the next sweep; the others keep theirs.
-    let deleted = 5;
-    let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
-    for i in 0..deleted {
-        machines
-            .delete(&format!("m{i:02}"), &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    wait_for(
-        "the deleted Machines' BMC sessions to be logged out",
-        Duration::from_secs(30),
-        || async {
-            fleet.bmcs[..deleted]
-                .iter()
-                .all(|b| b.state.snapshot().sessions == 0)
-                .then_some(())
-        },
-    )
-    .await;
-    for (i, b) in fleet.bmcs[deleted..healthy].iter().enumerate() {
-        let snap = b.state.snapshot();
-        assert_eq!(
-            snap.sessions,
-            1,
-            "BMC {}: kept while its Machine exists: {snap:?}",
-            i + deleted
-        );
-        assert_eq!(snap.sessions_created, 1, "BMC {}: {snap:?}", i + deleted);
-    }
-
-    // SIGTERM: every session is logged out.
-    ingot.terminate();
-    ingot.wait_exit(Duration::from_secs(30)).await;
-    for (i, b) in fleet.bmcs[..healthy].iter().enumerate() {
-        assert_eq!(
-            b.state.snapshot().sessions,
-            0,
-            "BMC {i} session left open\n{}",
-            ingot.log_tail()
-        );
-    }
-    delete_all(&client, &ns).await;
-    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-        .delete(&ns, &DeleteParams::default())
+    /// The BMC that never answers: Contactable False, a message naming the connection, its
+    /// address and "no answer", no password; power state unknown.
+    async fn a_bmc_that_never_answers_is_not_contactable_with_a_clear_message(&mut self) {
+        let (client, ns) = (&self.client, &self.ns);
+        let dead = &self.fleet.bmcs[self.healthy];
+        let (status, message) = wait_for(
+            "the dead Machine to be judged",
+            Duration::from_secs(60),
+            || async {
+                let s = machine_status(client, ns, "dead").await;
+                condition(&s, "Contactable")
+            },
+        )
         .await;
+        assert_eq!(status, "False");
+        assert!(
+            message.contains("failed to open connection to BMC")
+                && message.contains(&format!(
+                    "redfish at https://127.0.0.1:{}",
+                    dead.addr.port()
+                ))
+                && message.contains("no answer"),
+            "{message}"
+        );
+        assert!(!message.contains(SAMPLE_PASSWORD));
+        assert_eq!(
+            machine_status(client, ns, "dead").await["powerState"],
+            "unknown"
+        );
+    }
+
+    /// A BMC address where nothing listens: Contactable False, "cannot reach the BMC".
+    async fn a_closed_bmc_port_is_not_contactable(&mut self) {
+        let (client, ns) = (&self.client, &self.ns);
+        let (status, message) = wait_for("refused judged", Duration::from_secs(30), || async {
+            condition(&machine_status(client, ns, "refused").await, "Contactable")
+        })
+        .await;
+        assert_eq!(status, "False");
+        assert!(message.contains("cannot reach the BMC"), "{message}");
+    }
+
+    /// Polled every 2 s, through one session per BMC: never a login per poll.
+    async fn polls_reuse_one_session_per_bmc(&mut self) {
+        let (fleet, healthy) = (&self.fleet, self.healthy);
+        let before: Vec<u64> = fleet.bmcs[..healthy]
+            .iter()
+            .map(|b| b.state.snapshot().requests)
+            .collect();
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        for (i, b) in fleet.bmcs[..healthy].iter().enumerate() {
+            let snap = b.state.snapshot();
+            assert!(
+                snap.requests > before[i],
+                "BMC {i} was not polled again: {snap:?}"
+            );
+            assert_eq!(snap.sessions_created, 1, "BMC {i}: {snap:?}");
+            assert_eq!(snap.sessions, 1, "BMC {i}: {snap:?}");
+        }
+    }
+
+    /// Machines deleted: their BMCs are logged out at the next sweep; the others keep theirs.
+    async fn a_deleted_machine_s_bmc_is_logged_out_and_the_others_keep_theirs(&mut self) {
+        let (client, ns, fleet, healthy) = (&self.client, &self.ns, &self.fleet, self.healthy);
+        let deleted = 5;
+        let machines: Api<Machine> = Api::namespaced(client.clone(), ns);
+        for i in 0..deleted {
+            machines
+                .delete(&format!("m{i:02}"), &DeleteParams::default())
+                .await
+                .unwrap();
+        }
+        wait_for(
+            "the deleted Machines' BMC sessions to be logged out",
+            Duration::from_secs(30),
+            || async {
+                fleet.bmcs[..deleted]
+                    .iter()
+                    .all(|b| b.state.snapshot().sessions == 0)
+                    .then_some(())
+            },
+        )
+        .await;
+        for (i, b) in fleet.bmcs[deleted..healthy].iter().enumerate() {
+            let snap = b.state.snapshot();
+            assert_eq!(
+                snap.sessions,
+                1,
+                "BMC {}: kept while its Machine exists: {snap:?}",
+                i + deleted
+            );
+            assert_eq!(snap.sessions_created, 1, "BMC {}: {snap:?}", i + deleted);
+        }
+    }
+
+    /// SIGTERM: every session is logged out.
+    async fn sigterm_logs_out_every_bmc_session(&mut self) {
+        let (ingot, fleet, healthy) = (&self.ingot, &self.fleet, self.healthy);
+        ingot.terminate();
+        ingot.wait_exit(Duration::from_secs(30)).await;
+        for (i, b) in fleet.bmcs[..healthy].iter().enumerate() {
+            assert_eq!(
+                b.state.snapshot().sessions,
+                0,
+                "BMC {i} session left open\n{}",
+                ingot.log_tail()
+            );
+        }
+    }
 }
 
 /// A reboot is sent once per Task, whatever the watch cache shows: each BMC counts them.

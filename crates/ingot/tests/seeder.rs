@@ -540,137 +540,13 @@ async fn go_seeder_objects(client: &Client, sim_port: u16) {
     create(client, NS, &job).await;
 }
 
-// Seeder's embedded mode, one behaviour per test, over one shared fixture: the peers, the
-// objects in harvester-system and one `ingot run` are set up once per test binary (see
-// `scenario`), and each test below is one step of the cluster's life, run in the order of
-// `steps!` on that fixture (a step starts from what the steps before it left). Every test
-// waits for the whole scenario (the fixture is torn down before the binary exits), then reports
-// its own step; a step after a failed one fails as not run.
-
-mod scenario {
-    //! Runs the steps once, on a runtime of its own (the fixture's clients and processes live
-    //! as long as it), and keeps each step's outcome for its test.
-
-    use std::collections::BTreeMap;
-    use std::panic::AssertUnwindSafe;
-    use std::sync::{Condvar, Mutex, Once};
-
-    use futures::FutureExt;
-
-    use super::{Embedded, STEPS};
-
-    #[derive(Default)]
-    struct Outcomes {
-        done: bool,
-        /// Step → its failure (absent: it passed).
-        failed: BTreeMap<&'static str, String>,
-    }
-
-    static START: Once = Once::new();
-    static OUTCOMES: Mutex<Outcomes> = Mutex::new(Outcomes {
-        done: false,
-        failed: BTreeMap::new(),
-    });
-    static DONE: Condvar = Condvar::new();
-
-    /// Waits for the scenario to end (the fixture torn down, so that no process outlives the
-    /// test binary) and fails if `step` did.
-    pub fn outcome(step: &'static str) {
-        assert!(
-            STEPS.contains(&step),
-            "{step} is not a step of the scenario"
-        );
-        START.call_once(|| {
-            std::thread::spawn(run);
-        });
-        let mut outcomes = OUTCOMES.lock().unwrap_or_else(|e| e.into_inner());
-        while !outcomes.done {
-            outcomes = DONE.wait(outcomes).unwrap_or_else(|e| e.into_inner());
-        }
-        if let Some(failure) = outcomes.failed.get(step) {
-            panic!("{step}: {failure}");
-        }
-    }
-
-    fn message(panic: &Box<dyn std::any::Any + Send>) -> String {
-        panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_else(|| "panicked".to_owned())
-    }
-
-    fn run() {
-        let mut failed = BTreeMap::new();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a runtime for the scenario");
-        runtime.block_on(async {
-            let fixture = AssertUnwindSafe(Embedded::start()).catch_unwind().await;
-            let mut fixture = match fixture {
-                Ok(fixture) => fixture,
-                Err(panic) => {
-                    let why = format!("the fixture did not start: {}", message(&panic));
-                    for step in STEPS {
-                        failed.insert(*step, why.clone());
-                    }
-                    return;
-                }
-            };
-            let mut first_failure: Option<&str> = None;
-            for step in STEPS {
-                if let Some(first) = first_failure {
-                    failed.insert(*step, format!("not run: the step {first} failed before it"));
-                    continue;
-                }
-                let started = std::time::Instant::now();
-                match AssertUnwindSafe(fixture.step(step)).catch_unwind().await {
-                    Ok(()) => eprintln!("{step}: passed in {:?}", started.elapsed()),
-                    Err(panic) => {
-                        failed.insert(*step, message(&panic));
-                        first_failure = Some(step);
-                    }
-                }
-            }
-            fixture.finish().await;
-        });
-        drop(runtime);
-        let mut outcomes = OUTCOMES.lock().unwrap_or_else(|e| e.into_inner());
-        outcomes.failed = failed;
-        outcomes.done = true;
-        DONE.notify_all();
-    }
-}
-
-/// The tests, one per step, and the steps in the order they run (`STEPS`).
-macro_rules! steps {
-    ($($step:ident),* $(,)?) => {
-        /// The steps, in the order they run.
-        const STEPS: &[&str] = &[$(stringify!($step)),*];
-
-        $(
-            #[test]
-            fn $step() {
-                scenario::outcome(stringify!($step));
-            }
-        )*
-
-        impl Embedded {
-            async fn step(&mut self, name: &str) {
-                $(
-                    if name == stringify!($step) {
-                        return self.$step().await;
-                    }
-                )*
-                panic!("no step {name}");
-            }
-        }
-    };
-}
-
-steps!(
+// Seeder's embedded mode, one behaviour per test, over one shared fixture (`Embedded`): the
+// peers, the objects in harvester-system and one `ingot run` are set up once per test binary,
+// and each test below is one step of the cluster's life, run in this order on that fixture (a
+// step starts from what the steps before it left). Each test reports its own step; a step after
+// a failed one fails as not run; the fixture is torn down before the binary exits
+// (`ingot_testenv::scenario!`).
+ingot_testenv::scenario!(mod embedded: Embedded {
     the_healthy_bmcs_are_ready_before_the_dead_one_is_judged,
     the_inventory_status_has_the_heps_shape_and_the_nodes_address,
     each_inventory_owns_one_machine_with_seeders_finalizer,
@@ -696,7 +572,7 @@ steps!(
     a_deleted_inventory_leaves_the_local_cluster_then_its_machine_goes,
     a_deleted_local_cluster_comes_back_with_its_members,
     no_credentials_are_logged,
-);
+});
 
 /// The hardware Events said so far: of the HEP's Node (sushy), the IPMI one (ipmi_sim) and the
 /// emulator's.

@@ -332,117 +332,216 @@ async fn node_in_maintenance(client: &Client, name: &str) {
         .unwrap();
 }
 
-#[tokio::test]
-async fn the_power_permission_is_its_own_the_answers_are_cached_and_a_body_is_read_only_when_permitted()
- {
-    let env = ingot_testenv::shared().await;
-    let client = env.client().unwrap();
-    let ns = env.namespace("servers-power").await.unwrap();
-    held_lease(&client, &ns).await;
-    let node = format!("{ns}-node");
-    node_in_maintenance(&client, &node).await;
+// The power action API's callers, one behaviour per test, over one namespace, one Node in
+// maintenance, the chart's power-caller RBAC and `ingot run` (`Power`; a second replica from
+// `every_replica_serves_the_secret_s_certificate` on), in this order
+// (`ingot_testenv::scenario!`).
+ingot_testenv::scenario!(mod power: Power {
+    a_caller_that_may_update_nodes_lacks_the_power_permission,
+    a_caller_the_chart_permits_gets_as_far_as_the_action,
+    repeated_callers_are_answered_from_the_cache,
+    a_body_is_read_only_from_a_permitted_caller_within_the_limit,
+    a_permitted_caller_s_unfinished_body_is_cut_off_at_the_deadline,
+    by_default_nobody_holds_the_power_permission,
+    every_replica_serves_the_secret_s_certificate,
+    a_token_for_the_api_server_is_refused_where_ingot_s_audience_is_required,
+    no_token_is_logged,
+});
 
-    // Harvester's ServiceAccount gets the power permission as the chart grants it (by default
-    // harvester-system/harvester; here one of this namespace).
-    let rendered = chart_support::render(
-        &format!("ingot-{ns}"),
-        &ns,
-        &[
-            "controllers={seeder}".to_owned(),
-            "seeder.powerApi.callers[0].kind=ServiceAccount".to_owned(),
-            "seeder.powerApi.callers[0].name=harvester".to_owned(),
-            format!("seeder.powerApi.callers[0].namespace={ns}"),
-        ],
-        &["--show-only", "templates/power-callers.yaml"],
-    );
-    chart_support::kubectl_apply(env.kubeconfig_path(), &rendered, &[]);
-    let harvester = service_account_token(&client, &ns, "harvester", &[]).await;
-    // What many DaemonSets and every kubelet may do: update Nodes.
-    let updater = service_account_token(&client, &ns, "node-updater", &[]).await;
-    chart_support::kubectl_apply(
-        env.kubeconfig_path(),
-        &format!(
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {ns}-node-updater}}\n\
-             rules: [{{apiGroups: [\"\"], resources: [nodes], verbs: [get, list, update, patch]}}]\n---\n\
-             apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {ns}-node-updater}}\n\
-             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-node-updater}}\n\
-             subjects: [{{kind: ServiceAccount, name: node-updater, namespace: {ns}}}]\n"
-        ),
-        &[],
-    );
+/// A namespace whose Lease another holds, a Node in maintenance, Harvester's ServiceAccount
+/// permitted as the chart grants it, a ServiceAccount that may only update Nodes, and
+/// `ingot run --controllers seeder` with a power API certificate from a Secret.
+struct Power {
+    client: Client,
+    ns: String,
+    node: String,
+    harvester: String,
+    updater: String,
+    tls_names: &'static str,
+    ingot: Ingot,
+    port: u16,
+    /// The second replica (from `every_replica_serves_the_secret_s_certificate` on).
+    second: Option<Ingot>,
+    /// Harvester's token for ingot's audience.
+    for_ingot: Option<String>,
+}
 
-    let tls_names = "--power-api-tls-names=ingot-servers-test";
-    let mut ingot = Ingot::start(
-        env.kubeconfig_path(),
-        &ns,
-        "servers-a",
-        "seeder",
-        &[
-            "--power-api-tls-secret=power-api-tls",
-            tls_names,
-            "--request-header-timeout-seconds=3",
-        ],
-    )
-    .await;
-    ingot.wait_serving().await;
-    let port = ingot.power;
-    wait_for(
-        "the power action API",
-        Duration::from_secs(30),
-        async || TcpStream::connect(("127.0.0.1", port)).await.ok(),
-    )
-    .await;
+const REBOOT: &str = r#"{"operation":"reboot"}"#;
 
-    let reboot = r#"{"operation":"reboot"}"#;
-    let (code, body) = power_request(port, Some(&updater), &node, "powerAction", reboot).await;
-    assert_eq!(code, 403, "{body}");
-    assert!(body.contains("nodes/poweraction"), "{body}");
-    let (code, body) = power_request(port, Some(&harvester), &node, "powerAction", reboot).await;
-    assert_eq!(code, 424, "{body}");
-    // Repeated: the API server is not asked again.
-    for _ in 0..4 {
-        assert_eq!(
-            power_request(port, Some(&updater), &node, "powerAction", reboot)
-                .await
-                .0,
-            403
+impl Power {
+    async fn start() -> Self {
+        let env = ingot_testenv::shared().await;
+        let client = env.client().unwrap();
+        let ns = env.namespace("servers-power").await.unwrap();
+        held_lease(&client, &ns).await;
+        let node = format!("{ns}-node");
+        node_in_maintenance(&client, &node).await;
+
+        // Harvester's ServiceAccount gets the power permission as the chart grants it (by default
+        // harvester-system/harvester; here one of this namespace).
+        let rendered = chart_support::render(
+            &format!("ingot-{ns}"),
+            &ns,
+            &[
+                "controllers={seeder}".to_owned(),
+                "seeder.powerApi.callers[0].kind=ServiceAccount".to_owned(),
+                "seeder.powerApi.callers[0].name=harvester".to_owned(),
+                format!("seeder.powerApi.callers[0].namespace={ns}"),
+            ],
+            &["--show-only", "templates/power-callers.yaml"],
         );
+        chart_support::kubectl_apply(env.kubeconfig_path(), &rendered, &[]);
+        let harvester = service_account_token(&client, &ns, "harvester", &[]).await;
+        // What many DaemonSets and every kubelet may do: update Nodes.
+        let updater = service_account_token(&client, &ns, "node-updater", &[]).await;
+        chart_support::kubectl_apply(
+            env.kubeconfig_path(),
+            &format!(
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {ns}-node-updater}}\n\
+                 rules: [{{apiGroups: [\"\"], resources: [nodes], verbs: [get, list, update, patch]}}]\n---\n\
+                 apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {ns}-node-updater}}\n\
+                 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {ns}-node-updater}}\n\
+                 subjects: [{{kind: ServiceAccount, name: node-updater, namespace: {ns}}}]\n"
+            ),
+            &[],
+        );
+
+        let tls_names = "--power-api-tls-names=ingot-servers-test";
+        let mut ingot = Ingot::start(
+            env.kubeconfig_path(),
+            &ns,
+            "servers-a",
+            "seeder",
+            &[
+                "--power-api-tls-secret=power-api-tls",
+                tls_names,
+                "--request-header-timeout-seconds=3",
+            ],
+        )
+        .await;
+        ingot.wait_serving().await;
+        let port = ingot.power;
+        wait_for(
+            "the power action API",
+            Duration::from_secs(30),
+            async || TcpStream::connect(("127.0.0.1", port)).await.ok(),
+        )
+        .await;
+        Power {
+            client,
+            ns,
+            node,
+            harvester,
+            updater,
+            tls_names,
+            ingot,
+            port,
+            second: None,
+            for_ingot: None,
+        }
+    }
+
+    async fn finish(self) {
+        drop((self.ingot, self.second));
+        Api::<Node>::all(self.client.clone())
+            .delete(&self.node, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    /// A caller that may update Nodes (as many DaemonSets and every kubelet may) is refused
+    /// without the power permission.
+    async fn a_caller_that_may_update_nodes_lacks_the_power_permission(&mut self) {
+        let (port, node, updater, reboot) = (self.port, &self.node, &self.updater, REBOOT);
+        let (code, body) = power_request(port, Some(updater), node, "powerAction", reboot).await;
+        assert_eq!(code, 403, "{body}");
+        assert!(body.contains("nodes/poweraction"), "{body}");
+    }
+
+    /// Harvester's ServiceAccount, permitted by the chart, gets as far as the action (424: no
+    /// Inventory).
+    async fn a_caller_the_chart_permits_gets_as_far_as_the_action(&mut self) {
+        let (port, node, harvester, reboot) = (self.port, &self.node, &self.harvester, REBOOT);
+        let (code, body) = power_request(port, Some(harvester), node, "powerAction", reboot).await;
+        assert_eq!(code, 424, "{body}");
+    }
+
+    /// Repeated: the API server is not asked again.
+    async fn repeated_callers_are_answered_from_the_cache(&mut self) {
+        let (port, node, reboot) = (self.port, &self.node, REBOOT);
+        let (harvester, updater, ingot) = (&self.harvester, &self.updater, &self.ingot);
+        for _ in 0..4 {
+            assert_eq!(
+                power_request(port, Some(updater), node, "powerAction", reboot)
+                    .await
+                    .0,
+                403
+            );
+            assert_eq!(
+                power_request(port, Some(harvester), node, "powerAction", reboot)
+                    .await
+                    .0,
+                424
+            );
+        }
         assert_eq!(
-            power_request(port, Some(&harvester), &node, "powerAction", reboot)
+            power_request(port, Some(harvester), node, "powerActionPossible", "")
                 .await
                 .0,
             424
         );
+        let reviews = ingot
+            .counter(r#"ingot_kube_requests_total{verb="create",resource="tokenreviews"}"#)
+            .await;
+        let access_reviews = ingot
+            .counter(r#"ingot_kube_requests_total{verb="create",resource="subjectaccessreviews"}"#)
+            .await;
+        // Two of each when every answer is reused (11 and 10 without the cache); a refusal is kept
+        // for 10 s, so a loaded machine that stalls between requests may ask once or twice more.
+        assert!(
+            (2.0..=4.0).contains(&reviews) && (2.0..=4.0).contains(&access_reviews),
+            "TokenReviews {reviews}, SubjectAccessReviews {access_reviews} for 2 callers, 11 requests"
+        );
     }
-    assert_eq!(
-        power_request(port, Some(&harvester), &node, "powerActionPossible", "")
-            .await
-            .0,
-        424
-    );
-    let reviews = ingot
-        .counter(r#"ingot_kube_requests_total{verb="create",resource="tokenreviews"}"#)
-        .await;
-    let access_reviews = ingot
-        .counter(r#"ingot_kube_requests_total{verb="create",resource="subjectaccessreviews"}"#)
-        .await;
-    // Two of each when every answer is reused (11 and 10 without the cache); a refusal is kept
-    // for 10 s, so a loaded machine that stalls between requests may ask once or twice more.
-    assert!(
-        (2.0..=4.0).contains(&reviews) && (2.0..=4.0).contains(&access_reviews),
-        "TokenReviews {reviews}, SubjectAccessReviews {access_reviews} for 2 callers, 11 requests"
-    );
 
-    // A body announced but not sent: without a token, from a caller without the permission and
-    // beyond the limit from a permitted one, the answer comes without it.
-    let pending = "Content-Type: application/json\r\nContent-Length: 1000000";
-    let path = format!("POST /v1/harvester/nodes/{node}?action=powerAction HTTP/1.1");
-    for (token, expected) in [(None, 401), (Some(&updater), 403), (Some(&harvester), 413)] {
-        let mut head = format!("{path}\r\n{pending}");
-        if let Some(token) = token {
-            head.push_str(&format!("\r\nAuthorization: Bearer {token}"));
+    /// A body announced but not sent: without a token, from a caller without the permission and
+    /// beyond the limit from a permitted one, the answer comes without it.
+    async fn a_body_is_read_only_from_a_permitted_caller_within_the_limit(&mut self) {
+        let (port, node) = (self.port, &self.node);
+        let (harvester, updater) = (&self.harvester, &self.updater);
+        let pending = "Content-Type: application/json\r\nContent-Length: 1000000";
+        let path = format!("POST /v1/harvester/nodes/{node}?action=powerAction HTTP/1.1");
+        for (token, expected) in [(None, 401), (Some(&updater), 403), (Some(&harvester), 413)] {
+            let mut head = format!("{path}\r\n{pending}");
+            if let Some(token) = token {
+                head.push_str(&format!("\r\nAuthorization: Bearer {token}"));
+            }
+            let mut stream = tls(port).await;
+            let answer = exchange(
+                &mut stream,
+                &head,
+                b"{\"operation\"",
+                Duration::from_secs(15),
+            )
+            .await;
+            assert_eq!(
+                answer.map(|(code, _)| code),
+                Some(expected),
+                "a request whose 1 MB body never comes, token {}",
+                token.is_some()
+            );
         }
+    }
+
+    /// A permitted caller's small body, never finished: 408 once the deadline passes.
+    async fn a_permitted_caller_s_unfinished_body_is_cut_off_at_the_deadline(&mut self) {
+        let (port, node, harvester) = (self.port, &self.node, &self.harvester);
+        let path = format!("POST /v1/harvester/nodes/{node}?action=powerAction HTTP/1.1");
         let mut stream = tls(port).await;
+        let head = format!(
+            "{path}\r\nContent-Type: application/json\r\nContent-Length: 22\r\n\
+             Authorization: Bearer {harvester}"
+        );
         let answer = exchange(
             &mut stream,
             &head,
@@ -452,99 +551,99 @@ async fn the_power_permission_is_its_own_the_answers_are_cached_and_a_body_is_re
         .await;
         assert_eq!(
             answer.map(|(code, _)| code),
-            Some(expected),
-            "a request whose 1 MB body never comes, token {}",
-            token.is_some()
+            Some(408),
+            "a permitted request whose 22-byte body stops after 12"
         );
     }
-    // A permitted caller's small body, never finished: 408 once the deadline passes.
-    let mut stream = tls(port).await;
-    let head = format!(
-        "{path}\r\nContent-Type: application/json\r\nContent-Length: 22\r\n\
-         Authorization: Bearer {harvester}"
-    );
-    let answer = exchange(
-        &mut stream,
-        &head,
-        b"{\"operation\"",
-        Duration::from_secs(15),
-    )
-    .await;
-    assert_eq!(
-        answer.map(|(code, _)| code),
-        Some(408),
-        "a permitted request whose 22-byte body stops after 12"
-    );
 
-    // By default nobody but cluster admins holds the power permission: the Harvester UI goes
-    // through Harvester's node API and the Inventory, not through this endpoint.
-    let defaults = chart_support::render(
-        "ingot",
-        "ingot-system",
-        &["controllers={seeder}".to_owned()],
-        &[],
-    );
-    assert!(defaults.contains("kind: Deployment"), "{defaults}");
-    assert!(!defaults.contains("power-caller"), "{defaults}");
-
-    // A second replica: the same certificate (the Secret's), and a token for its audience only.
-    let mut second = Ingot::start(
-        env.kubeconfig_path(),
-        &ns,
-        "servers-b",
-        "seeder",
-        &[
-            "--power-api-tls-secret=power-api-tls",
-            tls_names,
-            "--power-api-audiences=ingot-servers-test",
-        ],
-    )
-    .await;
-    second.wait_serving().await;
-    let second_port = second.power;
-    wait_for(
-        "the second power action API",
-        Duration::from_secs(30),
-        async || TcpStream::connect(("127.0.0.1", second_port)).await.ok(),
-    )
-    .await;
-    let secret = Api::<Secret>::namespaced(client.clone(), &ns)
-        .get("power-api-tls")
-        .await
-        .unwrap();
-    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
-    let stored = CertificateDer::from_pem_slice(&secret.data.unwrap()["tls.crt"].0)
-        .unwrap()
-        .to_vec();
-    assert!(
-        peer_certificate(&tls(port).await) == stored,
-        "the first replica's certificate is not the Secret's"
-    );
-    assert!(
-        peer_certificate(&tls(second_port).await) == stored,
-        "the second replica's certificate is not the Secret's"
-    );
-
-    let (code, body) =
-        power_request(second_port, Some(&harvester), &node, "powerAction", reboot).await;
-    assert_eq!(
-        code, 401,
-        "a token for the API server, not this audience: {body}"
-    );
-    let for_ingot = service_account_token(&client, &ns, "harvester", &["ingot-servers-test"]).await;
-    let (code, body) =
-        power_request(second_port, Some(&for_ingot), &node, "powerAction", reboot).await;
-    assert_eq!(code, 424, "{body}");
-
-    let log = ingot.log() + &second.log();
-    for token in [&harvester, &updater, &for_ingot] {
-        assert!(!log.contains(token.as_str()), "a token in the log");
+    /// By default nobody but cluster admins holds the power permission: the Harvester UI goes
+    /// through Harvester's node API and the Inventory, not through this endpoint.
+    async fn by_default_nobody_holds_the_power_permission(&mut self) {
+        let defaults = chart_support::render(
+            "ingot",
+            "ingot-system",
+            &["controllers={seeder}".to_owned()],
+            &[],
+        );
+        assert!(defaults.contains("kind: Deployment"), "{defaults}");
+        assert!(!defaults.contains("power-caller"), "{defaults}");
     }
-    drop((ingot, second));
-    Api::<Node>::all(client.clone())
-        .delete(&node, &DeleteParams::default())
-        .await
-        .unwrap();
+
+    /// A second replica: the same certificate (the Secret's) as the first.
+    async fn every_replica_serves_the_secret_s_certificate(&mut self) {
+        let (client, ns, tls_names, port) = (&self.client, &self.ns, self.tls_names, self.port);
+        let env = ingot_testenv::shared().await;
+        let mut second = Ingot::start(
+            env.kubeconfig_path(),
+            ns,
+            "servers-b",
+            "seeder",
+            &[
+                "--power-api-tls-secret=power-api-tls",
+                tls_names,
+                "--power-api-audiences=ingot-servers-test",
+            ],
+        )
+        .await;
+        second.wait_serving().await;
+        let second_port = second.power;
+        wait_for(
+            "the second power action API",
+            Duration::from_secs(30),
+            async || TcpStream::connect(("127.0.0.1", second_port)).await.ok(),
+        )
+        .await;
+        let secret = Api::<Secret>::namespaced(client.clone(), ns)
+            .get("power-api-tls")
+            .await
+            .unwrap();
+        assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+        let stored = CertificateDer::from_pem_slice(&secret.data.unwrap()["tls.crt"].0)
+            .unwrap()
+            .to_vec();
+        assert!(
+            peer_certificate(&tls(port).await) == stored,
+            "the first replica's certificate is not the Secret's"
+        );
+        assert!(
+            peer_certificate(&tls(second_port).await) == stored,
+            "the second replica's certificate is not the Secret's"
+        );
+        self.second = Some(second);
+    }
+
+    /// The second replica takes tokens for its audience only.
+    async fn a_token_for_the_api_server_is_refused_where_ingot_s_audience_is_required(&mut self) {
+        let (client, ns, node, harvester, reboot) =
+            (&self.client, &self.ns, &self.node, &self.harvester, REBOOT);
+        let second_port = self.second.as_ref().expect("the second replica runs").power;
+        let (code, body) =
+            power_request(second_port, Some(harvester), node, "powerAction", reboot).await;
+        assert_eq!(
+            code, 401,
+            "a token for the API server, not this audience: {body}"
+        );
+        let for_ingot =
+            service_account_token(client, ns, "harvester", &["ingot-servers-test"]).await;
+        let (code, body) =
+            power_request(second_port, Some(&for_ingot), node, "powerAction", reboot).await;
+        assert_eq!(code, 424, "{body}");
+        self.for_ingot = Some(for_ingot);
+    }
+
+    /// No caller's token is in either replica's log.
+    async fn no_token_is_logged(&mut self) {
+        let (ingot, second) = (
+            &self.ingot,
+            self.second.as_ref().expect("the second replica"),
+        );
+        let (harvester, updater) = (&self.harvester, &self.updater);
+        let for_ingot = self.for_ingot.as_ref().expect("a token for ingot");
+        let log = ingot.log() + &second.log();
+        for token in [&harvester, &updater, &for_ingot] {
+            assert!(!log.contains(token.as_str()), "a token in the log");
+        }
+    }
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! The end-to-end harness: `ingot run` as a process ([`operator`]), the BMC peers the tests
 //! drive it against ([`peers`]: sushy-tools, OpenIPMI's `ipmi_sim`), and one bounded poll
-//! ([`wait_for`]).
+//! ([`wait_for`]), and named tests over one shared fixture ([`scenario`]).
 //!
 //! No port is ever picked here and handed to a child: the operator and the peers bind port 0
 //! and the port they got is read back (their logs, ipmi_sim's socket); an address that must
@@ -11,6 +11,7 @@
 
 pub mod operator;
 pub mod peers;
+pub mod scenario;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
