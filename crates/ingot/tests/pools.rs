@@ -1,6 +1,10 @@
 //! The pools part end to end: a real kube-apiserver, the Metal emulator, the booting servers,
 //! and `ingot run` as a process. The scenarios share one emulator-free control plane, so they
 //! run one at a time (each with its own emulator, booter and operator).
+//!
+//! The longer ones are fixtures with named tests, one behaviour each
+//! (`ingot_testenv::scenario!`): the fixture's `start` sets its pool up once, its steps run in
+//! order on it (each starting from what the steps before it left), each reported as its own test.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -382,205 +386,269 @@ fn fork_networking_variants() -> Vec<Value> {
     ingot_compat::fork_manifest_and_snippets().1
 }
 
-#[tokio::test]
-async fn seed_pools_reach_ready_in_every_networking_variant() {
-    let _serial = SERIAL.lock().await;
-    let stack = Stack::start(true).await;
-    // The fork README's VLANs exist in the project, as its README assumes.
-    for vxlan in [1000, 1001] {
-        stack
-            .metal(
-                reqwest::Method::POST,
-                &format!("/projects/{PROJECT}/virtual-networks"),
-                json!({"metro": "sg", "vxlan": vxlan}),
-            )
-            .await;
-    }
-    let suffix = ingot_testenv::random_suffix(4);
-    let mut pools = vec![(format!("readme-{suffix}"), readme_pool())];
-    for (index, networking) in fork_networking_variants().into_iter().enumerate() {
-        let mut pool = readme_pool();
-        pool["spec"]["networkingConfiguration"] = networking;
-        pools.push((format!("net{index}-{suffix}"), pool));
-    }
-    assert_eq!(
-        pools.len(),
-        6,
-        "the README pool and the fork's five variants"
-    );
-    for (name, manifest) in &pools {
-        stack.create_pool(manifest.clone(), name).await;
-    }
-    for (name, _) in &pools {
-        stack.wait_ready(name, 1, Duration::from_secs(120)).await;
+/// The README's pool and the fork README's five networkingConfiguration variants, one server
+/// each, in a project that holds the fork README's VLANs.
+struct Seeds {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    stack: Stack,
+    /// Each pool's name and manifest.
+    pools: Vec<(String, Value)>,
+}
+
+impl Seeds {
+    async fn start() -> Self {
+        let serial = SERIAL.lock().await;
+        let stack = Stack::start(true).await;
+        // The fork README's VLANs exist in the project, as its README assumes.
+        for vxlan in [1000, 1001] {
+            stack
+                .metal(
+                    reqwest::Method::POST,
+                    &format!("/projects/{PROJECT}/virtual-networks"),
+                    json!({"metro": "sg", "vxlan": vxlan}),
+                )
+                .await;
+        }
+        let suffix = ingot_testenv::random_suffix(4);
+        let mut pools = vec![(format!("readme-{suffix}"), readme_pool())];
+        for (index, networking) in fork_networking_variants().into_iter().enumerate() {
+            let mut pool = readme_pool();
+            pool["spec"]["networkingConfiguration"] = networking;
+            pools.push((format!("net{index}-{suffix}"), pool));
+        }
+        assert_eq!(
+            pools.len(),
+            6,
+            "the README pool and the fork's five variants"
+        );
+        for (name, manifest) in &pools {
+            stack.create_pool(manifest.clone(), name).await;
+        }
+        Seeds {
+            _serial: serial,
+            stack,
+            pools,
+        }
     }
 
-    let names: Vec<&str> = pools.iter().map(|(name, _)| name.as_str()).collect();
-    // Once managed, no server's userdata holds the join token any more.
-    wait_for(
-        "the userdata of every managed server to be scrubbed",
-        Duration::from_secs(30),
-        async || {
-            stack
-                .devices(&names)
-                .values()
-                .all(|(_, device)| {
-                    let userdata = device["userdata"].as_str().unwrap_or_default();
-                    !userdata.contains(JOIN_TOKEN) && userdata.contains("removed by ingot")
-                })
-                .then_some(())
-        },
-    )
-    .await;
-    let devices = stack.devices(&names);
-    assert_eq!(
-        devices.len(),
-        pools.len(),
-        "one device per pool, no duplicate"
-    );
-    let vlans = stack
-        .metal(
-            reqwest::Method::GET,
-            &format!("/projects/{PROJECT}/virtual-networks"),
-            Value::Null,
+    async fn finish(mut self) {
+        self.stack.kill_operator();
+    }
+
+    fn names(&self) -> Vec<&str> {
+        self.pools.iter().map(|(name, _)| name.as_str()).collect()
+    }
+
+    async fn every_networking_variant_s_pool_reaches_ready(&mut self) {
+        for (name, _) in &self.pools {
+            self.stack
+                .wait_ready(name, 1, Duration::from_secs(120))
+                .await;
+        }
+    }
+
+    /// Once managed, no server's userdata holds the join token any more.
+    async fn a_managed_server_s_userdata_no_longer_holds_the_join_token(&mut self) {
+        let names = self.names();
+        wait_for(
+            "the userdata of every managed server to be scrubbed",
+            Duration::from_secs(30),
+            async || {
+                self.stack
+                    .devices(&names)
+                    .values()
+                    .all(|(_, device)| {
+                        let userdata = device["userdata"].as_str().unwrap_or_default();
+                        !userdata.contains(JOIN_TOKEN) && userdata.contains("removed by ingot")
+                    })
+                    .then_some(())
+            },
         )
         .await;
-    let vxlan_of: BTreeMap<String, u64> = vlans["virtual_networks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| {
-            (
-                v["id"].as_str().unwrap().to_owned(),
-                v["vxlan"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    for (name, manifest) in &pools {
-        let instances = stack.pool_instances(name).await;
-        assert_eq!(instances.len(), 1);
-        let instance = &instances[0];
-        let status = instance.status.clone().unwrap();
-        assert_eq!(status.status, "managed");
-        // Layer 2 modes take the server off Metal's layer 3 network: it has no Metal IPs.
-        let layer2 = manifest["spec"]["networkingConfiguration"]["type"]
-            .as_str()
-            .is_some_and(|t| t.starts_with("layer2"));
-        if !layer2 {
+    }
+
+    async fn each_pool_has_one_server_and_none_is_duplicated(&mut self) {
+        let devices = self.stack.devices(&self.names());
+        assert_eq!(
+            devices.len(),
+            self.pools.len(),
+            "one device per pool, no duplicate"
+        );
+    }
+
+    async fn each_instance_is_managed_with_metal_s_ips_on_its_own_tagged_server(&mut self) {
+        let devices = self.stack.devices(&self.names());
+        for (name, manifest) in &self.pools {
+            let instances = self.stack.pool_instances(name).await;
+            assert_eq!(instances.len(), 1);
+            let instance = &instances[0];
+            let status = instance.status.clone().unwrap();
+            assert_eq!(status.status, "managed");
+            // Layer 2 modes take the server off Metal's layer 3 network: it has no Metal IPs.
+            let layer2 = manifest["spec"]["networkingConfiguration"]["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("layer2"));
+            if !layer2 {
+                assert!(
+                    !status.public_ip.is_empty() && !status.private_ip.is_empty(),
+                    "{name}: IPs filled: {status:?}"
+                );
+            }
+            let (hostname, device) = devices
+                .get(&status.instance_id)
+                .expect("the instance's device exists");
+            assert_eq!(hostname, &instance.name_any());
             assert!(
-                !status.public_ip.is_empty() && !status.private_ip.is_empty(),
-                "{name}: IPs filled: {status:?}"
+                device["tags"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|t| t.as_str().unwrap().starts_with("ingot-instance:"))
             );
         }
-        let (hostname, device) = devices
-            .get(&status.instance_id)
-            .expect("the instance's device exists");
-        assert_eq!(hostname, &instance.name_any());
-        assert!(
-            device["tags"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|t| t.as_str().unwrap().starts_with("ingot-instance:"))
-        );
+    }
 
-        // The ports are in the requested mode with the VLANs.
-        let networking = &manifest["spec"]["networkingConfiguration"];
-        let Some(mode) = networking["type"].as_str() else {
-            continue;
-        };
-        let ports = device["network_ports"].as_array().unwrap();
-        let bond = ports.iter().find(|p| p["name"] == "bond0").unwrap();
-        assert_eq!(
-            bond["network_type"].as_str(),
-            Some(mode),
-            "{name}: bond0 network_type"
-        );
-        for interface in networking["interfaceConfiguration"].as_array().unwrap() {
-            let port_name = interface["name"].as_str().unwrap();
-            let port = ports.iter().find(|p| p["name"] == port_name).unwrap();
-            let wanted: BTreeSet<u64> = interface["vlanIDS"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap().parse().unwrap())
-                .collect();
-            let have: BTreeSet<u64> = port["virtual_networks"]
-                .as_array()
-                .map(|vs| {
-                    vs.iter()
-                        .filter_map(|v| {
-                            v["href"]
-                                .as_str()?
-                                .rsplit('/')
-                                .next()
-                                .and_then(|id| vxlan_of.get(id))
-                                .copied()
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            assert_eq!(have, wanted, "{name}: VLANs on {port_name}: {port}");
+    /// The ports are in the requested mode with the VLANs.
+    async fn the_ports_are_in_the_requested_mode_with_the_requested_vlans(&mut self) {
+        let devices = self.stack.devices(&self.names());
+        let vlans = self
+            .stack
+            .metal(
+                reqwest::Method::GET,
+                &format!("/projects/{PROJECT}/virtual-networks"),
+                Value::Null,
+            )
+            .await;
+        let vxlan_of: BTreeMap<String, u64> = vlans["virtual_networks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                (
+                    v["id"].as_str().unwrap().to_owned(),
+                    v["vxlan"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        for (name, manifest) in &self.pools {
+            let networking = &manifest["spec"]["networkingConfiguration"];
+            let Some(mode) = networking["type"].as_str() else {
+                continue;
+            };
+            let instances = self.stack.pool_instances(name).await;
+            let status = instances[0].status.clone().unwrap();
+            let (_, device) = devices
+                .get(&status.instance_id)
+                .expect("the instance's device exists");
+            let ports = device["network_ports"].as_array().unwrap();
+            let bond = ports.iter().find(|p| p["name"] == "bond0").unwrap();
+            assert_eq!(
+                bond["network_type"].as_str(),
+                Some(mode),
+                "{name}: bond0 network_type"
+            );
+            for interface in networking["interfaceConfiguration"].as_array().unwrap() {
+                let port_name = interface["name"].as_str().unwrap();
+                let port = ports.iter().find(|p| p["name"] == port_name).unwrap();
+                let wanted: BTreeSet<u64> = interface["vlanIDS"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap().parse().unwrap())
+                    .collect();
+                let have: BTreeSet<u64> = port["virtual_networks"]
+                    .as_array()
+                    .map(|vs| {
+                        vs.iter()
+                            .filter_map(|v| {
+                                v["href"]
+                                    .as_str()?
+                                    .rsplit('/')
+                                    .next()
+                                    .and_then(|id| vxlan_of.get(id))
+                                    .copied()
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                assert_eq!(have, wanted, "{name}: VLANs on {port_name}: {port}");
+            }
         }
     }
-    // Steady state: passes over managed pools and Instances read the watched caches, never the
-    // API server. Touching every object makes both controllers reconcile it.
-    let before = stack.metrics().await;
-    for (name, _) in &pools {
-        let touch = json!({"metadata": {"annotations": {"e2e/touched": "1"}}});
-        stack
-            .pools()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&touch))
-            .await
-            .unwrap();
-        for instance in stack.pool_instances(name).await {
+
+    /// Steady state: passes over managed pools and Instances read the watched caches, never the
+    /// API server. Touching every object makes both controllers reconcile it.
+    async fn steady_state_passes_read_the_caches_not_the_api_server(&mut self) {
+        let stack = &self.stack;
+        let before = stack.metrics().await;
+        for (name, _) in &self.pools {
+            let touch = json!({"metadata": {"annotations": {"e2e/touched": "1"}}});
             stack
-                .instances()
-                .patch(
-                    &instance.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&touch),
-                )
+                .pools()
+                .patch(name, &PatchParams::default(), &Patch::Merge(&touch))
                 .await
                 .unwrap();
+            for instance in stack.pool_instances(name).await {
+                stack
+                    .instances()
+                    .patch(
+                        &instance.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&touch),
+                    )
+                    .await
+                    .unwrap();
+            }
         }
-    }
-    let passes = |metrics: &BTreeMap<String, f64>, controller: &str| {
-        metrics
-            .get(&format!(
-                "ingot_reconciliations_total{{controller=\"{controller}\"}}"
-            ))
-            .copied()
-            .unwrap_or_default()
-    };
-    let touched = pools.len() as f64;
-    let after = wait_for(
-        "both controllers to reconcile every touched object",
-        Duration::from_secs(30),
-        async || {
-            let now = stack.metrics().await;
-            (passes(&now, "instancepool") >= passes(&before, "instancepool") + touched
-                && passes(&now, "instance") >= passes(&before, "instance") + touched)
-                .then_some(now)
-        },
-    )
-    .await;
-    for verb in ["get", "list"] {
-        for resource in ["secrets", "nodes", "instances", "instancepools", "services"] {
-            let series =
-                format!("ingot_kube_requests_total{{verb=\"{verb}\",resource=\"{resource}\"}}");
-            let read = after.get(&series).copied().unwrap_or_default()
-                - before.get(&series).copied().unwrap_or_default();
-            assert_eq!(
-                read, 0.0,
-                "{series}: steady-state passes read the API server"
-            );
+        let passes = |metrics: &BTreeMap<String, f64>, controller: &str| {
+            metrics
+                .get(&format!(
+                    "ingot_reconciliations_total{{controller=\"{controller}\"}}"
+                ))
+                .copied()
+                .unwrap_or_default()
+        };
+        let touched = self.pools.len() as f64;
+        let after = wait_for(
+            "both controllers to reconcile every touched object",
+            Duration::from_secs(30),
+            async || {
+                let now = stack.metrics().await;
+                (passes(&now, "instancepool") >= passes(&before, "instancepool") + touched
+                    && passes(&now, "instance") >= passes(&before, "instance") + touched)
+                    .then_some(now)
+            },
+        )
+        .await;
+        for verb in ["get", "list"] {
+            for resource in ["secrets", "nodes", "instances", "instancepools", "services"] {
+                let series =
+                    format!("ingot_kube_requests_total{{verb=\"{verb}\",resource=\"{resource}\"}}");
+                let read = after.get(&series).copied().unwrap_or_default()
+                    - before.get(&series).copied().unwrap_or_default();
+                assert_eq!(
+                    read, 0.0,
+                    "{series}: steady-state passes read the API server"
+                );
+            }
         }
     }
 
-    let names: Vec<String> = pools.into_iter().map(|(name, _)| name).collect();
-    stack.delete_pools_and_expect_no_devices(&names).await;
+    async fn deleting_the_pools_deletes_their_servers_and_instances(&mut self) {
+        let names: Vec<String> = self.pools.iter().map(|(name, _)| name.clone()).collect();
+        self.stack.delete_pools_and_expect_no_devices(&names).await;
+    }
 }
+
+ingot_testenv::scenario!(mod seeds: Seeds {
+    every_networking_variant_s_pool_reaches_ready,
+    a_managed_server_s_userdata_no_longer_holds_the_join_token,
+    each_pool_has_one_server_and_none_is_duplicated,
+    each_instance_is_managed_with_metal_s_ips_on_its_own_tagged_server,
+    the_ports_are_in_the_requested_mode_with_the_requested_vlans,
+    steady_state_passes_read_the_caches_not_the_api_server,
+    deleting_the_pools_deletes_their_servers_and_instances,
+});
 
 #[tokio::test]
 async fn scale_out_and_in_then_replace_an_unhealthy_node() {
@@ -684,219 +752,284 @@ async fn scale_out_and_in_then_replace_an_unhealthy_node() {
     stack.delete_pools_and_expect_no_devices(&[name]).await;
 }
 
-#[tokio::test]
-async fn failures_show_conditions_and_events_and_the_pool_recovers() {
-    let _serial = SERIAL.lock().await;
-    let stack = Stack::start(false).await;
-    let name = format!("faults-{}", ingot_testenv::random_suffix(4));
-    stack.create_pool(readme_pool(), &name).await;
-
-    let condition =
-        async |kind: &str, object: &str, type_: &str| -> Option<(String, String, String)> {
-            let conditions = match kind {
-                "pool" => stack.pools().get(object).await.ok()?.status?.conditions,
-                _ => stack.instances().get(object).await.ok()?.status?.conditions,
-            };
-            conditions
-                .into_iter()
-                .find(|c| c.type_ == type_)
-                .map(|c| (c.status, c.reason, c.message))
-        };
-
-    // 1. No Secret: a condition and an Event saying what to create.
-    let (status, reason, message) = wait_for(
-        "CredentialsReady=False",
-        Duration::from_secs(30),
-        async || {
-            condition("pool", &name, "CredentialsReady")
-                .await
-                .filter(|c| c.0 == "False")
-        },
-    )
-    .await;
-    assert_eq!(reason, "SecretNotFound");
-    assert!(
-        message.contains("METAL_AUTH_TOKEN") && message.contains(&stack.namespace),
-        "{message}"
-    );
-    assert_eq!(status, "False");
-    stack
-        .expect_event("InstancePool", &name, |e| {
-            e.0 == "Warning" && e.1 == "SecretNotFound"
-        })
-        .await;
-    let instance = wait_for("the Instance", Duration::from_secs(30), async || {
-        stack.pool_instances(&name).await.into_iter().next()
-    })
-    .await
-    .name_any();
-
-    // The Go addon's plaintext annotations are removed from an Instance.
-    let go_style = json!({"metadata": {"annotations": {"token": "metal-token-in-the-clear", "password": "os-password"}}});
-    stack
-        .instances()
-        .patch(&instance, &PatchParams::default(), &Patch::Merge(&go_style))
-        .await
-        .unwrap();
-    wait_for(
-        "the plaintext annotations to be removed",
-        Duration::from_secs(30),
-        async || {
-            let annotations = stack
-                .instances()
-                .get(&instance)
-                .await
-                .ok()?
-                .metadata
-                .annotations
-                .unwrap_or_default();
-            (!annotations.contains_key("token") && !annotations.contains_key("password"))
-                .then_some(())
-        },
-    )
-    .await;
-
-    // 2. A token the API refuses (401).
-    stack.write_secret("not-the-token").await;
-    let (_, _, message) = wait_for(
-        "Ready=False Unauthorized",
-        Duration::from_secs(60),
-        async || {
-            condition("instance", &instance, "Ready")
-                .await
-                .filter(|c| c.1 == "Unauthorized")
-        },
-    )
-    .await;
-    assert!(
-        !message.contains("not-the-token"),
-        "the token never shows: {message}"
-    );
-    stack
-        .expect_event("Instance", &instance, |e| e.1 == "Unauthorized")
-        .await;
-
-    // 3. No capacity for the plan in the metro.
-    stack.sim.sim().update_faults(|f| {
-        f.capacity_exhausted.push(PlanMetro {
-            plan: "c3.small.x86".into(),
-            metro: "sg".into(),
-        })
-    });
-    stack.write_secret(METAL_TOKEN).await;
-    wait_for(
-        "Ready=False NoCapacity",
-        Duration::from_secs(90),
-        async || {
-            condition("instance", &instance, "Ready")
-                .await
-                .filter(|c| c.1 == "NoCapacity")
-        },
-    )
-    .await;
-    stack
-        .expect_event("InstancePool", &name, |e| e.1 == "NoCapacity")
-        .await;
-    assert!(stack.devices(&[&name]).is_empty());
-
-    // 4. A server that fails provisioning is replaced once capacity is back.
-    stack.sim.sim().update_faults(|f| {
-        f.capacity_exhausted.clear();
-        f.fail_provisioning.push(instance.clone());
-    });
-    wait_for("ProvisioningFailed", Duration::from_secs(120), async || {
-        stack
-            .events_for("Instance", &instance)
-            .await
-            .into_iter()
-            .find(|e| e.1 == "ProvisioningFailed")
-    })
-    .await;
-    stack
-        .sim
-        .sim()
-        .update_faults(|f| f.fail_provisioning.clear());
-    stack.wait_ready(&name, 1, Duration::from_secs(120)).await;
-    assert_eq!(
-        stack.devices(&[&name]).len(),
-        1,
-        "the failed server was deleted, one server remains"
-    );
-
-    // 5. Metal refuses the deletion (403): a condition and an Event, and the server is not
-    // leaked; once allowed, it goes.
-    stack.sim.sim().update_faults(|f| {
-        f.endpoints.insert(
-            "deleteDevice".into(),
-            ingot_metal_sim::EndpointFault {
-                error_rate: 1.0,
-                status: Some(403),
-                ..Default::default()
-            },
-        );
-    });
-    let instance = stack.pool_instances(&name).await.remove(0).name_any();
-    stack
-        .pools()
-        .delete(&name, &DeleteParams::background())
-        .await
-        .unwrap();
-    let (_, _, message) = wait_for(
-        "Ready=False Forbidden on deletion",
-        Duration::from_secs(60),
-        async || {
-            condition("instance", &instance, "Ready")
-                .await
-                .filter(|c| c.1 == "Forbidden")
-        },
-    )
-    .await;
-    assert!(message.contains("forbidden"), "{message}");
-    stack
-        .expect_event("Instance", &instance, |e| {
-            e.0 == "Warning" && e.1 == "Forbidden"
-        })
-        .await;
-    assert_eq!(
-        stack.devices(&[&name]).len(),
-        1,
-        "the server is kept, not leaked"
-    );
-    // A 422 is the same: the API's refusal on the condition, an Event, no leak.
-    stack.sim.sim().update_faults(|f| {
-        f.endpoints.insert(
-            "deleteDevice".into(),
-            ingot_metal_sim::EndpointFault {
-                error_rate: 1.0,
-                status: Some(422),
-                ..Default::default()
-            },
-        );
-    });
-    wait_for(
-        "Ready=False RequestRefused on deletion",
-        Duration::from_secs(90),
-        async || {
-            condition("instance", &instance, "Ready")
-                .await
-                .filter(|c| c.1 == "RequestRefused")
-        },
-    )
-    .await;
-    stack
-        .expect_event("Instance", &instance, |e| {
-            e.0 == "Warning" && e.1 == "RequestRefused"
-        })
-        .await;
-    assert_eq!(stack.devices(&[&name]).len(), 1, "still kept");
-    stack.sim.sim().update_faults(|f| f.endpoints.clear());
-    wait_for(
-        "every device to be deleted",
-        Duration::from_secs(90),
-        async || stack.devices(&[&name]).is_empty().then_some(()),
-    )
-    .await;
+/// A README pool created before its credentials exist; the API's failures are then injected
+/// one after the other, each healed before the next.
+struct Faults {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    stack: Stack,
+    name: String,
+    /// The pool's Instance (from the first pass on; after a replacement, the new one).
+    instance: String,
 }
+
+impl Faults {
+    async fn start() -> Self {
+        let serial = SERIAL.lock().await;
+        let stack = Stack::start(false).await;
+        let name = format!("faults-{}", ingot_testenv::random_suffix(4));
+        stack.create_pool(readme_pool(), &name).await;
+        Faults {
+            _serial: serial,
+            stack,
+            name,
+            instance: String::new(),
+        }
+    }
+
+    async fn finish(mut self) {
+        self.stack.kill_operator();
+    }
+
+    async fn condition(
+        &self,
+        kind: &str,
+        object: &str,
+        type_: &str,
+    ) -> Option<(String, String, String)> {
+        match kind {
+            "pool" => self.stack.pool_condition(object, type_).await,
+            _ => self.stack.instance_condition(object, type_).await,
+        }
+    }
+
+    /// No Secret: a condition and an Event saying what to create.
+    async fn no_secret_is_a_condition_and_an_event_saying_what_to_create(&mut self) {
+        let (stack, name) = (&self.stack, &self.name);
+        let (status, reason, message) = wait_for(
+            "CredentialsReady=False",
+            Duration::from_secs(30),
+            async || {
+                self.condition("pool", name, "CredentialsReady")
+                    .await
+                    .filter(|c| c.0 == "False")
+            },
+        )
+        .await;
+        assert_eq!(reason, "SecretNotFound");
+        assert!(
+            message.contains("METAL_AUTH_TOKEN") && message.contains(&stack.namespace),
+            "{message}"
+        );
+        assert_eq!(status, "False");
+        stack
+            .expect_event("InstancePool", name, |e| {
+                e.0 == "Warning" && e.1 == "SecretNotFound"
+            })
+            .await;
+    }
+
+    /// The Go addon's plaintext annotations are removed from an Instance.
+    async fn the_go_addon_s_plaintext_annotations_are_removed_from_an_instance(&mut self) {
+        let stack = &self.stack;
+        let instance = wait_for("the Instance", Duration::from_secs(30), async || {
+            stack.pool_instances(&self.name).await.into_iter().next()
+        })
+        .await
+        .name_any();
+        let go_style = json!({"metadata": {"annotations": {"token": "metal-token-in-the-clear", "password": "os-password"}}});
+        stack
+            .instances()
+            .patch(&instance, &PatchParams::default(), &Patch::Merge(&go_style))
+            .await
+            .unwrap();
+        wait_for(
+            "the plaintext annotations to be removed",
+            Duration::from_secs(30),
+            async || {
+                let annotations = stack
+                    .instances()
+                    .get(&instance)
+                    .await
+                    .ok()?
+                    .metadata
+                    .annotations
+                    .unwrap_or_default();
+                (!annotations.contains_key("token") && !annotations.contains_key("password"))
+                    .then_some(())
+            },
+        )
+        .await;
+        self.instance = instance;
+    }
+
+    /// A token the API refuses (401).
+    async fn a_refused_token_is_a_condition_and_an_event_that_never_show_it(&mut self) {
+        let (stack, instance) = (&self.stack, &self.instance);
+        stack.write_secret("not-the-token").await;
+        let (_, _, message) = wait_for(
+            "Ready=False Unauthorized",
+            Duration::from_secs(60),
+            async || {
+                self.condition("instance", instance, "Ready")
+                    .await
+                    .filter(|c| c.1 == "Unauthorized")
+            },
+        )
+        .await;
+        assert!(
+            !message.contains("not-the-token"),
+            "the token never shows: {message}"
+        );
+        stack
+            .expect_event("Instance", instance, |e| e.1 == "Unauthorized")
+            .await;
+    }
+
+    /// No capacity for the plan in the metro.
+    async fn no_capacity_in_the_metro_is_a_condition_and_an_event_and_no_server(&mut self) {
+        let (stack, name, instance) = (&self.stack, &self.name, &self.instance);
+        stack.sim.sim().update_faults(|f| {
+            f.capacity_exhausted.push(PlanMetro {
+                plan: "c3.small.x86".into(),
+                metro: "sg".into(),
+            })
+        });
+        stack.write_secret(METAL_TOKEN).await;
+        wait_for(
+            "Ready=False NoCapacity",
+            Duration::from_secs(90),
+            async || {
+                self.condition("instance", instance, "Ready")
+                    .await
+                    .filter(|c| c.1 == "NoCapacity")
+            },
+        )
+        .await;
+        stack
+            .expect_event("InstancePool", name, |e| e.1 == "NoCapacity")
+            .await;
+        assert!(stack.devices(&[name]).is_empty());
+    }
+
+    /// A server that fails provisioning is replaced once capacity is back.
+    async fn a_server_that_fails_provisioning_is_replaced_once_capacity_is_back(&mut self) {
+        let (stack, name, instance) = (&self.stack, &self.name, &self.instance);
+        stack.sim.sim().update_faults(|f| {
+            f.capacity_exhausted.clear();
+            f.fail_provisioning.push(instance.clone());
+        });
+        wait_for("ProvisioningFailed", Duration::from_secs(120), async || {
+            stack
+                .events_for("Instance", instance)
+                .await
+                .into_iter()
+                .find(|e| e.1 == "ProvisioningFailed")
+        })
+        .await;
+        stack
+            .sim
+            .sim()
+            .update_faults(|f| f.fail_provisioning.clear());
+        stack.wait_ready(name, 1, Duration::from_secs(120)).await;
+        assert_eq!(
+            stack.devices(&[name]).len(),
+            1,
+            "the failed server was deleted, one server remains"
+        );
+    }
+
+    /// Metal refuses the deletion (403): a condition and an Event, and the server is not
+    /// leaked.
+    async fn a_forbidden_deletion_is_a_condition_and_an_event_and_the_server_kept(&mut self) {
+        self.stack.sim.sim().update_faults(|f| {
+            f.endpoints.insert(
+                "deleteDevice".into(),
+                ingot_metal_sim::EndpointFault {
+                    error_rate: 1.0,
+                    status: Some(403),
+                    ..Default::default()
+                },
+            );
+        });
+        self.instance = self
+            .stack
+            .pool_instances(&self.name)
+            .await
+            .remove(0)
+            .name_any();
+        let (stack, name, instance) = (&self.stack, &self.name, &self.instance);
+        stack
+            .pools()
+            .delete(name, &DeleteParams::background())
+            .await
+            .unwrap();
+        let (_, _, message) = wait_for(
+            "Ready=False Forbidden on deletion",
+            Duration::from_secs(60),
+            async || {
+                self.condition("instance", instance, "Ready")
+                    .await
+                    .filter(|c| c.1 == "Forbidden")
+            },
+        )
+        .await;
+        assert!(message.contains("forbidden"), "{message}");
+        stack
+            .expect_event("Instance", instance, |e| {
+                e.0 == "Warning" && e.1 == "Forbidden"
+            })
+            .await;
+        assert_eq!(
+            stack.devices(&[name]).len(),
+            1,
+            "the server is kept, not leaked"
+        );
+    }
+
+    /// A 422 is the same: the API's refusal on the condition, an Event, no leak.
+    async fn a_refused_deletion_is_a_condition_and_an_event_and_the_server_kept(&mut self) {
+        let (stack, name, instance) = (&self.stack, &self.name, &self.instance);
+        stack.sim.sim().update_faults(|f| {
+            f.endpoints.insert(
+                "deleteDevice".into(),
+                ingot_metal_sim::EndpointFault {
+                    error_rate: 1.0,
+                    status: Some(422),
+                    ..Default::default()
+                },
+            );
+        });
+        wait_for(
+            "Ready=False RequestRefused on deletion",
+            Duration::from_secs(90),
+            async || {
+                self.condition("instance", instance, "Ready")
+                    .await
+                    .filter(|c| c.1 == "RequestRefused")
+            },
+        )
+        .await;
+        stack
+            .expect_event("Instance", instance, |e| {
+                e.0 == "Warning" && e.1 == "RequestRefused"
+            })
+            .await;
+        assert_eq!(stack.devices(&[name]).len(), 1, "still kept");
+    }
+
+    /// Once Metal allows the deletion, the server goes.
+    async fn once_allowed_the_refused_deletion_goes_through(&mut self) {
+        let (stack, name) = (&self.stack, &self.name);
+        stack.sim.sim().update_faults(|f| f.endpoints.clear());
+        wait_for(
+            "every device to be deleted",
+            Duration::from_secs(90),
+            async || stack.devices(&[name]).is_empty().then_some(()),
+        )
+        .await;
+    }
+}
+
+ingot_testenv::scenario!(mod faults: Faults {
+    no_secret_is_a_condition_and_an_event_saying_what_to_create,
+    the_go_addon_s_plaintext_annotations_are_removed_from_an_instance,
+    a_refused_token_is_a_condition_and_an_event_that_never_show_it,
+    no_capacity_in_the_metro_is_a_condition_and_an_event_and_no_server,
+    a_server_that_fails_provisioning_is_replaced_once_capacity_is_back,
+    a_forbidden_deletion_is_a_condition_and_an_event_and_the_server_kept,
+    a_refused_deletion_is_a_condition_and_an_event_and_the_server_kept,
+    once_allowed_the_refused_deletion_goes_through,
+});
 
 impl Stack {
     /// Runs the operator with `--crash-point` until it has aborted `most` times or runs
@@ -1277,378 +1410,475 @@ async fn snapshot(stack: &Stack, pool: &str) -> Vec<(String, bool, bool)> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_partition_replaces_nothing_then_exactly_one_node_at_a_time_never_one_in_maintenance() {
-    let _serial = SERIAL.lock().await;
-    let stack = Stack::start(true).await;
-    let name = format!("part-{}", ingot_testenv::random_suffix(4));
-    let mut manifest = readme_pool();
-    manifest["spec"]["count"] = json!(5);
-    manifest["spec"]["nodeCleanupWaitInterval"] = json!("2s");
-    stack.create_pool(manifest, &name).await;
-    stack.wait_ready(&name, 5, Duration::from_secs(120)).await;
-    let names: Vec<String> = stack.names(&name).await.into_iter().collect();
+/// A pool of five healthy Nodes (`nodeCleanupWaitInterval` 2 s) whose Nodes go NotReady: a
+/// partition, one in maintenance, then one and another.
+struct Partition {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    stack: Stack,
+    name: String,
+    /// The five original Instances (and Nodes), sorted.
+    names: Vec<String>,
+    /// The first of the two Nodes replaced one after the other, its server and the second.
+    first: String,
+    first_device: String,
+    second: String,
+}
 
-    // 1. A partition: 3 of 5 Nodes NotReady, above the default maxUnhealthy of 1.
-    for node in &names[..3] {
+impl Partition {
+    async fn start() -> Self {
+        let serial = SERIAL.lock().await;
+        let stack = Stack::start(true).await;
+        let name = format!("part-{}", ingot_testenv::random_suffix(4));
+        let mut manifest = readme_pool();
+        manifest["spec"]["count"] = json!(5);
+        manifest["spec"]["nodeCleanupWaitInterval"] = json!("2s");
+        stack.create_pool(manifest, &name).await;
+        stack.wait_ready(&name, 5, Duration::from_secs(120)).await;
+        let names: Vec<String> = stack.names(&name).await.into_iter().collect();
+        let (first, second) = (names[3].clone(), names[4].clone());
+        Partition {
+            _serial: serial,
+            stack,
+            name,
+            names,
+            first,
+            first_device: String::new(),
+            second,
+        }
+    }
+
+    async fn finish(mut self) {
+        self.stack.kill_operator();
+    }
+
+    /// A partition: 3 of 5 Nodes NotReady, above the default maxUnhealthy of 1.
+    async fn a_partition_is_a_condition_and_an_event_naming_the_unhealthy_nodes(&mut self) {
+        let (stack, name, names) = (&self.stack, &self.name, &self.names);
+        for node in &names[..3] {
+            stack
+                .booter
+                .set_not_ready(node, NotReady::Unknown)
+                .await
+                .unwrap();
+        }
+        let (_, _, message) = wait_for(
+            "RemediationAllowed=False TooManyUnhealthy",
+            Duration::from_secs(30),
+            async || {
+                // The Nodes go one by one: the first pass may see two of the three.
+                stack
+                    .pool_condition(name, "RemediationAllowed")
+                    .await
+                    .filter(|c| {
+                        c.0 == "False" && c.1 == "TooManyUnhealthy" && c.2.contains("3 of 5")
+                    })
+            },
+        )
+        .await;
+        assert!(
+            names[..3].iter().all(|n| message.contains(n.as_str())),
+            "{message}"
+        );
+        stack
+            .expect_event("InstancePool", name, |e| {
+                e.0 == "Warning" && e.1 == "TooManyUnhealthy"
+            })
+            .await;
+    }
+
+    async fn a_partition_replaces_nothing(&mut self) {
+        let (stack, name) = (&self.stack, &self.name);
+        // Four wait intervals later, still nothing replaced.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let now = snapshot(stack, name).await;
+        assert_eq!(now.len(), 5);
+        assert!(now.iter().all(|(_, _, deleting)| !deleting), "{now:?}");
+        assert_eq!(stack.devices(&[name]).len(), 5);
+    }
+
+    /// Healed but for one Node in maintenance: it alone is unhealthy, and never replaced.
+    async fn a_node_in_maintenance_is_exempt_and_never_replaced(&mut self) {
+        let (stack, name, names) = (&self.stack, &self.name, &self.names);
+        stack
+            .annotate_node(
+                &names[2],
+                "harvesterhci.io/maintain-status",
+                Some("running"),
+            )
+            .await;
+        stack.booter.set_ready(&names[0]).await.unwrap();
+        stack.booter.set_ready(&names[1]).await.unwrap();
+        let (_, _, message) = wait_for(
+            "RemediationAllowed Exempt",
+            Duration::from_secs(30),
+            async || {
+                stack
+                    .pool_condition(name, "RemediationAllowed")
+                    .await
+                    .filter(|c| c.1 == "Exempt")
+            },
+        )
+        .await;
+        assert!(
+            message.contains(&names[2]) && message.contains("maintenance"),
+            "{message}"
+        );
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!(
+            stack.names(name).await,
+            names.iter().cloned().collect::<BTreeSet<_>>(),
+            "the Node in maintenance is kept"
+        );
+        // Ready first, then out of maintenance: the other order leaves a moment in which a
+        // long-NotReady Node is out of maintenance, and the pool would rightly replace it.
+        stack.booter.set_ready(&names[2]).await.unwrap();
+        stack
+            .annotate_node(&names[2], "harvesterhci.io/maintain-status", None)
+            .await;
+    }
+
+    /// One NotReady Node: exactly it is replaced.
+    async fn one_not_ready_node_alone_is_replaced(&mut self) {
+        self.first_device = self
+            .stack
+            .pool_instances(&self.name)
+            .await
+            .into_iter()
+            .find(|i| i.name_any() == self.first)
+            .unwrap()
+            .status
+            .unwrap()
+            .instance_id;
+        let (stack, name, first) = (&self.stack, &self.name, &self.first);
         stack
             .booter
-            .set_not_ready(node, NotReady::Unknown)
+            .set_not_ready(first, NotReady::Unknown)
             .await
             .unwrap();
-    }
-    let (_, _, message) = wait_for(
-        "RemediationAllowed=False TooManyUnhealthy",
-        Duration::from_secs(30),
-        async || {
-            // The Nodes go one by one: the first pass may see two of the three.
-            stack
-                .pool_condition(&name, "RemediationAllowed")
-                .await
-                .filter(|c| c.0 == "False" && c.1 == "TooManyUnhealthy" && c.2.contains("3 of 5"))
-        },
-    )
-    .await;
-    assert!(
-        names[..3].iter().all(|n| message.contains(n.as_str())),
-        "{message}"
-    );
-    // Four wait intervals later, still nothing replaced.
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let now = snapshot(&stack, &name).await;
-    assert_eq!(now.len(), 5);
-    assert!(now.iter().all(|(_, _, deleting)| !deleting), "{now:?}");
-    assert_eq!(stack.devices(&[&name]).len(), 5);
-    stack
-        .expect_event("InstancePool", &name, |e| {
-            e.0 == "Warning" && e.1 == "TooManyUnhealthy"
-        })
-        .await;
-
-    // 2. Healed but for one Node in maintenance: it alone is unhealthy, and never replaced.
-    stack
-        .annotate_node(
-            &names[2],
-            "harvesterhci.io/maintain-status",
-            Some("running"),
+        wait_for(
+            "the unhealthy Instance to be deleted",
+            Duration::from_secs(30),
+            async || {
+                let now = snapshot(stack, name).await;
+                now.iter()
+                    .all(|(n, _, deleting)| n != first || *deleting)
+                    .then_some(())
+            },
         )
         .await;
-    stack.booter.set_ready(&names[0]).await.unwrap();
-    stack.booter.set_ready(&names[1]).await.unwrap();
-    let (_, _, message) = wait_for(
-        "RemediationAllowed Exempt",
-        Duration::from_secs(30),
-        async || {
-            stack
-                .pool_condition(&name, "RemediationAllowed")
-                .await
-                .filter(|c| c.1 == "Exempt")
-        },
-    )
-    .await;
-    assert!(
-        message.contains(&names[2]) && message.contains("maintenance"),
-        "{message}"
-    );
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(
-        stack.names(&name).await,
-        names.iter().cloned().collect::<BTreeSet<_>>(),
-        "the Node in maintenance is kept"
-    );
-    // Ready first, then out of maintenance: the other order leaves a moment in which a
-    // long-NotReady Node is out of maintenance, and the pool would rightly replace it.
-    stack.booter.set_ready(&names[2]).await.unwrap();
-    stack
-        .annotate_node(&names[2], "harvesterhci.io/maintain-status", None)
-        .await;
+    }
 
-    // 3. One NotReady Node: exactly it is replaced. A second one that fails while the
-    // replacement is joining waits until the replacement is managed.
-    let (first, second) = (names[3].clone(), names[4].clone());
-    let first_device = stack
-        .pool_instances(&name)
-        .await
-        .into_iter()
-        .find(|i| i.name_any() == first)
-        .unwrap()
-        .status
-        .unwrap()
-        .instance_id;
-    stack
-        .booter
-        .set_not_ready(&first, NotReady::Unknown)
-        .await
-        .unwrap();
-    wait_for(
-        "the unhealthy Instance to be deleted",
-        Duration::from_secs(30),
-        async || {
-            let now = snapshot(&stack, &name).await;
-            now.iter()
-                .all(|(n, _, deleting)| n != &first || *deleting)
-                .then_some(())
-        },
-    )
-    .await;
-    stack
-        .booter
-        .set_not_ready(&second, NotReady::Unknown)
-        .await
-        .unwrap();
-    let mut replacement_managed = None;
-    let mut second_removed = None;
-    let started = Instant::now();
-    while second_removed.is_none() || stack.pool_columns(&name).await.map(|c| c.1) != Some(5) {
+    /// A second one that fails while the replacement is joining waits until the replacement is
+    /// managed; never two at a time, and only the unhealthy ones go.
+    async fn a_second_not_ready_node_waits_until_the_first_replacement_is_managed(&mut self) {
+        let (stack, name, names, second) = (&self.stack, &self.name, &self.names, &self.second);
+        stack
+            .booter
+            .set_not_ready(second, NotReady::Unknown)
+            .await
+            .unwrap();
+        let mut replacement_managed = None;
+        let mut second_removed = None;
+        let started = Instant::now();
+        while second_removed.is_none() || stack.pool_columns(name).await.map(|c| c.1) != Some(5) {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "timed out waiting for both replacements"
+            );
+            let now = snapshot(stack, name).await;
+            let deleting = now.iter().filter(|(_, _, d)| *d).count();
+            assert!(deleting <= 1, "never two replacements at a time: {now:?}");
+            let originals_kept = now.iter().filter(|(n, _, _)| names.contains(n)).count();
+            assert!(originals_kept >= 3, "only the unhealthy ones go: {now:?}");
+            if replacement_managed.is_none()
+                && now
+                    .iter()
+                    .any(|(n, managed, _)| !names.contains(n) && *managed)
+            {
+                replacement_managed = Some(Instant::now());
+            }
+            if second_removed.is_none()
+                && now.iter().all(|(n, _, deleting)| n != second || *deleting)
+            {
+                second_removed = Some(Instant::now());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let (managed, removed) = (replacement_managed.unwrap(), second_removed.unwrap());
         assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "timed out waiting for both replacements"
+            removed > managed,
+            "the second replacement started only after the first was managed"
         );
-        let now = snapshot(&stack, &name).await;
-        let deleting = now.iter().filter(|(_, _, d)| *d).count();
-        assert!(deleting <= 1, "never two replacements at a time: {now:?}");
-        let originals_kept = now.iter().filter(|(n, _, _)| names.contains(n)).count();
-        assert!(originals_kept >= 3, "only the unhealthy ones go: {now:?}");
-        if replacement_managed.is_none()
-            && now
-                .iter()
-                .any(|(n, managed, _)| !names.contains(n) && *managed)
-        {
-            replacement_managed = Some(Instant::now());
-        }
-        if second_removed.is_none() && now.iter().all(|(n, _, deleting)| n != &second || *deleting)
-        {
-            second_removed = Some(Instant::now());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (managed, removed) = (replacement_managed.unwrap(), second_removed.unwrap());
-    assert!(
-        removed > managed,
-        "the second replacement started only after the first was managed"
-    );
-    stack.wait_ready(&name, 5, Duration::from_secs(120)).await;
-    let kept = stack.names(&name).await;
-    for original in &names[..3] {
-        assert!(kept.contains(original), "{original} kept: {kept:?}");
-    }
-    assert!(!kept.contains(&first) && !kept.contains(&second));
-    assert!(!stack.devices(&[&name]).contains_key(&first_device));
-    stack.assert_devices_match(&name, 5).await;
 
-    // What /metrics showed of all this: the blocked passes by reason, the two replacements
-    // and their drains, the Metal calls, the time spent in each phase, the pool converged.
-    let metrics = stack.metrics().await;
-    let value = |series: &str| metrics.get(series).copied().unwrap_or_default();
-    let shown = format!("{metrics:#?}");
-    for reason in ["too_many_unhealthy", "maintenance"] {
-        assert!(
-            value(&format!(
-                "ingot_pool_replacements_blocked_total{{reason=\"{reason}\"}}"
-            )) >= 1.0,
-            "blocked by {reason}: {shown}"
-        );
+    /// The pool is back to five, the healthy originals kept, each Instance on a server of its
+    /// own, the replaced ones' servers deleted.
+    async fn the_replaced_nodes_servers_go_and_the_healthy_ones_are_kept(&mut self) {
+        let (stack, name, names) = (&self.stack, &self.name, &self.names);
+        stack.wait_ready(name, 5, Duration::from_secs(120)).await;
+        let kept = stack.names(name).await;
+        for original in &names[..3] {
+            assert!(kept.contains(original), "{original} kept: {kept:?}");
+        }
+        assert!(!kept.contains(&self.first) && !kept.contains(&self.second));
+        assert!(!stack.devices(&[name]).contains_key(&self.first_device));
+        stack.assert_devices_match(name, 5).await;
     }
-    assert_eq!(value("ingot_pool_replacements_total"), 2.0, "{shown}");
-    assert!(
-        value(r#"ingot_drains_total{controller="pools",outcome="drained"}"#) >= 2.0,
-        "{shown}"
-    );
-    for (operation, at_least) in [("createDevice", 7.0), ("deleteDevice", 2.0)] {
+
+    /// What /metrics showed of all this: the blocked passes by reason, the two replacements
+    /// and their drains, the Metal calls, the time spent in each phase, the pool converged.
+    async fn metrics_show_the_blocked_passes_the_replacements_and_their_metal_calls(&mut self) {
+        let metrics = self.stack.metrics().await;
+        let value = |series: &str| metrics.get(series).copied().unwrap_or_default();
+        let shown = format!("{metrics:#?}");
+        for reason in ["too_many_unhealthy", "maintenance"] {
+            assert!(
+                value(&format!(
+                    "ingot_pool_replacements_blocked_total{{reason=\"{reason}\"}}"
+                )) >= 1.0,
+                "blocked by {reason}: {shown}"
+            );
+        }
+        assert_eq!(value("ingot_pool_replacements_total"), 2.0, "{shown}");
         assert!(
-            value(&format!(
-                "ingot_metal_requests_total{{operation=\"{operation}\",outcome=\"ok\"}}"
-            )) >= at_least,
-            "{operation}: {shown}"
+            value(r#"ingot_drains_total{controller="pools",outcome="drained"}"#) >= 2.0,
+            "{shown}"
         );
-        assert!(
-            value(&format!(
-                "ingot_metal_request_duration_seconds_count{{operation=\"{operation}\"}}"
-            )) >= at_least,
-            "{operation}: {shown}"
-        );
+        for (operation, at_least) in [("createDevice", 7.0), ("deleteDevice", 2.0)] {
+            assert!(
+                value(&format!(
+                    "ingot_metal_requests_total{{operation=\"{operation}\",outcome=\"ok\"}}"
+                )) >= at_least,
+                "{operation}: {shown}"
+            );
+            assert!(
+                value(&format!(
+                    "ingot_metal_request_duration_seconds_count{{operation=\"{operation}\"}}"
+                )) >= at_least,
+                "{operation}: {shown}"
+            );
+        }
+        for phase in ["new", "queued", "ready"] {
+            assert!(
+                value(&format!(
+                    "ingot_instance_phase_duration_seconds_count{{phase=\"{phase}\"}}"
+                )) >= 7.0,
+                "phase {phase}: {shown}"
+            );
+        }
+        assert!(value(r#"ingot_pools{status="ready"}"#) >= 1.0, "{shown}");
+        assert!(value("ingot_pool_instances_managed") >= 5.0, "{shown}");
     }
-    for phase in ["new", "queued", "ready"] {
-        assert!(
-            value(&format!(
-                "ingot_instance_phase_duration_seconds_count{{phase=\"{phase}\"}}"
-            )) >= 7.0,
-            "phase {phase}: {shown}"
-        );
+
+    async fn deleting_the_partitioned_pool_deletes_its_servers_and_instances(&mut self) {
+        self.stack
+            .delete_pools_and_expect_no_devices(std::slice::from_ref(&self.name))
+            .await;
     }
-    assert!(value(r#"ingot_pools{status="ready"}"#) >= 1.0, "{shown}");
-    assert!(value("ingot_pool_instances_managed") >= 5.0, "{shown}");
-    stack.delete_pools_and_expect_no_devices(&[name]).await;
 }
 
-#[tokio::test]
-async fn scale_down_drains_one_node_at_a_time_and_a_pdb_holds_it_with_a_condition() {
-    let _serial = SERIAL.lock().await;
-    let stack = Stack::start(true).await;
-    let name = format!("drain-{}", ingot_testenv::random_suffix(4));
-    let mut manifest = readme_pool();
-    manifest["spec"]["count"] = json!(5);
-    stack.create_pool(manifest, &name).await;
-    stack.wait_ready(&name, 5, Duration::from_secs(120)).await;
+ingot_testenv::scenario!(mod partition: Partition {
+    a_partition_is_a_condition_and_an_event_naming_the_unhealthy_nodes,
+    a_partition_replaces_nothing,
+    a_node_in_maintenance_is_exempt_and_never_replaced,
+    one_not_ready_node_alone_is_replaced,
+    a_second_not_ready_node_waits_until_the_first_replacement_is_managed,
+    the_replaced_nodes_servers_go_and_the_healthy_ones_are_kept,
+    metrics_show_the_blocked_passes_the_replacements_and_their_metal_calls,
+    deleting_the_partitioned_pool_deletes_its_servers_and_instances,
+});
 
-    // The order of removal: all joined and healthy, so the newest first (names break ties).
-    let mut order: Vec<(std::cmp::Reverse<k8s_openapi::jiff::Timestamp>, String)> = stack
-        .pool_instances(&name)
-        .await
-        .into_iter()
-        .map(|i| {
-            (
-                std::cmp::Reverse(i.metadata.creation_timestamp.clone().unwrap().0),
-                i.name_any(),
-            )
-        })
-        .collect();
-    order.sort();
-    let victims: Vec<String> = order.iter().take(3).map(|(_, n)| n.clone()).collect();
+/// A pool of five healthy Nodes scaled down to two: a workload on each of the three to go, the
+/// first one's guarded by a PodDisruptionBudget that refuses any eviction.
+struct ScaleDown {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    stack: Stack,
+    name: String,
+    /// The Instances scale-down removes, in its order: all joined and healthy, so the newest
+    /// first (names break ties).
+    victims: Vec<String>,
+    pods: Api<Pod>,
+    /// Stands in for the kubelets, until the scale-down is done.
+    kubelet: tokio::task::JoinHandle<()>,
+}
 
-    // A workload on each victim; the first one's is guarded by a PodDisruptionBudget that
-    // refuses any eviction.
-    let pods: Api<Pod> = Api::namespaced(stack.client.clone(), &stack.namespace);
-    for (index, node) in victims.iter().enumerate() {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": format!("work-{index}"), "labels": {"app": format!("work-{index}")}},
-            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.invalid/app"}]}
-        }))
-        .unwrap();
-        pods.create(&PostParams::default(), &pod).await.unwrap();
+impl ScaleDown {
+    async fn start() -> Self {
+        let serial = SERIAL.lock().await;
+        let stack = Stack::start(true).await;
+        let name = format!("drain-{}", ingot_testenv::random_suffix(4));
+        let mut manifest = readme_pool();
+        manifest["spec"]["count"] = json!(5);
+        stack.create_pool(manifest, &name).await;
+        stack.wait_ready(&name, 5, Duration::from_secs(120)).await;
+
+        let mut order: Vec<(std::cmp::Reverse<k8s_openapi::jiff::Timestamp>, String)> = stack
+            .pool_instances(&name)
+            .await
+            .into_iter()
+            .map(|i| {
+                (
+                    std::cmp::Reverse(i.metadata.creation_timestamp.clone().unwrap().0),
+                    i.name_any(),
+                )
+            })
+            .collect();
+        order.sort();
+        let victims: Vec<String> = order.iter().take(3).map(|(_, n)| n.clone()).collect();
         // Running and Ready, as its kubelet would report (the eviction API lets pending pods
         // go whatever their budget says).
-        let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
-        pods.patch_status(
-            &format!("work-{index}"),
-            &PatchParams::default(),
-            &Patch::Merge(&status),
-        )
-        .await
-        .unwrap();
-    }
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(stack.client.clone(), &stack.namespace);
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "guard"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "work-0"}}}
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    // No kubelet runs on these Nodes: the test confirms the deletion of evicted pods.
-    let kubelet = {
-        let pods = pods.clone();
-        tokio::spawn(async move {
-            loop {
-                if let Ok(list) = pods.list(&ListParams::default()).await {
-                    for pod in list.items {
-                        if pod.metadata.deletion_timestamp.is_some() {
-                            let _ = pods
-                                .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
-                                .await;
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
-
-    stack.set_count(&name, 2).await;
-    let (_, _, message) = wait_for(
-        "DrainingSucceeded=False DrainBlocked",
-        Duration::from_secs(30),
-        async || {
+        for (index, node) in victims.iter().enumerate() {
             stack
-                .pool_condition(&name, "DrainingSucceeded")
-                .await
-                .filter(|c| c.0 == "False" && c.1 == "DrainBlocked")
-        },
-    )
-    .await;
-    assert!(
-        message.contains("work-0") && message.contains(&victims[0]),
-        "{message}"
-    );
-    let nodes: Api<Node> = Api::all(stack.client.clone());
-    let cordoned = async || -> Vec<String> {
-        nodes
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
-            .map(|n| n.name_any())
-            .filter(|n| n.starts_with(&name))
-            .collect()
-    };
-    // Held: the first victim is cordoned, nothing else is, nothing is deleted.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(cordoned().await, vec![victims[0].clone()]);
-    assert_eq!(snapshot(&stack, &name).await.len(), 5);
-    assert!(pods.get_opt("work-0").await.unwrap().is_some());
-
-    // The budget goes: the drain finishes, and the others follow one at a time.
-    pdbs.delete("guard", &DeleteParams::default())
-        .await
-        .unwrap();
-    let mut removed: Vec<String> = Vec::new();
-    let started = Instant::now();
-    while stack.pool_columns(&name).await != Some(("ready".to_owned(), 2, 2)) || removed.len() < 3 {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "timed out scaling down: removed {removed:?}"
-        );
-        let now = snapshot(&stack, &name).await;
-        assert!(
-            now.iter().filter(|(_, _, d)| *d).count() <= 1,
-            "one Node at a time: {now:?}"
-        );
-        assert!(cordoned().await.len() <= 1, "one drain at a time");
-        for victim in &victims {
-            let going = now.iter().all(|(n, _, d)| n != victim || *d);
-            if going && !removed.contains(victim) {
-                removed.push(victim.clone());
-            }
+                .running_pod(&format!("work-{index}"), node, index == 0)
+                .await;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // No kubelet runs on these Nodes: the test confirms the deletion of evicted pods.
+        let kubelet = stack.confirm_pod_deletions();
+        let pods = Api::namespaced(stack.client.clone(), &stack.namespace);
+        ScaleDown {
+            _serial: serial,
+            stack,
+            name,
+            victims,
+            pods,
+            kubelet,
+        }
     }
-    kubelet.abort();
-    assert_eq!(removed, victims, "newest first, one after the other");
-    for index in 0..3 {
+
+    async fn finish(mut self) {
+        self.kubelet.abort();
+        self.stack.kill_operator();
+    }
+
+    /// The scale-down's first drain is held by the budget: a condition naming the pod and the
+    /// Node.
+    async fn a_pdb_holds_the_first_drain_with_a_condition(&mut self) {
+        let (stack, name, victims) = (&self.stack, &self.name, &self.victims);
+        stack.set_count(name, 2).await;
+        let (_, _, message) = wait_for(
+            "DrainingSucceeded=False DrainBlocked",
+            Duration::from_secs(30),
+            async || {
+                stack
+                    .pool_condition(name, "DrainingSucceeded")
+                    .await
+                    .filter(|c| c.0 == "False" && c.1 == "DrainBlocked")
+            },
+        )
+        .await;
         assert!(
-            pods.get_opt(&format!("work-{index}"))
-                .await
-                .unwrap()
-                .is_none(),
-            "work-{index} was evicted"
+            message.contains("work-0") && message.contains(&victims[0]),
+            "{message}"
         );
     }
-    wait_for(
-        "DrainingSucceeded=True",
-        Duration::from_secs(10),
-        async || {
-            stack
-                .pool_condition(&name, "DrainingSucceeded")
-                .await
-                .filter(|c| c.0 == "True")
-        },
-    )
-    .await;
-    stack.assert_devices_match(&name, 2).await;
-    // /metrics counted the passes the budget held the drain, and the three drains.
-    let metrics = stack.metrics().await;
-    let value = |series: &str| metrics.get(series).copied().unwrap_or_default();
-    assert!(
-        value(r#"ingot_drains_blocked_total{controller="pools"}"#) >= 1.0,
-        "{metrics:#?}"
-    );
-    assert!(
-        value(r#"ingot_drains_total{controller="pools",outcome="drained"}"#) >= 3.0,
-        "{metrics:#?}"
-    );
-    stack.delete_pools_and_expect_no_devices(&[name]).await;
+
+    /// Held: the first victim is cordoned, nothing else is, nothing is deleted.
+    async fn while_held_only_its_node_is_cordoned_and_nothing_deleted(&mut self) {
+        let (stack, name, victims) = (&self.stack, &self.name, &self.victims);
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(stack.cordoned(name).await, vec![victims[0].clone()]);
+        assert_eq!(snapshot(stack, name).await.len(), 5);
+        assert!(self.pods.get_opt("work-0").await.unwrap().is_some());
+    }
+
+    /// The budget goes: the drain finishes, and the others follow one at a time.
+    async fn once_the_pdb_goes_the_nodes_go_newest_first_one_at_a_time(&mut self) {
+        let (stack, name, victims) = (&self.stack, &self.name, &self.victims);
+        let pdbs: Api<PodDisruptionBudget> =
+            Api::namespaced(stack.client.clone(), &stack.namespace);
+        pdbs.delete("work-0", &DeleteParams::default())
+            .await
+            .unwrap();
+        let mut removed: Vec<String> = Vec::new();
+        let started = Instant::now();
+        while stack.pool_columns(name).await != Some(("ready".to_owned(), 2, 2))
+            || removed.len() < 3
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "timed out scaling down: removed {removed:?}"
+            );
+            let now = snapshot(stack, name).await;
+            assert!(
+                now.iter().filter(|(_, _, d)| *d).count() <= 1,
+                "one Node at a time: {now:?}"
+            );
+            assert!(stack.cordoned(name).await.len() <= 1, "one drain at a time");
+            for victim in victims {
+                let going = now.iter().all(|(n, _, d)| n != victim || *d);
+                if going && !removed.contains(victim) {
+                    removed.push(victim.clone());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.kubelet.abort();
+        assert_eq!(&removed, victims, "newest first, one after the other");
+    }
+
+    async fn each_removed_node_s_workload_was_evicted(&mut self) {
+        for index in 0..3 {
+            assert!(
+                self.pods
+                    .get_opt(&format!("work-{index}"))
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "work-{index} was evicted"
+            );
+        }
+    }
+
+    async fn draining_succeeded_is_true_again(&mut self) {
+        let (stack, name) = (&self.stack, &self.name);
+        wait_for(
+            "DrainingSucceeded=True",
+            Duration::from_secs(10),
+            async || {
+                stack
+                    .pool_condition(name, "DrainingSucceeded")
+                    .await
+                    .filter(|c| c.0 == "True")
+            },
+        )
+        .await;
+    }
+
+    async fn each_kept_instance_has_a_server_of_its_own(&mut self) {
+        self.stack.assert_devices_match(&self.name, 2).await;
+    }
+
+    /// /metrics counted the passes the budget held the drain, and the three drains.
+    async fn metrics_count_the_held_passes_and_the_three_drains(&mut self) {
+        let metrics = self.stack.metrics().await;
+        let value = |series: &str| metrics.get(series).copied().unwrap_or_default();
+        assert!(
+            value(r#"ingot_drains_blocked_total{controller="pools"}"#) >= 1.0,
+            "{metrics:#?}"
+        );
+        assert!(
+            value(r#"ingot_drains_total{controller="pools",outcome="drained"}"#) >= 3.0,
+            "{metrics:#?}"
+        );
+    }
+
+    async fn deleting_the_scaled_down_pool_deletes_its_servers_and_instances(&mut self) {
+        self.stack
+            .delete_pools_and_expect_no_devices(std::slice::from_ref(&self.name))
+            .await;
+    }
 }
+
+ingot_testenv::scenario!(mod scale_down: ScaleDown {
+    a_pdb_holds_the_first_drain_with_a_condition,
+    while_held_only_its_node_is_cordoned_and_nothing_deleted,
+    once_the_pdb_goes_the_nodes_go_newest_first_one_at_a_time,
+    each_removed_node_s_workload_was_evicted,
+    draining_succeeded_is_true_again,
+    each_kept_instance_has_a_server_of_its_own,
+    metrics_count_the_held_passes_and_the_three_drains,
+    deleting_the_scaled_down_pool_deletes_its_servers_and_instances,
+});
 
 #[tokio::test]
 async fn a_node_that_recovers_while_its_drain_is_blocked_is_uncordoned_and_kept() {
@@ -1891,179 +2121,232 @@ async fn an_install_that_never_joins_is_retried_re_rendered_and_counted() {
 /// deploy/manifests/pools.yaml and run as that ServiceAccount. The pool is adopted as it is: no
 /// server created, reinstalled or deleted, the secrets in the clear removed; and it is still
 /// deletable, with its server, through ingot.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pool_the_go_addon_made_is_adopted_after_installing_from_the_manifests() {
-    let _serial = SERIAL.lock().await;
-    let mut stack = Stack::prepare(true).await;
-    stack.write_secret(METAL_TOKEN).await;
-    let pool = format!("go-made-{}", ingot_testenv::random_suffix(4));
-    let instance = format!("{pool}-{}", ingot_testenv::random_suffix(8));
+struct GoAddonPool {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    stack: Stack,
+    pool: String,
+    instance: String,
+    /// The server the Go addon created.
+    device_id: String,
+    /// The emulator's request counts before ingot started.
+    before: ingot_metal_sim::Metrics,
+}
 
-    // The server the Go addon created (packngo's request), active.
-    let http = reqwest::Client::new();
-    let device: Value = http
-        .post(format!(
-            "{}/projects/{PROJECT}/devices",
-            stack.sim.base_url()
-        ))
-        .header("X-Auth-Token", METAL_TOKEN)
-        .json(
-            &json!({"hostname": instance, "plan": "c3.small.x86", "metro": "SG",
-                      "operating_system": "custom_ipxe", "billing_cycle": "hourly",
-                      "ipxe_script_url": "https://example.invalid/master.ipxe",
-                      // The Go addon's install config, its secrets in the clear.
-                      "userdata": format!("token: {JOIN_TOKEN}\nos:\n  password: go-addon-password\n")}),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let device_id = device["id"].as_str().unwrap().to_owned();
-    wait_for(
-        "the Go addon's server to be active",
-        Duration::from_secs(30),
-        async || {
-            let found: Value = http
-                .get(format!("{}/devices/{device_id}", stack.sim.base_url()))
-                .header("X-Auth-Token", METAL_TOKEN)
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            (found["state"] == "active").then_some(())
-        },
-    )
-    .await;
+impl GoAddonPool {
+    async fn start() -> Self {
+        let serial = SERIAL.lock().await;
+        let mut stack = Stack::prepare(true).await;
+        stack.write_secret(METAL_TOKEN).await;
+        let pool = format!("go-made-{}", ingot_testenv::random_suffix(4));
+        let instance = format!("{pool}-{}", ingot_testenv::random_suffix(8));
 
-    // The pool and its Instance in the Go addon's shapes, and the Node that joined.
-    let mut manifest = readme_pool();
-    manifest["spec"]["count"] = json!(1);
-    stack.create_pool(manifest.clone(), &pool).await;
-    stack
-        .pools()
-        .patch_status(
-            &pool,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {
-            "status": "ready", "ready": 1, "requested": 1, "needed": 0, "token": JOIN_TOKEN}})),
+        // The server the Go addon created (packngo's request), active.
+        let http = reqwest::Client::new();
+        let device: Value = http
+            .post(format!(
+                "{}/projects/{PROJECT}/devices",
+                stack.sim.base_url()
+            ))
+            .header("X-Auth-Token", METAL_TOKEN)
+            .json(
+                &json!({"hostname": instance, "plan": "c3.small.x86", "metro": "SG",
+                          "operating_system": "custom_ipxe", "billing_cycle": "hourly",
+                          "ipxe_script_url": "https://example.invalid/master.ipxe",
+                          // The Go addon's install config, its secrets in the clear.
+                          "userdata": format!("token: {JOIN_TOKEN}\nos:\n  password: go-addon-password\n")}),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let device_id = device["id"].as_str().unwrap().to_owned();
+        wait_for(
+            "the Go addon's server to be active",
+            Duration::from_secs(30),
+            async || {
+                let found: Value = http
+                    .get(format!("{}/devices/{device_id}", stack.sim.base_url()))
+                    .header("X-Auth-Token", METAL_TOKEN)
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                (found["state"] == "active").then_some(())
+            },
         )
-        .await
-        .unwrap();
-    let owner = stack.pools().get(&pool).await.unwrap();
-    let spec = &manifest["spec"];
-    let go_instance: Instance = serde_json::from_value(json!({
-        "apiVersion": "equinix.harvesterhci.io/v1", "kind": "Instance",
-        "metadata": {
-            "name": instance,
-            "labels": {"instancePool": pool},
-            "annotations": {"token": METAL_TOKEN, "reconfig_ipxe_url": "https://example.invalid/master.ipxe"},
-            "finalizers": ["equinix.instance.harvesterhci.io", "wrangler.cattle.io/instance-remove"],
-            "ownerReferences": [{"apiVersion": "equinix.harvesterhci.io/v1", "kind": "InstancePool",
-                                 "name": pool, "uid": owner.uid().unwrap(), "controller": true}],
-        },
-        "spec": {"plan": spec["plan"], "metro": spec["metro"], "billingCycle": spec["billingCycle"],
-                 "projectID": PROJECT, "operating_system": "custom_ipxe"},
-    }))
-    .unwrap();
-    stack
-        .instances()
-        .create(&PostParams::default(), &go_instance)
-        .await
-        .unwrap();
-    stack
-        .instances()
-        .patch_status(&instance, &PatchParams::default(), &Patch::Merge(&json!({"status": {
-            "status": "managed", "instanceID": device_id, "publicIP": "203.0.113.7", "privateIP": "10.0.0.7"}})))
-        .await
-        .unwrap();
-    let nodes: Api<Node> = Api::all(stack.client.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": instance}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    nodes
-        .patch_status(
-            &instance,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {"conditions": [
-            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "joined",
-             "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
-        )
-        .await
-        .unwrap();
-    let before = stack.sim.sim().metrics();
+        .await;
 
-    // ingot, from the manifests.
-    stack.start_operator();
-    wait_for(
-        "the Go addon's token and plaintext annotation to be gone, the finalizer kept",
-        Duration::from_secs(60),
-        async || {
-            let pool_status = stack.pools().get(&pool).await.ok()?.status?;
-            let adopted = stack.instances().get(&instance).await.ok()?;
-            let annotations = adopted.annotations();
-            (pool_status.token.is_none()
-                && !annotations.contains_key("token")
-                && adopted
-                    .finalizers()
-                    .contains(&"equinix.instance.harvesterhci.io".to_owned()))
-            .then_some(())
-        },
-    )
-    .await;
-    stack.wait_ready(&pool, 1, Duration::from_secs(30)).await;
-    let adopted = stack.instances().get(&instance).await.unwrap();
-    let status = adopted.status.unwrap();
-    assert_eq!(
-        (status.status.as_str(), status.instance_id.as_str()),
-        ("managed", device_id.as_str())
-    );
-    // Settled: the server the Go addon made was neither recreated, reinstalled nor rebooted;
-    // its userdata, which held the join token and OS password, was replaced once.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = stack.sim.sim().metrics();
-    for op in ["createDevice", "deleteDevice", "performAction"] {
+        // The pool and its Instance in the Go addon's shapes, and the Node that joined.
+        let mut manifest = readme_pool();
+        manifest["spec"]["count"] = json!(1);
+        stack.create_pool(manifest.clone(), &pool).await;
+        stack
+            .pools()
+            .patch_status(
+                &pool,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {
+                "status": "ready", "ready": 1, "requested": 1, "needed": 0, "token": JOIN_TOKEN}})),
+            )
+            .await
+            .unwrap();
+        let owner = stack.pools().get(&pool).await.unwrap();
+        let spec = &manifest["spec"];
+        let go_instance: Instance = serde_json::from_value(json!({
+            "apiVersion": "equinix.harvesterhci.io/v1", "kind": "Instance",
+            "metadata": {
+                "name": instance,
+                "labels": {"instancePool": pool},
+                "annotations": {"token": METAL_TOKEN, "reconfig_ipxe_url": "https://example.invalid/master.ipxe"},
+                "finalizers": ["equinix.instance.harvesterhci.io", "wrangler.cattle.io/instance-remove"],
+                "ownerReferences": [{"apiVersion": "equinix.harvesterhci.io/v1", "kind": "InstancePool",
+                                     "name": pool, "uid": owner.uid().unwrap(), "controller": true}],
+            },
+            "spec": {"plan": spec["plan"], "metro": spec["metro"], "billingCycle": spec["billingCycle"],
+                     "projectID": PROJECT, "operating_system": "custom_ipxe"},
+        }))
+        .unwrap();
+        stack
+            .instances()
+            .create(&PostParams::default(), &go_instance)
+            .await
+            .unwrap();
+        stack
+            .instances()
+            .patch_status(&instance, &PatchParams::default(), &Patch::Merge(&json!({"status": {
+                "status": "managed", "instanceID": device_id, "publicIP": "203.0.113.7", "privateIP": "10.0.0.7"}})))
+            .await
+            .unwrap();
+        let nodes: Api<Node> = Api::all(stack.client.clone());
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": instance}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        nodes
+            .patch_status(
+                &instance,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "joined",
+                 "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
+            )
+            .await
+            .unwrap();
+        let before = stack.sim.sim().metrics();
+
+        // ingot, from the manifests.
+        stack.start_operator();
+        GoAddonPool {
+            _serial: serial,
+            stack,
+            pool,
+            instance,
+            device_id,
+            before,
+        }
+    }
+
+    async fn finish(mut self) {
+        self.stack.kill_operator();
+    }
+
+    async fn the_go_addon_s_token_and_plaintext_annotation_go_and_its_finalizer_stays(&mut self) {
+        let (stack, pool, instance) = (&self.stack, &self.pool, &self.instance);
+        wait_for(
+            "the Go addon's token and plaintext annotation to be gone, the finalizer kept",
+            Duration::from_secs(60),
+            async || {
+                let pool_status = stack.pools().get(pool).await.ok()?.status?;
+                let adopted = stack.instances().get(instance).await.ok()?;
+                let annotations = adopted.annotations();
+                (pool_status.token.is_none()
+                    && !annotations.contains_key("token")
+                    && adopted
+                        .finalizers()
+                        .contains(&"equinix.instance.harvesterhci.io".to_owned()))
+                .then_some(())
+            },
+        )
+        .await;
+    }
+
+    async fn the_pool_is_ready_with_its_instance_managed_on_the_go_addon_s_server(&mut self) {
+        let stack = &self.stack;
+        stack
+            .wait_ready(&self.pool, 1, Duration::from_secs(30))
+            .await;
+        let adopted = stack.instances().get(&self.instance).await.unwrap();
+        let status = adopted.status.unwrap();
         assert_eq!(
-            after.requests(op),
-            before.requests(op),
-            "{op} was sent to the adopted server"
+            (status.status.as_str(), status.instance_id.as_str()),
+            ("managed", self.device_id.as_str())
         );
     }
-    assert_eq!(
-        after.requests("updateDevice") - before.requests("updateDevice"),
-        1
-    );
-    let userdata = stack.devices(&[pool.as_str()])[&device_id].1["userdata"].to_string();
-    assert!(
-        !userdata.contains(JOIN_TOKEN) && !userdata.contains("go-addon-password"),
-        "{userdata}"
-    );
 
-    // Still deletable through ingot: the pool goes, with its Instance, server and Node.
-    stack.delete_pools_and_expect_no_devices(&[pool]).await;
-    wait_for(
-        "the Node to be deleted",
-        Duration::from_secs(30),
-        async || {
-            nodes
-                .get_opt(&instance)
-                .await
-                .unwrap()
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
-    stack.kill_operator();
+    /// Settled: the server the Go addon made was neither recreated, reinstalled nor rebooted;
+    /// its userdata, which held the join token and OS password, was replaced once.
+    async fn the_server_is_not_recreated_reinstalled_or_rebooted_its_userdata_replaced_once(
+        &mut self,
+    ) {
+        let stack = &self.stack;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after = stack.sim.sim().metrics();
+        for op in ["createDevice", "deleteDevice", "performAction"] {
+            assert_eq!(
+                after.requests(op),
+                self.before.requests(op),
+                "{op} was sent to the adopted server"
+            );
+        }
+        assert_eq!(
+            after.requests("updateDevice") - self.before.requests("updateDevice"),
+            1
+        );
+        let userdata =
+            stack.devices(&[self.pool.as_str()])[&self.device_id].1["userdata"].to_string();
+        assert!(
+            !userdata.contains(JOIN_TOKEN) && !userdata.contains("go-addon-password"),
+            "{userdata}"
+        );
+    }
+
+    /// Still deletable through ingot: the pool goes, with its Instance, server and Node.
+    async fn the_pool_is_still_deleted_with_its_instance_server_and_node(&mut self) {
+        let stack = &self.stack;
+        stack
+            .delete_pools_and_expect_no_devices(std::slice::from_ref(&self.pool))
+            .await;
+        let nodes: Api<Node> = Api::all(stack.client.clone());
+        wait_for(
+            "the Node to be deleted",
+            Duration::from_secs(30),
+            async || {
+                nodes
+                    .get_opt(&self.instance)
+                    .await
+                    .unwrap()
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+    }
 }
+
+ingot_testenv::scenario!(mod go_addon_pool: GoAddonPool {
+    the_go_addon_s_token_and_plaintext_annotation_go_and_its_finalizer_stays,
+    the_pool_is_ready_with_its_instance_managed_on_the_go_addon_s_server,
+    the_server_is_not_recreated_reinstalled_or_rebooted_its_userdata_replaced_once,
+    the_pool_is_still_deleted_with_its_instance_server_and_node,
+});
 
 impl Stack {
     /// An Instance's condition of this type: (status, reason, message).
