@@ -1125,7 +1125,8 @@ impl Embedded {
         let restarted = Instant::now();
         wait_for(
             "hardware polls after the restart",
-            Duration::from_secs(30),
+            // The restarted replica first waits out the killed one's Lease.
+            Duration::from_secs(60),
             || async { (hardware_polls(http_port).await >= 6.0).then_some(()) },
         )
         .await;
