@@ -20,6 +20,35 @@ mod bmc;
 mod fru;
 mod wire;
 
+/// The chassis control script the tests give OpenIPMI's `ipmi_sim` (the reference peer):
+/// `ipmi_sim` runs `<script> 0x20 get power boot` / `set power 1`, and the script keeps the state
+/// in files `power` and `boot` beside it (each reset appended to `resets`). Power starts on.
+pub const OPENIPMI_CHASSIS_SCRIPT: &str = r#"#!/bin/sh
+d=$(dirname "$0")
+while [ $# -gt 0 ]; do case "$1" in get|set) break;; *) shift;; esac; done
+op=$1; shift
+[ -f "$d/power" ] || echo 1 > "$d/power"
+[ -f "$d/boot" ] || echo none > "$d/boot"
+if [ "$op" = get ]; then
+  for k in "$@"; do
+    case "$k" in
+      power) echo "power:$(cat "$d/power")";;
+      boot) echo "boot:$(cat "$d/boot")";;
+    esac
+  done
+else
+  while [ $# -ge 2 ]; do
+    k=$1; v=$2; shift 2
+    case "$k" in
+      power) echo "$v" > "$d/power";;
+      boot) echo "$v" > "$d/boot";;
+      reset) echo "$v" >> "$d/resets";;
+      shutdown) echo 0 > "$d/power";;
+    esac
+  done
+fi
+"#;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

@@ -30,34 +30,6 @@ impl Drop for IpmiSim {
     }
 }
 
-/// Chassis control script: ipmi_sim runs `<script> get power boot` and
-/// `<script> set power "1"` etc.; state lives in files next to it.
-const CHASSIS_SCRIPT: &str = r#"#!/bin/sh
-d=$(dirname "$0")
-while [ $# -gt 0 ]; do case "$1" in get|set) break;; *) shift;; esac; done
-op=$1; shift
-[ -f "$d/power" ] || echo 1 > "$d/power"
-[ -f "$d/boot" ] || echo none > "$d/boot"
-if [ "$op" = get ]; then
-  for k in "$@"; do
-    case "$k" in
-      power) echo "power:$(cat "$d/power")";;
-      boot) echo "boot:$(cat "$d/boot")";;
-    esac
-  done
-else
-  while [ $# -ge 2 ]; do
-    k=$1; v=$2; shift 2
-    case "$k" in
-      power) echo "$v" > "$d/power";;
-      boot) echo "$v" > "$d/boot";;
-      reset) echo "$v" >> "$d/resets";;
-      shutdown) echo 0 > "$d/power";;
-    esac
-  done
-fi
-"#;
-
 fn fru() -> FruInfo {
     FruInfo::example(7)
 }
@@ -68,7 +40,7 @@ fn start() -> IpmiSim {
     let dir = std::env::temp_dir().join(format!("ingot-ipmi-sim-{}-{port}", std::process::id()));
     std::fs::create_dir_all(dir.join("state")).unwrap();
     let script = dir.join("chassis.sh");
-    std::fs::write(&script, CHASSIS_SCRIPT).unwrap();
+    std::fs::write(&script, ingot_ipmi_sim::OPENIPMI_CHASSIS_SCRIPT).unwrap();
     Command::new("chmod")
         .arg("+x")
         .arg(&script)

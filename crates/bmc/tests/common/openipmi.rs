@@ -23,33 +23,6 @@ impl Drop for IpmiSim {
     }
 }
 
-/// Chassis control: ipmi_sim runs `<script> 0x20 get power boot` / `set power 1`; the state is
-/// kept in files beside the script. Power starts on.
-const CHASSIS_SCRIPT: &str = r#"#!/bin/sh
-d=$(dirname "$0")
-while [ $# -gt 0 ]; do case "$1" in get|set) break;; *) shift;; esac; done
-op=$1; shift
-[ -f "$d/power" ] || echo 1 > "$d/power"
-[ -f "$d/boot" ] || echo none > "$d/boot"
-if [ "$op" = get ]; then
-  for k in "$@"; do
-    case "$k" in
-      power) echo "power:$(cat "$d/power")";;
-      boot) echo "boot:$(cat "$d/boot")";;
-    esac
-  done
-else
-  while [ $# -ge 2 ]; do
-    k=$1; v=$2; shift 2
-    case "$k" in
-      power) echo "$v" > "$d/power";;
-      boot) echo "$v" > "$d/boot";;
-      shutdown) echo 0 > "$d/power";;
-    esac
-  done
-fi
-"#;
-
 fn free_udp_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -65,7 +38,7 @@ pub fn start(fru_image: &[u8]) -> IpmiSim {
     let dir = temp_dir("ipmi-sim");
     std::fs::create_dir_all(dir.join("state")).unwrap();
     let script = dir.join("chassis.sh");
-    std::fs::write(&script, CHASSIS_SCRIPT).unwrap();
+    std::fs::write(&script, ingot_ipmi_sim::OPENIPMI_CHASSIS_SCRIPT).unwrap();
     Command::new("chmod")
         .arg("+x")
         .arg(&script)

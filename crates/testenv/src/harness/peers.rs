@@ -321,33 +321,6 @@ impl Drop for IpmiSim {
     }
 }
 
-/// Chassis control: ipmi_sim runs `<script> 0x20 get power boot` / `set power 1`; the state is
-/// kept in files beside the script. Power starts on.
-const CHASSIS_SCRIPT: &str = r#"#!/bin/sh
-d=$(dirname "$0")
-while [ $# -gt 0 ]; do case "$1" in get|set) break;; *) shift;; esac; done
-op=$1; shift
-[ -f "$d/power" ] || echo 1 > "$d/power"
-[ -f "$d/boot" ] || echo none > "$d/boot"
-if [ "$op" = get ]; then
-  for k in "$@"; do
-    case "$k" in
-      power) echo "power:$(cat "$d/power")";;
-      boot) echo "boot:$(cat "$d/boot")";;
-    esac
-  done
-else
-  while [ $# -ge 2 ]; do
-    k=$1; v=$2; shift 2
-    case "$k" in
-      power) echo "$v" > "$d/power";;
-      boot) echo "$v" > "$d/boot";;
-      shutdown) echo 0 > "$d/power";;
-    esac
-  done
-fi
-"#;
-
 /// Starts ipmi_sim with two SEL records and FRU 0 from `fru_image`, on a UDP port of its own
 /// (read back from its socket).
 pub fn start_ipmi_sim(fru_image: &[u8]) -> IpmiSim {
@@ -355,7 +328,8 @@ pub fn start_ipmi_sim(fru_image: &[u8]) -> IpmiSim {
     let dir = temp_dir("ipmi-sim");
     std::fs::create_dir_all(dir.join("state")).unwrap_or_else(|e| panic!("state dir: {e}"));
     let script = dir.join("chassis.sh");
-    std::fs::write(&script, CHASSIS_SCRIPT).unwrap_or_else(|e| panic!("chassis.sh: {e}"));
+    std::fs::write(&script, ingot_ipmi_sim::OPENIPMI_CHASSIS_SCRIPT)
+        .unwrap_or_else(|e| panic!("chassis.sh: {e}"));
     run_ok(Command::new("chmod").arg("+x").arg(&script));
     let lan = format!(
         r#"name "ingot"
