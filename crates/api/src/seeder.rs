@@ -28,6 +28,15 @@ pub const LOCAL_CLUSTER_NAME: &str = "local";
 /// `status.status` of an Inventory whose BMC answers; Harvester checks this exact string.
 pub const INVENTORY_NODE_READY: &str = "inventoryNodeReady";
 
+/// `status.status` of a provisioned Cluster, in order (Seeder's strings; `tinkConfigReady` is
+/// kept although ingot serves the boot itself).
+pub mod cluster_status {
+    pub const CONFIG_READY: &str = "clusterConfigReady";
+    pub const NODES_PATCHED: &str = "clusterNodesPatched";
+    pub const BOOT_READY: &str = "tinkConfigReady";
+    pub const RUNNING: &str = "clusterRunning";
+}
+
 /// Power actions Harvester requests through `spec.powerActionRequested`.
 pub mod power_action {
     pub const SHUTDOWN: &str = "shutdown";

@@ -178,7 +178,7 @@ pub fn node_name(inventory: &Inventory) -> Option<&str> {
 }
 
 async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result<Action, Error> {
-    if !is_local(&inventory) {
+    if !is_local(&inventory) && !ctx.settings.provisioning {
         // Provisioning-mode Inventories are not embedded mode's to touch.
         return Ok(Action::await_change());
     }
@@ -202,16 +202,24 @@ fn inventories(ctx: &SeederContext, inventory: &Inventory) -> Api<Inventory> {
 
 async fn apply(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, Error> {
     let api = inventories(ctx, inventory);
-    let inventory = finalizer::add(
-        &api,
-        inventory,
-        &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER],
-    )
-    .await?
-    .unwrap_or_else(|| inventory.clone());
-    join_local_cluster(&inventory, ctx).await?;
+    // A provisioned server (not local) has Seeder's common chain only: its Machine, readiness
+    // and power actions; `provisioning::node` installs and releases it.
+    let local = is_local(inventory);
+    let finalizers: &[&str] = if local {
+        &[MEMBERSHIP_FINALIZER, INVENTORY_FINALIZER]
+    } else {
+        &[INVENTORY_FINALIZER]
+    };
+    let inventory = finalizer::add(&api, inventory, finalizers)
+        .await?
+        .unwrap_or_else(|| inventory.clone());
+    let node = if local {
+        join_local_cluster(&inventory, ctx).await?;
+        read_node(&inventory, ctx).await?
+    } else {
+        None
+    };
     let machine = ensure_machine(&inventory, ctx).await?;
-    let node = read_node(&inventory, ctx).await?;
     update_status(&inventory, machine.as_ref(), node.as_ref(), ctx).await?;
     Ok(Action::requeue(RESYNC))
 }
@@ -498,10 +506,17 @@ pub fn internal_ip(node: &Node) -> Option<String> {
         .next_back()
 }
 
-/// Readiness and power state from the Machine: `Contactable=True` is `inventoryNodeReady`;
-/// `Contactable=False` clears it and sets `machineNotContactable` as an error with the
-/// Machine's message. A Machine not read yet changes nothing.
-pub fn apply_machine(status: &mut InventoryStatus, machine: Option<&MachineStatus>, now: &str) {
+/// Readiness and power state from the Machine: `Contactable=True` is `inventoryNodeReady`
+/// (and, for a local Inventory, `inventoryAllocatedToCluster`, as embedded Seeder marks it;
+/// a provisioned one is allocated by its Cluster); `Contactable=False` clears it and sets
+/// `machineNotContactable` as an error with the Machine's message. A Machine not read yet
+/// changes nothing.
+pub fn apply_machine(
+    status: &mut InventoryStatus,
+    machine: Option<&MachineStatus>,
+    local: bool,
+    now: &str,
+) {
     let Some(machine) = machine else {
         return;
     };
@@ -514,12 +529,14 @@ pub fn apply_machine(status: &mut InventoryStatus, machine: Option<&MachineStatu
     if contactable.status == "True" {
         status.status = Some(INVENTORY_NODE_READY.to_owned());
         conditions::set_false(&mut status.conditions, MACHINE_NOT_CONTACTABLE, now);
-        conditions::set_true(
-            &mut status.conditions,
-            INVENTORY_ALLOCATED_TO_CLUSTER,
-            None,
-            now,
-        );
+        if local {
+            conditions::set_true(
+                &mut status.conditions,
+                INVENTORY_ALLOCATED_TO_CLUSTER,
+                None,
+                now,
+            );
+        }
     } else {
         status.status = None;
         let message = contactable
@@ -577,7 +594,12 @@ fn observed_status(
             if status.hardware_id.is_none() {
                 status.hardware_id = Some(uuid::Uuid::new_v4().to_string());
             }
-            apply_machine(&mut status, machine.status.as_ref(), now);
+            apply_machine(
+                &mut status,
+                machine.status.as_ref(),
+                is_local(inventory),
+                now,
+            );
         }
         None => {
             // The Machine is being replaced: not ready until the new one answers.
@@ -774,7 +796,9 @@ async fn finalize(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, 
     }
     // Seeder's finalizer also stood for the membership before ingot: the entry goes first
     // whichever finalizer is left.
-    leave_local_cluster(inventory, ctx).await?;
+    if is_local(inventory) {
+        leave_local_cluster(inventory, ctx).await?;
+    }
     let inventory = finalizer::remove(&api, inventory, MEMBERSHIP_FINALIZER)
         .await?
         .unwrap_or_else(|| inventory.clone());
@@ -975,7 +999,7 @@ mod tests {
     #[test]
     fn readiness_follows_contactable_both_ways() {
         let mut s = InventoryStatus::default();
-        apply_machine(&mut s, Some(&machine_status(json!({}))), "t0");
+        apply_machine(&mut s, Some(&machine_status(json!({}))), true, "t0");
         assert_eq!(
             s,
             InventoryStatus::default(),
@@ -985,6 +1009,7 @@ mod tests {
             &mut s,
             Some(&machine_status(json!({"powerState": "on",
                 "conditions": [{"type": "Contactable", "status": "True"}]}))),
+            true,
             "t1",
         );
         assert_eq!(s.status.as_deref(), Some("inventoryNodeReady"));
@@ -995,6 +1020,7 @@ mod tests {
             &mut s,
             Some(&machine_status(json!({"powerState": "unknown",
                 "conditions": [{"type": "Contactable", "status": "False", "message": "failed to open connection to BMC"}]}))),
+            true,
             "t2",
         );
         assert_eq!(s.status, None);
@@ -1013,6 +1039,7 @@ mod tests {
             &mut s,
             Some(&machine_status(json!({"powerState": "off",
                 "conditions": [{"type": "Contactable", "status": "True"}]}))),
+            true,
             "t3",
         );
         assert_eq!(s.status.as_deref(), Some("inventoryNodeReady"));

@@ -52,6 +52,9 @@ pub const MEMBERSHIP_FINALIZER: &str = "seeder.ingot.dev/local-cluster-membershi
 pub struct Settings {
     /// Only Inventories of this namespace; `None`: every namespace (as Seeder).
     pub namespace: Option<String>,
+    /// Provisioning (Seeder's full mode) runs too: Inventories that are not local get the
+    /// common chain (Machine, readiness, power actions) as well.
+    pub provisioning: bool,
 }
 
 /// What the Seeder controller needs, built by `ingot run`.

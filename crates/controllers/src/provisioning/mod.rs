@@ -1,0 +1,255 @@
+//! Provisioning: Harvester Seeder's full mode (`metal.harvesterhci.io/v1alpha1` Clusters other
+//! than `harvester-system/local`, their Inventories and AddressPools), without Tinkerbell: ingot
+//! allocates the addresses, writes each node's iPXE script and Harvester install config, boots
+//! the server into the installer once through its BMC (a rufio Job), serves the boot itself
+//! (`ingot run --boot-addr`), and hears the installer's SUCCEEDED webhook.
+//!
+//! - [`cluster`]: the Cluster state machine (Seeder's status strings), VIP, token, allocation
+//!   of the nodes, their install Secrets, and the check that the new cluster has its Nodes.
+//! - [`node`]: one server's boot and release (the Inventory side).
+//! - [`install`]: the install Secret of a node (OS password, script, config) and what it holds.
+//! - [`boot`]: what the boot server answers, read from the stores.
+//!
+//! Inventories' Machines, readiness and power actions stay Seeder's common chain
+//! (`seeder::inventory`, which `ingot run` starts with provisioning).
+
+pub mod boot;
+pub mod cluster;
+pub mod install;
+pub mod node;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use ingot_api::rufio::Job;
+use ingot_api::seeder::{AddressPool, Cluster, Inventory};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::Metrics;
+use crate::rufio::tenancy::CrossNamespace;
+use crate::runtime::{EventRecorder, ReconcileError, Retry};
+
+/// Seeder's finalizer on a provisioned Cluster.
+pub const CLUSTER_FINALIZER: &str = "finalizer.metal.cluster.harvesterhci.io";
+/// The label on the Secrets ingot writes for provisioning (`install` or `token`).
+pub const SECRET_LABEL: &str = "provisioning.ingot.dev/secret";
+/// The component of provisioning's Events.
+const EVENT_COMPONENT: &str = "ingot-provisioning";
+
+/// Settings of provisioning, from `ingot run`.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Only Clusters and Inventories of this namespace; `None`: every namespace.
+    pub namespace: Option<String>,
+    /// The base URL servers reach ingot's boot server at (`--boot-url`), e.g.
+    /// `http://10.0.0.5:8082`: it goes into each script and config.
+    pub boot_url: Option<url::Url>,
+    /// At most this many servers between their install boot and their installer's SUCCEEDED.
+    pub max_concurrent_installs: usize,
+    /// An install not reported within this long after its boot is held with a condition.
+    pub install_timeout: Duration,
+    /// Which namespaces a Cluster may take Inventories and AddressPools from, besides its own.
+    pub cross_namespace: CrossNamespace,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespace: None,
+            boot_url: None,
+            max_concurrent_installs: 20,
+            install_timeout: Duration::from_secs(2 * 3600),
+            cross_namespace: CrossNamespace::default(),
+        }
+    }
+}
+
+/// The watched stores provisioning reads (one watch each, shared by its controllers and the
+/// boot server).
+#[derive(Clone)]
+pub struct Stores {
+    pub clusters: Store<Cluster>,
+    pub inventories: Store<Inventory>,
+    pub pools: Store<AddressPool>,
+    /// Jobs labelled with their Inventory (`inventory.metal.harvesterhci.io`).
+    pub jobs: Store<Job>,
+    /// The Secrets ingot writes (labelled [`SECRET_LABEL`]).
+    pub secrets: Store<Secret>,
+}
+
+impl Stores {
+    pub fn inventory(&self, namespace: &str, name: &str) -> Option<Arc<Inventory>> {
+        self.inventories
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    pub fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<Cluster>> {
+        self.clusters.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    pub fn pool(&self, namespace: &str, name: &str) -> Option<Arc<AddressPool>> {
+        self.pools.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    pub fn secret(&self, namespace: &str, name: &str) -> Option<Arc<Secret>> {
+        self.secrets.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    pub fn job(&self, namespace: &str, name: &str) -> Option<Arc<Job>> {
+        self.jobs.get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+/// What provisioning's controllers share, built by `ingot run`.
+pub struct ProvisioningContext {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub settings: Settings,
+    pub(crate) cluster_events: EventRecorder,
+    pub(crate) inventory_events: EventRecorder,
+    stores: OnceLock<Stores>,
+    /// Held while an install boot is counted against the budget and submitted, so that two
+    /// reconciles never both take the last slot.
+    pub(crate) boot_gate: tokio::sync::Mutex<node::InFlight>,
+    /// For `clusterConfig.configURL` and the new cluster's API server.
+    pub(crate) http: reqwest::Client,
+}
+
+impl ProvisioningContext {
+    pub fn new(client: Client, metrics: Arc<Metrics>, instance: String, settings: Settings) -> Self {
+        let events = || EventRecorder::new(client.clone(), EVENT_COMPONENT, Some(instance.clone()));
+        ProvisioningContext {
+            cluster_events: events(),
+            inventory_events: events(),
+            client,
+            metrics,
+            settings,
+            stores: OnceLock::new(),
+            boot_gate: tokio::sync::Mutex::new(node::InFlight::default()),
+            http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .timeout(Duration::from_secs(15))
+                .redirect(reqwest::redirect::Policy::limited(3))
+                .build()
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The stores, once [`run`] started the watches.
+    pub fn stores(&self) -> Option<&Stores> {
+        self.stores.get()
+    }
+
+    pub(crate) fn watched<K: crate::NamespacedKind>(&self) -> kube::Api<K> {
+        crate::api_in(&self.client, self.settings.namespace.as_deref())
+    }
+
+    /// Whether an object of `from` may use one of `to` (its own namespace, or allowed).
+    pub(crate) fn may_use(&self, from: &str, to: &str) -> bool {
+        from == to || self.settings.cross_namespace.allows(from, to)
+    }
+}
+
+/// Errors of provisioning's reconciles.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("address pool: {0}")]
+    Address(String),
+    #[error("the stores are not filled yet")]
+    NotStarted,
+}
+
+impl ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Address(_) => "address",
+            Error::NotStarted => "starting",
+        }
+    }
+
+    fn retry(&self) -> Retry {
+        match self {
+            Error::Kube(e) if crate::runtime::is_conflict(e) => Retry::Conflict,
+            _ => Retry::Backoff,
+        }
+    }
+}
+
+/// `namespace/name`, as conditions and Events write an object.
+pub(crate) fn full_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Changes a controller may fall behind by before the watch waits for it.
+const FEED_BUFFER: usize = 1024;
+
+/// Starts the watches and the two controllers; returns when `shutdown` completes.
+pub async fn run(
+    ctx: Arc<ProvisioningContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
+) {
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Config;
+    // One store per kind, filled by one watch; each controller is woken only after the store
+    // holds the change.
+    let (clusters, cluster_writer) = reflector::store_shared(FEED_BUFFER);
+    let (inventories, inventory_writer) = reflector::store_shared(FEED_BUFFER);
+    let (pools, pool_writer) = reflector::store_shared(FEED_BUFFER);
+    let (jobs, job_writer) = reflector::store_shared(FEED_BUFFER);
+    let (secrets, secret_writer) = reflector::store_shared(FEED_BUFFER);
+    let subscriptions = (|| {
+        Some((
+            cluster::Triggers {
+                clusters: cluster_writer.subscribe()?,
+                inventories: inventory_writer.subscribe()?,
+                pools: pool_writer.subscribe()?,
+                secrets: secret_writer.subscribe()?,
+            },
+            node::Triggers {
+                inventories: inventory_writer.subscribe()?,
+                clusters: cluster_writer.subscribe()?,
+                jobs: job_writer.subscribe()?,
+            },
+        ))
+    })();
+    let Some((cluster_triggers, node_triggers)) = subscriptions else {
+        tracing::warn!("a provisioning store takes no subscriber; provisioning does not run");
+        return;
+    };
+    let stores = Stores {
+        clusters,
+        inventories,
+        pools,
+        jobs,
+        secrets,
+    };
+    let _ = ctx.stores.set(stores.clone());
+    let labelled = |label: &str| Config::default().labels(label);
+    let feeds = async {
+        tokio::join!(
+            crate::feed_store(cluster_writer, ctx.watched::<Cluster>(), Config::default()),
+            crate::feed_store(inventory_writer, ctx.watched::<Inventory>(), Config::default()),
+            crate::feed_store(pool_writer, ctx.watched::<AddressPool>(), Config::default()),
+            crate::feed_store(
+                job_writer,
+                ctx.watched::<Job>(),
+                labelled(ingot_api::seeder::JOB_INVENTORY_LABEL)
+            ),
+            crate::feed_store(secret_writer, ctx.watched::<Secret>(), labelled(SECRET_LABEL)),
+        )
+    };
+    tokio::select! {
+        _ = feeds => {}
+        _ = async {
+            tokio::join!(
+                cluster::run(ctx.clone(), stores.clone(), cluster_triggers, shutdown.clone()),
+                node::run(ctx.clone(), stores, node_triggers, shutdown),
+            )
+        } => {}
+    }
+}

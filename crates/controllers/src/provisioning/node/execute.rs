@@ -1,0 +1,378 @@
+//! What the Inventory controller of provisioning observes, and the writes and BMC Jobs it
+//! makes. The install boot and the release shutdown are rufio Jobs named after the allocation
+//! ([`job_name`]): created first, then recorded; a pass after a crash in between creates the
+//! same name again, gets "already exists", and records it: one boot, never two.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ingot_api::rufio::{Job, JobSpec, MachineRef};
+use ingot_api::seeder::{
+    Cluster, INVENTORY_NODE_READY, Inventory, InventoryStatus, JOB_INVENTORY_LABEL,
+    PxeBootConfig, ObjectRef as SeederRef,
+};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::phase::{self, HARVESTER_INSTALLED, INSTALL_TIMED_OUT, JobState, Note, Outcome, Owner, Power, WAITING_FOR_INSTALL_SLOT};
+use crate::provisioning::cluster::execute::{HARVESTER_CREATE_NODE, HARVESTER_JOIN_NODE, INVENTORY_FREED};
+use crate::provisioning::cluster::phase::Phase as ClusterPhase;
+use crate::provisioning::install::{self, SCRIPT_KEY};
+use crate::provisioning::{Error, ProvisioningContext, Stores, allocation};
+use crate::seeder::conditions::{self, BMC_JOB_SUBMITTED, INVENTORY_ALLOCATED_TO_CLUSTER};
+use crate::seeder::power;
+
+/// ingot's record of the install boot: `True`, the message the Job's name.
+pub const INSTALL_BOOT: &str = "harvesterInstallBoot";
+/// Seeder's condition for the release shutdown (its message: the Cluster's name).
+pub const CLUSTER_CLEANUP_SUBMITTED: &str = "clusterCleanupSubmitted";
+
+/// What [`observe`] found.
+pub struct Observation {
+    pub state: phase::Observed,
+    pub boot_job: String,
+    pub shutdown_job: String,
+}
+
+/// The Job of this allocation doing `action` (`reboot`, `shutdown`): the Inventory's name and
+/// a suffix fixed by the allocation (Cluster, address), so a second create is "already
+/// exists", and a new allocation gets a new name.
+pub fn job_name(inventory: &Inventory, action: &str) -> String {
+    let status = inventory.status.clone().unwrap_or_default();
+    let key = format!(
+        "{}/{}/{}/{}",
+        inventory.uid().unwrap_or_default(),
+        status.owner_cluster.namespace,
+        status.owner_cluster.name,
+        status.pxe_boot_config.address.unwrap_or_default()
+    );
+    // FNV-1a: stable across builds, unlike std's hasher.
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let suffix: String = (0..5)
+        .map(|i| char::from(ALPHABET[((hash >> (i * 8)) % ALPHABET.len() as u64) as usize]))
+        .collect();
+    let mut prefix = format!("{}-{action}", inventory.name_any());
+    prefix.truncate(56);
+    format!("{prefix}-{suffix}")
+}
+
+pub async fn observe(
+    inventory: &Inventory,
+    ctx: &ProvisioningContext,
+    stores: &Stores,
+) -> Result<Observation, Error> {
+    let status = inventory.status.clone().unwrap_or_default();
+    let namespace = inventory.namespace().unwrap_or_default();
+    let boot_job = job_name(inventory, "reboot");
+    let shutdown_job = job_name(inventory, "shutdown");
+    let owner = owner(inventory, &status, ctx, stores).await?;
+    let recorded = |condition: &str| conditions::is_true(&status.conditions, condition);
+    let job_state = |condition: &str, name: &str| {
+        if !recorded(condition) {
+            return JobState::None;
+        }
+        match power::job_outcome(stores.job(&namespace, name).as_deref()) {
+            power::JobOutcome::Completed => JobState::Succeeded,
+            power::JobOutcome::Failed(why) => JobState::Failed(why),
+            // Not seen yet, or cleaned up after it ran: never sent again.
+            power::JobOutcome::Running | power::JobOutcome::Missing => JobState::Running,
+        }
+    };
+    let booting_for = conditions::find(&status.conditions, INSTALL_BOOT)
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.last_update_time.as_deref())
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .map(|t| Duration::try_from(Timestamp::now().duration_since(t)).unwrap_or_default());
+    let install_ready = stores
+        .secret(&namespace, &install::install_secret_name(&inventory.name_any()))
+        .is_some_and(|s| install::value(&s, SCRIPT_KEY).is_some());
+    Ok(Observation {
+        state: phase::Observed {
+            ready: status.status.as_deref() == Some(INVENTORY_NODE_READY),
+            owner,
+            power: match status.machine_power_state.as_deref() {
+                Some("on") => Power::On,
+                Some("off") => Power::Off,
+                _ => Power::Unknown,
+            },
+            boot: job_state(INSTALL_BOOT, &boot_job),
+            installed: recorded(HARVESTER_INSTALLED),
+            install_ready,
+            shutdown: job_state(CLUSTER_CLEANUP_SUBMITTED, &shutdown_job),
+            installs_in_flight: installs_in_flight(stores),
+            install_budget: ctx.settings.max_concurrent_installs,
+            booting_for,
+            install_timeout: ctx.settings.install_timeout,
+        },
+        boot_job,
+        shutdown_job,
+    })
+}
+
+/// Whether the owner Cluster still wants this Inventory. "No longer" is confirmed with the
+/// API server: a store behind the Cluster's last change must not release a server.
+async fn owner(
+    inventory: &Inventory,
+    status: &InventoryStatus,
+    ctx: &ProvisioningContext,
+    stores: &Stores,
+) -> Result<Owner, Error> {
+    let o = &status.owner_cluster;
+    if o.name.is_empty() {
+        return Ok(Owner::None);
+    }
+    let wants = |cluster: &Cluster| -> Owner {
+        let listed = cluster.spec.nodes.iter().any(|n| {
+            n.inventory_reference.name == inventory.name_any()
+                && crate::provisioning::cluster::reference_namespace(&n.inventory_reference.namespace, cluster)
+                    == inventory.namespace().unwrap_or_default()
+        });
+        if cluster.metadata.deletion_timestamp.is_some() || !listed {
+            return Owner::Unwanted;
+        }
+        match ClusterPhase::parse(cluster.status.as_ref().and_then(|s| s.status.as_deref())) {
+            Some(ClusterPhase::BootReady | ClusterPhase::Running) => Owner::Booting,
+            _ => Owner::Waiting,
+        }
+    };
+    let cached = stores.cluster(&o.namespace, &o.name).map(|c| wants(&c));
+    if cached.is_some() && cached != Some(Owner::Unwanted) {
+        return Ok(cached.unwrap_or(Owner::Waiting));
+    }
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &o.namespace);
+    Ok(match api.get_opt(&o.name).await? {
+        Some(cluster) => wants(&cluster),
+        None => Owner::Unwanted,
+    })
+}
+
+/// Installs booted and not reported, as the store shows them.
+fn installs_in_flight(stores: &Stores) -> usize {
+    stores
+        .inventories
+        .state()
+        .iter()
+        .filter(|i| in_flight(i))
+        .count()
+}
+
+fn in_flight(inventory: &Inventory) -> bool {
+    inventory.status.as_ref().is_some_and(|s| {
+        conditions::is_true(&s.conditions, INSTALL_BOOT)
+            && !conditions::is_true(&s.conditions, HARVESTER_INSTALLED)
+            && !conditions::is_true(&s.conditions, INSTALL_TIMED_OUT)
+            && !s.owner_cluster.name.is_empty()
+    })
+}
+
+pub async fn execute(
+    inventory: &Arc<Inventory>,
+    ctx: &ProvisioningContext,
+    stores: &Stores,
+    observed: &Observation,
+    outcome: Outcome,
+) -> Result<Action, Error> {
+    match outcome {
+        Outcome::Wait(note, requeue) => {
+            if let Some(note) = note {
+                note_condition(inventory, ctx, &note).await?;
+            }
+            Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+        }
+        Outcome::Boot => boot(inventory, ctx, stores, &observed.boot_job).await,
+        Outcome::ShutDown => shut_down(inventory, ctx, &observed.shutdown_job).await,
+        Outcome::Free => free(inventory, ctx, stores, observed).await,
+    }
+}
+
+fn now() -> String {
+    Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn inventories(ctx: &ProvisioningContext, inventory: &Inventory) -> Api<Inventory> {
+    Api::namespaced(ctx.client.clone(), &inventory.namespace().unwrap_or_default())
+}
+
+/// Replaces the status (with the resourceVersion read) when `change` changed it.
+async fn write_status(
+    inventory: &Inventory,
+    ctx: &ProvisioningContext,
+    change: impl FnOnce(&mut InventoryStatus),
+) -> Result<bool, Error> {
+    let before = inventory.status.clone().unwrap_or_default();
+    let mut status = before.clone();
+    change(&mut status);
+    if status == before {
+        return Ok(false);
+    }
+    let body = json!({
+        "metadata": {"resourceVersion": inventory.resource_version()},
+        "status": crate::runtime::status::replacing(&before, &status)?,
+    });
+    inventories(ctx, inventory)
+        .patch_status(&inventory.name_any(), &PatchParams::default(), &Patch::Merge(body))
+        .await?;
+    Ok(true)
+}
+
+async fn note_condition(inventory: &Inventory, ctx: &ProvisioningContext, note: &Note) -> Result<(), Error> {
+    let now = now();
+    let written = write_status(inventory, ctx, |s| {
+        if note.error {
+            conditions::set_error(&mut s.conditions, note.condition, &note.message, &now);
+        } else {
+            conditions::set_true(&mut s.conditions, note.condition, Some(&note.message), &now);
+        }
+    })
+    .await?;
+    if written {
+        let kind = if note.error { EventType::Warning } else { EventType::Normal };
+        ctx.inventory_events
+            .publish(inventory, kind, note.condition, "Provision", note.message.clone())
+            .await;
+    }
+    Ok(())
+}
+
+/// A rufio Job of this Inventory's Machine, labelled and owned as Seeder makes them.
+fn job(inventory: &Inventory, name: &str, tasks: serde_json::Value) -> Result<Job, Error> {
+    let namespace = inventory.namespace().unwrap_or_default();
+    let spec: JobSpec = serde_json::from_value(json!({
+        "machineRef": {"name": inventory.name_any(), "namespace": namespace},
+        "tasks": tasks,
+    }))
+    .map_err(|e| Error::Kube(kube::Error::SerdeError(e)))?;
+    let _: &MachineRef = &spec.machine_ref;
+    let mut job = Job::new(name, spec);
+    job.metadata = ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(namespace),
+        labels: Some([(JOB_INVENTORY_LABEL.to_owned(), inventory.name_any())].into()),
+        owner_references: Some(vec![power::owner_reference(inventory)]),
+        ..ObjectMeta::default()
+    };
+    Ok(job)
+}
+
+/// Creates the Job; one of that name already there is this allocation's (a pass after a
+/// crash): it is not sent again.
+async fn create_job(ctx: &ProvisioningContext, job: &Job) -> Result<(), Error> {
+    let api: Api<Job> = Api::namespaced(ctx.client.clone(), job.metadata.namespace.as_deref().unwrap_or_default());
+    match api.create(&PostParams::default(), job).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The install boot: power off, a one-time network boot (in the mode the server is in),
+/// power on — taken only within the budget of concurrent installs.
+async fn boot(inventory: &Inventory, ctx: &ProvisioningContext, stores: &Stores, name: &str) -> Result<Action, Error> {
+    let key = crate::runtime::object_key(inventory);
+    let mut gate = ctx.boot_gate.lock().await;
+    // Those the store shows now need no remembering; the others still count.
+    let visible: std::collections::BTreeSet<String> = stores
+        .inventories
+        .state()
+        .iter()
+        .filter(|i| in_flight(i))
+        .map(|i| crate::runtime::object_key(i.as_ref()))
+        .collect();
+    gate.submitted.retain(|k| !visible.contains(k));
+    if visible.len() + gate.submitted.len() >= ctx.settings.max_concurrent_installs {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let tasks = json!([
+        {"powerAction": "off"},
+        {"oneTimeBootDeviceAction": {"device": ["pxe"]}},
+        {"powerAction": "on"},
+    ]);
+    create_job(ctx, &job(inventory, name, tasks)?).await?;
+    gate.submitted.insert(key);
+    drop(gate);
+    crate::crash_point(ctx.settings.crash_point.as_deref(), "provisioning-after-boot-job");
+    let now = now();
+    write_status(inventory, ctx, |s| {
+        conditions::set_true(&mut s.conditions, INSTALL_BOOT, Some(name), &now);
+        conditions::set_false(&mut s.conditions, WAITING_FOR_INSTALL_SLOT, &now);
+        conditions::set_true(&mut s.conditions, BMC_JOB_SUBMITTED, Some("BMCJob Submitted"), &now);
+        s.power_action.last_job_name = Some(name.to_owned());
+        s.power_action.action_status = None;
+    })
+    .await?;
+    ctx.metrics.provisioning_boot();
+    ctx.inventory_events
+        .publish(inventory, EventType::Normal, "InstallBoot", "Provision", format!("bmc job {name}: power off, one-time network boot, power on"))
+        .await;
+    Ok(Action::await_change())
+}
+
+async fn shut_down(inventory: &Inventory, ctx: &ProvisioningContext, name: &str) -> Result<Action, Error> {
+    create_job(ctx, &job(inventory, name, json!([{"powerAction": "off"}]))?).await?;
+    let cluster = inventory.status.clone().unwrap_or_default().owner_cluster.name;
+    let now = now();
+    write_status(inventory, ctx, |s| {
+        conditions::set_true(&mut s.conditions, CLUSTER_CLEANUP_SUBMITTED, Some(&cluster), &now);
+    })
+    .await?;
+    ctx.inventory_events
+        .publish(inventory, EventType::Normal, "Releasing", "Provision", format!("no longer in cluster {cluster}: shutting down (bmc job {name})"))
+        .await;
+    Ok(Action::await_change())
+}
+
+/// Power is confirmed off: the allocation's Jobs and install Secret go, the address is freed,
+/// and the status no longer names the Cluster (Seeder's clearing, `inventoryFreed`).
+async fn free(inventory: &Inventory, ctx: &ProvisioningContext, stores: &Stores, observed: &Observation) -> Result<Action, Error> {
+    let namespace = inventory.namespace().unwrap_or_default();
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
+    for name in [&observed.boot_job, &observed.shutdown_job] {
+        ignore_missing(jobs.delete(name, &DeleteParams::background()).await)?;
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    ignore_missing(secrets.delete(&install::install_secret_name(&inventory.name_any()), &DeleteParams::default()).await)?;
+    allocation::release_node(inventory, ctx, stores).await?;
+    let cluster = inventory.status.clone().unwrap_or_default().owner_cluster.name;
+    let now = now();
+    write_status(inventory, ctx, |s| {
+        s.pxe_boot_config = PxeBootConfig::default();
+        s.owner_cluster = SeederRef::default();
+        s.generated_password = None;
+        s.power_action.last_job_name = None;
+        for condition in [
+            INVENTORY_ALLOCATED_TO_CLUSTER,
+            HARVESTER_CREATE_NODE,
+            HARVESTER_JOIN_NODE,
+            CLUSTER_CLEANUP_SUBMITTED,
+            INSTALL_BOOT,
+            HARVESTER_INSTALLED,
+            INSTALL_TIMED_OUT,
+            WAITING_FOR_INSTALL_SLOT,
+            BMC_JOB_SUBMITTED,
+        ] {
+            conditions::set_false(&mut s.conditions, condition, &now);
+        }
+        conditions::set_true(&mut s.conditions, INVENTORY_FREED, None, &now);
+    })
+    .await?;
+    ctx.inventory_events
+        .publish(inventory, EventType::Normal, "Freed", "Provision", format!("powered off and released from cluster {cluster}"))
+        .await;
+    Ok(Action::await_change())
+}
+
+fn ignore_missing<T>(result: Result<T, kube::Error>) -> Result<(), Error> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

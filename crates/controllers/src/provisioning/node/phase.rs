@@ -1,0 +1,291 @@
+//! One server's way through a provisioned Cluster, as the Inventory controller sees it: a typed
+//! phase read from the Inventory's status, one function per phase, each returning an
+//! [`Outcome`]. Pure: the executor (`super::execute`) observes and acts.
+//!
+//! The two BMC actions that must not be repeated, the install boot and the release shutdown,
+//! are rufio Jobs with names fixed by the allocation (`super::job_name`): a pass that
+//! finds the Job already there (after a crash between creating it and recording it) adopts it
+//! instead of booting the server a second time.
+
+use std::time::Duration;
+
+/// The power state the Inventory's Machine reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Power {
+    On,
+    Off,
+    /// Not read yet, or the BMC answered something else: never taken for off.
+    Unknown,
+}
+
+/// How a Job ingot submitted stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JobState {
+    /// Not submitted for this allocation.
+    None,
+    /// Submitted, not finished (or not seen yet).
+    Running,
+    Succeeded,
+    Failed(String),
+}
+
+/// Whether the Inventory's owner Cluster still wants it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// No `ownerCluster`.
+    None,
+    /// Listed by a Cluster that is not booting yet.
+    Waiting,
+    /// Listed by a Cluster that boots its nodes (`tinkConfigReady` or `clusterRunning`).
+    Booting,
+    /// `ownerCluster` names a Cluster that is gone, being deleted, or no longer lists it.
+    Unwanted,
+}
+
+/// What the executor observed of one Inventory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    /// `status.status` is `inventoryNodeReady`.
+    pub ready: bool,
+    pub owner: Owner,
+    pub power: Power,
+    /// The install boot Job of this allocation.
+    pub boot: JobState,
+    /// The installer reported SUCCEEDED (its webhook).
+    pub installed: bool,
+    /// The install Secret (script and config) exists.
+    pub install_ready: bool,
+    /// The release shutdown Job of this allocation.
+    pub shutdown: JobState,
+    /// Installs now between their boot and their webhook, across the operator.
+    pub installs_in_flight: usize,
+    /// `--provisioning-max-concurrent-installs`.
+    pub install_budget: usize,
+    /// How long the boot Job has been recorded (for the install timeout).
+    pub booting_for: Option<Duration>,
+    pub install_timeout: Duration,
+}
+
+/// Where an Inventory is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Not part of any Cluster.
+    Free,
+    /// Allocated; the Cluster is not booting yet.
+    Allocated,
+    /// The Cluster boots: this server is to be booted into the installer.
+    ToBoot,
+    /// Boot Job submitted; waiting for the installer's webhook.
+    Installing,
+    /// The installer reported SUCCEEDED: the server boots from its disk.
+    Installed,
+    /// Its Cluster no longer wants it: shut down, then freed.
+    Releasing,
+}
+
+/// A condition on the Inventory saying why it waits (Seeder's wrangler conditions; `error`
+/// shows in the Harvester UI).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Note {
+    pub condition: &'static str,
+    pub message: String,
+    pub error: bool,
+}
+
+/// What a phase decided.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Nothing to do; set `note` if any; look again after the duration (or on a change).
+    Wait(Option<Note>, Option<Duration>),
+    /// Create the boot Job (power off, one-time network boot, power on) and record
+    /// `bmcJobSubmitted`.
+    Boot,
+    /// Create the shutdown Job and record `clusterCleanupSubmitted`.
+    ShutDown,
+    /// Power is confirmed off: free the address, delete the install Secret and this
+    /// allocation's Jobs, clear the status, `inventoryFreed`.
+    Free,
+}
+
+/// ingot's Inventory conditions beside Seeder's (wrangler style, same list).
+pub const WAITING_FOR_INSTALL_SLOT: &str = "waitingForInstallSlot";
+pub const HARVESTER_INSTALLED: &str = "harvesterInstalled";
+pub const INSTALL_TIMED_OUT: &str = "installTimedOut";
+
+const JOB_POLL: Duration = Duration::from_secs(30);
+
+pub fn phase(observed: &Observed) -> Phase {
+    match observed.owner {
+        Owner::None => Phase::Free,
+        Owner::Unwanted => Phase::Releasing,
+        Owner::Waiting => Phase::Allocated,
+        Owner::Booting if observed.installed => Phase::Installed,
+        Owner::Booting if observed.boot != JobState::None => Phase::Installing,
+        Owner::Booting => Phase::ToBoot,
+    }
+}
+
+/// One pass: what to do next.
+pub fn step(observed: &Observed) -> Outcome {
+    match phase(observed) {
+        Phase::Free | Phase::Allocated | Phase::Installed => Outcome::Wait(None, None),
+        Phase::ToBoot => to_boot(observed),
+        Phase::Installing => installing(observed),
+        Phase::Releasing => releasing(observed),
+    }
+}
+
+fn to_boot(observed: &Observed) -> Outcome {
+    if !observed.ready {
+        return Outcome::Wait(
+            Some(Note {
+                condition: WAITING_FOR_INSTALL_SLOT,
+                message: "waiting for the BMC to answer before booting the installer".into(),
+                error: false,
+            }),
+            None,
+        );
+    }
+    if !observed.install_ready {
+        // The Cluster writes it before it boots; a pass may see the Cluster first.
+        return Outcome::Wait(None, Some(Duration::from_secs(5)));
+    }
+    if observed.installs_in_flight >= observed.install_budget {
+        return Outcome::Wait(
+            Some(Note {
+                condition: WAITING_FOR_INSTALL_SLOT,
+                message: format!(
+                    "{} installs in progress, the most --provisioning-max-concurrent-installs allows: this server boots when one finishes",
+                    observed.installs_in_flight
+                ),
+                error: false,
+            }),
+            Some(JOB_POLL),
+        );
+    }
+    Outcome::Boot
+}
+
+fn installing(observed: &Observed) -> Outcome {
+    match &observed.boot {
+        JobState::Failed(why) => Outcome::Wait(
+            Some(Note {
+                condition: INSTALL_TIMED_OUT,
+                message: format!(
+                    "the boot into the installer failed ({why}); nothing is retried on its own: remove the node from spec.nodes and add it again to boot it once more"
+                ),
+                error: true,
+            }),
+            None,
+        ),
+        _ if observed
+            .booting_for
+            .is_some_and(|t| t >= observed.install_timeout) =>
+        {
+            Outcome::Wait(
+                Some(Note {
+                    condition: INSTALL_TIMED_OUT,
+                    message: format!(
+                        "the installer has not reported success within {}s of the boot; nothing is retried on its own: check the server's console, then remove the node from spec.nodes and add it again to boot it once more",
+                        observed.install_timeout.as_secs()
+                    ),
+                    error: true,
+                }),
+                None,
+            )
+        }
+        _ => Outcome::Wait(None, Some(JOB_POLL)),
+    }
+}
+
+fn releasing(observed: &Observed) -> Outcome {
+    match (observed.power, &observed.shutdown) {
+        (Power::Off, _) => Outcome::Free,
+        (_, JobState::None) => Outcome::ShutDown,
+        (_, JobState::Failed(why)) => Outcome::Wait(
+            Some(Note {
+                condition: "clusterCleanupSubmitted",
+                message: format!(
+                    "the shutdown failed ({why}); the address stays held until the BMC reports the server off"
+                ),
+                error: true,
+            }),
+            Some(Duration::from_secs(600)),
+        ),
+        // Submitted, or done but the power state not read off yet: never taken for off.
+        _ => Outcome::Wait(None, Some(JOB_POLL)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observed(owner: Owner) -> Observed {
+        Observed {
+            ready: true,
+            owner,
+            power: Power::On,
+            boot: JobState::None,
+            installed: false,
+            install_ready: true,
+            shutdown: JobState::None,
+            installs_in_flight: 0,
+            install_budget: 10,
+            booting_for: None,
+            install_timeout: Duration::from_secs(3600),
+        }
+    }
+
+    #[test]
+    fn a_server_boots_once_its_cluster_boots() {
+        assert_eq!(step(&observed(Owner::Waiting)), Outcome::Wait(None, None));
+        assert_eq!(step(&observed(Owner::Booting)), Outcome::Boot);
+        let mut o = observed(Owner::Booting);
+        o.boot = JobState::Running;
+        assert_eq!(phase(&o), Phase::Installing);
+        assert!(matches!(step(&o), Outcome::Wait(None, Some(_))));
+        o.installed = true;
+        assert_eq!(phase(&o), Phase::Installed);
+    }
+
+    #[test]
+    fn boots_wait_for_a_slot_within_the_budget() {
+        let mut o = observed(Owner::Booting);
+        o.installs_in_flight = 10;
+        assert!(
+            matches!(step(&o), Outcome::Wait(Some(n), _) if n.condition == WAITING_FOR_INSTALL_SLOT)
+        );
+        o.installs_in_flight = 9;
+        assert_eq!(step(&o), Outcome::Boot);
+    }
+
+    #[test]
+    fn a_failed_or_silent_install_is_reported_and_never_booted_again() {
+        let mut o = observed(Owner::Booting);
+        o.boot = JobState::Failed("BMC refused".into());
+        assert!(matches!(step(&o), Outcome::Wait(Some(n), None) if n.error));
+        o.boot = JobState::Succeeded;
+        o.booting_for = Some(Duration::from_secs(3600));
+        assert!(
+            matches!(step(&o), Outcome::Wait(Some(n), None) if n.condition == INSTALL_TIMED_OUT)
+        );
+    }
+
+    #[test]
+    fn a_released_server_is_freed_only_once_the_bmc_reports_it_off() {
+        let mut o = observed(Owner::Unwanted);
+        assert_eq!(step(&o), Outcome::ShutDown);
+        o.shutdown = JobState::Running;
+        assert!(matches!(step(&o), Outcome::Wait(None, Some(_))));
+        o.shutdown = JobState::Succeeded;
+        o.power = Power::Unknown;
+        assert!(matches!(step(&o), Outcome::Wait(None, Some(_))));
+        o.power = Power::Off;
+        assert_eq!(step(&o), Outcome::Free);
+        // Already off: no shutdown is sent at all.
+        let mut o = observed(Owner::Unwanted);
+        o.power = Power::Off;
+        assert_eq!(step(&o), Outcome::Free);
+    }
+}
