@@ -37,8 +37,18 @@ pub struct Artifacts {
 }
 
 impl Artifacts {
-    /// The artifacts of `version` on the release host, or on `mirror` when given.
+    /// The amd64 artifacts of `version` on the release host, or on `mirror` when given.
     pub fn new(version: &HarvesterVersion, mirror: Option<&str>) -> Result<Self, ArtifactsError> {
+        Self::for_arch(version, mirror, "amd64")
+    }
+
+    /// The artifacts of `version` for `arch` (`amd64`, `arm64`: the suffix Harvester's file
+    /// names carry) on the release host, or on `mirror` when given.
+    pub fn for_arch(
+        version: &HarvesterVersion,
+        mirror: Option<&str>,
+        arch: &str,
+    ) -> Result<Self, ArtifactsError> {
         let raw = mirror
             .filter(|m| !m.is_empty())
             .unwrap_or(DEFAULT_RELEASE_BASE);
@@ -71,10 +81,10 @@ impl Artifacts {
         };
         Ok(Self {
             version: version.clone(),
-            kernel: file("vmlinuz-amd64")?,
-            initrd: file("initrd-amd64")?,
-            rootfs: file("rootfs-amd64.squashfs")?,
-            iso: file("amd64.iso")?,
+            kernel: file(&format!("vmlinuz-{arch}"))?,
+            initrd: file(&format!("initrd-{arch}"))?,
+            rootfs: file(&format!("rootfs-{arch}.squashfs"))?,
+            iso: file(&format!("{arch}.iso"))?,
         })
     }
 
@@ -136,6 +146,25 @@ mod tests {
         assert_eq!(
             Artifacts::new(&v, Some("")).unwrap(),
             Artifacts::new(&v, None).unwrap()
+        );
+    }
+
+    #[test]
+    fn arm64_artifacts() {
+        let v = HarvesterVersion::parse("v1.7.1").unwrap();
+        let a = Artifacts::for_arch(&v, Some("http://10.0.0.5:8080"), "arm64").unwrap();
+        assert_eq!(
+            a.kernel.as_str(),
+            "http://10.0.0.5:8080/v1.7.1/harvester-v1.7.1-vmlinuz-arm64"
+        );
+        assert_eq!(a.initrd_name(), "harvester-v1.7.1-initrd-arm64");
+        assert_eq!(
+            a.rootfs.as_str(),
+            "http://10.0.0.5:8080/v1.7.1/harvester-v1.7.1-rootfs-arm64.squashfs"
+        );
+        assert_eq!(
+            a.iso.as_str(),
+            "http://10.0.0.5:8080/v1.7.1/harvester-v1.7.1-arm64.iso"
         );
     }
 

@@ -6,6 +6,8 @@
 //! - [`config`]: the Harvester install config (`#cloud-config` userdata) in the v1.0 schema and
 //!   the current (`scheme_version: 1`) schema, intermediate and final.
 //! - [`ipxe`]: the iPXE scripts of the two boot flows (shell-then-reinstall, single boot).
+//! - [`provision`]: what a node provisioned by Seeder's full mode boots: its iPXE script and
+//!   its install config, by MAC, with a static management address.
 //! - [`port`]: a server's port as the config needs it (name, kind, MAC).
 //! - [`secret`]: a redacting string for the join token and the OS password.
 //!
@@ -18,6 +20,7 @@ pub mod artifacts;
 pub mod config;
 pub mod ipxe;
 pub mod port;
+pub mod provision;
 pub mod secret;
 pub mod version;
 
@@ -25,5 +28,6 @@ pub use artifacts::{Artifacts, ArtifactsError, DEFAULT_RELEASE_BASE};
 pub use config::{ConfigError, JoinConfig, ManagementNetwork};
 pub use ipxe::{InstallBoot, IpxeError, SHELL_SCRIPT};
 pub use port::{Port, PortKind};
+pub use provision::{Arch, NodeInstall, NodeMode, ProvisionError, install_config, ipxe_script};
 pub use secret::Secret;
 pub use version::{DEFAULT_VERSION, HarvesterVersion, Schema, VersionError};
