@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use futures::FutureExt;
 use ingot_controllers::metrics::LeaderTransition;
-use ingot_controllers::{ControllerKind, Metrics, pools, rufio, seeder};
+use ingot_controllers::{ControllerKind, Metrics, pools, provisioning, rufio, seeder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::watch;
@@ -89,6 +89,11 @@ pub struct RunArgs {
 
     #[command(flatten)]
     seeder: SeederArgs,
+
+    /// Reconcile AddressPools of this namespace only (with `provisioning`; default: every
+    /// namespace, as Seeder).
+    #[arg(long, env = "INGOT_PROVISIONING_NAMESPACE")]
+    provisioning_namespace: Option<String>,
 }
 
 /// Settings of the Seeder controller (embedded mode: Inventory and the local Cluster).
@@ -389,6 +394,8 @@ enum ControllerArg {
     /// Harvester Seeder's embedded mode: the local Cluster, Inventories, power actions (starts
     /// rufio too).
     Seeder,
+    /// Harvester Seeder's full (provisioning) mode: AddressPools and their addresses.
+    Provisioning,
 }
 
 impl From<ControllerArg> for ControllerKind {
@@ -398,6 +405,7 @@ impl From<ControllerArg> for ControllerKind {
             ControllerArg::Gardener => ControllerKind::Gardener,
             ControllerArg::Rufio => ControllerKind::Rufio,
             ControllerArg::Seeder => ControllerKind::Seeder,
+            ControllerArg::Provisioning => ControllerKind::Provisioning,
         }
     }
 }
@@ -579,6 +587,20 @@ impl Parts {
                         self.identity.clone(),
                         args.seeder.settings(),
                         rufio_ctx.clone(),
+                    )),
+                    shutdown,
+                )),
+                ControllerKind::Provisioning => tokio::spawn(provisioning::run(
+                    Arc::new(provisioning::ProvisioningContext::new(
+                        self.client.clone(),
+                        self.metrics.clone(),
+                        self.identity.clone(),
+                        provisioning::Settings {
+                            namespace: args
+                                .provisioning_namespace
+                                .clone()
+                                .filter(|n| !n.is_empty()),
+                        },
                     )),
                     shutdown,
                 )),
