@@ -383,6 +383,10 @@ pub struct AddressPoolStatus {
     pub address_allocation: BTreeMap<String, AllocatedObject>,
     #[serde(default)]
     pub netmask: String,
+    /// ingot's conditions (`Ready`, `Deleting`), beside Seeder's fields: why a pool is refused
+    /// or what holds its deletion.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

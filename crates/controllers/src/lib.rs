@@ -11,6 +11,7 @@ pub mod duration;
 pub mod gardener;
 pub mod metrics;
 pub mod pools;
+pub mod provisioning;
 pub mod rufio;
 pub mod runtime;
 pub mod seeder;
@@ -146,6 +147,8 @@ pub enum ControllerKind {
     Rufio,
     /// Harvester Seeder's embedded mode: the local Cluster and its Inventories (needs Rufio).
     Seeder,
+    /// Harvester Seeder's full (provisioning) mode: AddressPools.
+    Provisioning,
 }
 
 impl ControllerKind {
@@ -155,6 +158,7 @@ impl ControllerKind {
             ControllerKind::Gardener => "gardener",
             ControllerKind::Rufio => "rufio",
             ControllerKind::Seeder => "seeder",
+            ControllerKind::Provisioning => "provisioning",
         }
     }
 }

@@ -175,6 +175,7 @@ pub struct Metrics {
     pub metal: MetalMetrics,
     pub bmc: BmcMetrics,
     pub pool: PoolMetrics,
+    pub provisioning: ProvisioningMetrics,
     /// Run before every scrape: gauges read from a live source (caches, the BMC fleet limit).
     samplers: Mutex<Vec<Sampler>>,
 }
@@ -351,6 +352,40 @@ impl PoolMetrics {
     }
 }
 
+/// Provisioned Clusters and their nodes (Seeder's full mode).
+pub struct ProvisioningMetrics {
+    pub cluster_phase_reached: Family<PhaseLabels, Histogram>,
+    pub install_boots: Counter,
+    pub installs_succeeded: Counter,
+}
+
+impl ProvisioningMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            cluster_phase_reached: registered(
+                registry,
+                "provisioning_cluster_phase_reached_seconds",
+                "Time from a provisioned Cluster's creation to its reaching a status (clusterConfigReady, clusterNodesPatched, tinkConfigReady, clusterRunning)",
+                Family::<PhaseLabels, Histogram>::new_with_constructor(|| {
+                    Histogram::new(exponential_buckets(0.25, 2.0, 16))
+                }),
+            ),
+            install_boots: registered(
+                registry,
+                "provisioning_install_boots",
+                "Servers booted into the Harvester installer through their BMC (one rufio Job each)",
+                Counter::default(),
+            ),
+            installs_succeeded: registered(
+                registry,
+                "provisioning_installs_succeeded",
+                "Installer SUCCEEDED webhooks taken (the first per node)",
+                Counter::default(),
+            ),
+        }
+    }
+}
+
 /// Registers `metric` under `name` (with the registry's `ingot_` prefix) and returns it.
 fn registered<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
 where
@@ -405,6 +440,7 @@ impl Default for Metrics {
             metal: MetalMetrics::register(&mut registry),
             bmc: BmcMetrics::register(&mut registry),
             pool: PoolMetrics::register(&mut registry),
+            provisioning: ProvisioningMetrics::register(&mut registry),
             registry,
             samplers: Mutex::default(),
         }
@@ -459,6 +495,29 @@ impl Metrics {
             .instance_phase_duration
             .get_or_create(&PhaseLabels { phase })
             .observe(spent.as_secs_f64());
+    }
+
+    /// A provisioned Cluster reached `status` (one of Seeder's strings) `since` its creation.
+    pub fn provisioning_phase(&self, status: &str, since: Duration) {
+        let phase = match status {
+            "clusterConfigReady" => "clusterConfigReady",
+            "clusterNodesPatched" => "clusterNodesPatched",
+            "tinkConfigReady" => "tinkConfigReady",
+            "clusterRunning" => "clusterRunning",
+            _ => "other",
+        };
+        self.provisioning
+            .cluster_phase_reached
+            .get_or_create(&PhaseLabels { phase })
+            .observe(since.as_secs_f64());
+    }
+
+    pub fn provisioning_boot(&self) {
+        self.provisioning.install_boots.inc();
+    }
+
+    pub fn provisioning_installed(&self) {
+        self.provisioning.installs_succeeded.inc();
     }
 
     pub fn replacement_started(&self) {

@@ -1,6 +1,7 @@
 //! `ingot`: the operator (`ingot run`) and its tools (`ingot crds`, `ingot bmc`, `ingot power`).
 
 mod allocator;
+mod boot;
 #[cfg(feature = "crash-points")]
 mod crash;
 mod gardener;
@@ -32,8 +33,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the operator (--controllers: pools, rufio, seeder, gardener): watch the resources and
-    /// reconcile them (one replica leads at a time).
+    /// Run the operator (--controllers: pools, rufio, seeder, provisioning, gardener): watch the
+    /// resources and reconcile them (one replica leads at a time).
     Run(Box<run::RunArgs>),
     /// Print the CustomResourceDefinitions ingot generates, as YAML (apply them with kubectl).
     Crds,

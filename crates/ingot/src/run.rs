@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use futures::FutureExt;
 use ingot_controllers::metrics::LeaderTransition;
-use ingot_controllers::{ControllerKind, Metrics, pools, rufio, seeder};
+use ingot_controllers::{ControllerKind, Metrics, pools, provisioning, rufio, seeder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::watch;
@@ -89,6 +89,71 @@ pub struct RunArgs {
 
     #[command(flatten)]
     seeder: SeederArgs,
+
+    #[command(flatten)]
+    provisioning: ProvisioningArgs,
+}
+
+/// Settings of provisioning (Seeder's full mode: Clusters, Inventories, AddressPools, and the
+/// boot server).
+#[derive(Args, Debug)]
+struct ProvisioningArgs {
+    /// Reconcile Clusters, Inventories and AddressPools of this namespace only (with
+    /// `provisioning`; default: every namespace, as Seeder).
+    #[arg(long, env = "INGOT_PROVISIONING_NAMESPACE")]
+    provisioning_namespace: Option<String>,
+
+    /// Serve the boot server (iPXE scripts by MAC, install configs, the installer's webhook)
+    /// on this address, e.g. 0.0.0.0:8082 (with `provisioning`).
+    #[arg(long, env = "INGOT_BOOT_ADDR")]
+    boot_addr: Option<SocketAddr>,
+
+    /// The URL servers reach the boot server at, written into their scripts and configs,
+    /// e.g. http://10.0.0.5:8082 (needed to provision).
+    #[arg(long, env = "INGOT_BOOT_URL")]
+    boot_url: Option<url::Url>,
+
+    /// Sources besides a node's own address that may fetch its install config and report its
+    /// install (a NAT or relay between the servers and ingot), as CIDRs, comma-separated.
+    #[arg(long, env = "INGOT_BOOT_ALLOW_SOURCE", value_delimiter = ',')]
+    boot_allow_source: Vec<ipnet::IpNet>,
+
+    /// Servers at most between their install boot and their installer's SUCCEEDED, across
+    /// every Cluster: the others wait their turn.
+    #[arg(
+        long,
+        env = "INGOT_PROVISIONING_MAX_CONCURRENT_INSTALLS",
+        default_value_t = 20
+    )]
+    provisioning_max_concurrent_installs: usize,
+
+    /// Seconds after its boot an install that has not reported SUCCEEDED is held with a
+    /// condition (never booted again on its own).
+    #[arg(
+        long,
+        env = "INGOT_PROVISIONING_INSTALL_TIMEOUT_SECONDS",
+        default_value_t = 7200
+    )]
+    provisioning_install_timeout_seconds: u64,
+}
+
+impl ProvisioningArgs {
+    fn namespace(&self) -> Option<String> {
+        self.provisioning_namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+    }
+
+    fn settings(&self, rufio: &rufio::Settings) -> provisioning::Settings {
+        provisioning::Settings {
+            namespace: self.namespace(),
+            boot_url: self.boot_url.clone(),
+            max_concurrent_installs: self.provisioning_max_concurrent_installs.max(1),
+            install_timeout: Duration::from_secs(self.provisioning_install_timeout_seconds),
+            cross_namespace: rufio.cross_namespace.clone(),
+            crash_point: rufio.crash_point.clone(),
+        }
+    }
 }
 
 /// Settings of the Seeder controller (embedded mode: Inventory and the local Cluster).
@@ -144,6 +209,7 @@ impl SeederArgs {
     fn settings(&self) -> seeder::Settings {
         seeder::Settings {
             namespace: self.seeder_namespace.clone().filter(|n| !n.is_empty()),
+            ..seeder::Settings::default()
         }
     }
 }
@@ -389,6 +455,8 @@ enum ControllerArg {
     /// Harvester Seeder's embedded mode: the local Cluster, Inventories, power actions (starts
     /// rufio too).
     Seeder,
+    /// Harvester Seeder's full (provisioning) mode: AddressPools and their addresses.
+    Provisioning,
 }
 
 impl From<ControllerArg> for ControllerKind {
@@ -398,6 +466,7 @@ impl From<ControllerArg> for ControllerKind {
             ControllerArg::Gardener => ControllerKind::Gardener,
             ControllerArg::Rufio => ControllerKind::Rufio,
             ControllerArg::Seeder => ControllerKind::Seeder,
+            ControllerArg::Provisioning => ControllerKind::Provisioning,
         }
     }
 }
@@ -540,6 +609,28 @@ impl Parts {
         })
     }
 
+    /// The Seeder controller's context: embedded mode when chosen, provisioning's Inventories
+    /// when that is.
+    fn seeder_context(
+        &self,
+        args: &RunArgs,
+        controllers: &HashSet<ControllerKind>,
+        rufio_ctx: &Arc<rufio::RufioContext>,
+    ) -> Arc<seeder::SeederContext> {
+        let settings = seeder::Settings {
+            embedded: controllers.contains(&ControllerKind::Seeder),
+            provisioning: controllers.contains(&ControllerKind::Provisioning),
+            ..args.seeder.settings()
+        };
+        Arc::new(seeder::SeederContext::new(
+            self.client.clone(),
+            self.metrics.clone(),
+            self.identity.clone(),
+            settings,
+            rufio_ctx.clone(),
+        ))
+    }
+
     /// Starts each chosen controller as its own task, all stopping on `stop`.
     fn start_controllers(
         self,
@@ -552,7 +643,7 @@ impl Parts {
             self.client.clone(),
             self.metrics.clone(),
             self.identity.clone(),
-            self.pools,
+            self.pools.clone(),
         ));
         let mut tasks = Vec::new();
         for kind in controllers {
@@ -573,15 +664,33 @@ impl Parts {
                 ),
                 ControllerKind::Rufio => tokio::spawn(rufio::run(rufio_ctx.clone(), shutdown)),
                 ControllerKind::Seeder => tokio::spawn(seeder::run(
-                    Arc::new(seeder::SeederContext::new(
+                    self.seeder_context(args, controllers, rufio_ctx),
+                    shutdown,
+                )),
+                ControllerKind::Provisioning => {
+                    let ctx = Arc::new(provisioning::ProvisioningContext::new(
                         self.client.clone(),
                         self.metrics.clone(),
                         self.identity.clone(),
-                        args.seeder.settings(),
-                        rufio_ctx.clone(),
-                    )),
-                    shutdown,
-                )),
+                        args.provisioning.settings(&rufio_ctx.settings),
+                    ));
+                    // Inventories' Machines and readiness are Seeder's common chain: without
+                    // embedded mode, its Inventory controller runs for provisioning alone.
+                    let seeder = (!controllers.contains(&ControllerKind::Seeder)).then(|| {
+                        seeder::run(
+                            self.seeder_context(args, controllers, rufio_ctx),
+                            shutdown.clone(),
+                        )
+                    });
+                    tokio::spawn(async move {
+                        let seeder = async move {
+                            if let Some(seeder) = seeder {
+                                seeder.await;
+                            }
+                        };
+                        tokio::join!(provisioning::run(ctx, shutdown), seeder);
+                    })
+                }
             });
         }
         Ok(tasks)
@@ -619,6 +728,7 @@ fn termination_signal()
 struct Servers {
     http: tokio::task::JoinHandle<()>,
     power_api: Option<tokio::task::JoinHandle<()>>,
+    boot: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Servers {
@@ -638,6 +748,7 @@ impl Servers {
                 .then(|| watch_instances_for_scripts(&parts.client, stop)),
         };
         let power_api = serve_power_api(args, controllers, &parts.client, stop).await?;
+        let boot = serve_boot(args, controllers, parts, stop).await?;
         let http = http::serve(
             args.http_addr,
             health,
@@ -645,7 +756,11 @@ impl Servers {
             stop.signal(),
         )
         .await?;
-        Ok(Self { http, power_api })
+        Ok(Self {
+            http,
+            power_api,
+            boot,
+        })
     }
 
     /// Waits for the servers to finish once [`Stop::now`] was called.
@@ -654,7 +769,51 @@ impl Servers {
         if let Some(power_api) = self.power_api {
             let _ = power_api.await;
         }
+        if let Some(boot) = self.boot {
+            let _ = boot.await;
+        }
     }
+}
+
+/// The boot server (`--boot-addr`), serving from its own watches on every replica until the
+/// process stops; it needs the provisioning controller.
+async fn serve_boot(
+    args: &RunArgs,
+    controllers: &HashSet<ControllerKind>,
+    parts: &Parts,
+    stop: &Stop,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(addr) = args.provisioning.boot_addr else {
+        return Ok(None);
+    };
+    if !controllers.contains(&ControllerKind::Provisioning) {
+        anyhow::bail!("--boot-addr serves provisioned servers: add provisioning to --controllers");
+    }
+    let (service, feed) = ingot_controllers::provisioning::boot::BootService::new(
+        parts.client.clone(),
+        parts.metrics.clone(),
+        parts.identity.clone(),
+        ingot_controllers::provisioning::boot::BootSettings {
+            namespace: args.provisioning.namespace(),
+            allowed_sources: args.provisioning.boot_allow_source.clone(),
+            crash_point: args.pools.crash_points(),
+        },
+    );
+    let stopped = stop.signal();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = feed => {}
+            () = stopped => {}
+        }
+    });
+    let served = crate::boot::serve(
+        addr,
+        service,
+        server_limits(args, args.http_max_connections),
+        stop.signal(),
+    )
+    .await?;
+    Ok(Some(served))
 }
 
 /// The one stop signal of the process: the servers and every controller wait on it.
@@ -828,7 +987,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// embedded mode runs the Rufio controllers itself).
 fn chosen_controllers(args: &[ControllerArg]) -> HashSet<ControllerKind> {
     let mut kinds: HashSet<ControllerKind> = args.iter().map(|c| (*c).into()).collect();
-    if kinds.contains(&ControllerKind::Seeder) {
+    if kinds.contains(&ControllerKind::Seeder) || kinds.contains(&ControllerKind::Provisioning) {
         kinds.insert(ControllerKind::Rufio);
     }
     kinds

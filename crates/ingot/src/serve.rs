@@ -14,6 +14,10 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+/// The address a request came from.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
+
 /// The bounds of one server.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -40,14 +44,15 @@ pub fn spawn(
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
-                    let Ok((stream, _)) = accepted else { continue };
+                    let Ok((stream, peer)) = accepted else { continue };
                     // At the cap the connection is closed now rather than left in the backlog,
                     // where a crowd of idle clients would starve every other caller.
                     let Ok(permit) = open.clone().try_acquire_owned() else {
                         drop(stream);
                         continue;
                     };
-                    let service = TowerToHyperService::new(app.clone());
+                    // The client's address, for handlers that answer by it (the boot server).
+                    let service = TowerToHyperService::new(app.clone().layer(axum::Extension(Peer(peer))));
                     let tls = tls.clone();
                     connections.spawn(async move {
                         let _permit = permit;

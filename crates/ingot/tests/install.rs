@@ -21,7 +21,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use std::time::{Duration, Instant};
 
-const GROUPS: [&str; 4] = ["pools", "rufio", "seeder", "gardener"];
+const GROUPS: [&str; 5] = ["pools", "rufio", "seeder", "provisioning", "gardener"];
 
 fn repo_file(path: &str) -> String {
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -118,7 +118,7 @@ fn an_unknown_controller_is_refused_by_name() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(
-            "controllers: unknown [seeders]; choose among pools, rufio, seeder, gardener"
+            "controllers: unknown [seeders]; choose among pools, rufio, seeder, provisioning, gardener"
         ),
         "{stderr}"
     );

@@ -45,7 +45,12 @@ fn vip_pool(cluster: &Cluster) -> PoolRef {
 }
 
 /// Refuses a pool of another namespace than the Cluster's, unless the operator allows it.
-fn check_tenancy(ctx: &ProvisioningContext, cluster_ns: &str, pool: &PoolRef, field: &str) -> Result<(), String> {
+fn check_tenancy(
+    ctx: &ProvisioningContext,
+    cluster_ns: &str,
+    pool: &PoolRef,
+    field: &str,
+) -> Result<(), String> {
     if ctx.may_use(cluster_ns, &pool.namespace) {
         return Ok(());
     }
@@ -92,7 +97,12 @@ pub async fn allocate_vip(cluster: &Cluster, ctx: &ProvisioningContext) -> Resul
     let pool = vip_pool(cluster);
     let own = cluster.namespace().unwrap_or_default();
     check_tenancy(ctx, &own, &pool, field).map_err(Error::Address)?;
-    let static_address = cluster.spec.vip_config.static_address.as_deref().filter(|a| !a.is_empty());
+    let static_address = cluster
+        .spec
+        .vip_config
+        .static_address
+        .as_deref()
+        .filter(|a| !a.is_empty());
     addresses::allocate_address(&ctx.client, &pool, &cluster_owner(cluster), static_address)
         .await
         .map(|a| a.to_string())
@@ -112,11 +122,13 @@ pub async fn allocate_node(
         name: member.pool_name.clone(),
     };
     let own = cluster.namespace().unwrap_or_default();
-    check_tenancy(ctx, &own, &pool, &format!("{field}.addressPoolReference")).map_err(Error::Address)?;
+    check_tenancy(ctx, &own, &pool, &format!("{field}.addressPoolReference"))
+        .map_err(Error::Address)?;
     let owner = inventory_owner(&member.namespace, &member.name);
-    let address = addresses::allocate_address(&ctx.client, &pool, &owner, member.static_address.as_deref())
-        .await
-        .map_err(|e| address_error(&field, e))?;
+    let address =
+        addresses::allocate_address(&ctx.client, &pool, &owner, member.static_address.as_deref())
+            .await
+            .map_err(|e| address_error(&field, e))?;
     // The pool as it was when allocating; its gateway and netmask do not change under it.
     let object: Option<std::sync::Arc<AddressPool>> = stores.pool(&pool.namespace, &pool.name);
     let (gateway, netmask) = object
@@ -135,7 +147,11 @@ pub async fn allocate_node(
 }
 
 /// Frees whatever `owner` holds, in every pool the store shows holding it.
-async fn release_everywhere(ctx: &ProvisioningContext, stores: &Stores, owner: &AllocatedObject) -> Result<(), Error> {
+async fn release_everywhere(
+    ctx: &ProvisioningContext,
+    stores: &Stores,
+    owner: &AllocatedObject,
+) -> Result<(), Error> {
     let holding: Vec<PoolRef> = stores
         .pools
         .state()
@@ -158,11 +174,22 @@ async fn release_everywhere(ctx: &ProvisioningContext, stores: &Stores, owner: &
     Ok(())
 }
 
-pub async fn release_node(inventory: &Inventory, ctx: &ProvisioningContext, stores: &Stores) -> Result<(), Error> {
-    let owner = inventory_owner(&inventory.namespace().unwrap_or_default(), &inventory.name_any());
+pub async fn release_node(
+    inventory: &Inventory,
+    ctx: &ProvisioningContext,
+    stores: &Stores,
+) -> Result<(), Error> {
+    let owner = inventory_owner(
+        &inventory.namespace().unwrap_or_default(),
+        &inventory.name_any(),
+    );
     release_everywhere(ctx, stores, &owner).await
 }
 
-pub async fn release_cluster(cluster: &Cluster, ctx: &ProvisioningContext, stores: &Stores) -> Result<(), Error> {
+pub async fn release_cluster(
+    cluster: &Cluster,
+    ctx: &ProvisioningContext,
+    stores: &Stores,
+) -> Result<(), Error> {
     release_everywhere(ctx, stores, &cluster_owner(cluster)).await
 }

@@ -12,22 +12,32 @@
 //!   from the same sources: the node stops being offered the installer, so its next boot is
 //!   from its disk.
 
+//!
+//! Every replica answers (a standby too): the service keeps its own watches of Inventories and
+//! of provisioning's Secrets, apart from the controllers' (which run on the leader only).
+
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ingot_api::seeder::Inventory;
-use kube::ResourceExt;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::install::{self, ADDRESS_KEY, CONFIG_KEY, SCRIPT_KEY};
 use super::node::phase::HARVESTER_INSTALLED;
-use super::{Error, ProvisioningContext, Stores};
+use super::{Error, SECRET_LABEL};
+use crate::Metrics;
+use crate::runtime::EventRecorder;
 use crate::seeder::conditions;
 use crate::seeder::inventory::is_local;
 
 /// The script for a server that must boot from its disk.
-pub const BOOT_FROM_DISK: &str = "#!ipxe\n# no install for this server: boot the next device\nexit\n";
+pub const BOOT_FROM_DISK: &str =
+    "#!ipxe\n# no install for this server: boot the next device\nexit\n";
 
 /// The answer to `GET /boot/<mac>`.
 #[derive(Debug, PartialEq)]
@@ -54,15 +64,197 @@ pub fn normal_mac(mac: &str) -> String {
     mac.trim().to_ascii_lowercase().replace('-', ":")
 }
 
-fn by_mac(stores: &Stores, mac: &str) -> Option<std::sync::Arc<Inventory>> {
-    let mac = normal_mac(mac);
-    stores.inventories.state().into_iter().find(|i| {
-        !is_local(i)
-            && i.spec
-                .management_interface_mac_address
-                .as_deref()
-                .is_some_and(|m| normal_mac(m) == mac)
-    })
+/// The boot server's side of provisioning: what it reads, and the one write it makes.
+pub struct BootService {
+    client: Client,
+    metrics: Arc<Metrics>,
+    events: EventRecorder,
+    inventories: Store<Inventory>,
+    secrets: Store<Secret>,
+    /// Sources allowed besides a node's own address (`--boot-allow-source`).
+    allowed: Vec<ipnet::IpNet>,
+    crash_point: Option<String>,
+}
+
+/// What [`BootService::new`] needs.
+pub struct BootSettings {
+    pub namespace: Option<String>,
+    pub allowed_sources: Vec<ipnet::IpNet>,
+    pub crash_point: Option<String>,
+}
+
+impl BootService {
+    /// The service and the watch that fills its stores (poll it for as long as it serves).
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        identity: String,
+        settings: BootSettings,
+    ) -> (
+        Arc<Self>,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        use kube::runtime::reflector;
+        use kube::runtime::watcher::Config;
+        let (inventories, inventory_writer) = reflector::store();
+        let (secrets, secret_writer) = reflector::store();
+        let namespace = settings.namespace.as_deref();
+        let feed = {
+            let inventory_api = crate::api_in::<Inventory>(&client, namespace);
+            let secret_api = crate::api_in::<Secret>(&client, namespace);
+            async move {
+                tokio::join!(
+                    crate::feed_store(inventory_writer, inventory_api, Config::default()),
+                    crate::feed_store(
+                        secret_writer,
+                        secret_api,
+                        Config::default().labels(SECRET_LABEL)
+                    ),
+                );
+            }
+        };
+        let service = BootService {
+            events: EventRecorder::new(client.clone(), "ingot-provisioning", Some(identity)),
+            client,
+            metrics,
+            inventories,
+            secrets,
+            allowed: settings.allowed_sources,
+            crash_point: settings.crash_point,
+        };
+        (Arc::new(service), feed)
+    }
+
+    fn by_mac(&self, mac: &str) -> Option<Arc<Inventory>> {
+        let mac = normal_mac(mac);
+        self.inventories.state().into_iter().find(|i| {
+            !is_local(i)
+                && i.spec
+                    .management_interface_mac_address
+                    .as_deref()
+                    .is_some_and(|m| normal_mac(m) == mac)
+        })
+    }
+
+    fn install_secret(&self, namespace: &str, inventory: &str) -> Option<Arc<Secret>> {
+        self.secrets
+            .get(&ObjectRef::new(&install::install_secret_name(inventory)).within(namespace))
+    }
+
+    fn inventory(&self, namespace: &str, name: &str) -> Option<Arc<Inventory>> {
+        self.inventories
+            .get(&ObjectRef::new(name).within(namespace))
+            .filter(|i| allocated(i))
+    }
+
+    /// `GET /boot/<mac>`.
+    pub fn script(&self, mac: &str) -> Script {
+        let Some(inventory) = self.by_mac(mac) else {
+            return Script::Unknown;
+        };
+        if !allocated(&inventory) || installed(&inventory) {
+            return Script::Disk;
+        }
+        self.install_secret(
+            &inventory.namespace().unwrap_or_default(),
+            &inventory.name_any(),
+        )
+        .and_then(|s| install::value(&s, SCRIPT_KEY).map(str::to_owned))
+        .map_or(Script::Disk, Script::Install)
+    }
+
+    /// Whether `source` may ask for this node's config or report its install.
+    fn from_node(&self, secret: &Secret, source: IpAddr) -> bool {
+        let own = install::value(secret, ADDRESS_KEY).and_then(|a| a.parse::<IpAddr>().ok());
+        own == Some(source) || self.allowed.iter().any(|net| net.contains(&source))
+    }
+
+    /// `GET /config/<namespace>/<name>`.
+    pub fn config(&self, namespace: &str, name: &str, source: IpAddr) -> Answer<String> {
+        let Some(secret) = self
+            .inventory(namespace, name)
+            .and(self.install_secret(namespace, name))
+        else {
+            return Answer::NotFound;
+        };
+        if !self.from_node(&secret, source) {
+            return Answer::Forbidden;
+        }
+        install::value(&secret, CONFIG_KEY).map_or(Answer::NotFound, |c| Answer::Ok(c.to_owned()))
+    }
+
+    /// `PUT /disable/<namespace>/<name>`: `harvesterInstalled` on the Inventory (a repeat
+    /// changes nothing). A write that loses a race is read again and retried, a few times: the
+    /// installer calls once.
+    pub async fn succeeded(
+        &self,
+        namespace: &str,
+        name: &str,
+        source: IpAddr,
+    ) -> Result<Answer<()>, Error> {
+        let (Some(inventory), Some(secret)) = (
+            self.inventory(namespace, name),
+            self.install_secret(namespace, name),
+        ) else {
+            return Ok(Answer::NotFound);
+        };
+        if !self.from_node(&secret, source) {
+            return Ok(Answer::Forbidden);
+        }
+        let api: Api<Inventory> = Api::namespaced(self.client.clone(), namespace);
+        let mut current = (*inventory).clone();
+        for attempt in 0..5 {
+            if installed(&current) {
+                return Ok(Answer::Ok(()));
+            }
+            match self.mark_installed(&api, &current).await {
+                Ok(()) => break,
+                Err(e) if crate::runtime::is_conflict(&e) && attempt < 4 => {
+                    match api.get_opt(name).await? {
+                        Some(fresh) if allocated(&fresh) => current = fresh,
+                        _ => return Ok(Answer::NotFound),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        crate::crash_point(self.crash_point.as_deref(), "provisioning-after-webhook");
+        self.metrics.provisioning_installed();
+        self.events
+            .publish(&current, EventType::Normal, "Installed", "Provision", "the Harvester installer reported SUCCEEDED: the server boots from its disk from now on")
+            .await;
+        Ok(Answer::Ok(()))
+    }
+
+    async fn mark_installed(
+        &self,
+        api: &Api<Inventory>,
+        inventory: &Inventory,
+    ) -> Result<(), kube::Error> {
+        let now = k8s_openapi::jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let mut status = inventory.status.clone().unwrap_or_default();
+        conditions::set_true(
+            &mut status.conditions,
+            HARVESTER_INSTALLED,
+            Some(
+                "the installer reported SUCCEEDED: network boot is off, the server boots from its disk",
+            ),
+            &now,
+        );
+        let body = json!({
+            "metadata": {"resourceVersion": inventory.resource_version()},
+            "status": {"conditions": status.conditions},
+        });
+        api.patch_status(
+            &inventory.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(body),
+        )
+        .await
+        .map(drop)
+    }
 }
 
 fn allocated(inventory: &Inventory) -> bool {
@@ -77,81 +269,4 @@ fn installed(inventory: &Inventory) -> bool {
         .status
         .as_ref()
         .is_some_and(|s| conditions::is_true(&s.conditions, HARVESTER_INSTALLED))
-}
-
-pub fn script(stores: &Stores, mac: &str) -> Script {
-    let Some(inventory) = by_mac(stores, mac) else {
-        return Script::Unknown;
-    };
-    if !allocated(&inventory) || installed(&inventory) {
-        return Script::Disk;
-    }
-    let namespace = inventory.namespace().unwrap_or_default();
-    stores
-        .secret(&namespace, &install::install_secret_name(&inventory.name_any()))
-        .and_then(|s| install::value(&s, SCRIPT_KEY).map(str::to_owned))
-        .map_or(Script::Disk, Script::Install)
-}
-
-/// Whether `source` may ask for this node's config or report its install.
-fn from_node(secret: &k8s_openapi::api::core::v1::Secret, source: IpAddr, allowed: &[ipnet::IpNet]) -> bool {
-    let own = install::value(secret, ADDRESS_KEY).and_then(|a| a.parse::<IpAddr>().ok());
-    own == Some(source) || allowed.iter().any(|net| net.contains(&source))
-}
-
-pub fn config(stores: &Stores, namespace: &str, name: &str, source: IpAddr, allowed: &[ipnet::IpNet]) -> Answer<String> {
-    let Some(inventory) = stores.inventory(namespace, name).filter(|i| allocated(i)) else {
-        return Answer::NotFound;
-    };
-    let Some(secret) = stores.secret(namespace, &install::install_secret_name(&inventory.name_any())) else {
-        return Answer::NotFound;
-    };
-    if !from_node(&secret, source, allowed) {
-        return Answer::Forbidden;
-    }
-    install::value(&secret, CONFIG_KEY).map_or(Answer::NotFound, |c| Answer::Ok(c.to_owned()))
-}
-
-/// The SUCCEEDED webhook: `harvesterInstalled` on the Inventory (a repeat changes nothing).
-pub async fn succeeded(
-    ctx: &ProvisioningContext,
-    namespace: &str,
-    name: &str,
-    source: IpAddr,
-    allowed: &[ipnet::IpNet],
-) -> Result<Answer<()>, Error> {
-    let stores = ctx.stores().ok_or(Error::NotStarted)?;
-    let Some(inventory) = stores.inventory(namespace, name).filter(|i| allocated(i)) else {
-        return Ok(Answer::NotFound);
-    };
-    let Some(secret) = stores.secret(namespace, &install::install_secret_name(name)) else {
-        return Ok(Answer::NotFound);
-    };
-    if !from_node(&secret, source, allowed) {
-        return Ok(Answer::Forbidden);
-    }
-    if installed(&inventory) {
-        return Ok(Answer::Ok(()));
-    }
-    let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let mut status = inventory.status.clone().unwrap_or_default();
-    conditions::set_true(
-        &mut status.conditions,
-        HARVESTER_INSTALLED,
-        Some("the installer reported SUCCEEDED: network boot is off, the server boots from its disk"),
-        &now,
-    );
-    let api: kube::Api<Inventory> = kube::Api::namespaced(ctx.client.clone(), namespace);
-    let body = json!({
-        "metadata": {"resourceVersion": inventory.resource_version()},
-        "status": {"conditions": status.conditions},
-    });
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(body))
-        .await?;
-    crate::crash_point(ctx.settings.crash_point.as_deref(), "provisioning-after-webhook");
-    ctx.metrics.provisioning_installed();
-    ctx.inventory_events
-        .publish(inventory.as_ref(), EventType::Normal, "Installed", "Provision", "the Harvester installer reported SUCCEEDED")
-        .await;
-    Ok(Answer::Ok(()))
 }

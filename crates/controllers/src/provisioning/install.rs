@@ -138,7 +138,11 @@ mod tests {
         assert_eq!(s.metadata.name.as_deref(), Some("node1-harvester-install"));
         assert_eq!(value(&s, PASSWORD_KEY).map(str::len), Some(24));
         assert_eq!(
-            s.metadata.labels.unwrap().get(SECRET_LABEL).map(String::as_str),
+            s.metadata
+                .labels
+                .unwrap()
+                .get(SECRET_LABEL)
+                .map(String::as_str),
             Some("install")
         );
     }

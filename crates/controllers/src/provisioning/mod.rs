@@ -4,6 +4,12 @@
 //! the server into the installer once through its BMC (a rufio Job), serves the boot itself
 //! (`ingot run --boot-addr`), and hears the installer's SUCCEEDED webhook.
 //!
+//! - [`ipam`]: which addresses an AddressPool hands out, to whom (pure).
+//! - [`addresses`]: `allocate_address` and `release_address`, safe against concurrent callers
+//!   (writes under the `resourceVersion` read); [`allocation`]: the Cluster's and its nodes'
+//!   addresses on top of it.
+//! - [`addresspool`]: the AddressPool controller (`provisioning-addresspool`): Seeder's status,
+//!   its finalizer, bad input held with a condition, deletion held while an address is.
 //! - [`cluster`]: the Cluster state machine (Seeder's status strings), VIP, token, allocation
 //!   of the nodes, their install Secrets, and the check that the new cluster has its Nodes.
 //! - [`node`]: one server's boot and release (the Inventory side).
@@ -13,10 +19,16 @@
 //! Inventories' Machines, readiness and power actions stay Seeder's common chain
 //! (`seeder::inventory`, which `ingot run` starts with provisioning).
 
+pub mod addresses;
+pub mod addresspool;
+pub mod allocation;
 pub mod boot;
 pub mod cluster;
 pub mod install;
+pub mod ipam;
 pub mod node;
+pub mod remote;
+pub mod render;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -52,6 +64,8 @@ pub struct Settings {
     pub install_timeout: Duration,
     /// Which namespaces a Cluster may take Inventories and AddressPools from, besides its own.
     pub cross_namespace: CrossNamespace,
+    /// Crash points armed in test builds (`--crash-point`).
+    pub crash_point: Option<String>,
 }
 
 impl Default for Settings {
@@ -62,6 +76,7 @@ impl Default for Settings {
             max_concurrent_installs: 20,
             install_timeout: Duration::from_secs(2 * 3600),
             cross_namespace: CrossNamespace::default(),
+            crash_point: None,
         }
     }
 }
@@ -109,20 +124,29 @@ pub struct ProvisioningContext {
     pub settings: Settings,
     pub(crate) cluster_events: EventRecorder,
     pub(crate) inventory_events: EventRecorder,
+    pub(crate) pool_events: EventRecorder,
     stores: OnceLock<Stores>,
     /// Held while an install boot is counted against the budget and submitted, so that two
     /// reconciles never both take the last slot.
     pub(crate) boot_gate: tokio::sync::Mutex<node::InFlight>,
-    /// For `clusterConfig.configURL` and the new cluster's API server.
+    /// For `clusterConfig.configURL`.
     pub(crate) http: reqwest::Client,
+    /// For the new cluster's API server, whose CA ingot does not know (`remote`).
+    pub(crate) remote_http: reqwest::Client,
 }
 
 impl ProvisioningContext {
-    pub fn new(client: Client, metrics: Arc<Metrics>, instance: String, settings: Settings) -> Self {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        instance: String,
+        settings: Settings,
+    ) -> Self {
         let events = || EventRecorder::new(client.clone(), EVENT_COMPONENT, Some(instance.clone()));
         ProvisioningContext {
             cluster_events: events(),
             inventory_events: events(),
+            pool_events: events(),
             client,
             metrics,
             settings,
@@ -132,6 +156,13 @@ impl ProvisioningContext {
                 .connect_timeout(Duration::from_secs(5))
                 .timeout(Duration::from_secs(15))
                 .redirect(reqwest::redirect::Policy::limited(3))
+                .build()
+                .unwrap_or_default(),
+            remote_http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .timeout(Duration::from_secs(10))
+                .tls_danger_accept_invalid_certs(true)
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap_or_default(),
         }
@@ -166,6 +197,7 @@ pub enum Error {
 impl ReconcileError for Error {
     fn metric_label(&self) -> &'static str {
         match self {
+            Error::Kube(e) if crate::runtime::is_conflict(e) => "conflict",
             Error::Kube(_) => "kube",
             Error::Address(_) => "address",
             Error::NotStarted => "starting",
@@ -217,7 +249,10 @@ pub async fn run(
             },
         ))
     })();
-    let Some((cluster_triggers, node_triggers)) = subscriptions else {
+    let pool_trigger = pool_writer.subscribe();
+    let (Some((cluster_triggers, node_triggers)), Some(pool_trigger)) =
+        (subscriptions, pool_trigger)
+    else {
         tracing::warn!("a provisioning store takes no subscriber; provisioning does not run");
         return;
     };
@@ -233,20 +268,29 @@ pub async fn run(
     let feeds = async {
         tokio::join!(
             crate::feed_store(cluster_writer, ctx.watched::<Cluster>(), Config::default()),
-            crate::feed_store(inventory_writer, ctx.watched::<Inventory>(), Config::default()),
+            crate::feed_store(
+                inventory_writer,
+                ctx.watched::<Inventory>(),
+                Config::default()
+            ),
             crate::feed_store(pool_writer, ctx.watched::<AddressPool>(), Config::default()),
             crate::feed_store(
                 job_writer,
                 ctx.watched::<Job>(),
                 labelled(ingot_api::seeder::JOB_INVENTORY_LABEL)
             ),
-            crate::feed_store(secret_writer, ctx.watched::<Secret>(), labelled(SECRET_LABEL)),
+            crate::feed_store(
+                secret_writer,
+                ctx.watched::<Secret>(),
+                labelled(SECRET_LABEL)
+            ),
         )
     };
     tokio::select! {
         _ = feeds => {}
         _ = async {
             tokio::join!(
+                addresspool::run(ctx.clone(), stores.pools.clone(), pool_trigger, shutdown.clone()),
                 cluster::run(ctx.clone(), stores.clone(), cluster_triggers, shutdown.clone()),
                 node::run(ctx.clone(), stores, node_triggers, shutdown),
             )

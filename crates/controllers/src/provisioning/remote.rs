@@ -17,8 +17,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use ingot_api::seeder::Cluster;
-use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::List;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::ResourceExt;
 use tracing::debug;
 
@@ -61,7 +61,15 @@ pub async fn ready_nodes(
     };
     let addresses: BTreeSet<String> = members
         .iter()
-        .filter_map(|m| m.inventory.as_ref()?.status.as_ref()?.pxe_boot_config.address.clone())
+        .filter_map(|m| {
+            m.inventory
+                .as_ref()?
+                .status
+                .as_ref()?
+                .pxe_boot_config
+                .address
+                .clone()
+        })
         .collect();
     Some(
         nodes
@@ -93,7 +101,11 @@ async fn read(ctx: &ProvisioningContext, url: &str, bearer: &str) -> Result<List
         return Err(format!("HTTP {}", response.status()));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| e.without_url().to_string())? {
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| e.without_url().to_string())?
+    {
         if body.len() + chunk.len() > MAX_BODY {
             return Err(format!("a Node list over {MAX_BODY} bytes"));
         }

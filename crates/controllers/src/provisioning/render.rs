@@ -59,7 +59,15 @@ pub async fn wanted_installs(
         .map(|m| {
             let files = match &base {
                 Some(Err(why)) => Err(why.clone()),
-                _ => node_files(cluster, ctx, stores, &config, m, token, base.clone().and_then(Result::ok)),
+                _ => node_files(
+                    cluster,
+                    ctx,
+                    stores,
+                    &config,
+                    m,
+                    token,
+                    base.clone().and_then(Result::ok),
+                ),
             };
             (m.index, files)
         })
@@ -78,13 +86,26 @@ fn allocated_to(cluster: &Cluster, member: &MemberView) -> bool {
 }
 
 async fn fetch_base(ctx: &ProvisioningContext, url: &str) -> Result<Value, String> {
-    let fail = |why: String| format!("clusterConfig.configURL {url}: {why}; make it serve the base Harvester config as YAML");
-    let mut response = ctx.http.get(url).send().await.map_err(|e| fail(e.without_url().to_string()))?;
+    let fail = |why: String| {
+        format!(
+            "clusterConfig.configURL {url}: {why}; make it serve the base Harvester config as YAML"
+        )
+    };
+    let mut response = ctx
+        .http
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| fail(e.without_url().to_string()))?;
     if !response.status().is_success() {
         return Err(fail(format!("HTTP {}", response.status())));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| fail(e.without_url().to_string()))? {
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| fail(e.without_url().to_string()))?
+    {
         if body.len() + chunk.len() > MAX_BASE_CONFIG {
             return Err(fail(format!("more than {MAX_BASE_CONFIG} bytes")));
         }
@@ -113,15 +134,26 @@ fn node_files(
         .and_then(|s| s.cluster_address.clone())
         .ok_or("the Cluster has no address yet")?;
     let secret = stores
-        .secret(&member.namespace, &install::install_secret_name(&member.name))
+        .secret(
+            &member.namespace,
+            &install::install_secret_name(&member.name),
+        )
         .ok_or("the node's install Secret is not written yet")?;
     let token = token.ok_or("the cluster token Secret is not written yet")?;
     let path = format!("{}/{}", member.namespace, member.name);
     let node = NodeInstall {
         version: cluster.spec.version.clone(),
         image_url: cluster.spec.image_url.clone().unwrap_or_default(),
-        arch: inventory.spec.arch.clone().unwrap_or_else(|| "amd64".to_owned()),
-        mac: inventory.spec.management_interface_mac_address.clone().unwrap_or_default(),
+        arch: inventory
+            .spec
+            .arch
+            .clone()
+            .unwrap_or_else(|| "amd64".to_owned()),
+        mac: inventory
+            .spec
+            .management_interface_mac_address
+            .clone()
+            .unwrap_or_default(),
         hostname: format!("{}-{}", member.name, member.namespace),
         address: status.pxe_boot_config.address.clone().unwrap_or_default(),
         netmask: status.pxe_boot_config.netmask.clone().unwrap_or_default(),
@@ -163,8 +195,10 @@ fn join(base: &url::Url, path: &str) -> String {
 /// Adds to the create node's config the manifest RKE2 applies on its first start: a bootstrap
 /// token whose only right is to list Nodes (see `super::remote`).
 fn with_node_reader(config: &str, token: &Secret) -> Result<String, String> {
-    let id = install::value(token, NODE_READER_ID_KEY).ok_or("the token Secret has no node-reader id")?;
-    let secret = install::value(token, NODE_READER_SECRET_KEY).ok_or("the token Secret has no node-reader secret")?;
+    let id = install::value(token, NODE_READER_ID_KEY)
+        .ok_or("the token Secret has no node-reader id")?;
+    let secret = install::value(token, NODE_READER_SECRET_KEY)
+        .ok_or("the token Secret has no node-reader secret")?;
     let mut document: Value = serde_yaml::from_str(config).map_err(|e| e.to_string())?;
     let file: Value = serde_yaml::to_value(BTreeMap::from([
         ("path", format!("{RKE2_MANIFESTS}/ingot-node-reader.yaml")),
@@ -234,5 +268,9 @@ subjects:
 
 /// The name the create node's Node will be listed under (Seeder's `os.hostname`).
 pub fn hostname(inventory: &ingot_api::seeder::Inventory) -> String {
-    format!("{}-{}", inventory.name_any(), inventory.namespace().unwrap_or_default())
+    format!(
+        "{}-{}",
+        inventory.name_any(),
+        inventory.namespace().unwrap_or_default()
+    )
 }

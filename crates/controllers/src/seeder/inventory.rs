@@ -178,8 +178,13 @@ pub fn node_name(inventory: &Inventory) -> Option<&str> {
 }
 
 async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result<Action, Error> {
-    if !is_local(&inventory) && !ctx.settings.provisioning {
-        // Provisioning-mode Inventories are not embedded mode's to touch.
+    let mine = if is_local(&inventory) {
+        ctx.settings.embedded
+    } else {
+        ctx.settings.provisioning
+    };
+    if !mine {
+        // Provisioning-mode Inventories are not embedded mode's to touch, nor the other way.
         return Ok(Action::await_change());
     }
     if inventory.metadata.deletion_timestamp.is_some() {

@@ -52,8 +52,10 @@ pub const MEMBERSHIP_FINALIZER: &str = "seeder.ingot.dev/local-cluster-membershi
 pub struct Settings {
     /// Only Inventories of this namespace; `None`: every namespace (as Seeder).
     pub namespace: Option<String>,
-    /// Provisioning (Seeder's full mode) runs too: Inventories that are not local get the
-    /// common chain (Machine, readiness, power actions) as well.
+    /// Embedded mode runs (`--controllers seeder`): the local Cluster and local Inventories.
+    pub embedded: bool,
+    /// Provisioning (Seeder's full mode) runs: Inventories that are not local get the common
+    /// chain (Machine, readiness, power actions) too.
     pub provisioning: bool,
 }
 
@@ -208,12 +210,32 @@ pub async fn run(
     ctx: Arc<SeederContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
-    let started = tokio::select! {
-        () = start(&ctx) => true,
-        () = shutdown.clone() => false,
+    // Embedded mode prepares the local Cluster first; with provisioning too, that goes on
+    // beside the Inventories it does not concern (a local one waits for it).
+    let prepare = {
+        let ctx = ctx.clone();
+        async move {
+            if ctx.settings.embedded {
+                start(&ctx).await;
+            }
+        }
     };
-    if !started {
-        return;
+    if !ctx.settings.provisioning {
+        let started = tokio::select! {
+            () = prepare => true,
+            () = shutdown.clone() => false,
+        };
+        if !started {
+            return;
+        }
+    } else {
+        let stopped = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = prepare => {}
+                () = stopped => {}
+            }
+        });
     }
     // One store of Inventories for both controllers (a fleet's Inventories held once), each
     // woken only after the store holds the change.

@@ -24,7 +24,9 @@ use super::CLUSTER_ANNOTATION;
 use super::observe::{MemberView, Observation};
 use super::phase::{Hold, Outcome, Phase};
 use crate::provisioning::install::{self, ADDRESS_KEY, CONFIG_KEY, SCRIPT_KEY};
-use crate::provisioning::{CLUSTER_FINALIZER, Error, ProvisioningContext, Stores, allocation, full_name};
+use crate::provisioning::{
+    CLUSTER_FINALIZER, Error, ProvisioningContext, Stores, allocation, full_name,
+};
 use crate::runtime;
 use crate::seeder::conditions;
 
@@ -51,7 +53,14 @@ pub async fn execute(
         Outcome::AllocateVip => {
             let address = allocation::allocate_vip(cluster, ctx).await?;
             write_status(cluster, ctx, |s| s.cluster_address = Some(address.clone())).await?;
-            event(ctx, cluster, EventType::Normal, "VIPAllocated", format!("cluster address {address}")).await;
+            event(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "VIPAllocated",
+                format!("cluster address {address}"),
+            )
+            .await;
             Ok(Action::await_change())
         }
         Outcome::CreateToken => {
@@ -63,7 +72,9 @@ pub async fn execute(
             create_secret(ctx, annotated(secret, cluster)).await?;
             Ok(Action::await_change())
         }
-        Outcome::AllocateNodes(indexes) => allocate_nodes(cluster, ctx, observed, &indexes).await,
+        Outcome::AllocateNodes(indexes) => {
+            allocate_nodes(cluster, ctx, stores, observed, &indexes).await
+        }
         Outcome::WriteInstalls => write_installs(cluster, ctx, observed).await,
         Outcome::Advance(phase) => advance(cluster, ctx, phase).await,
     }
@@ -77,17 +88,36 @@ async fn wait(cluster: &Cluster, ctx: &ProvisioningContext, hold: Hold) -> Resul
     };
     let mut conditions = cluster.status.clone().unwrap_or_default().conditions;
     let generation = cluster.metadata.generation;
-    if set_condition(&mut conditions, READY, status, hold.reason, &hold.message, generation) {
+    if set_condition(
+        &mut conditions,
+        READY,
+        status,
+        hold.reason,
+        &hold.message,
+        generation,
+    ) {
         write_status(cluster, ctx, |s| s.conditions = conditions.clone()).await?;
-        let kind = if hold.warning { EventType::Warning } else { EventType::Normal };
+        let kind = if hold.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
         event(ctx, cluster, kind, hold.reason, hold.message.clone()).await;
     }
     Ok(Action::requeue(hold.retry))
 }
 
-async fn advance(cluster: &Cluster, ctx: &ProvisioningContext, phase: Phase) -> Result<Action, Error> {
+async fn advance(
+    cluster: &Cluster,
+    ctx: &ProvisioningContext,
+    phase: Phase,
+) -> Result<Action, Error> {
     write_status(cluster, ctx, |s| s.status = Some(phase.as_str().to_owned())).await?;
-    ctx.metrics.provisioning_phase(phase.as_str());
+    let created = cluster.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let since = created
+        .and_then(|t| Duration::try_from(Timestamp::now().duration_since(t)).ok())
+        .unwrap_or_default();
+    ctx.metrics.provisioning_phase(phase.as_str(), since);
     info!(cluster = %cluster.name_any(), status = phase.as_str(), "cluster status");
     event(
         ctx,
@@ -113,12 +143,22 @@ async fn write_status(
         "status": status,
     });
     clusters(ctx, cluster)
-        .patch_status(&cluster.name_any(), &PatchParams::default(), &Patch::Merge(body))
+        .patch_status(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(body),
+        )
         .await?;
     Ok(())
 }
 
-async fn event(ctx: &ProvisioningContext, cluster: &Cluster, kind: EventType, reason: &str, note: String) {
+async fn event(
+    ctx: &ProvisioningContext,
+    cluster: &Cluster,
+    kind: EventType,
+    reason: &str,
+    note: String,
+) {
     ctx.cluster_events
         .publish(cluster, kind, reason, "Provision", note)
         .await;
@@ -139,7 +179,10 @@ pub(crate) fn owner<K: Resource<DynamicType = ()>>(object: &K) -> OwnerReference
 fn annotated(mut secret: Secret, cluster: &Cluster) -> Secret {
     secret.metadata.annotations = Some(BTreeMap::from([(
         CLUSTER_ANNOTATION.to_owned(),
-        full_name(&cluster.namespace().unwrap_or_default(), &cluster.name_any()),
+        full_name(
+            &cluster.namespace().unwrap_or_default(),
+            &cluster.name_any(),
+        ),
     )]));
     secret
 }
@@ -162,6 +205,7 @@ async fn create_secret(ctx: &ProvisioningContext, secret: Secret) -> Result<(), 
 async fn allocate_nodes(
     cluster: &Arc<Cluster>,
     ctx: &ProvisioningContext,
+    stores: &Stores,
     observed: &Observation,
     indexes: &[usize],
 ) -> Result<Action, Error> {
@@ -175,7 +219,7 @@ async fn allocate_nodes(
     }
     let results = join_all(by_pool.into_values().map(|members| async move {
         for member in members {
-            allocate_node(cluster, ctx, member).await?;
+            allocate_node(cluster, ctx, stores, member).await?;
         }
         Ok::<(), Error>(())
     }))
@@ -202,12 +246,18 @@ async fn allocate_nodes(
 /// One node: its address, its install Secret (the OS password), then its status: address,
 /// `ownerCluster`, Seeder's conditions (`harvesterCreateNode` for the first entry, which
 /// creates the cluster; `harvesterJoinNode` for the others).
-async fn allocate_node(cluster: &Cluster, ctx: &ProvisioningContext, member: &MemberView) -> Result<(), Error> {
+async fn allocate_node(
+    cluster: &Cluster,
+    ctx: &ProvisioningContext,
+    stores: &Stores,
+    member: &MemberView,
+) -> Result<(), Error> {
     let Some(inventory) = &member.inventory else {
         return Ok(());
     };
     let allocation = allocation::allocate_node(cluster, ctx, stores, member).await?;
-    let secret = install::new_install_secret(&member.name, &member.namespace, owner(inventory.as_ref()));
+    let secret =
+        install::new_install_secret(&member.name, &member.namespace, owner(inventory.as_ref()));
     create_secret(ctx, annotated(secret, cluster)).await?;
     let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     let mut status = inventory.status.clone().unwrap_or_default();
@@ -222,7 +272,12 @@ async fn allocate_node(cluster: &Cluster, ctx: &ProvisioningContext, member: &Me
         namespace: cluster.namespace().unwrap_or_default(),
     };
     let message = format!("node assigned to cluster {}", cluster.name_any());
-    conditions::set_true(&mut status.conditions, conditions::INVENTORY_ALLOCATED_TO_CLUSTER, Some(&message), &now);
+    conditions::set_true(
+        &mut status.conditions,
+        conditions::INVENTORY_ALLOCATED_TO_CLUSTER,
+        Some(&message),
+        &now,
+    );
     conditions::set_false(&mut status.conditions, INVENTORY_FREED, &now);
     let (mode, text) = if member.index == 0 {
         (HARVESTER_CREATE_NODE, "Create Mode")
@@ -263,7 +318,10 @@ async fn write_installs(
             ctx,
             Hold {
                 reason: "InstallConfigInvalid",
-                message: format!("spec.nodes[{i}] ({}): {why}", full_name(&member.namespace, &member.name)),
+                message: format!(
+                    "spec.nodes[{i}] ({}): {why}",
+                    full_name(&member.namespace, &member.name)
+                ),
                 retry: super::phase::SLOW_POLL,
                 warning: true,
             },
@@ -276,9 +334,18 @@ async fn write_installs(
         Some(async move {
             let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &member.namespace);
             let data = BTreeMap::from([
-                (SCRIPT_KEY.to_owned(), ByteString(files.script.clone().into_bytes())),
-                (CONFIG_KEY.to_owned(), ByteString(files.config.clone().into_bytes())),
-                (ADDRESS_KEY.to_owned(), ByteString(files.address.clone().into_bytes())),
+                (
+                    SCRIPT_KEY.to_owned(),
+                    ByteString(files.script.clone().into_bytes()),
+                ),
+                (
+                    CONFIG_KEY.to_owned(),
+                    ByteString(files.config.clone().into_bytes()),
+                ),
+                (
+                    ADDRESS_KEY.to_owned(),
+                    ByteString(files.address.clone().into_bytes()),
+                ),
             ]);
             api.patch(
                 &install::install_secret_name(&member.name),
@@ -326,6 +393,7 @@ pub async fn finalize(
         return wait(cluster, ctx, hold).await;
     }
     allocation::release_cluster(cluster, ctx, stores).await?;
-    runtime::finalizer::remove(&clusters(ctx, cluster), cluster.as_ref(), CLUSTER_FINALIZER).await?;
+    runtime::finalizer::remove(&clusters(ctx, cluster), cluster.as_ref(), CLUSTER_FINALIZER)
+        .await?;
     Ok(Action::await_change())
 }

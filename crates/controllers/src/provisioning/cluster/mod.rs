@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use ingot_api::seeder::{AddressPool, Cluster, Inventory, LOCAL_CLUSTER_NAME, LOCAL_CLUSTER_NAMESPACE};
+use ingot_api::seeder::{
+    AddressPool, Cluster, Inventory, LOCAL_CLUSTER_NAME, LOCAL_CLUSTER_NAMESPACE,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config};
@@ -133,7 +135,8 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<ProvisioningContext>) -> Resu
         return execute::finalize(&cluster, &ctx, &stores).await;
     }
     let api = execute::clusters(&ctx, &cluster);
-    let cluster = match runtime::finalizer::add(&api, &cluster, &[super::CLUSTER_FINALIZER]).await? {
+    let cluster = match runtime::finalizer::add(&api, &cluster, &[super::CLUSTER_FINALIZER]).await?
+    {
         Some(written) => Arc::new(written),
         None => cluster,
     };

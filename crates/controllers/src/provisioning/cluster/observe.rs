@@ -8,11 +8,13 @@ use ingot_api::seeder::{Cluster, INVENTORY_NODE_READY, Inventory};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
-use super::phase::{self, Member, Phase, Vip};
+use super::phase::{self, Member, Phase};
 use super::reference_namespace;
 use crate::provisioning::install::{self, CONFIG_KEY, SCRIPT_KEY};
 use crate::provisioning::node::phase::HARVESTER_INSTALLED;
-use crate::provisioning::{Error, ProvisioningContext, Stores, allocation, full_name, remote, render};
+use crate::provisioning::{
+    Error, ProvisioningContext, Stores, allocation, full_name, remote, render,
+};
 use crate::seeder::conditions;
 
 /// One `spec.nodes` entry as found.
@@ -49,12 +51,7 @@ pub async fn observe(
     let members = member_views(cluster, stores);
     let found: Vec<(String, Member)> = members
         .iter()
-        .map(|m| {
-            (
-                full_name(&m.namespace, &m.name),
-                member(cluster, ctx, m),
-            )
-        })
+        .map(|m| (full_name(&m.namespace, &m.name), member(cluster, ctx, m)))
         .collect();
     let installs = match phase {
         Some(Phase::NodesPatched | Phase::BootReady | Phase::Running) => {
@@ -117,7 +114,10 @@ fn member_views(cluster: &Cluster, stores: &Stores) -> Vec<MemberView> {
                 inventory: stores.inventory(&namespace, &name),
                 namespace,
                 name,
-                pool_namespace: reference_namespace(&node.address_pool_reference.namespace, cluster),
+                pool_namespace: reference_namespace(
+                    &node.address_pool_reference.namespace,
+                    cluster,
+                ),
                 pool_name: node.address_pool_reference.name.clone(),
                 static_address: node.static_address.clone().filter(|a| !a.is_empty()),
             }

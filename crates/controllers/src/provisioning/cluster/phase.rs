@@ -408,6 +408,8 @@ mod tests {
     fn an_unknown_status_is_held_with_the_fix() {
         let mut o = observed(Phase::New, &[]);
         o.phase = None;
-        assert!(matches!(step(&o), Outcome::Wait(h) if h.warning && h.message.contains("clear it")));
+        assert!(
+            matches!(step(&o), Outcome::Wait(h) if h.warning && h.message.contains("clear it"))
+        );
     }
 }

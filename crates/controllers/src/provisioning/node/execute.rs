@@ -9,7 +9,7 @@ use std::time::Duration;
 use ingot_api::rufio::{Job, JobSpec, MachineRef};
 use ingot_api::seeder::{
     Cluster, INVENTORY_NODE_READY, Inventory, InventoryStatus, JOB_INVENTORY_LABEL,
-    PxeBootConfig, ObjectRef as SeederRef,
+    ObjectRef as SeederRef, PxeBootConfig,
 };
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
@@ -19,8 +19,13 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::phase::{self, HARVESTER_INSTALLED, INSTALL_TIMED_OUT, JobState, Note, Outcome, Owner, Power, WAITING_FOR_INSTALL_SLOT};
-use crate::provisioning::cluster::execute::{HARVESTER_CREATE_NODE, HARVESTER_JOIN_NODE, INVENTORY_FREED};
+use super::phase::{
+    self, HARVESTER_INSTALLED, INSTALL_TIMED_OUT, JobState, Note, Outcome, Owner, Power,
+    WAITING_FOR_INSTALL_SLOT,
+};
+use crate::provisioning::cluster::execute::{
+    HARVESTER_CREATE_NODE, HARVESTER_JOIN_NODE, INVENTORY_FREED,
+};
 use crate::provisioning::cluster::phase::Phase as ClusterPhase;
 use crate::provisioning::install::{self, SCRIPT_KEY};
 use crate::provisioning::{Error, ProvisioningContext, Stores, allocation};
@@ -92,7 +97,10 @@ pub async fn observe(
         .and_then(|t| t.parse::<Timestamp>().ok())
         .map(|t| Duration::try_from(Timestamp::now().duration_since(t)).unwrap_or_default());
     let install_ready = stores
-        .secret(&namespace, &install::install_secret_name(&inventory.name_any()))
+        .secret(
+            &namespace,
+            &install::install_secret_name(&inventory.name_any()),
+        )
         .is_some_and(|s| install::value(&s, SCRIPT_KEY).is_some());
     Ok(Observation {
         state: phase::Observed {
@@ -132,8 +140,10 @@ async fn owner(
     let wants = |cluster: &Cluster| -> Owner {
         let listed = cluster.spec.nodes.iter().any(|n| {
             n.inventory_reference.name == inventory.name_any()
-                && crate::provisioning::cluster::reference_namespace(&n.inventory_reference.namespace, cluster)
-                    == inventory.namespace().unwrap_or_default()
+                && crate::provisioning::cluster::reference_namespace(
+                    &n.inventory_reference.namespace,
+                    cluster,
+                ) == inventory.namespace().unwrap_or_default()
         });
         if cluster.metadata.deletion_timestamp.is_some() || !listed {
             return Owner::Unwanted;
@@ -198,7 +208,10 @@ fn now() -> String {
 }
 
 fn inventories(ctx: &ProvisioningContext, inventory: &Inventory) -> Api<Inventory> {
-    Api::namespaced(ctx.client.clone(), &inventory.namespace().unwrap_or_default())
+    Api::namespaced(
+        ctx.client.clone(),
+        &inventory.namespace().unwrap_or_default(),
+    )
 }
 
 /// Replaces the status (with the resourceVersion read) when `change` changed it.
@@ -218,12 +231,20 @@ async fn write_status(
         "status": crate::runtime::status::replacing(&before, &status)?,
     });
     inventories(ctx, inventory)
-        .patch_status(&inventory.name_any(), &PatchParams::default(), &Patch::Merge(body))
+        .patch_status(
+            &inventory.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(body),
+        )
         .await?;
     Ok(true)
 }
 
-async fn note_condition(inventory: &Inventory, ctx: &ProvisioningContext, note: &Note) -> Result<(), Error> {
+async fn note_condition(
+    inventory: &Inventory,
+    ctx: &ProvisioningContext,
+    note: &Note,
+) -> Result<(), Error> {
     let now = now();
     let written = write_status(inventory, ctx, |s| {
         if note.error {
@@ -234,9 +255,19 @@ async fn note_condition(inventory: &Inventory, ctx: &ProvisioningContext, note: 
     })
     .await?;
     if written {
-        let kind = if note.error { EventType::Warning } else { EventType::Normal };
+        let kind = if note.error {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
         ctx.inventory_events
-            .publish(inventory, kind, note.condition, "Provision", note.message.clone())
+            .publish(
+                inventory,
+                kind,
+                note.condition,
+                "Provision",
+                note.message.clone(),
+            )
             .await;
     }
     Ok(())
@@ -265,7 +296,10 @@ fn job(inventory: &Inventory, name: &str, tasks: serde_json::Value) -> Result<Jo
 /// Creates the Job; one of that name already there is this allocation's (a pass after a
 /// crash): it is not sent again.
 async fn create_job(ctx: &ProvisioningContext, job: &Job) -> Result<(), Error> {
-    let api: Api<Job> = Api::namespaced(ctx.client.clone(), job.metadata.namespace.as_deref().unwrap_or_default());
+    let api: Api<Job> = Api::namespaced(
+        ctx.client.clone(),
+        job.metadata.namespace.as_deref().unwrap_or_default(),
+    );
     match api.create(&PostParams::default(), job).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
@@ -275,7 +309,12 @@ async fn create_job(ctx: &ProvisioningContext, job: &Job) -> Result<(), Error> {
 
 /// The install boot: power off, a one-time network boot (in the mode the server is in),
 /// power on — taken only within the budget of concurrent installs.
-async fn boot(inventory: &Inventory, ctx: &ProvisioningContext, stores: &Stores, name: &str) -> Result<Action, Error> {
+async fn boot(
+    inventory: &Inventory,
+    ctx: &ProvisioningContext,
+    stores: &Stores,
+    name: &str,
+) -> Result<Action, Error> {
     let key = crate::runtime::object_key(inventory);
     let mut gate = ctx.boot_gate.lock().await;
     // Those the store shows now need no remembering; the others still count.
@@ -298,49 +337,100 @@ async fn boot(inventory: &Inventory, ctx: &ProvisioningContext, stores: &Stores,
     create_job(ctx, &job(inventory, name, tasks)?).await?;
     gate.submitted.insert(key);
     drop(gate);
-    crate::crash_point(ctx.settings.crash_point.as_deref(), "provisioning-after-boot-job");
+    crate::crash_point(
+        ctx.settings.crash_point.as_deref(),
+        "provisioning-after-boot-job",
+    );
     let now = now();
     write_status(inventory, ctx, |s| {
         conditions::set_true(&mut s.conditions, INSTALL_BOOT, Some(name), &now);
         conditions::set_false(&mut s.conditions, WAITING_FOR_INSTALL_SLOT, &now);
-        conditions::set_true(&mut s.conditions, BMC_JOB_SUBMITTED, Some("BMCJob Submitted"), &now);
+        conditions::set_true(
+            &mut s.conditions,
+            BMC_JOB_SUBMITTED,
+            Some("BMCJob Submitted"),
+            &now,
+        );
         s.power_action.last_job_name = Some(name.to_owned());
         s.power_action.action_status = None;
     })
     .await?;
     ctx.metrics.provisioning_boot();
     ctx.inventory_events
-        .publish(inventory, EventType::Normal, "InstallBoot", "Provision", format!("bmc job {name}: power off, one-time network boot, power on"))
+        .publish(
+            inventory,
+            EventType::Normal,
+            "InstallBoot",
+            "Provision",
+            format!("bmc job {name}: power off, one-time network boot, power on"),
+        )
         .await;
     Ok(Action::await_change())
 }
 
-async fn shut_down(inventory: &Inventory, ctx: &ProvisioningContext, name: &str) -> Result<Action, Error> {
+async fn shut_down(
+    inventory: &Inventory,
+    ctx: &ProvisioningContext,
+    name: &str,
+) -> Result<Action, Error> {
     create_job(ctx, &job(inventory, name, json!([{"powerAction": "off"}]))?).await?;
-    let cluster = inventory.status.clone().unwrap_or_default().owner_cluster.name;
+    let cluster = inventory
+        .status
+        .clone()
+        .unwrap_or_default()
+        .owner_cluster
+        .name;
     let now = now();
     write_status(inventory, ctx, |s| {
-        conditions::set_true(&mut s.conditions, CLUSTER_CLEANUP_SUBMITTED, Some(&cluster), &now);
+        conditions::set_true(
+            &mut s.conditions,
+            CLUSTER_CLEANUP_SUBMITTED,
+            Some(&cluster),
+            &now,
+        );
     })
     .await?;
     ctx.inventory_events
-        .publish(inventory, EventType::Normal, "Releasing", "Provision", format!("no longer in cluster {cluster}: shutting down (bmc job {name})"))
+        .publish(
+            inventory,
+            EventType::Normal,
+            "Releasing",
+            "Provision",
+            format!("no longer in cluster {cluster}: shutting down (bmc job {name})"),
+        )
         .await;
     Ok(Action::await_change())
 }
 
 /// Power is confirmed off: the allocation's Jobs and install Secret go, the address is freed,
 /// and the status no longer names the Cluster (Seeder's clearing, `inventoryFreed`).
-async fn free(inventory: &Inventory, ctx: &ProvisioningContext, stores: &Stores, observed: &Observation) -> Result<Action, Error> {
+async fn free(
+    inventory: &Inventory,
+    ctx: &ProvisioningContext,
+    stores: &Stores,
+    observed: &Observation,
+) -> Result<Action, Error> {
     let namespace = inventory.namespace().unwrap_or_default();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
     for name in [&observed.boot_job, &observed.shutdown_job] {
         ignore_missing(jobs.delete(name, &DeleteParams::background()).await)?;
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-    ignore_missing(secrets.delete(&install::install_secret_name(&inventory.name_any()), &DeleteParams::default()).await)?;
+    ignore_missing(
+        secrets
+            .delete(
+                &install::install_secret_name(&inventory.name_any()),
+                &DeleteParams::default(),
+            )
+            .await,
+    )?;
     allocation::release_node(inventory, ctx, stores).await?;
-    let cluster = inventory.status.clone().unwrap_or_default().owner_cluster.name;
+    let cluster = inventory
+        .status
+        .clone()
+        .unwrap_or_default()
+        .owner_cluster
+        .name;
     let now = now();
     write_status(inventory, ctx, |s| {
         s.pxe_boot_config = PxeBootConfig::default();
@@ -364,7 +454,13 @@ async fn free(inventory: &Inventory, ctx: &ProvisioningContext, stores: &Stores,
     })
     .await?;
     ctx.inventory_events
-        .publish(inventory, EventType::Normal, "Freed", "Provision", format!("powered off and released from cluster {cluster}"))
+        .publish(
+            inventory,
+            EventType::Normal,
+            "Freed",
+            "Provision",
+            format!("powered off and released from cluster {cluster}"),
+        )
         .await;
     Ok(Action::await_change())
 }

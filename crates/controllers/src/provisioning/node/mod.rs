@@ -50,16 +50,20 @@ pub async fn run<I, C, J>(
     J: Stream<Item = Arc<Job>> + Send + 'static,
 {
     let members = stores.inventories.clone();
-    let controller = Controller::for_shared_stream(triggers.inventories, stores.inventories.clone())
-        // A Cluster wakes the Inventories it owns or lists (booting, released, deleted).
-        .watches_shared_stream(triggers.clusters, move |cluster| {
-            owned_or_listed(&members.state(), &cluster)
-        })
-        .watches_shared_stream(triggers.jobs, |job| {
-            let inventory = job.labels().get(ingot_api::seeder::JOB_INVENTORY_LABEL)?.clone();
-            Some(ObjectRef::new(&inventory).within(&job.namespace()?))
-        })
-        .with_config(Config::default().concurrency(64));
+    let controller =
+        Controller::for_shared_stream(triggers.inventories, stores.inventories.clone())
+            // A Cluster wakes the Inventories it owns or lists (booting, released, deleted).
+            .watches_shared_stream(triggers.clusters, move |cluster| {
+                owned_or_listed(&members.state(), &cluster)
+            })
+            .watches_shared_stream(triggers.jobs, |job| {
+                let inventory = job
+                    .labels()
+                    .get(ingot_api::seeder::JOB_INVENTORY_LABEL)?
+                    .clone();
+                Some(ObjectRef::new(&inventory).within(&job.namespace()?))
+            })
+            .with_config(Config::default().concurrency(64));
     let backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(120));
     let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
     runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
@@ -78,15 +82,20 @@ fn owned_or_listed(inventories: &[Arc<Inventory>], cluster: &Cluster) -> Vec<Obj
             owned
                 || cluster.spec.nodes.iter().any(|n| {
                     n.inventory_reference.name == i.name_any()
-                        && super::cluster::reference_namespace(&n.inventory_reference.namespace, cluster)
-                            == namespace
+                        && super::cluster::reference_namespace(
+                            &n.inventory_reference.namespace,
+                            cluster,
+                        ) == namespace
                 })
         })
         .map(|i| ObjectRef::from(i.as_ref()))
         .collect()
 }
 
-async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<ProvisioningContext>) -> Result<Action, Error> {
+async fn reconcile(
+    inventory: Arc<Inventory>,
+    ctx: Arc<ProvisioningContext>,
+) -> Result<Action, Error> {
     if is_local(&inventory) {
         return Ok(Action::await_change());
     }

@@ -1,0 +1,101 @@
+//! The boot server (`--boot-addr`): what servers being provisioned fetch while they install
+//! Harvester, answered from watched stores by `provisioning::boot::BootService`.
+//!
+//! - `GET /boot/<mac>`: the server's iPXE script, or a script that boots its disk.
+//! - `GET /config/<namespace>/<name>`: its Harvester install config (only to its own address).
+//! - `PUT /disable/<namespace>/<name>`: the installer's SUCCEEDED webhook.
+//!
+//! Plain HTTP, as iPXE and the installer fetch it; bounded like the other servers, and no
+//! request body is read.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Extension, Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use ingot_controllers::provisioning::boot::{Answer, BOOT_FROM_DISK, BootService, Script};
+use tracing::{info, warn};
+
+use crate::serve::{Limits, Peer};
+
+pub async fn serve(
+    addr: SocketAddr,
+    service: Arc<BootService>,
+    limits: Limits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("binding the boot server address {addr}: {e}"))?;
+    info!(address = %listener.local_addr()?, "serving iPXE scripts and install configs");
+    let app = Router::new()
+        .route("/boot/{mac}", get(script))
+        .route("/config/{namespace}/{name}", get(config))
+        .route("/disable/{namespace}/{name}", put(succeeded))
+        .with_state(service);
+    Ok(crate::serve::spawn(listener, None, app, limits, shutdown))
+}
+
+fn text(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+async fn script(State(service): State<Arc<BootService>>, Path(mac): Path<String>) -> Response {
+    match service.script(&mac) {
+        Script::Install(script) => {
+            info!(%mac, "served an install script");
+            text(StatusCode::OK, script)
+        }
+        Script::Disk => text(StatusCode::OK, BOOT_FROM_DISK.to_owned()),
+        Script::Unknown => text(StatusCode::NOT_FOUND, BOOT_FROM_DISK.to_owned()),
+    }
+}
+
+async fn config(
+    State(service): State<Arc<BootService>>,
+    Extension(Peer(peer)): Extension<Peer>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    match service.config(&namespace, &name, peer.ip()) {
+        Answer::Ok(config) => {
+            info!(%namespace, %name, "served an install config");
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/yaml")],
+                config,
+            )
+                .into_response()
+        }
+        Answer::Forbidden => refused(&namespace, &name, peer),
+        Answer::NotFound => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+fn refused(namespace: &str, name: &str, peer: SocketAddr) -> Response {
+    warn!(%namespace, %name, source = %peer.ip(), "refused: not the node's address (see --boot-allow-source)");
+    StatusCode::FORBIDDEN.into_response()
+}
+
+async fn succeeded(
+    State(service): State<Arc<BootService>>,
+    Extension(Peer(peer)): Extension<Peer>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    match service.succeeded(&namespace, &name, peer.ip()).await {
+        Ok(Answer::Ok(())) => StatusCode::ACCEPTED.into_response(),
+        Ok(Answer::Forbidden) => refused(&namespace, &name, peer),
+        Ok(Answer::NotFound) => StatusCode::NOT_FOUND.into_response(),
+        Err(error) => {
+            warn!(%namespace, %name, %error, "could not record the install");
+            StatusCode::SERVICE_UNAVAILABLE.into_response()
+        }
+    }
+}
