@@ -161,7 +161,7 @@ fn harvester_config(base: &str, n: &NodeSpec, extra_os: &str) -> String {
 }
 
 /// A manifest the create node deploys (as ingot installs its node-reading credential).
-const MANIFEST: &str = "  write_files:\n  - path: /var/lib/rancher/rke2/server/manifests/ingot-reader.yaml\n    content: |\n      apiVersion: v1\n      kind: ServiceAccount\n      metadata:\n        name: ingot-reader\n        namespace: kube-system\n      ---\n      apiVersion: rbac.authorization.k8s.io/v1\n      kind: ClusterRole\n      metadata:\n        name: ingot-node-reader\n      rules:\n      - apiGroups: [\"\"]\n        resources: [nodes]\n        verbs: [get, list, watch]\n";
+const MANIFEST: &str = "  write_files:\n  - path: /var/lib/rancher/rke2/server/manifests/ingot-reader.yaml\n    content: |\n      apiVersion: v1\n      kind: ServiceAccount\n      metadata:\n        name: ingot-reader\n        namespace: kube-system\n      ---\n      apiVersion: rbac.authorization.k8s.io/v1\n      kind: ClusterRole\n      metadata:\n        name: ingot-node-reader\n      rules:\n      - apiGroups: [\"\"]\n        resources: [nodes]\n        verbs: [get, list, watch]\n      ---\n      apiVersion: v1\n      kind: ConfigMap\n      metadata:\n        name: ingot-reader-hint\n      data:\n        a: b\n";
 
 struct Env {
     fleet: Fleet,
@@ -432,6 +432,9 @@ async fn pxe_installs_a_new_cluster_create_then_joins() {
     assert!(sa.get_opt("ingot-reader").await.unwrap().is_some());
     let roles: Api<ClusterRole> = Api::all(env.target.clone());
     assert!(roles.get_opt("ingot-node-reader").await.unwrap().is_some());
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(env.target.clone(), "default");
+    assert!(cms.get_opt("ingot-reader-hint").await.unwrap().is_some());
 
     // Given the right token and PXE-booted again, the third node reinstalls and joins.
     env.serve_node(&env.node(2, TOKEN), "");
@@ -462,6 +465,13 @@ async fn pxe_installs_a_new_cluster_create_then_joins() {
         "the create node heartbeats"
     );
     assert_eq!(env.servers.server(1).unwrap().state, ServerState::Off);
+    // Powered on again, it boots its disk and is Ready again.
+    env.power(&env.fleet.bmcs[1], "On", "On").await;
+    env.wait_node(&nodes[1].name, "Ready again", |n| {
+        ready(n).as_deref() == Some("True")
+    })
+    .await;
+    assert_eq!(env.devices(1), vec!["Hdd", "Pxe", "Hdd", "Hdd"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -497,6 +507,30 @@ async fn script_and_config_faults_leave_servers_stuck() {
     assert!(env.node_absent(&n.name).await);
     assert_eq!(env.devices(0), vec!["Hdd", "Pxe", "Pxe"]);
 
+    // The status listing over HTTP.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = env.servers.router();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let listing: serde_json::Value = env
+        .http
+        .get(format!("http://{addr}/servers"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listing["servers"][0]["state"], "stuck");
+    assert_eq!(listing["servers"][0]["mac"], n.mac.as_str());
+    let missing = env
+        .http
+        .get(format!("http://{addr}/servers/7"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+
     // The boot server refuses connections: stuck with the reason.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/boot", closed.local_addr().unwrap());
@@ -509,4 +543,58 @@ async fn script_and_config_faults_leave_servers_stuck() {
         })
         .await;
     assert!(s.reason.as_deref().unwrap().contains("PXE: GET"), "{s:?}");
+}
+
+/// Accepts connections and closes the first `drops` without an answer; answers the rest 200.
+/// Returns its URL and the number of connections seen.
+async fn flaky_webhook(drops: usize) -> (String, Arc<Mutex<usize>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/disable/flaky", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let n = {
+                let mut c = counter.lock().unwrap();
+                *c += 1;
+                *c
+            };
+            if n <= drops {
+                drop(conn);
+                continue;
+            }
+            let mut buf = vec![0u8; 4096];
+            let _ = conn.read(&mut buf).await;
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .await;
+        }
+    });
+    (url, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_connection_errors_are_retried() {
+    let env = Env::start(1, None).await;
+    let n = env.node(0, "another-cluster-token");
+    env.serve_node(&n, "");
+    let (url, seen) = flaky_webhook(2).await;
+    let config = harvester_config(&env.base, &n, "")
+        .replace(&format!("{}/disable/{}", env.base, n.name), &url);
+    env.prov.with(|s| s.configs.insert(n.mac.clone(), config));
+    env.pxe_boot(0).await;
+    let s = env
+        .wait_server(0, "installed and rebooted", |s| {
+            s.installs == 1 && s.boot_device.as_deref() == Some("Hdd")
+        })
+        .await;
+    assert_eq!(s.webhooks_sent, 1, "{s:?}");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        3,
+        "two dropped connections, then the PUT"
+    );
+    assert!(s.warnings.iter().all(|w| !w.contains("webhook")), "{s:?}");
 }

@@ -342,3 +342,38 @@ async fn send_webhooks(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use crate::install::{Machine, check_create, parse_remote};
+
+    const CREATE: &str = "schemeVersion: 1\ntoken: t0k3n\nos:\n  hostname: n0\ninstall:\n  mode: create\n  vip: 127.0.10.1\n  vipMode: static\n  managementInterface:\n    method: static\n    ip: 127.0.20.10\n    subnetMask: 255.255.255.0\n    gateway: 127.0.20.1\n    interfaces:\n    - hwAddr: 02:00:00:00:00:00\n  device: /dev/sda\n  isoUrl: http://127.0.0.1:9/h.iso\n";
+
+    fn check(config: &str) -> Result<String, String> {
+        let nics = vec![("eth0".to_owned(), "02:00:00:00:00:00".to_owned())];
+        let machine = Machine {
+            hostname: "n0",
+            nics: &nics,
+        };
+        let v = parse_remote(config, false).unwrap();
+        check_create(&v, Some("v1.4.2"), "127.0.10.1", &machine)
+            .map(|a| a.node_name)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn create_mode_is_checked() {
+        assert_eq!(check(CREATE).unwrap(), "n0");
+        let other_vip = check(&CREATE.replace("vip: 127.0.10.1", "vip: 127.0.10.2")).unwrap_err();
+        assert!(other_vip.contains("install.vip: 127.0.10.2"), "{other_vip}");
+        let dhcp = check(&CREATE.replace("vipMode: static", "vipMode: dhcp")).unwrap_err();
+        assert!(dhcp.contains("install.vip_mode"), "{dhcp}");
+        let no_token = check(&CREATE.replace("token: t0k3n\n", "")).unwrap_err();
+        assert!(no_token.contains("token: missing"), "{no_token}");
+        let foreign =
+            check(&CREATE.replace("hwAddr: 02:00:00:00:00:00", "hwAddr: 02:00:00:00:00:99"))
+                .unwrap_err();
+        assert!(foreign.contains("not a NIC"), "{foreign}");
+    }
+}
