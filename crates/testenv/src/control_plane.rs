@@ -413,3 +413,26 @@ fn log_tail(path: &Path) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_non_loopback_bind_address_is_refused() {
+        let options = Options {
+            bin_dir: PathBuf::from("unused"),
+            state_dir: None,
+            controller_manager: false,
+            install_crds: false,
+            watchdog_parent: None,
+            bind_address: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+            bootstrap_token_auth: true,
+        };
+        let Err(error) = ControlPlane::start(options).await else {
+            panic!("started on a non-loopback address");
+        };
+        assert!(matches!(error, Error::NotLoopback(_)), "{error}");
+        assert!(error.to_string().contains("192.0.2.1"), "{error}");
+    }
+}
