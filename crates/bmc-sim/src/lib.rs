@@ -7,7 +7,7 @@
 //! file-descriptor limit above 20,000 when clients keep connections alive.
 //!
 //! Per BMC: SessionService with a max-sessions limit, power with transition delays, boot
-//! override (Once is consumed by the next boot), inventory in four vendor shapes, LogServices
+//! override (Once is consumed by the next boot), a boot record per power-on ([`BootRecord`]), inventory in four vendor shapes, LogServices
 //! entries, EventService with server-sent events, and faults on demand ([`Fault`]) set in
 //! process or over `PUT /_sim/fault`.
 
@@ -188,6 +188,32 @@ pub struct BootState {
     pub mode: String,
 }
 
+/// One power-on of the server, as its firmware saw it: what it booted and when it stopped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootRecord {
+    /// 1 for the first power-on, one more for each power-on after (a restart is one).
+    pub count: u64,
+    /// What the firmware booted: the override's target (`Pxe`, `Cd`, `UefiHttp`...) when an
+    /// override applied to this boot, else `Hdd` (the disk).
+    pub device: String,
+    /// The boot mode (`UEFI` or `Legacy`).
+    pub mode: String,
+    /// The override that applied: `Once` (consumed by this boot), `Continuous`, or `Disabled`.
+    pub override_enabled: String,
+    pub booted_at: String,
+    /// When the power went off (the OS stopped); `None` while it runs.
+    pub powered_off_at: Option<String>,
+}
+
+/// What `GET /_sim/boots` reports.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Boots {
+    pub power_state: String,
+    pub boots: Vec<BootRecord>,
+}
+
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub power_on: bool,
@@ -212,6 +238,51 @@ pub(crate) struct Inner {
     pub media: Vec<MediaState>,
     /// Every virtual media change accepted (`insert <device> <image>`, `eject <device>`).
     pub media_log: Vec<String>,
+    /// Every power-on, oldest first.
+    pub boots: Vec<BootRecord>,
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl Inner {
+    /// The power goes on: the firmware boots the override's target (a `Once` override is
+    /// consumed now), or the disk.
+    pub(crate) fn power_on_boot(&mut self) {
+        let applies = self.boot.enabled != "Disabled" && self.boot.target != "None";
+        let record = BootRecord {
+            count: self.boots.last().map(|b| b.count + 1).unwrap_or(1),
+            device: if applies {
+                self.boot.target.clone()
+            } else {
+                "Hdd".into()
+            },
+            mode: self.boot.mode.clone(),
+            override_enabled: if applies {
+                self.boot.enabled.clone()
+            } else {
+                "Disabled".into()
+            },
+            booted_at: now_rfc3339(),
+            powered_off_at: None,
+        };
+        self.boots.push(record);
+        if self.boot.enabled == "Once" {
+            self.boot.enabled = "Disabled".into();
+            self.boot.target = "None".into();
+            self.etag += 1;
+        }
+    }
+
+    /// The power goes off: the running OS stops.
+    pub(crate) fn power_off_stop(&mut self) {
+        if let Some(last) = self.boots.last_mut()
+            && last.powered_off_at.is_none()
+        {
+            last.powered_off_at = Some(now_rfc3339());
+        }
+    }
 }
 
 /// Requests in flight, now and at peak.
@@ -322,6 +393,19 @@ impl BmcState {
                 ],
                 media: media::initial(&profile.media),
                 media_log: Vec::new(),
+                // A server found on has booted its disk.
+                boots: if spec.initial_power_on {
+                    vec![BootRecord {
+                        count: 1,
+                        device: "Hdd".into(),
+                        mode: "UEFI".into(),
+                        override_enabled: "Disabled".into(),
+                        booted_at: now_rfc3339(),
+                        powered_off_at: None,
+                    }]
+                } else {
+                    Vec::new()
+                },
             }),
             spec,
             profile,
@@ -329,6 +413,34 @@ impl BmcState {
             events,
             fleet_in_flight,
         })
+    }
+
+    /// Every power-on so far, oldest first (see [`BootRecord`]).
+    pub fn boots(&self) -> Vec<BootRecord> {
+        self.lock().boots.clone()
+    }
+
+    /// The latest power-on, if the server was ever on.
+    pub fn last_boot(&self) -> Option<BootRecord> {
+        self.lock().boots.last().cloned()
+    }
+
+    /// What `GET /_sim/boots` shows.
+    pub fn boots_report(&self) -> Boots {
+        let g = self.lock();
+        Boots {
+            power_state: redfish::power_state_name(&g).into(),
+            boots: g.boots.clone(),
+        }
+    }
+
+    /// The server's OS reboots itself (an installer's final reboot): off, then on after the
+    /// power delay each, booting whatever the override says (none left: the disk). Not a
+    /// Redfish request: no counter or reset log entry.
+    pub fn reboot_from_os(self: &Arc<Self>) {
+        if self.lock().final_on {
+            redfish::transition(self, &[false, true]);
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -210,3 +210,141 @@ async fn lenovo_requires_if_match_on_patch() {
         .unwrap();
     assert_eq!(r.status(), 204);
 }
+
+async fn redfish(http: &reqwest::Client, method: reqwest::Method, url: String, body: Value) {
+    let r = http
+        .request(method, url)
+        .basic_auth("admin", Some("password"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+}
+
+async fn wait_power(bmc: &ingot_bmc_sim::SimBmc, state: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while bmc.state.snapshot().power_state != state {
+        assert!(Instant::now() < deadline, "power never {state}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn each_power_on_is_a_boot_record() {
+    let fleet = one(Vendor::Dell).await;
+    let bmc = &fleet.bmcs[0];
+    let url = bmc.url();
+    let system = format!("{url}/redfish/v1/Systems/System.Embedded.1");
+    let reset = format!("{system}/Actions/ComputerSystem.Reset");
+    let http = reqwest::Client::new();
+    // Found on: it booted its disk.
+    assert_eq!(bmc.state.boots().len(), 1);
+    assert_eq!(bmc.state.boots()[0].device, "Hdd");
+    let once =
+        json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}});
+    redfish(&http, reqwest::Method::PATCH, system.clone(), once).await;
+    redfish(
+        &http,
+        reqwest::Method::POST,
+        reset.clone(),
+        json!({"ResetType": "ForceOff"}),
+    )
+    .await;
+    wait_power(bmc, "Off").await;
+    assert!(
+        bmc.state.boots()[0].powered_off_at.is_some(),
+        "power-off ends the boot"
+    );
+    redfish(
+        &http,
+        reqwest::Method::POST,
+        reset.clone(),
+        json!({"ResetType": "On"}),
+    )
+    .await;
+    wait_power(bmc, "On").await;
+    let pxe = bmc.state.last_boot().unwrap();
+    assert_eq!((pxe.count, pxe.device.as_str()), (2, "Pxe"));
+    assert_eq!(
+        (pxe.override_enabled.as_str(), pxe.mode.as_str()),
+        ("Once", "UEFI")
+    );
+    assert!(pxe.powered_off_at.is_none());
+    // The Once override was consumed by that boot: a restart boots the disk.
+    let sys: Value = http
+        .get(&system)
+        .basic_auth("admin", Some("password"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(sys["Boot"]["BootSourceOverrideEnabled"], "Disabled");
+    redfish(
+        &http,
+        reqwest::Method::POST,
+        reset.clone(),
+        json!({"ResetType": "ForceRestart"}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while bmc.state.boots().len() < 3 {
+        assert!(Instant::now() < deadline, "the restart never booted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_power(bmc, "On").await;
+    // A Continuous override stays for every boot; the OS rebooting itself is a boot too.
+    let continuous = json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Continuous"}});
+    redfish(&http, reqwest::Method::PATCH, system.clone(), continuous).await;
+    let requests = bmc.state.snapshot().requests;
+    bmc.state.reboot_from_os();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while bmc.state.boots().len() < 4 || bmc.state.snapshot().power_state != "On" {
+        assert!(Instant::now() < deadline, "the OS reboot never booted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Read over the admin endpoint, which is not Redfish traffic.
+    let report: Value = http
+        .get(format!("{url}/_sim/boots"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        bmc.state.snapshot().requests,
+        requests,
+        "neither the OS reboot nor /_sim/boots counts"
+    );
+    assert_eq!(report["powerState"], "On");
+    let devices: Vec<(u64, &str, &str)> = report["boots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["count"].as_u64().unwrap(),
+                b["device"].as_str().unwrap(),
+                b["overrideEnabled"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        devices,
+        vec![
+            (1, "Hdd", "Disabled"),
+            (2, "Pxe", "Once"),
+            (3, "Hdd", "Disabled"),
+            (4, "Pxe", "Continuous")
+        ]
+    );
+    assert!(report["boots"][2]["poweredOffAt"].is_string());
+    assert!(report["boots"][3]["poweredOffAt"].is_null());
+    assert_eq!(
+        bmc.state.reset_requests(),
+        vec!["ForceOff", "On", "ForceRestart"]
+    );
+}

@@ -538,6 +538,61 @@ pub fn check(
     })
 }
 
+/// The checks of an automatic create install (servers behind BMCs, `crate::servers`): the
+/// node starts a new cluster at `install.vip`, which must be `vip` (where the emulated cluster
+/// answers), with its own `token`; the management network, disk, ISO and hostname are checked
+/// as for a join (to itself).
+pub fn check_create(
+    config: &Value,
+    release: Option<&str>,
+    vip: &str,
+    machine: &Machine<'_>,
+) -> Result<Accepted, Refusal> {
+    let token = get_str(config, &["token"]).ok_or(Refusal::Invalid {
+        field: "token".into(),
+        message: "missing: install.mode create needs the new cluster's token".into(),
+    })?;
+    let found = get_str(config, &["install", "vip"]).ok_or(Refusal::Invalid {
+        field: "install.vip".into(),
+        message: "missing: install.mode create needs the cluster's address".into(),
+    })?;
+    if found != vip {
+        return Err(Refusal::Invalid {
+            field: "install.vip".into(),
+            message: format!("{found}: the new cluster's address here is {vip}"),
+        });
+    }
+    match get_str(config, &["install", "vipmode"]).unwrap_or("static") {
+        "static" => {}
+        other => {
+            return Err(Refusal::Invalid {
+                field: "install.vip_mode".into(),
+                message: format!("{other:?}: only static is emulated (the VIP is fixed)"),
+            });
+        }
+    }
+    let current = get(config, &["schemeversion"]).is_some()
+        || get(config, &["install", "managementinterface"]).is_some();
+    let schema = release.and_then(Schema::of_version).unwrap_or(if current {
+        Schema::Current
+    } else {
+        Schema::V1_0
+    });
+    if !config.is_object() || !matches!(config.get("install"), Some(Value::Object(_))) {
+        return Err(Refusal::BadYaml("install is not a mapping".into()));
+    }
+    let mut as_join = config.clone();
+    as_join["install"]["mode"] = Value::from("join");
+    as_join["serverurl"] = Value::from(format!("https://{vip}:{}", schema.join_port()));
+    let expected = Expected {
+        token: token.to_owned(),
+        host: vip.to_owned(),
+        port: None,
+        schema: None,
+    };
+    check(&as_join, release, &expected, machine)
+}
+
 fn check_server_url(raw: &str, schema: Schema, expected: &Expected) -> Result<(), Refusal> {
     let wrong = |message: String| Refusal::WrongServer {
         url: raw.to_owned(),

@@ -10,6 +10,9 @@
 //! A device booted from an OS image with Gardener user data joins with the bootstrap token the
 //! user data carries, if the API server would accept it ([`gardener`]).
 //!
+//! [`servers::ServerFleet`] plays the servers behind a bmc-sim fleet instead: PXE boots through
+//! their BMCs, the Harvester install (create or join), and the new cluster's nodes.
+//!
 //! It depends on no operator crate: the emulator's JSON and the installer's config format are
 //! read by its own small parsers. See `docs/boot-sim.md`.
 
@@ -17,6 +20,7 @@ pub mod gardener;
 pub mod install;
 pub mod ipxe;
 pub mod node;
+pub mod servers;
 
 mod http;
 

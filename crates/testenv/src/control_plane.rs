@@ -1,7 +1,7 @@
 //! Starting and stopping etcd, kube-apiserver and kube-controller-manager.
 
 use std::fs::{self, File};
-use std::net::TcpListener;
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -45,6 +45,13 @@ pub struct Options {
     /// Stop the control plane once this process exits (for control planes owned by a test
     /// process, which never drops its statics).
     pub watchdog_parent: Option<u32>,
+    /// The loopback address kube-apiserver listens on (and its serving certificate names):
+    /// `127.0.0.1` by default; another one plays a second cluster at its own address (a VIP).
+    pub bind_address: IpAddr,
+    /// `--enable-bootstrap-token-auth`: a `bootstrap.kubernetes.io/token` Secret in
+    /// `kube-system` authenticates its `<id>.<secret>` bearer token (group
+    /// `system:bootstrappers`), as RKE2 accepts the tokens it creates.
+    pub bootstrap_token_auth: bool,
 }
 
 impl Options {
@@ -59,6 +66,8 @@ impl Options {
             controller_manager: true,
             install_crds: true,
             watchdog_parent: None,
+            bind_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            bootstrap_token_auth: false,
         })
     }
 }
@@ -78,6 +87,9 @@ impl ControlPlane {
     /// then starts kube-controller-manager (after the CRDs, so that its garbage collector
     /// knows them from its first discovery).
     pub async fn start(options: Options) -> Result<Self> {
+        if !options.bind_address.is_loopback() {
+            return Err(Error::NotLoopback(options.bind_address));
+        }
         for binary in ["etcd", "kube-apiserver", "kube-controller-manager"] {
             if !options.bin_dir.join(binary).is_file() {
                 return Err(Error::MissingBinaries {
@@ -94,7 +106,7 @@ impl ControlPlane {
         };
         fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
 
-        let pki = pki::generate()?;
+        let pki = pki::generate(options.bind_address)?;
         let token = random_suffix(32);
         write(&dir.join("ca.crt"), &pki.ca_cert_pem)?;
         write(&dir.join("apiserver.crt"), &pki.serving_cert_pem)?;
@@ -107,8 +119,11 @@ impl ControlPlane {
             &format!("{token},admin,admin,\"system:masters\"\n"),
         )?;
 
-        let [etcd_port, etcd_peer_port, api_port] = free_ports()?;
-        let api_url = format!("https://127.0.0.1:{api_port}");
+        let [etcd_port, etcd_peer_port, api_port] = free_ports(options.bind_address)?;
+        let api_url = format!(
+            "https://{}",
+            std::net::SocketAddr::new(options.bind_address, api_port)
+        );
         let kubeconfig = dir.join("kubeconfig");
         write(
             &kubeconfig,
@@ -143,7 +158,7 @@ impl ControlPlane {
 
         let mut apiserver_args = vec![
             format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
-            "--bind-address=127.0.0.1".to_owned(),
+            format!("--bind-address={}", options.bind_address),
             format!("--secure-port={api_port}"),
             format!("--tls-cert-file={}", dir.join("apiserver.crt").display()),
             format!(
@@ -174,6 +189,9 @@ impl ControlPlane {
             "--audit-log-format=json".to_owned(),
             "--audit-log-mode=blocking".to_owned(),
         ];
+        if options.bootstrap_token_auth {
+            apiserver_args.push("--enable-bootstrap-token-auth=true".to_owned());
+        }
         // kube-apiserver derives its advertised address from the default route; a network
         // namespace without one must name an address.
         if let Ok(address) = std::env::var("INGOT_TESTENV_ADVERTISE_ADDRESS") {
@@ -360,10 +378,16 @@ fn kubeconfig_yaml(api_url: &str, ca_pem: &str, token: &str) -> String {
     )
 }
 
-/// Three distinct free TCP ports on loopback.
-fn free_ports() -> Result<[u16; 3]> {
+/// Three distinct free TCP ports: two on 127.0.0.1 (etcd), the last on `api` as well.
+fn free_ports(api: IpAddr) -> Result<[u16; 3]> {
     let listeners: Vec<TcpListener> = (0..3)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .map(|i| {
+            if i == 2 {
+                TcpListener::bind((api, 0))
+            } else {
+                TcpListener::bind("127.0.0.1:0")
+            }
+        })
         .collect::<Result<_, _>>()
         .map_err(io("finding free loopback ports".to_owned()))?;
     let mut ports = [0u16; 3];
@@ -388,4 +412,27 @@ fn log_tail(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_non_loopback_bind_address_is_refused() {
+        let options = Options {
+            bin_dir: PathBuf::from("unused"),
+            state_dir: None,
+            controller_manager: false,
+            install_crds: false,
+            watchdog_parent: None,
+            bind_address: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+            bootstrap_token_auth: true,
+        };
+        let Err(error) = ControlPlane::start(options).await else {
+            panic!("started on a non-loopback address");
+        };
+        assert!(matches!(error, Error::NotLoopback(_)), "{error}");
+        assert!(error.to_string().contains("192.0.2.1"), "{error}");
+    }
 }

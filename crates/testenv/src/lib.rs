@@ -61,6 +61,10 @@ pub enum Error {
         "the control plane was not ready within {seconds} s; last lines of the kube-apiserver log:\n{log_tail}"
     )]
     NotReady { seconds: u64, log_tail: String },
+    #[error(
+        "Options.bind_address {0} is not a loopback address: the control plane listens on loopback only (use 127.x.y.z)"
+    )]
+    NotLoopback(std::net::IpAddr),
     #[error("generating certificates: {0}")]
     Pki(#[from] rcgen::Error),
     #[error("kubeconfig {path}: {message}")]

@@ -41,6 +41,8 @@ async fn main() -> anyhow::Result<()> {
         controller_manager: !no_controller_manager,
         install_crds: true,
         watchdog_parent: None,
+        bind_address: std::net::Ipv4Addr::LOCALHOST.into(),
+        bootstrap_token_auth: false,
     };
     let started = std::time::Instant::now();
     let mut plane = ControlPlane::start(options)

@@ -1,5 +1,5 @@
 //! Certificates and keys for a loopback control plane: a CA, the API server's serving
-//! certificate (127.0.0.1 and localhost) and the service-account signing key.
+//! certificate (127.0.0.1, localhost and the address it binds) and the service-account signing key.
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose, SanType};
 
@@ -11,7 +11,7 @@ pub struct Pki {
     pub service_account_public_pem: String,
 }
 
-pub fn generate() -> Result<Pki, rcgen::Error> {
+pub fn generate(bind_address: std::net::IpAddr) -> Result<Pki, rcgen::Error> {
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params
@@ -28,6 +28,11 @@ pub fn generate() -> Result<Pki, rcgen::Error> {
     serving_params
         .subject_alt_names
         .push(SanType::IpAddress([127, 0, 0, 1].into()));
+    if bind_address != std::net::IpAddr::from([127, 0, 0, 1]) {
+        serving_params
+            .subject_alt_names
+            .push(SanType::IpAddress(bind_address));
+    }
     serving_params
         .distinguished_name
         .push(DnType::CommonName, "kube-apiserver");

@@ -1,4 +1,4 @@
-//! The `/_sim/` admin endpoints: state, faults, session expiry and log entries.
+//! The `/_sim/` admin endpoints: state, boot records, faults, session expiry and log entries.
 
 use super::{Bmc, ok};
 use crate::Fault;
@@ -13,6 +13,7 @@ pub(super) async fn handle(b: &Bmc, method: Method, path: &str, req: Request) ->
         .await
         .unwrap_or_default();
     match (method, path.trim_end_matches('/')) {
+        (Method::GET, "boots") => ok(serde_json::to_value(b.boots_report()).unwrap_or(Value::Null)),
         (Method::GET, "state") => ok(serde_json::to_value(b.snapshot()).unwrap_or(Value::Null)),
         (Method::PUT, "fault") => match serde_json::from_slice::<Fault>(&body) {
             Ok(f) => {

@@ -25,6 +25,8 @@ use std::sync::Arc;
 
 type Bmc = Arc<BmcState>;
 
+pub(crate) use systems::transition;
+
 pub(crate) fn router(state: Bmc) -> Router {
     Router::new().fallback(handle::handle).with_state(state)
 }

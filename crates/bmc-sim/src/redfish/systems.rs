@@ -242,7 +242,7 @@ fn reset(b: &Bmc, body: Option<&Value>) -> Response {
 }
 
 /// Moves the power state through `steps`, each landing after the profile's delay.
-fn transition(b: &Bmc, steps: &[bool]) {
+pub(crate) fn transition(b: &Bmc, steps: &[bool]) {
     let generation = {
         let mut g = b.lock();
         g.generation += 1;
@@ -260,20 +260,18 @@ fn transition(b: &Bmc, steps: &[bool]) {
         if g.generation != generation {
             return false;
         }
+        match (g.power_on, target) {
+            // A one-time override is consumed by the boot it applied to.
+            (false, true) => g.power_on_boot(),
+            (true, false) => g.power_off_stop(),
+            _ => {}
+        }
         g.power_on = target;
         g.pending = if last {
             None
         } else {
             Some((!target, generation))
         };
-        if target {
-            // A one-time override is consumed by the boot it applied to.
-            if g.boot.enabled == "Once" {
-                g.boot.enabled = "Disabled".into();
-                g.boot.target = "None".into();
-                g.etag += 1;
-            }
-        }
         drop(g);
         b.emit(
             "StatusChange",
