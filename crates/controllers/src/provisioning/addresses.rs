@@ -15,7 +15,7 @@ use super::ipam::{self, AllocateError, Pool, SpecError};
 use crate::runtime::is_conflict;
 
 /// Attempts of one allocation or release before it gives up on conflicts.
-pub const ATTEMPTS: u32 = 20;
+pub const ATTEMPTS: u32 = 50;
 
 /// A pool by namespace and name (an `addressPoolReference`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -166,10 +166,10 @@ async fn write(
     }
 }
 
-/// A short random pause after a lost race, growing with the attempts (at most ~0.5 s), so
+/// A short random pause after a lost race, growing with the attempts (at most 0.2 s), so
 /// that many callers spread out instead of colliding again.
 async fn pause(attempt: u32) {
-    let ceiling = 10 * u64::from(attempt.min(10) + 1) * 5;
+    let ceiling = 20 * u64::from(attempt.min(9) + 1);
     let millis = rand::rng().random_range(0..=ceiling);
     tokio::time::sleep(Duration::from_millis(millis)).await;
 }

@@ -145,10 +145,12 @@ pub fn plan(pool: &AddressPool, verdict: Result<Pool, Refusal>, gone: &[Allocate
     let (state, reason, message) = match verdict {
         Ok(parsed) => {
             status = ipam::settled(&parsed, &status);
-            let held = status.address_allocation.len();
-            let available = status.available_addresses;
-            let message = format!("{held} of {available} addresses held");
-            (ConditionStatus::True, status.status.clone(), message)
+            // No counts in the message: it would change (and be written) on every allocation.
+            let (reason, message) = match status.status.as_str() {
+                ipam::EXHAUSTED => ("PoolExhausted", "every address of the pool is held"),
+                _ => ("PoolReady", "the pool has a free address"),
+            };
+            (ConditionStatus::True, reason.to_owned(), message.to_owned())
         }
         Err(refusal) => {
             status.status = ipam::INVALID.to_owned();
