@@ -26,7 +26,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 const FINALIZER: &str = "finalizer.addresspool.harvesterhci.io";
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(120);
 
 /// A kubeconfig of the manifests' ServiceAccount (`deploy/manifests/provisioning.yaml`,
 /// installed once per test binary).

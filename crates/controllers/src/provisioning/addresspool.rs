@@ -9,8 +9,9 @@
 //!   namespace) is held as `poolInvalid` with a `Ready=False` condition naming the field and the
 //!   fix, and a Warning Event; nothing is handed out from it;
 //! - an allocation whose owner (a Cluster for `kind: cluster`, an Inventory for
-//!   `kind: inventory`) no longer exists is freed, on every pass: each change of the pool and
-//!   every [`RESYNC`];
+//!   `kind: inventory`) no longer exists is freed: the owners are looked up on the pool's first
+//!   pass, then on a pass at least [`RESYNC`] after the last look (every pool is passed over
+//!   every [`RESYNC`]), and on every pass while the pool is being deleted;
 //! - deletion waits while an owner that still exists holds an address: a `Deleting` condition
 //!   and a `DeletionBlocked` Event name each, and the pool is looked at again every
 //!   [`DELETION_RECHECK`] (and on each change, such as a release).
@@ -67,7 +68,12 @@ pub async fn run(
 
 async fn reconcile(pool: Arc<AddressPool>, ctx: Arc<ProvisioningContext>) -> Result<Action, Error> {
     let namespace = pool.namespace().unwrap_or_default();
-    let gone = owners_gone(&ctx, &pool).await?;
+    let deleting = pool.metadata.deletion_timestamp.is_some();
+    let due = ctx.owner_check_due(&runtime::object_key(pool.as_ref()), deleting);
+    let gone = match due {
+        true => owners_gone(&ctx, &pool).await?,
+        false => Vec::new(),
+    };
     let peers = ctx.pools.get().map(Store::state).unwrap_or_default();
     let verdict = judge(&pool, &peers);
     apply(&ctx, &pool, &namespace, plan(&pool, verdict, &gone)).await
@@ -306,6 +312,7 @@ async fn apply(
         }
         FinalizerStep::Remove => {
             finalizer::remove(&api, &current, FINALIZER).await?;
+            ctx.forget_owner_check(&runtime::object_key(pool));
         }
         FinalizerStep::Keep => {}
     }

@@ -10,7 +10,9 @@ pub mod addresses;
 pub mod addresspool;
 pub mod ipam;
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use ingot_api::seeder::AddressPool;
 use kube::Client;
@@ -37,6 +39,8 @@ pub struct ProvisioningContext {
     pub(crate) pool_events: EventRecorder,
     /// The AddressPool controller's store (every pool, for the overlap check).
     pub(crate) pools: OnceLock<Store<AddressPool>>,
+    /// When each pool's owners were last looked up (`namespace/name`).
+    owner_checks: Mutex<HashMap<String, Instant>>,
 }
 
 impl ProvisioningContext {
@@ -52,7 +56,28 @@ impl ProvisioningContext {
             metrics,
             settings,
             pools: OnceLock::new(),
+            owner_checks: Mutex::default(),
         }
+    }
+
+    /// Whether the pool's owners are to be looked up on this pass (see [`addresspool`]); if so,
+    /// records the look as made now.
+    pub(crate) fn owner_check_due(&self, key: &str, deleting: bool) -> bool {
+        let mut checks = self.owner_checks.lock().unwrap_or_else(|e| e.into_inner());
+        let due = deleting
+            || checks
+                .get(key)
+                .is_none_or(|at| at.elapsed() >= addresspool::RESYNC);
+        if due {
+            checks.insert(key.to_owned(), Instant::now());
+        }
+        due
+    }
+
+    /// Forgets a pool that is gone.
+    pub(crate) fn forget_owner_check(&self, key: &str) {
+        let mut checks = self.owner_checks.lock().unwrap_or_else(|e| e.into_inner());
+        checks.remove(key);
     }
 
     /// The API of `K` in the watched namespace (or all namespaces).
