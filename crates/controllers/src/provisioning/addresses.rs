@@ -42,7 +42,7 @@ pub enum AddressError {
     #[error("{0}: {1}")]
     Invalid(PoolRef, SpecError),
     #[error("{0}: {1}")]
-    Refused(PoolRef, AllocateError),
+    Refused(PoolRef, Box<AllocateError>),
     #[error("{0}: the status changed under {1} attempts in a row; try again")]
     Contended(PoolRef, u32),
     #[error("{0}: Kubernetes API: {1}")]
@@ -55,8 +55,13 @@ impl AddressError {
     pub fn is_retryable(&self) -> bool {
         !matches!(
             self,
-            AddressError::Refused(_, refused) if !matches!(refused, AllocateError::Exhausted { .. })
+            AddressError::Refused(_, refused) if !matches!(**refused, AllocateError::Exhausted { .. })
         )
+    }
+
+    /// Whether the pool had no free address.
+    pub fn is_exhausted(&self) -> bool {
+        matches!(self, AddressError::Refused(_, refused) if matches!(**refused, AllocateError::Exhausted { .. }))
     }
 }
 
@@ -75,7 +80,7 @@ pub async fn allocate_address(
         let parsed = accepted(pool, &object)?;
         let status = object.status.get_or_insert_with(Default::default);
         let (address, changed) = ipam::allocate(&parsed, status, owner, static_address)
-            .map_err(|e| AddressError::Refused(pool.clone(), e))?;
+            .map_err(|e| AddressError::Refused(pool.clone(), Box::new(e)))?;
         if !changed {
             return Ok(address);
         }
