@@ -156,6 +156,7 @@ impl Fixture {
             .iter()
             .any(|e| {
                 e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pool)
+                    && e.reporting_controller.as_deref() == Some("ingot-provisioning")
                     && e.reason.as_deref() == Some(reason)
                     && e.note.as_deref().is_some_and(|n| n.contains(says))
             })
@@ -194,6 +195,21 @@ fn seeder_readme_objects(kind: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeders_readme_pools_become_ready_and_hand_out_their_one_address() {
     let f = start("prov-readme").await;
+    let other_ns = ingot_testenv::shared()
+        .await
+        .namespace("prov-other")
+        .await
+        .unwrap();
+    let elsewhere: Api<AddressPool> = Api::namespaced(f.client.clone(), &other_ns);
+    let outside: AddressPool = serde_json::from_value(json!({
+        "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "AddressPool",
+        "metadata": {"name": "outside"}, "spec": {"cidr": "10.9.0.0/24", "gateway": "10.9.0.1"}
+    }))
+    .unwrap();
+    elsewhere
+        .create(&PostParams::default(), &outside)
+        .await
+        .unwrap();
     let pools = seeder_readme_objects("AddressPool");
     assert_eq!(pools.len(), 3, "node-pool, node2-pool, vip-pool");
     for kind in ["AddressPool", "Inventory", "Cluster"] {
@@ -265,6 +281,16 @@ async fn seeders_readme_pools_become_ready_and_hand_out_their_one_address() {
         )
         .await;
     assert!(reconciled >= 3.0, "{reconciled}");
+    let timed = f
+        .operator
+        .metric_sum(
+            "ingot_reconcile_duration_seconds_count",
+            &[r#"controller="provisioning-addresspool""#],
+        )
+        .await;
+    assert!(timed >= 3.0, "{timed}");
+    // A pool of another namespace is not this operator's (--provisioning-namespace).
+    assert!(elsewhere.get("outside").await.unwrap().status.is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -483,6 +509,12 @@ async fn deletion_waits_while_an_owner_holds_an_address_and_frees_those_gone() {
     )
     .await;
     assert!(f.event("lan", "DeletionBlocked", "kept").await);
+    f.create_cluster("newcomer").await;
+    let refused = f.allocate("lan", "newcomer", None).await;
+    assert!(
+        matches!(refused, Err(AddressError::Deleting(_))),
+        "{refused:?}"
+    );
     // The Cluster `gone` goes: its address is freed, `kept` still holds the pool.
     Api::<Cluster>::namespaced(f.client.clone(), &f.ns)
         .delete("gone", &DeleteParams::default())
