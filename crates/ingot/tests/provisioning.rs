@@ -54,7 +54,8 @@ async fn start(tag: &str) -> Fixture {
             chart_support::MANIFESTS_NAMESPACE
         ))
         .arg(format!("--lease-name=ingot-{ns}"))
-        .arg("--lease-duration-seconds=3")
+        // Long enough that a loaded machine does not cost the lease (the process would exit).
+        .arg("--lease-duration-seconds=15")
         .controllers("provisioning")
         .arg(format!("--provisioning-namespace={ns}"))
         .env("RUST_LOG", "info,ingot_controllers=debug")
@@ -143,6 +144,16 @@ impl Fixture {
             .iter()
             .find(|c| c.type_ == type_)
             .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    }
+
+    /// Waits for an Event of `reason` about the pool that says `says` (recorded after the
+    /// status write that the test saw).
+    async fn wait_event(&self, pool: &str, reason: &str, says: &str) {
+        let what = format!("the {reason} Event of {pool} saying {says:?}");
+        wait_for(&what, WAIT, || async {
+            self.event(pool, reason, says).await.then_some(())
+        })
+        .await;
     }
 
     /// Whether an Event of `reason` about the pool says `says`.
@@ -396,6 +407,28 @@ async fn a_static_address_is_honoured_and_refused_when_taken_or_not_the_pools() 
         .into_keys()
         .collect();
     assert_eq!(held, ["10.21.0.50", "10.21.0.9"]);
+    // An owner that does not exist loses its address on the controller's next pass.
+    f.allocate("lan", "ghost", Some("10.21.0.77"))
+        .await
+        .unwrap();
+    wait_for(
+        "the address of a Cluster that does not exist freed",
+        WAIT,
+        || async {
+            let pool = f.pools().get("lan").await.ok()?;
+            (!pool.status?.address_allocation.contains_key("10.21.0.77")).then_some(())
+        },
+    )
+    .await;
+    f.wait_event("lan", "AddressFreed", "10.21.0.77 freed: its cluster")
+        .await;
+    let pool = f.pools().get("lan").await.unwrap();
+    assert!(
+        pool.status
+            .unwrap()
+            .address_allocation
+            .contains_key("10.21.0.50")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -508,7 +541,7 @@ async fn deletion_waits_while_an_owner_holds_an_address_and_frees_those_gone() {
         },
     )
     .await;
-    assert!(f.event("lan", "DeletionBlocked", "kept").await);
+    f.wait_event("lan", "DeletionBlocked", "kept").await;
     f.create_cluster("newcomer").await;
     let refused = f.allocate("lan", "newcomer", None).await;
     assert!(
@@ -531,7 +564,7 @@ async fn deletion_waits_while_an_owner_holds_an_address_and_frees_those_gone() {
         (holders == ["kept"]).then_some(())
     })
     .await;
-    assert!(f.event("lan", "AddressFreed", "gone").await);
+    f.wait_event("lan", "AddressFreed", "gone").await;
     assert!(f.pools().get("lan").await.is_ok(), "deleted while held");
     release_address(&f.client, &f.pool_ref("lan"), &f.owner("cluster", "kept"))
         .await

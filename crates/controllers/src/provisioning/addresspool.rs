@@ -9,9 +9,9 @@
 //!   namespace) is held as `poolInvalid` with a `Ready=False` condition naming the field and the
 //!   fix, and a Warning Event; nothing is handed out from it;
 //! - an allocation whose owner (a Cluster for `kind: cluster`, an Inventory for
-//!   `kind: inventory`) no longer exists is freed: the owners are looked up on the pool's first
-//!   pass, then on a pass at least [`RESYNC`] after the last look (every pool is passed over
-//!   every [`RESYNC`]), and on every pass while the pool is being deleted;
+//!   `kind: inventory`) no longer exists is freed: the owners are looked up on the first pass
+//!   that finds an address held, then on a pass at least [`RESYNC`] after the last look (every
+//!   pool is passed over every [`RESYNC`]), and on every pass while the pool is being deleted;
 //! - deletion waits while an owner that still exists holds an address: a `Deleting` condition
 //!   and a `DeletionBlocked` Event name each, and the pool is looked at again every
 //!   [`DELETION_RECHECK`] (and on each change, such as a release).
@@ -69,7 +69,11 @@ pub async fn run(
 async fn reconcile(pool: Arc<AddressPool>, ctx: Arc<ProvisioningContext>) -> Result<Action, Error> {
     let namespace = pool.namespace().unwrap_or_default();
     let deleting = pool.metadata.deletion_timestamp.is_some();
-    let due = ctx.owner_check_due(&runtime::object_key(pool.as_ref()), deleting);
+    let held = pool
+        .status
+        .as_ref()
+        .is_some_and(|s| !ipam::holders(s).is_empty());
+    let due = held && ctx.owner_check_due(&runtime::object_key(pool.as_ref()), deleting);
     let gone = match due {
         true => owners_gone(&ctx, &pool).await?,
         false => Vec::new(),
