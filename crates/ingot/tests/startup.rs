@@ -45,7 +45,7 @@ fn an_unknown_controller_name_is_refused_in_one_line_with_the_valid_ones() {
     assert!(line.contains("'bogus'"), "{line}");
     assert!(line.contains("--controllers"), "{line}");
     assert!(
-        line.contains("pools, gardener, rufio, seeder"),
+        line.contains("pools, gardener, rufio, seeder, provisioning"),
         "the valid names: {line}"
     );
 }

@@ -15,7 +15,7 @@ use super::ipam::{self, AllocateError, Pool, SpecError};
 use crate::runtime::is_conflict;
 
 /// Attempts of one allocation or release before it gives up on conflicts.
-pub const ATTEMPTS: u32 = 20;
+pub const ATTEMPTS: u32 = 50;
 
 /// A pool by namespace and name (an `addressPoolReference`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub enum AddressError {
     #[error("{0}: {1}")]
     Invalid(PoolRef, SpecError),
     #[error("{0}: {1}")]
-    Refused(PoolRef, AllocateError),
+    Refused(PoolRef, Box<AllocateError>),
     #[error("{0}: the status changed under {1} attempts in a row; try again")]
     Contended(PoolRef, u32),
     #[error("{0}: Kubernetes API: {1}")]
@@ -55,8 +55,13 @@ impl AddressError {
     pub fn is_retryable(&self) -> bool {
         !matches!(
             self,
-            AddressError::Refused(_, refused) if !matches!(refused, AllocateError::Exhausted { .. })
+            AddressError::Refused(_, refused) if !matches!(**refused, AllocateError::Exhausted { .. })
         )
+    }
+
+    /// Whether the pool had no free address.
+    pub fn is_exhausted(&self) -> bool {
+        matches!(self, AddressError::Refused(_, refused) if matches!(**refused, AllocateError::Exhausted { .. }))
     }
 }
 
@@ -75,7 +80,7 @@ pub async fn allocate_address(
         let parsed = accepted(pool, &object)?;
         let status = object.status.get_or_insert_with(Default::default);
         let (address, changed) = ipam::allocate(&parsed, status, owner, static_address)
-            .map_err(|e| AddressError::Refused(pool.clone(), e))?;
+            .map_err(|e| AddressError::Refused(pool.clone(), Box::new(e)))?;
         if !changed {
             return Ok(address);
         }
@@ -166,10 +171,10 @@ async fn write(
     }
 }
 
-/// A short random pause after a lost race, growing with the attempts (at most ~0.5 s), so
+/// A short random pause after a lost race, growing with the attempts (at most 0.2 s), so
 /// that many callers spread out instead of colliding again.
 async fn pause(attempt: u32) {
-    let ceiling = 10 * u64::from(attempt.min(10) + 1) * 5;
+    let ceiling = 20 * u64::from(attempt.min(9) + 1);
     let millis = rand::rng().random_range(0..=ceiling);
     tokio::time::sleep(Duration::from_millis(millis)).await;
 }

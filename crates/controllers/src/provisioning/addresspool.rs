@@ -9,8 +9,9 @@
 //!   namespace) is held as `poolInvalid` with a `Ready=False` condition naming the field and the
 //!   fix, and a Warning Event; nothing is handed out from it;
 //! - an allocation whose owner (a Cluster for `kind: cluster`, an Inventory for
-//!   `kind: inventory`) no longer exists is freed, on every pass: each change of the pool and
-//!   every [`RESYNC`];
+//!   `kind: inventory`) no longer exists is freed: the owners are looked up on the first pass
+//!   that finds an address held, then on a pass at least [`RESYNC`] after the last look (every
+//!   pool is passed over every [`RESYNC`]), and on every pass while the pool is being deleted;
 //! - deletion waits while an owner that still exists holds an address: a `Deleting` condition
 //!   and a `DeletionBlocked` Event name each, and the pool is looked at again every
 //!   [`DELETION_RECHECK`] (and on each change, such as a release).
@@ -26,10 +27,10 @@ use std::time::Duration;
 use ingot_api::condition::{ConditionStatus, set_condition};
 use ingot_api::seeder::{AddressPool, AddressPoolStatus, AllocatedObject, Cluster, Inventory};
 use kube::api::PostParams;
-use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
+use kube::runtime::Controller;
 use kube::{Api, ResourceExt};
 
 use super::ipam::{self, Pool};
@@ -64,7 +65,16 @@ pub async fn run(
 
 async fn reconcile(pool: Arc<AddressPool>, ctx: Arc<ProvisioningContext>) -> Result<Action, Error> {
     let namespace = pool.namespace().unwrap_or_default();
-    let gone = owners_gone(&ctx, &pool).await?;
+    let deleting = pool.metadata.deletion_timestamp.is_some();
+    let held = pool
+        .status
+        .as_ref()
+        .is_some_and(|s| !ipam::holders(s).is_empty());
+    let due = held && ctx.owner_check_due(&runtime::object_key(pool.as_ref()), deleting);
+    let gone = match due {
+        true => owners_gone(&ctx, &pool).await?,
+        false => Vec::new(),
+    };
     let peers = ctx.stores().map(|s| s.pools.state()).unwrap_or_default();
     let verdict = judge(&pool, &peers);
     apply(&ctx, &pool, &namespace, plan(&pool, verdict, &gone)).await
@@ -142,10 +152,12 @@ pub fn plan(pool: &AddressPool, verdict: Result<Pool, Refusal>, gone: &[Allocate
     let (state, reason, message) = match verdict {
         Ok(parsed) => {
             status = ipam::settled(&parsed, &status);
-            let held = status.address_allocation.len();
-            let available = status.available_addresses;
-            let message = format!("{held} of {available} addresses held");
-            (ConditionStatus::True, status.status.clone(), message)
+            // No counts in the message: it would change (and be written) on every allocation.
+            let (reason, message) = match status.status.as_str() {
+                ipam::EXHAUSTED => ("PoolExhausted", "every address of the pool is held"),
+                _ => ("PoolReady", "the pool has a free address"),
+            };
+            (ConditionStatus::True, reason.to_owned(), message.to_owned())
         }
         Err(refusal) => {
             status.status = ipam::INVALID.to_owned();
@@ -301,6 +313,7 @@ async fn apply(
         }
         FinalizerStep::Remove => {
             finalizer::remove(&api, &current, FINALIZER).await?;
+            ctx.forget_owner_check(&runtime::object_key(pool));
         }
         FinalizerStep::Keep => {}
     }

@@ -55,7 +55,7 @@ pub enum SpecError {
         netmask: Ipv4Addr,
     },
     #[error(
-        "spec.reservedAddresses: {value:?} is not an address of {cidr}; list only addresses of spec.cidr"
+        "spec.reservedAddresses: {value:?} is not an address of {cidr}; give only addresses of spec.cidr"
     )]
     Reserved { value: String, cidr: String },
 }

@@ -30,8 +30,9 @@ pub mod node;
 pub mod remote;
 pub mod render;
 
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use ingot_api::rufio::Job;
 use ingot_api::seeder::{AddressPool, Cluster, Inventory};
@@ -133,6 +134,8 @@ pub struct ProvisioningContext {
     pub(crate) http: reqwest::Client,
     /// For the new cluster's API server, whose CA ingot does not know (`remote`).
     pub(crate) remote_http: reqwest::Client,
+    /// When each pool's owners were last looked up (see [`addresspool`]).
+    owner_checks: Mutex<HashMap<String, Instant>>,
 }
 
 impl ProvisioningContext {
@@ -165,7 +168,28 @@ impl ProvisioningContext {
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap_or_default(),
+            owner_checks: Mutex::default(),
         }
+    }
+
+    /// Whether the pool's owners are to be looked up on this pass (see [`addresspool`]); if so,
+    /// records the look as made now.
+    pub(crate) fn owner_check_due(&self, key: &str, deleting: bool) -> bool {
+        let mut checks = self.owner_checks.lock().unwrap_or_else(|e| e.into_inner());
+        let due = deleting
+            || checks
+                .get(key)
+                .is_none_or(|at| at.elapsed() >= addresspool::RESYNC);
+        if due {
+            checks.insert(key.to_owned(), Instant::now());
+        }
+        due
+    }
+
+    /// Forgets a pool that is gone.
+    pub(crate) fn forget_owner_check(&self, key: &str) {
+        let mut checks = self.owner_checks.lock().unwrap_or_else(|e| e.into_inner());
+        checks.remove(key);
     }
 
     /// The stores, once [`run`] started the watches.
