@@ -114,8 +114,7 @@ impl Provisioned {
         config.install_time = Duration::from_secs(3);
         config.heartbeat_interval = Duration::from_secs(1);
         let servers =
-            ServerFleet::new(config, fleet.bmcs.iter().map(|b| b.state.clone()).collect())
-                .unwrap();
+            ServerFleet::new(config, fleet.bmcs.iter().map(|b| b.state.clone()).collect()).unwrap();
         let running = servers.start();
         let operator = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
             .tag("provisioned")
@@ -159,7 +158,7 @@ impl Provisioned {
         self.create(json!({
             "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "AddressPool",
             "metadata": {"name": "vip"},
-            "spec": {"cidr": format!("{VIP}/32"), "gateway": GATEWAY, "netmask": "255.255.255.0"}
+            "spec": {"cidr": format!("{VIP}/32"), "gateway": "127.0.10.254", "netmask": "255.255.255.0"}
         }))
         .await;
         for (i, bmc) in self.fleet.bmcs.iter().enumerate() {
@@ -245,13 +244,41 @@ impl Provisioned {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
+    /// Waits for the Cluster's status; on timeout fails with what the Cluster and its
+    /// Inventories say.
     async fn wait_status(&self, status: &str) -> Cluster {
         let clusters = self.clusters();
-        wait_for(&format!("Cluster first {status}"), WAIT, || async {
-            let c = clusters.get("first").await.ok()?;
-            (c.status.as_ref()?.status.as_deref() == Some(status)).then_some(c)
+        let reached = tokio::time::timeout(WAIT, async {
+            loop {
+                if let Ok(c) = clusters.get("first").await
+                    && c.status.as_ref().and_then(|s| s.status.as_deref()) == Some(status)
+                {
+                    return c;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
         })
-        .await
+        .await;
+        match reached {
+            Ok(cluster) => cluster,
+            Err(_) => {
+                let cluster = clusters.get("first").await.ok().map(|c| c.status);
+                let inventories: Vec<_> = self
+                    .inventories()
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .into_iter()
+                    .map(|i| (i.metadata.name, i.status))
+                    .collect();
+                panic!(
+                    "Cluster first not {status} after {WAIT:?}: {cluster:#?}\n{inventories:#?}\nservers: {:#?}\noperator: {}",
+                    self.servers.servers(),
+                    self.operator.log_tail()
+                )
+            }
+        }
     }
 
     /// PXE boots each server made, by BMC index.
@@ -259,13 +286,7 @@ impl Provisioned {
         self.fleet
             .bmcs
             .iter()
-            .map(|b| {
-                b.state
-                    .boots()
-                    .iter()
-                    .filter(|r| r.device == "Pxe")
-                    .count()
-            })
+            .map(|b| b.state.boots().iter().filter(|r| r.device == "Pxe").count())
             .collect()
     }
 
@@ -341,7 +362,13 @@ impl Provisioned {
         let inventories = self.inventories();
         for name in &self.names {
             let inventory = inventories.get(name).await.unwrap();
-            let address = inventory.status.clone().unwrap().pxe_boot_config.address.unwrap();
+            let address = inventory
+                .status
+                .clone()
+                .unwrap()
+                .pxe_boot_config
+                .address
+                .unwrap();
             assert!(
                 nodes.items.iter().any(|n| n
                     .status
@@ -362,7 +389,11 @@ impl Provisioned {
         }
         // Installed: no server is booted into the installer again.
         tokio::time::sleep(Duration::from_secs(3)).await;
-        assert_eq!(self.pxe_boots(), vec![1; SERVERS], "a server was booted twice");
+        assert_eq!(
+            self.pxe_boots(),
+            vec![1; SERVERS],
+            "a server was booted twice"
+        );
     }
 
     async fn a_removed_node_is_shut_down_then_its_address_freed(&mut self) {
@@ -370,9 +401,17 @@ impl Provisioned {
         let held = self.allocations("nodes").await;
         assert!(held.contains_key(&removed));
         let cluster = self.clusters().get("first").await.unwrap();
-        let nodes: Vec<Value> = serde_json::to_value(&cluster.spec.nodes).unwrap().as_array().unwrap()[..2].to_vec();
+        let nodes: Vec<Value> = serde_json::to_value(&cluster.spec.nodes)
+            .unwrap()
+            .as_array()
+            .unwrap()[..2]
+            .to_vec();
         self.clusters()
-            .patch("first", &PatchParams::default(), &Patch::Merge(json!({"spec": {"nodes": nodes}})))
+            .patch(
+                "first",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"nodes": nodes}})),
+            )
             .await
             .unwrap();
         let inventories = self.inventories();
@@ -391,7 +430,11 @@ impl Provisioned {
         assert!(!self.allocations("nodes").await.contains_key(&removed));
         let secrets = Api::<Secret>::namespaced(self.client.clone(), &self.ns);
         assert!(
-            secrets.get_opt(&format!("{removed}-harvester-install")).await.unwrap().is_none(),
+            secrets
+                .get_opt(&format!("{removed}-harvester-install"))
+                .await
+                .unwrap()
+                .is_none(),
             "the install Secret (OS password, config) outlived the allocation"
         );
     }
@@ -403,7 +446,12 @@ impl Provisioned {
             .unwrap();
         let clusters = self.clusters();
         wait_for("the Cluster to go", WAIT, || async {
-            clusters.get_opt("first").await.unwrap().is_none().then_some(())
+            clusters
+                .get_opt("first")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
         })
         .await;
         for (i, name) in self.names.iter().enumerate() {
@@ -412,7 +460,11 @@ impl Provisioned {
                 inventory.status.unwrap().owner_cluster.name.is_empty(),
                 "{name} still names the Cluster"
             );
-            assert_ne!(self.fleet.bmcs[i].state.snapshot().power_state, "On", "{name} is on");
+            assert_ne!(
+                self.fleet.bmcs[i].state.snapshot().power_state,
+                "On",
+                "{name} is on"
+            );
         }
         assert!(self.allocations("nodes").await.is_empty());
         assert!(self.allocations("vip").await.is_empty());
@@ -425,7 +477,6 @@ impl Provisioned {
             .await;
     }
 }
-
 
 ingot_testenv::scenario!(mod three_servers: Provisioned {
     addresses_are_allocated_and_every_server_boots_once,

@@ -27,10 +27,10 @@ use std::time::Duration;
 use ingot_api::condition::{ConditionStatus, set_condition};
 use ingot_api::seeder::{AddressPool, AddressPoolStatus, AllocatedObject, Cluster, Inventory};
 use kube::api::PostParams;
+use kube::runtime::Controller;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
-use kube::runtime::Controller;
 use kube::{Api, ResourceExt};
 
 use super::ipam::{self, Pool};

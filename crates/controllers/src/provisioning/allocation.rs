@@ -76,11 +76,17 @@ pub fn vip(cluster: &Cluster, ctx: &ProvisioningContext, stores: &Stores) -> Vip
     if let Some(address) = ipam::held_by(&status, &cluster_owner(cluster)) {
         return Vip::Held(address.to_string());
     }
+    let why = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "False")
+        .map(|c| format!(": {}", c.message))
+        .unwrap_or_default();
     match status.status.as_str() {
         ipam::READY => Vip::Free,
         other => Vip::Blocked(format!(
-            "waiting for address pool {} to be ready (it is {:?})",
-            pool.name, other
+            "spec.vipConfig.addressPoolReference: waiting for address pool {} to be ready (it is {other:?}{why})",
+            pool.name
         )),
     }
 }

@@ -42,20 +42,26 @@ where
 }
 
 /// The merge-patch body that turns `current` into `desired`: `desired` as JSON, with `null` for
-/// each top-level field that `current` has and `desired` leaves out, so that a cleared field is
-/// removed rather than left as it was.
+/// each field that `current` has and `desired` leaves out, at every depth of nested objects, so
+/// that a cleared field is removed rather than left as it was.
 pub fn replacing<S: Serialize>(current: &S, desired: &S) -> Result<serde_json::Value, kube::Error> {
     let mut body = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
-    if let (Ok(serde_json::Value::Object(old)), serde_json::Value::Object(new)) =
-        (serde_json::to_value(current), &mut body)
-    {
-        for key in old.keys() {
-            if !new.contains_key(key) {
-                new.insert(key.clone(), serde_json::Value::Null);
+    let old = serde_json::to_value(current).map_err(kube::Error::SerdeError)?;
+    null_removed(&old, &mut body);
+    Ok(body)
+}
+
+fn null_removed(old: &serde_json::Value, new: &mut serde_json::Value) {
+    if let (serde_json::Value::Object(old), serde_json::Value::Object(new)) = (old, new) {
+        for (key, was) in old {
+            match new.get_mut(key) {
+                Some(now) => null_removed(was, now),
+                None => {
+                    new.insert(key.clone(), serde_json::Value::Null);
+                }
             }
         }
     }
-    Ok(body)
 }
 
 /// Writes `desired` over `current` (see [`replacing`]) when it differs; returns whether it
@@ -107,6 +113,16 @@ mod tests {
             &now
         ));
         assert!(changed(None, &now));
+    }
+
+    #[test]
+    fn a_nested_field_cleared_is_written_as_null() {
+        let old = serde_json::json!({"a": {"b": 1, "c": 2}, "d": [1]});
+        let new = serde_json::json!({"a": {"c": 2}, "d": []});
+        assert_eq!(
+            replacing(&old, &new).unwrap(),
+            serde_json::json!({"a": {"b": null, "c": 2}, "d": []})
+        );
     }
 
     #[test]

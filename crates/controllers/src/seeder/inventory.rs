@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use ingot_api::rufio::{Job, Machine, MachineStatus};
 use ingot_api::seeder::{
     Cluster, ClusterSpec, INVENTORY_FINALIZER, INVENTORY_NODE_READY, Inventory, InventoryStatus,
@@ -76,10 +76,18 @@ pub async fn run(
         ctx.watched::<Job>(),
         watcher::Config::default().labels(JOB_INVENTORY_LABEL),
     );
-    let (nodes, node_changes) = crate::lean_reflector(
-        Api::<Node>::all(ctx.client.clone()),
-        watcher::Config::default(),
-    );
+    // Nodes are embedded mode's (a local Inventory names its Node); provisioning alone
+    // watches none.
+    let (nodes, node_changes) = if ctx.settings.embedded {
+        let (store, changes) = crate::lean_reflector(
+            Api::<Node>::all(ctx.client.clone()),
+            watcher::Config::default(),
+        );
+        (store, changes.boxed())
+    } else {
+        let (store, _writer) = kube::runtime::reflector::store();
+        (store, futures::stream::pending().boxed())
+    };
     let _ = ctx.caches.set(super::caches::Caches {
         machines,
         jobs,
