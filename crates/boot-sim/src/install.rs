@@ -491,7 +491,7 @@ pub fn check(
             Value::String(s) => s.parse::<u64>().ok(),
             _ => None,
         };
-        if !id.is_some_and(|id| id <= 4094) {
+        if id.is_none_or(|id| id > 4094) {
             return Err(invalid(
                 &format!("{field}.vlan_id"),
                 format!("{vlan} is not a VLAN ID (0 for none, 1 to 4094)"),
@@ -839,5 +839,100 @@ mod tests {
         let remote = parse_remote("install:\n  automatic: true\n", false).unwrap();
         assert!(is_automatic(&merge(&cmd.config, &remote)));
         assert!(!is_automatic(&cmd.config));
+    }
+
+    #[test]
+    fn kernel_network_forms() {
+        let nics = vec![("eth0".to_owned(), "aa:bb:cc:dd:ee:01".to_owned())];
+        let machine = Machine {
+            hostname: "h1",
+            nics: &nics,
+        };
+        let net = |cmdline: &str| {
+            check_kernel_network(&crate::ipxe::kernel_params(cmdline), &machine)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(net("ip=dhcp"), Ok(()));
+        assert_eq!(
+            net("ip=10.0.0.5::10.0.0.1:255.255.255.0::eth0:none"),
+            Ok(())
+        );
+        assert_eq!(
+            net("vlan=vlan5:eth0 ip=10.0.0.5::10.0.0.1:255.255.255.0::vlan5:off"),
+            Ok(())
+        );
+        assert_eq!(
+            net(
+                "ifname=netboot:AA:BB:CC:DD:EE:01 ip=10.0.0.5::10.0.0.1:255.255.255.0::netboot:off"
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            net("ifname=netboot"),
+            Err(
+                "the kernel cannot bring up the network: ifname=netboot is not <name>:<mac>".into()
+            )
+        );
+        assert_eq!(
+            net("ip=10.0.0.5::10.0.0.1:255.255.255.0"),
+            Err("the kernel cannot bring up the network: ip=10.0.0.5::10.0.0.1:255.255.255.0 is not <address>::<gateway>:<netmask>:<hostname>:<interface>:<autoconf>".into())
+        );
+        assert_eq!(
+            net("ip=10.0.0.x::10.0.0.1:255.255.255.0::eth0:off"),
+            Err("the kernel cannot bring up the network: ip=10.0.0.x::10.0.0.1:255.255.255.0::eth0:off: the address \"10.0.0.x\" is not an IPv4 address".into())
+        );
+    }
+
+    #[test]
+    fn create_mode_vips() {
+        let nics = vec![("eth0".to_owned(), "aa:bb:cc:dd:ee:01".to_owned())];
+        let machine = Machine {
+            hostname: "h1",
+            nics: &nics,
+        };
+        let exp = |host: &str| Expected {
+            token: "t".into(),
+            host: host.into(),
+            port: None,
+            schema: Some(Schema::Current),
+        };
+        let config = |vip: &str, mode: &str| {
+            parse_remote(
+                &format!(
+                    "schemeVersion: 1\ntoken: t\nos: {{hostname: h1, password: p}}\ninstall:\n  mode: create\n  vip: {vip}\n  {mode}\n  managementInterface: {{method: dhcp, interfaces: [{{hwAddr: 'aa:bb:cc:dd:ee:01'}}]}}\n  device: /dev/sda\n  isoUrl: http://m/h.iso\n"
+                ),
+                false,
+            )
+            .unwrap()
+        };
+        let run = |host: &str, vip: &str, mode: &str| {
+            check(&config(vip, mode), None, &exp(host), &machine)
+                .map(|a| a.node_name)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            run("10.0.0.9", "10.0.0.9", "vipMode: static"),
+            Ok("h1".into())
+        );
+        assert_eq!(
+            run(
+                "10.0.0.9",
+                "10.0.0.9",
+                "vip_mode: dhcp\n  vip_hw_addr: AA:BB:CC:DD:EE:01"
+            ),
+            Ok("h1".into())
+        );
+        assert_eq!(
+            run("vip.example", "vip.example", "vipMode: static"),
+            Err("install.vip \"vip.example\": vip_mode static needs an IP address".into())
+        );
+        assert_eq!(
+            run("10.0.0.9", "10.0.0.9", "vipMode: arp"),
+            Err("install.vip \"10.0.0.9\": vip_mode \"arp\" is not static or dhcp".into())
+        );
+        assert_eq!(
+            run("10.0.0.9", "10.0.0.9", "tty: tty1"),
+            Err("install.mode create needs install.vip_mode (static or dhcp)".into())
+        );
     }
 }
