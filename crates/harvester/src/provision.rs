@@ -14,17 +14,17 @@
 //! Every value that lands in the script is refused if it could end the kernel line or start
 //! another iPXE command (whitespace, control characters, quotes, and `$`, which iPXE expands).
 //!
-//! **The config** ([`install_config`]) is Seeder's, merged over the base config like Seeder
-//! does it: scalars are set, lists are appended (`os.dnsNameservers`, `os.sshAuthorizedKeys`,
+//! **The config** ([`install_config`]) has Seeder's keys and values, merged over the base
+//! config: scalars are set; lists are appended (`os.dnsNameservers`, `os.sshAuthorizedKeys`,
 //! `install.wipeDisksList`, and also `os.afterInstallChrootCommands` and `install.webhooks`,
-//! which Seeder replaces, so that a base config's commands and webhooks still run), and
-//! `install.managementInterface` gets the node's static address, its one interface (replacing
-//! the base's interfaces) and the bond options (replacing the base's); keys of it ingot does
-//! not set, such as `mtu`, are kept. Keys of the base that ingot does not set are kept as
-//! written. Unlike Seeder, which renders a new map filled with defaults only when none are
-//! given (and so drops custom ones), custom bond options are kept; the
-//! defaults `mode: balance-tlb`, `miimon: "100"` are written only when none are given, and an
-//! empty set writes no `bondOptions`, leaving the installer's own defaults.
+//! which Seeder replaces, so that a base config's commands and webhooks still run);
+//! `install.managementInterface` gets the node's static address, its one interface and the bond
+//! options, replacing the base's interfaces and bond options, and keeps the base's other keys
+//! of it, such as `mtu`. Keys of the base that ingot does not set are kept as written.
+//! Custom bond options are kept (Seeder renders a new map, filled with defaults only when none
+//! are given, and so drops custom ones); the defaults `mode: balance-tlb`, `miimon: "100"` are
+//! written only when none are given, and an empty set writes no `bondOptions`, leaving the
+//! installer's own defaults.
 //!
 //! **Key casing.** Keys are written in camelCase, the JSON names of harvester-installer's
 //! `pkg/config` structs (`schemeVersion`, `serverUrl`, `managementInterface`, `subnetMask`,
