@@ -97,10 +97,16 @@ pub enum Refusal {
     BadYaml(String),
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
-    #[error("install.mode is {0:?}: this emulator joins nodes to an existing cluster (mode join)")]
-    NotJoin(String),
+    #[error("install.mode is {0:?}: the installer creates a cluster (create) or joins one (join)")]
+    UnknownMode(String),
     #[error("install.mode join needs {0}")]
     Missing(&'static str),
+    #[error("install.mode create needs {0}")]
+    CreateMissing(&'static str),
+    #[error("install.vip {vip:?}: {message}")]
+    WrongVip { vip: String, message: String },
+    #[error("the kernel cannot bring up the network: {0}")]
+    KernelNetwork(String),
     #[error("the join token does not match the cluster's token")]
     WrongToken,
     #[error("server_url {url:?}: {message}")]
@@ -356,21 +362,27 @@ pub fn check(
     }
 
     let mode = get_str(config, &["install", "mode"]).unwrap_or_default();
-    if mode != "join" {
-        if mode.is_empty() {
+    match mode {
+        "join" => {
+            let server_url =
+                get_str(config, &["serverurl"]).ok_or(Refusal::Missing("server_url"))?;
+            let token = get_str(config, &["token"]).ok_or(Refusal::Missing("token"))?;
+            check_token(token, expected)?;
+            check_server_url(server_url, schema, expected)?;
+        }
+        "create" => {
+            let token = get_str(config, &["token"]).ok_or(Refusal::CreateMissing("token"))?;
+            check_token(token, expected)?;
+            check_vip(config, expected, machine)?;
+        }
+        "" => {
             return Err(invalid(
                 "install.mode",
                 "missing: an automatic install needs create or join".into(),
             ));
         }
-        return Err(Refusal::NotJoin(mode.to_owned()));
+        other => return Err(Refusal::UnknownMode(other.to_owned())),
     }
-    let server_url = get_str(config, &["serverurl"]).ok_or(Refusal::Missing("server_url"))?;
-    let token = get_str(config, &["token"]).ok_or(Refusal::Missing("token"))?;
-    if token != expected.token {
-        return Err(Refusal::WrongToken);
-    }
-    check_server_url(server_url, schema, expected)?;
 
     // The management network.
     let (field, network) = match schema {
@@ -458,21 +470,7 @@ pub fn check(
         .unwrap_or_default()
     {
         "dhcp" => {}
-        "static" => {
-            for f in ["ip", "subnetmask", "gateway"] {
-                if network
-                    .get(f)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .is_empty()
-                {
-                    return Err(invalid(
-                        &format!("{field}.{f}"),
-                        "required with method static".into(),
-                    ));
-                }
-            }
-        }
+        "static" => check_static(network, field)?,
         "" => {
             return Err(invalid(
                 &format!("{field}.method"),
@@ -483,6 +481,20 @@ pub fn check(
             return Err(invalid(
                 &format!("{field}.method"),
                 format!("{other:?} is not dhcp or static"),
+            ));
+        }
+    }
+
+    if let Some(vlan) = network.get("vlanid") {
+        let id = match vlan {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.parse::<u64>().ok(),
+            _ => None,
+        };
+        if id.is_none_or(|id| id > 4094) {
+            return Err(invalid(
+                &format!("{field}.vlan_id"),
+                format!("{vlan} is not a VLAN ID (0 for none, 1 to 4094)"),
             ));
         }
     }
@@ -591,6 +603,180 @@ pub fn check_create(
         schema: None,
     };
     check(&as_join, release, &expected, machine)
+}
+
+fn check_token(token: &str, expected: &Expected) -> Result<(), Refusal> {
+    if token == expected.token {
+        Ok(())
+    } else {
+        Err(Refusal::WrongToken)
+    }
+}
+
+/// A creating node's VIP: the cluster's address, static or by DHCP for a NIC of this machine.
+fn check_vip(config: &Value, expected: &Expected, machine: &Machine<'_>) -> Result<(), Refusal> {
+    let vip = get_str(config, &["install", "vip"]).ok_or(Refusal::CreateMissing("install.vip"))?;
+    let wrong = |message: String| Refusal::WrongVip {
+        vip: vip.to_owned(),
+        message,
+    };
+    let want = expected.host.trim_start_matches('[').trim_end_matches(']');
+    if vip != want {
+        return Err(wrong(format!("the cluster's address is {want}")));
+    }
+    match get_str(config, &["install", "vipmode"]).unwrap_or_default() {
+        "static" => {
+            if vip.parse::<std::net::IpAddr>().is_err() {
+                return Err(wrong("vip_mode static needs an IP address".into()));
+            }
+        }
+        "dhcp" => {
+            let hw = get_str(config, &["install", "viphwaddr"]).unwrap_or_default();
+            if !machine.nics.iter().any(|(_, m)| m.eq_ignore_ascii_case(hw)) {
+                return Err(wrong(format!(
+                    "vip_mode dhcp needs vip_hw_addr, a MAC of this machine; it is {hw:?}"
+                )));
+            }
+        }
+        "" => return Err(Refusal::CreateMissing("install.vip_mode (static or dhcp)")),
+        other => return Err(wrong(format!("vip_mode {other:?} is not static or dhcp"))),
+    }
+    Ok(())
+}
+
+fn ipv4_field(
+    network: &Value,
+    field: &str,
+    key: &str,
+    name: &str,
+) -> Result<std::net::Ipv4Addr, Refusal> {
+    let raw = network.get(key).and_then(Value::as_str).unwrap_or_default();
+    let at = format!("{field}.{name}");
+    if raw.is_empty() {
+        return Err(Refusal::Invalid {
+            field: at,
+            message: "required with method static".into(),
+        });
+    }
+    raw.parse().map_err(|_| Refusal::Invalid {
+        field: at,
+        message: format!("{raw:?} is not an IPv4 address"),
+    })
+}
+
+/// A static management network: an address, a contiguous netmask, and a gateway inside the
+/// network (else the node has no route out).
+fn check_static(network: &Value, field: &str) -> Result<(), Refusal> {
+    let ip = ipv4_field(network, field, "ip", "ip")?;
+    let mask = ipv4_field(network, field, "subnetmask", "subnet_mask")?;
+    let gateway = ipv4_field(network, field, "gateway", "gateway")?;
+    let bits = u32::from(mask);
+    if bits.leading_ones() + bits.trailing_zeros() != 32 {
+        return Err(Refusal::Invalid {
+            field: format!("{field}.subnet_mask"),
+            message: format!("{mask} is not a contiguous netmask"),
+        });
+    }
+    if u32::from(ip) & bits != u32::from(gateway) & bits {
+        return Err(Refusal::Invalid {
+            field: format!("{field}.gateway"),
+            message: format!("{gateway} is outside the network {ip}/{mask}: no route out"),
+        });
+    }
+    Ok(())
+}
+
+/// The network dracut brings up from the kernel command line before the installer runs:
+/// `ifname=<name>:<mac>` must name a NIC of this machine, `vlan=<name>:<parent>` a parent it
+/// knows, and a static `ip=<addr>::<gw>:<mask>:<host>:<iface>:off` valid addresses and an
+/// interface it knows (a NIC's name, an `ifname=` or a `vlan=` name).
+pub fn check_kernel_network(
+    params: &[(String, Option<String>)],
+    machine: &Machine<'_>,
+) -> Result<(), Refusal> {
+    let bad = |m: String| Refusal::KernelNetwork(m);
+    let nics = machine
+        .nics
+        .iter()
+        .map(|(n, m)| format!("{n} {m}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut known: Vec<String> = machine.nics.iter().map(|(n, _)| n.clone()).collect();
+    for (key, value) in params {
+        if key == "ifname" {
+            let value = value.as_deref().unwrap_or_default();
+            let Some((name, mac)) = value.split_once(':') else {
+                return Err(bad(format!("ifname={value} is not <name>:<mac>")));
+            };
+            if !machine
+                .nics
+                .iter()
+                .any(|(_, m)| m.eq_ignore_ascii_case(mac))
+            {
+                return Err(bad(format!(
+                    "ifname={value}: no NIC of this machine has MAC {mac} (its NICs: {nics})"
+                )));
+            }
+            known.push(name.to_owned());
+        }
+    }
+    for (key, value) in params {
+        if key == "vlan" {
+            let value = value.as_deref().unwrap_or_default();
+            let Some((name, parent)) = value.split_once(':') else {
+                return Err(bad(format!("vlan={value} is not <name>:<parent>")));
+            };
+            if !known.iter().any(|k| k == parent) {
+                return Err(bad(format!(
+                    "vlan={value}: no interface {parent:?} (name it with ifname=<name>:<mac>)"
+                )));
+            }
+            known.push(name.to_owned());
+        }
+    }
+    for (key, value) in params {
+        let value = value.as_deref().unwrap_or_default();
+        if key != "ip" || !value.contains(':') {
+            continue;
+        }
+        let parts: Vec<&str> = value.split(':').collect();
+        if parts.len() < 7 {
+            return Err(bad(format!(
+                "ip={value} is not <address>::<gateway>:<netmask>:<hostname>:<interface>:<autoconf>"
+            )));
+        }
+        let addr = |what: &str, raw: &str| -> Result<std::net::Ipv4Addr, Refusal> {
+            raw.parse().map_err(|_| {
+                bad(format!(
+                    "ip={value}: the {what} {raw:?} is not an IPv4 address"
+                ))
+            })
+        };
+        addr("address", parts[0])?;
+        if !parts[2].is_empty() {
+            addr("gateway", parts[2])?;
+        }
+        let mask = addr("netmask", parts[3])?;
+        let bits = u32::from(mask);
+        if bits.leading_ones() + bits.trailing_zeros() != 32 {
+            return Err(bad(format!(
+                "ip={value}: the netmask {mask} is not contiguous"
+            )));
+        }
+        let iface = parts[5];
+        if !known.iter().any(|k| k == iface) {
+            return Err(bad(format!(
+                "ip={value}: no interface {iface:?} (its NICs: {nics}; name one with ifname=<name>:<mac> or vlan=<name>:<parent>)"
+            )));
+        }
+        if !matches!(parts[6], "off" | "none") {
+            return Err(bad(format!(
+                "ip={value}: a static address ends in :off or :none, not :{}",
+                parts[6]
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn check_server_url(raw: &str, schema: Schema, expected: &Expected) -> Result<(), Refusal> {
@@ -708,5 +894,100 @@ mod tests {
         let remote = parse_remote("install:\n  automatic: true\n", false).unwrap();
         assert!(is_automatic(&merge(&cmd.config, &remote)));
         assert!(!is_automatic(&cmd.config));
+    }
+
+    #[test]
+    fn kernel_network_forms() {
+        let nics = vec![("eth0".to_owned(), "aa:bb:cc:dd:ee:01".to_owned())];
+        let machine = Machine {
+            hostname: "h1",
+            nics: &nics,
+        };
+        let net = |cmdline: &str| {
+            check_kernel_network(&crate::ipxe::kernel_params(cmdline), &machine)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(net("ip=dhcp"), Ok(()));
+        assert_eq!(
+            net("ip=10.0.0.5::10.0.0.1:255.255.255.0::eth0:none"),
+            Ok(())
+        );
+        assert_eq!(
+            net("vlan=vlan5:eth0 ip=10.0.0.5::10.0.0.1:255.255.255.0::vlan5:off"),
+            Ok(())
+        );
+        assert_eq!(
+            net(
+                "ifname=netboot:AA:BB:CC:DD:EE:01 ip=10.0.0.5::10.0.0.1:255.255.255.0::netboot:off"
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            net("ifname=netboot"),
+            Err(
+                "the kernel cannot bring up the network: ifname=netboot is not <name>:<mac>".into()
+            )
+        );
+        assert_eq!(
+            net("ip=10.0.0.5::10.0.0.1:255.255.255.0"),
+            Err("the kernel cannot bring up the network: ip=10.0.0.5::10.0.0.1:255.255.255.0 is not <address>::<gateway>:<netmask>:<hostname>:<interface>:<autoconf>".into())
+        );
+        assert_eq!(
+            net("ip=10.0.0.x::10.0.0.1:255.255.255.0::eth0:off"),
+            Err("the kernel cannot bring up the network: ip=10.0.0.x::10.0.0.1:255.255.255.0::eth0:off: the address \"10.0.0.x\" is not an IPv4 address".into())
+        );
+    }
+
+    #[test]
+    fn create_mode_vips() {
+        let nics = vec![("eth0".to_owned(), "aa:bb:cc:dd:ee:01".to_owned())];
+        let machine = Machine {
+            hostname: "h1",
+            nics: &nics,
+        };
+        let exp = |host: &str| Expected {
+            token: "t".into(),
+            host: host.into(),
+            port: None,
+            schema: Some(Schema::Current),
+        };
+        let config = |vip: &str, mode: &str| {
+            parse_remote(
+                &format!(
+                    "schemeVersion: 1\ntoken: t\nos: {{hostname: h1, password: p}}\ninstall:\n  mode: create\n  vip: {vip}\n  {mode}\n  managementInterface: {{method: dhcp, interfaces: [{{hwAddr: 'aa:bb:cc:dd:ee:01'}}]}}\n  device: /dev/sda\n  isoUrl: http://m/h.iso\n"
+                ),
+                false,
+            )
+            .unwrap()
+        };
+        let run = |host: &str, vip: &str, mode: &str| {
+            check(&config(vip, mode), None, &exp(host), &machine)
+                .map(|a| a.node_name)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            run("10.0.0.9", "10.0.0.9", "vipMode: static"),
+            Ok("h1".into())
+        );
+        assert_eq!(
+            run(
+                "10.0.0.9",
+                "10.0.0.9",
+                "vip_mode: dhcp\n  vip_hw_addr: AA:BB:CC:DD:EE:01"
+            ),
+            Ok("h1".into())
+        );
+        assert_eq!(
+            run("vip.example", "vip.example", "vipMode: static"),
+            Err("install.vip \"vip.example\": vip_mode static needs an IP address".into())
+        );
+        assert_eq!(
+            run("10.0.0.9", "10.0.0.9", "vipMode: arp"),
+            Err("install.vip \"10.0.0.9\": vip_mode \"arp\" is not static or dhcp".into())
+        );
+        assert_eq!(
+            run("10.0.0.9", "10.0.0.9", "tty: tty1"),
+            Err("install.mode create needs install.vip_mode (static or dhcp)".into())
+        );
     }
 }

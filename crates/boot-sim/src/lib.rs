@@ -715,7 +715,12 @@ impl Booter {
                 kernel, cmdline, ..
             } => (kernel, cmdline),
         };
-        let cmd = install::read_cmdline(&kernel, &ipxe::kernel_params(&cmdline));
+        let params = ipxe::kernel_params(&cmdline);
+        let machine = install::Machine { hostname, nics };
+        if let Err(refusal) = install::check_kernel_network(&params, &machine) {
+            return Outcome::Stuck(format!("kernel: {refusal}"));
+        }
+        let cmd = install::read_cmdline(&kernel, &params);
         let not_automatic =
             || Outcome::Stuck(format!("installer: {}", install::Refusal::NotAutomatic));
         if cmd.config_url.is_none() && !cmd.automatic {
@@ -729,7 +734,6 @@ impl Booter {
         if !install::is_automatic(&merged) {
             return not_automatic();
         }
-        let machine = install::Machine { hostname, nics };
         match install::check(
             &merged,
             cmd.release.as_deref(),

@@ -529,6 +529,85 @@ async fn configs_the_installer_refuses_leave_the_machine_stuck_without_a_node() 
     }
 }
 
+/// A Seeder full-mode node as ingot renders it (`ingot_harvester::provision`): the script and
+/// the config are served over loopback, by the management MAC as ingot serves them.
+fn seeder_node(
+    env: &Env,
+    hostname: &str,
+    mac: &str,
+    mode: ingot_harvester::NodeMode,
+) -> ingot_harvester::NodeInstall {
+    ingot_harvester::NodeInstall {
+        version: "v1.7.1".into(),
+        image_url: "http://mirror.example/harvester".into(),
+        arch: "amd64".into(),
+        mac: mac.into(),
+        hostname: hostname.into(),
+        address: "192.0.2.21".into(),
+        netmask: "255.255.255.0".into(),
+        gateway: "192.0.2.1".into(),
+        primary_disk: "/dev/sda".into(),
+        mode,
+        token: ingot_harvester::Secret::new(JOIN_TOKEN),
+        os_password: ingot_harvester::Secret::new("generated-password"),
+        ssh_keys: vec![],
+        nameservers: vec!["192.0.2.1".into()],
+        vlan_id: Some(1),
+        bond_options: None,
+        wipe_disks: false,
+        stream_image_mode: false,
+        base_config: None,
+        config_url: format!("{}/seeder/config/{mac}", env.files_url),
+        webhook_url: "http://192.0.2.2:9090/disable/default/node".into(),
+    }
+}
+
+#[tokio::test]
+async fn seeder_full_mode_nodes_rendered_by_ingot_join_and_a_broken_one_is_stuck() {
+    let env = Env::start().await;
+    let mut ids = Vec::new();
+    for (name, create) in [
+        ("seeder-create", true),
+        ("seeder-join", false),
+        ("seeder-nodisk", false),
+    ] {
+        let host = env.hostname(name);
+        let id = env.create(&host, SHELL, None).await;
+        env.wait_state(&id, MachineState::Shell).await;
+        let macs = env.macs(&id).await;
+        let mode = if create {
+            ingot_harvester::NodeMode::Create { vip: VIP.into() }
+        } else {
+            ingot_harvester::NodeMode::Join { vip: VIP.into() }
+        };
+        let node = seeder_node(&env, &host, &macs[1], mode);
+        let mut config = ingot_harvester::install_config(&node).unwrap();
+        if name == "seeder-nodisk" {
+            config = config.replace("  device: /dev/sda\n", "");
+        }
+        env.files.put(&format!("seeder/config/{}", macs[1]), config);
+        let url = env.script(
+            &format!("seeder/ipxe/{}", macs[1]),
+            ingot_harvester::ipxe_script(&node).unwrap(),
+        );
+        env.reinstall(&id, SHELL, &url).await;
+        ids.push((id, host));
+    }
+    for (id, host) in &ids[..2] {
+        let m = env.wait_state(id, MachineState::Joined).await;
+        assert_eq!(m.schema, Some(ingot_boot_sim::Schema::Current));
+        assert_eq!(m.warnings, Vec::<String>::new());
+        env.wait_node(host, "Ready=True", ready_is("True")).await;
+    }
+    let (id, host) = &ids[2];
+    let m = env.wait_state(id, MachineState::Stuck).await;
+    assert_eq!(
+        m.reason.as_deref(),
+        Some("installer: install.device: missing: no disk to install to")
+    );
+    assert!(env.nodes.get_opt(host).await.unwrap().is_none());
+}
+
 #[tokio::test]
 async fn not_ready_knob_flips_the_node_and_a_deleted_device_stops_heartbeating() {
     let env = Env::start().await;

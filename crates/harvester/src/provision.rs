@@ -14,16 +14,17 @@
 //! Every value that lands in the script is refused if it could end the kernel line or start
 //! another iPXE command (whitespace, control characters, quotes, and `$`, which iPXE expands).
 //!
-//! **The config** ([`install_config`]) is Seeder's, merged over the base config like Seeder
-//! does it: scalars are set, lists are appended (`os.dnsNameservers`, `os.sshAuthorizedKeys`,
+//! **The config** ([`install_config`]) has Seeder's keys and values, merged over the base
+//! config: scalars are set; lists are appended (`os.dnsNameservers`, `os.sshAuthorizedKeys`,
 //! `install.wipeDisksList`, and also `os.afterInstallChrootCommands` and `install.webhooks`,
-//! which Seeder replaces, so that a base config's commands and webhooks still run), and
-//! `install.managementInterface` gets the node's static address, its one interface (replacing
-//! the base's interfaces) and the bond options (replacing the base's); keys of it ingot does
-//! not set, such as `mtu`, are kept. Keys of the base that ingot does not set are kept as
-//! written. Unlike Seeder (`defects` of its e70ca23), custom bond options are kept; the
-//! defaults `mode: balance-tlb`, `miimon: "100"` are written only when none are given, and an
-//! empty set writes no `bondOptions`, leaving the installer's own defaults.
+//! which Seeder replaces, so that a base config's commands and webhooks still run);
+//! `install.managementInterface` gets the node's static address, its one interface and the bond
+//! options, replacing the base's interfaces and bond options, and keeps the base's other keys
+//! of it, such as `mtu`. Keys of the base that ingot does not set are kept as written.
+//! Custom bond options are kept (Seeder renders a new map, filled with defaults only when none
+//! are given, and so drops custom ones); the defaults `mode: balance-tlb`, `miimon: "100"` are
+//! written only when none are given, and an empty set writes no `bondOptions`, leaving the
+//! installer's own defaults.
 //!
 //! **Key casing.** Keys are written in camelCase, the JSON names of harvester-installer's
 //! `pkg/config` structs (`schemeVersion`, `serverUrl`, `managementInterface`, `subnetMask`,
@@ -1112,6 +1113,15 @@ install:
         );
         assert_eq!(config["install"].get("wipe_all_disks"), None);
 
+        // The install disk listed already: not twice.
+        let node = NodeInstall {
+            wipe_disks: true,
+            base_config: Some(yaml("install: {wipeDisksList: [/dev/sda]}")),
+            ..join_node()
+        };
+        let config = yaml(&install_config(&node).unwrap());
+        assert_eq!(config["install"]["wipeDisksList"], yaml("[/dev/sda]"));
+
         // Not asked for: neither key.
         let config = yaml(&install_config(&join_node()).unwrap());
         assert_eq!(config["install"].get("wipeAllDisks"), None);
@@ -1221,6 +1231,10 @@ systemSettings:
             (
                 "os: plain",
                 "the config at clusterConfig.configURL: os: is not a mapping; fix the document it serves",
+            ),
+            (
+                "install: [a]",
+                "the config at clusterConfig.configURL: install: is not a mapping; fix the document it serves",
             ),
             (
                 "install: {managementInterface: 3}",
@@ -1476,6 +1490,13 @@ systemSettings:
                     ..create_node()
                 },
                 "the Cluster's spec.imageURL \"http://172.16.135.50:8080\\nshell\" cannot go into the iPXE script: a line break would start another iPXE command",
+            ),
+            (
+                NodeInstall {
+                    image_url: "http://m/h\u{7}".into(),
+                    ..create_node()
+                },
+                "the Cluster's spec.imageURL \"http://m/h\\u{7}\" cannot go into the iPXE script: control characters are not allowed",
             ),
             (
                 NodeInstall {
