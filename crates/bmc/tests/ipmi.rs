@@ -213,6 +213,18 @@ async fn cli_over_ipmi_emulator_matches_the_redfish_json_shape() {
     assert_eq!(j["result"]["mode"], "uefi");
     let j = run("password", &i(&["boot", "show"])).await;
     assert_eq!(j["result"]["device"], "disk");
+    // A mode asked for is written, even one that switches the machine.
+    let j = run(
+        "password",
+        &i(&["boot", "pxe", "--once", "--mode", "legacy"]),
+    )
+    .await;
+    assert_eq!(j["result"]["mode"], "legacy");
+    assert_eq!(
+        bmc.boot_flags()[0] & 0xE0,
+        0x80,
+        "valid, next boot only, legacy"
+    );
 
     // inventory: FRU 0 and Get Device ID.
     let j = run("password", &i(&["inventory"])).await;
