@@ -90,6 +90,10 @@ pub struct Quirks {
     /// The session collection is served at [`MOVED_SESSIONS`] (the root's `Links.Sessions`
     /// says so) and its usual URI answers 404.
     pub sessions_elsewhere: bool,
+    /// Every boot PATCH that sets a target leaves the mode `Legacy`, whether it names a mode or
+    /// not: a BMC that cannot keep UEFI across a boot override (what the Supermicro profile does
+    /// only to a PATCH that omits the mode).
+    pub boot_mode_always_legacy: bool,
 }
 
 /// Where a BMC with [`Quirks::sessions_elsewhere`] serves its session collection.
@@ -240,6 +244,8 @@ pub(crate) struct Inner {
     pub media_log: Vec<String>,
     /// Every power-on, oldest first.
     pub boots: Vec<BootRecord>,
+    /// The body of every PATCH of the system, as received, in order.
+    pub system_patches: Vec<serde_json::Value>,
 }
 
 fn now_rfc3339() -> String {
@@ -406,6 +412,7 @@ impl BmcState {
                 } else {
                     Vec::new()
                 },
+                system_patches: Vec::new(),
             }),
             spec,
             profile,
@@ -481,6 +488,16 @@ impl BmcState {
     /// Every `ComputerSystem.Reset` accepted (its `ResetType`), in order.
     pub fn reset_requests(&self) -> Vec<String> {
         self.lock().reset_log.clone()
+    }
+
+    /// The body of every PATCH of the system received (accepted or not), in order.
+    pub fn system_patches(&self) -> Vec<serde_json::Value> {
+        self.lock().system_patches.clone()
+    }
+
+    /// Sets the boot mode the system reports (`UEFI` or `Legacy`).
+    pub fn set_boot_mode(&self, mode: &str) {
+        self.lock().boot.mode = mode.to_owned();
     }
 
     /// Sessions open now.

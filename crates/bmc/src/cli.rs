@@ -97,7 +97,8 @@ pub enum BmcCommand {
         /// Every boot.
         #[arg(long)]
         persistent: bool,
-        /// Force a boot mode; by default the current mode is kept.
+        /// Ask for a boot mode (this may switch the machine's); by default the mode the BMC
+        /// reports is kept (over IPMI, UEFI when it reports none).
         #[arg(long, value_enum)]
         mode: Option<BootMode>,
     },

@@ -1,5 +1,6 @@
 //! Typed BMC errors. Messages never contain credentials; inner errors are kept as `source`.
 
+use crate::types::BootMode;
 use std::time::Duration;
 
 type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -66,6 +67,19 @@ pub enum BmcError {
     /// The client was misconfigured (bad endpoint, unreadable CA bundle...).
     #[error("invalid BMC client configuration: {0}")]
     Config(String),
+    /// The boot override was set, and reading it back shows the BMC switched the firmware
+    /// boot mode (UEFI / Legacy) away from the one kept or asked for. ingot does not send the
+    /// mode again to force it: the BMC changed it once already, and on some (Dell) a mode
+    /// change schedules a BIOS configuration job.
+    #[error("{}", not_kept(before, *wanted, *after))]
+    BootModeNotKept {
+        /// The mode the BMC reported before (`None`: not reported).
+        before: Option<BootMode>,
+        /// The mode kept or asked for.
+        wanted: BootMode,
+        /// The mode read back after the override was set.
+        after: BootMode,
+    },
 }
 
 impl BmcError {
@@ -87,6 +101,7 @@ impl BmcError {
             BmcError::Command { .. } => "command",
             BmcError::Unsupported(_) => "unsupported",
             BmcError::Config(_) => "config",
+            BmcError::BootModeNotKept { .. } => "boot_mode_not_kept",
         }
     }
 
@@ -122,4 +137,28 @@ impl BmcError {
                 }
         )
     }
+}
+
+fn not_kept(before: &Option<BootMode>, wanted: BootMode, after: BootMode) -> String {
+    let what = if *before == Some(after) {
+        format!(
+            "the BMC still reports boot mode {} after the boot override asked for {}",
+            after.redfish(),
+            wanted.redfish()
+        )
+    } else {
+        format!(
+            "the BMC switched the boot mode from {} to {} when the boot override was set ({} was wanted)",
+            before.map(|m| m.redfish()).unwrap_or("an unreported mode"),
+            after.redfish(),
+            wanted.redfish()
+        )
+    };
+    format!(
+        "{what}: this BMC does not keep the firmware boot mode across a boot override, and \
+         ingot does not send the mode again to force it. Check the machine's boot mode in its \
+         BIOS or BMC settings and set it to {} there, then update the BMC firmware or boot the \
+         machine by its own boot order instead of a boot override",
+        wanted.redfish()
+    )
 }

@@ -230,16 +230,31 @@ impl Bmc for IpmiBmc {
         } else {
             ipmi::BootPersistence::Once
         };
-        let mode = request.mode.map(|m| match m {
+        // The mode asked for, else the one the BMC reports, else UEFI (see [`DEFAULT_BOOT_MODE`]).
+        let before = boot_override_from(&self.client.boot_flags().await.map_err(map_error)?).mode;
+        let wanted = request.mode.or(before).unwrap_or(DEFAULT_BOOT_MODE);
+        let mode = match wanted {
             BootMode::Uefi => ipmi::BootMode::Uefi,
             BootMode::Legacy => ipmi::BootMode::Legacy,
-        });
+        };
         let flags = self
             .client
-            .set_boot_device(device, persistence, mode)
+            .set_boot_device(device, persistence, Some(mode))
             .await
             .map_err(map_error)?;
-        Ok(boot_override_from(&flags))
+        let after = boot_override_from(&flags);
+        // Flags read back valid with another EFI bit: the BMC did not keep the mode written.
+        // Reported, never written again to force it.
+        if let Some(now) = after.mode
+            && now != wanted
+        {
+            return Err(BmcError::BootModeNotKept {
+                before,
+                wanted,
+                after: now,
+            });
+        }
+        Ok(after)
     }
 
     async fn inventory(&self) -> Result<Inventory, BmcError> {
@@ -320,6 +335,15 @@ fn boot_device_name(d: ipmi::BootDevice) -> String {
     }
 }
 
+/// The boot mode written with a boot override when neither the request nor the BMC names one
+/// (boot flags without the valid bit report no mode): UEFI. What such flags hold in the EFI bit
+/// is not the machine's mode (often 0 on a UEFI machine whose one-time override was used up),
+/// so "keeping" it would switch UEFI machines to Legacy, the harm this avoids: Harvester from
+/// v1.8 installs in UEFI only, current servers ship in UEFI, and on some (Dell) a Legacy boot
+/// of a UEFI machine schedules a BIOS configuration job. A Legacy machine behind such a BMC
+/// needs the mode asked for explicitly.
+pub const DEFAULT_BOOT_MODE: BootMode = BootMode::Uefi;
+
 /// Boot flags (parameter 5) in the neutral form. The device is the selector as stored (like
 /// Redfish's `BootSourceOverrideTarget`, reported whether or not the override is enabled); the
 /// override is enabled when the flags are valid and name a device. OpenIPMI's `ipmi_sim`, for
@@ -342,7 +366,7 @@ pub fn boot_override_from(flags: &ipmi::BootFlags) -> BootOverride {
         device,
         persistent: flags.persistence == ipmi::BootPersistence::Persistent,
         enabled,
-        mode: Some(match flags.mode {
+        mode: flags.reported_mode().map(|m| match m {
             ipmi::BootMode::Uefi => BootMode::Uefi,
             ipmi::BootMode::Legacy => BootMode::Legacy,
         }),
@@ -696,6 +720,11 @@ mod tests {
         assert!(b.enabled && !b.persistent);
         assert_eq!(b.mode, Some(BootMode::Uefi));
         assert_eq!(b.raw_target.as_deref(), Some("pxe"));
+        // Without the valid bit the EFI bit is not the machine's mode: none is reported.
+        for byte1 in [0x00, 0x20] {
+            let flags = ipmi::BootFlags::parse(&[1, 5, byte1, 0x04, 0, 0, 0]).unwrap();
+            assert_eq!(boot_override_from(&flags).mode, None, "{byte1:#x}");
+        }
     }
 
     #[test]

@@ -213,6 +213,18 @@ async fn cli_over_ipmi_emulator_matches_the_redfish_json_shape() {
     assert_eq!(j["result"]["mode"], "uefi");
     let j = run("password", &i(&["boot", "show"])).await;
     assert_eq!(j["result"]["device"], "disk");
+    // A mode asked for is written, even one that switches the machine.
+    let j = run(
+        "password",
+        &i(&["boot", "pxe", "--once", "--mode", "legacy"]),
+    )
+    .await;
+    assert_eq!(j["result"]["mode"], "legacy");
+    assert_eq!(
+        bmc.boot_flags()[0] & 0xE0,
+        0x80,
+        "valid, next boot only, legacy"
+    );
 
     // inventory: FRU 0 and Get Device ID.
     let j = run("password", &i(&["inventory"])).await;
@@ -324,9 +336,11 @@ async fn cli_over_openipmi_ipmi_sim() {
     let j = run(pw, &i(&["power", "status"])).await;
     assert_eq!(j["result"]["powerState"], "on");
 
-    // ipmi_sim hands the device to its chassis script and keeps the selector, but never
-    // reports the valid bit (ipmitool reads "Boot Flag Invalid" too): the device reads back,
-    // the override does not count as enabled.
+    // ipmi_sim hands the device to its chassis script and keeps the selector, but drops the
+    // rest of byte 1 of parameter 5 (valid, persistent and EFI bits all read 0; ipmitool reads
+    // "Boot Flag Invalid" too): the device reads back, the override does not count as
+    // enabled, and no boot mode is reported (the EFI bit is therefore tested against ingot's
+    // emulator, in `ipmi_one_time_network_boot_writes_the_reported_mode`).
     let j = run(pw, &i(&["boot", "pxe", "--once"])).await;
     assert_eq!(j["result"]["device"], "pxe");
     assert_eq!(j["result"]["persistent"], false);
@@ -337,12 +351,11 @@ async fn cli_over_openipmi_ipmi_sim() {
             .trim(),
         "pxe"
     );
-    let mode = j["result"]["mode"].clone();
-    assert!(mode == "uefi" || mode == "legacy", "{j}");
+    assert_eq!(j["result"]["mode"], Value::Null, "{j}");
     let j = run(pw, &i(&["boot", "show"])).await;
     assert_eq!(j["result"]["device"], "pxe");
     assert_eq!(j["result"]["rawTarget"], "pxe");
-    assert_eq!(j["result"]["mode"], mode, "the mode is kept");
+    assert_eq!(j["result"]["mode"], Value::Null);
 
     let j = run(pw, &i(&["inventory"])).await;
     let inv = &j["result"];
@@ -587,4 +600,82 @@ async fn the_power_contract_holds_over_redfish_and_ipmi() {
         ipmi.bmcs()[0].stats().chassis_controls,
         vec![1, 0, 1, 3, 0, 1, 0, 1, 3, 0, 1]
     );
+}
+
+/// A one-time network boot over IPMI writes the EFI bit of the mode the boot flags report
+/// (read back from the emulator): valid UEFI flags stay UEFI, valid Legacy flags stay Legacy;
+/// flags without the valid bit report no mode, and UEFI is written (a leftover EFI bit of 0
+/// would otherwise switch a UEFI machine to Legacy). A mode asked for is written. A BMC that
+/// stores another EFI bit is reported as `BootModeNotKept`, and the flags are written once.
+#[tokio::test]
+async fn ipmi_one_time_network_boot_writes_the_reported_mode() {
+    let mut icfg = ingot_ipmi_sim::FleetConfig::uniform(4, "password");
+    // Persistent disk override, valid: UEFI, Legacy; then no valid flags, EFI bit 0.
+    icfg.bmcs[0].boot_flags = [0xE0, 0x08, 0, 0, 0];
+    icfg.bmcs[1].boot_flags = [0xC0, 0x08, 0, 0, 0];
+    icfg.bmcs[2].boot_flags = [0x00, 0x00, 0, 0, 0];
+    icfg.bmcs[3].boot_flags = [0xE0, 0x08, 0, 0, 0];
+    let fleet = ingot_ipmi_sim::serve(icfg).await.unwrap();
+    let handles = fleet.bmcs();
+    handles[3].set_faults(ingot_ipmi_sim::Faults {
+        drop_efi_bit: true,
+        ..ingot_ipmi_sim::Faults::default()
+    });
+    let options = IpmiOptions {
+        keepalive: None,
+        ..IpmiOptions::default()
+    };
+    let mut bmcs = Vec::new();
+    for h in handles {
+        let mut cfg = common::bmc_config(&h.addr().to_string());
+        cfg.protocol = Some(Protocol::Ipmi);
+        bmcs.push(IpmiBmc::connect(&cfg, &options).await.unwrap());
+    }
+    let pxe = |mode| BootRequest {
+        device: BootDevice::Pxe,
+        persistent: false,
+        mode,
+    };
+    for (i, mode, flags) in [
+        (0, BootMode::Uefi, 0xA0),
+        (1, BootMode::Legacy, 0x80),
+        (2, BootMode::Uefi, 0xA0),
+    ] {
+        assert_eq!(
+            bmcs[i].boot_override().await.unwrap().mode,
+            [Some(BootMode::Uefi), Some(BootMode::Legacy), None][i]
+        );
+        let o = bmcs[i].set_boot_override(pxe(None)).await.unwrap();
+        assert_eq!((o.device, o.mode), (BootDevice::Pxe, Some(mode)), "BMC {i}");
+        assert_eq!(handles[i].boot_flags()[..2], [flags, 0x04], "BMC {i}");
+    }
+    // Asked for, the other mode is written.
+    let o = bmcs[1]
+        .set_boot_override(pxe(Some(BootMode::Uefi)))
+        .await
+        .unwrap();
+    assert_eq!(o.mode, Some(BootMode::Uefi));
+    assert_eq!(handles[1].boot_flags()[0], 0xA0);
+
+    let e = bmcs[3].set_boot_override(pxe(None)).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BmcError::BootModeNotKept {
+                before: Some(BootMode::Uefi),
+                wanted: BootMode::Uefi,
+                after: BootMode::Legacy
+            }
+        ),
+        "{e:?}"
+    );
+    let written = handles[3].stats().boot_params_written;
+    assert_eq!(
+        written.iter().filter(|p| **p == 5).count(),
+        1,
+        "the flags are written once, not again to force the mode: {written:?}"
+    );
+    for b in bmcs {
+        b.close().await.unwrap();
+    }
 }

@@ -719,3 +719,112 @@ async fn virtual_media_linked_but_not_served_is_looked_for_at_the_managers() {
         "{e}"
     );
 }
+
+fn once(mode: Option<BootMode>) -> BootRequest {
+    BootRequest {
+        device: BootDevice::Pxe,
+        persistent: false,
+        mode,
+    }
+}
+
+/// The PATCH holds the target and `Once`; the mode only where the vendor resets it unless it
+/// is restated (Supermicro) or a different one is asked for. Read back from the emulator: a
+/// UEFI system stays UEFI, a Legacy one stays Legacy.
+#[tokio::test]
+async fn a_one_time_network_boot_sends_the_smallest_patch_and_keeps_the_mode() {
+    let fleet = fleet_of(&[Vendor::Dell, Vendor::Supermicro], false).await;
+    let bare = serde_json::json!({"Boot": {
+        "BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}});
+    let with = |mode: &str| {
+        serde_json::json!({"Boot": {
+            "BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once",
+            "BootSourceOverrideMode": mode}})
+    };
+    for (b, restated) in [(&fleet.bmcs[0], false), (&fleet.bmcs[1], true)] {
+        let c = client(b, options());
+        for (mode, kept) in [("UEFI", BootMode::Uefi), ("Legacy", BootMode::Legacy)] {
+            b.state.set_boot_mode(mode);
+            let before = b.state.system_patches().len();
+            let o = c.set_boot_override(once(None)).await.unwrap();
+            assert_eq!(o.mode, Some(kept), "{mode}");
+            assert_eq!(
+                b.state.snapshot().boot.mode,
+                mode,
+                "the emulator keeps {mode}"
+            );
+            let want = if restated { with(mode) } else { bare.clone() };
+            assert_eq!(b.state.system_patches()[before..], [want], "{mode}");
+            // The mode asked for and already in use is not sent either (unless restated).
+            let before = b.state.system_patches().len();
+            c.set_boot_override(once(Some(kept))).await.unwrap();
+            let want = if restated { with(mode) } else { bare.clone() };
+            assert_eq!(b.state.system_patches()[before..], [want], "{mode}");
+        }
+        // Another mode asked for explicitly is sent, and taken.
+        let before = b.state.system_patches().len();
+        let o = c
+            .set_boot_override(once(Some(BootMode::Uefi)))
+            .await
+            .unwrap();
+        assert_eq!(o.mode, Some(BootMode::Uefi));
+        assert_eq!(b.state.system_patches()[before..], [with("UEFI")]);
+    }
+}
+
+/// A BMC that switches the mode to Legacy on every boot PATCH: the switch is reported as
+/// `BootModeNotKept` after one PATCH, which is not sent again to force the mode back, whether
+/// the mode was left out (Dell), restated (Supermicro) or asked for.
+#[tokio::test]
+async fn a_bmc_that_does_not_keep_the_mode_is_reported_not_forced() {
+    let fleet = fleet_of(&[Vendor::Dell, Vendor::Supermicro], false).await;
+    for b in &fleet.bmcs {
+        b.state.set_quirks(Quirks {
+            boot_mode_always_legacy: true,
+            ..Quirks::default()
+        });
+        let c = client(b, options());
+        let e = c.set_boot_override(once(None)).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BmcError::BootModeNotKept {
+                    before: Some(BootMode::Uefi),
+                    wanted: BootMode::Uefi,
+                    after: BootMode::Legacy
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(e.kind(), "boot_mode_not_kept");
+        assert!(!e.is_transient());
+        let m = e.to_string();
+        assert!(
+            m.contains("switched the boot mode from UEFI to Legacy")
+                && m.contains("does not send the mode again"),
+            "{m}"
+        );
+        assert_eq!(b.state.system_patches().len(), 1, "one PATCH, not forced");
+        // Asked for explicitly on the (now) Legacy system: not taken, reported, sent once.
+        let e = c
+            .set_boot_override(once(Some(BootMode::Uefi)))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BmcError::BootModeNotKept {
+                    before: Some(BootMode::Legacy),
+                    wanted: BootMode::Uefi,
+                    after: BootMode::Legacy
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains("still reports boot mode Legacy"),
+            "{e}"
+        );
+        assert_eq!(b.state.system_patches().len(), 2);
+    }
+}

@@ -22,6 +22,11 @@ struct Sushy {
 }
 
 fn start_sushy() -> Sushy {
+    start_sushy_in("UEFI")
+}
+
+/// sushy-emulator whose one fake system boots in `boot_mode` (`UEFI` or `Legacy`).
+fn start_sushy_in(boot_mode: &str) -> Sushy {
     let sushy = require_tool("sushy-emulator");
     let python = sushy
         .parent()
@@ -57,6 +62,7 @@ SUSHY_EMULATOR_FAKE_SYSTEMS = [{{
     'uuid': '27946b59-9e44-4fa7-8e91-f3527a1ef094',
     'name': 'fake',
     'power_state': 'Off',
+    'boot_mode': '{boot_mode}',
     'external_notifier': False,
     'nics': [{{'mac': '00:5c:52:31:3a:9c', 'ip': '127.0.0.2'}}],
 }}]
@@ -306,4 +312,73 @@ async fn virtual_media_on_sushy_emulator() {
     c.set_virtual_media(MediaKind::Cd, None).await.unwrap();
     let cd = sushy_cd(&sushy.url).await;
     assert_eq!(cd["Inserted"], false, "{cd}");
+}
+
+/// The boot mode sushy's system reports, read from sushy itself (not through ingot's client).
+async fn sushy_boot_mode(url: &str) -> String {
+    let http = reqwest::Client::new();
+    let get = |path: String| {
+        let http = http.clone();
+        async move {
+            http.get(format!("{url}{path}"))
+                .basic_auth(USER, Some(PASS))
+                .send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let systems = get("/redfish/v1/Systems".into()).await;
+    let system = systems["Members"][0]["@odata.id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let system = get(system).await;
+    system["Boot"]["BootSourceOverrideMode"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A one-time network boot keeps the mode a real peer reports: a UEFI system stays UEFI, a
+/// Legacy one stays Legacy; only a mode asked for explicitly changes it.
+#[tokio::test]
+async fn a_one_time_network_boot_never_switches_the_mode_on_sushy() {
+    for (mode, kept) in [("UEFI", BootMode::Uefi), ("Legacy", BootMode::Legacy)] {
+        let sushy = start_sushy_in(mode);
+        wait_ready(&sushy.url).await;
+        assert_eq!(sushy_boot_mode(&sushy.url).await, mode);
+        let c = client(&sushy.url, PASS);
+        let o = c
+            .set_boot_override(BootRequest {
+                device: BootDevice::Pxe,
+                persistent: false,
+                mode: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!((o.device, o.mode), (BootDevice::Pxe, Some(kept)), "{mode}");
+        assert_eq!(
+            sushy_boot_mode(&sushy.url).await,
+            mode,
+            "sushy still in {mode}"
+        );
+        // Asked for explicitly, the other mode is taken.
+        let other = match kept {
+            BootMode::Uefi => BootMode::Legacy,
+            BootMode::Legacy => BootMode::Uefi,
+        };
+        let o = c
+            .set_boot_override(BootRequest {
+                device: BootDevice::Pxe,
+                persistent: false,
+                mode: Some(other),
+            })
+            .await
+            .unwrap();
+        assert_eq!(o.mode, Some(other));
+        assert_eq!(sushy_boot_mode(&sushy.url).await, other.redfish());
+    }
 }

@@ -1,7 +1,8 @@
 //! The Task reconciler against a real API server and an emulated Redfish BMC, called directly
 //! with the copies a watch cache could hand it: a copy that is behind never sends a reboot
 //! again, a send interrupted half-way is never replayed, and a reboot whose answer was lost
-//! after the BMC carried it out is not sent again (over Redfish and over IPMI).
+//! after the BMC carried it out is not sent again (over Redfish and over IPMI), and a one-time
+//! network boot whose BMC switched the boot mode fails saying so, without forcing the mode.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -29,6 +30,10 @@ async fn setup(action: &str) -> Setup {
 }
 
 async fn setup_with(action: &str, power_delay: Duration) -> Setup {
+    setup_task(json!({"powerAction": action}), power_delay).await
+}
+
+async fn setup_task(action: serde_json::Value, power_delay: Duration) -> Setup {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     let ns = env.namespace("rufio-task").await.unwrap();
@@ -60,7 +65,7 @@ async fn setup_with(action: &str, power_delay: Duration) -> Setup {
     let task: Task = serde_json::from_value(json!({
         "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Task",
         "metadata": {"name": "j-task-0"},
-        "spec": {"task": {"powerAction": action}, "connection": {
+        "spec": {"task": action, "connection": {
             "host": "127.0.0.1", "insecureTLS": true,
             "authSecretRef": {"name": "auth", "namespace": ns},
             "providerOptions": {"redfish": {"port": fleet.bmcs[0].addr.port()}}
@@ -290,4 +295,40 @@ async fn an_ipmi_hard_reset_without_answer_runs_once_and_the_task_fails_saying_w
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("the Task did not fail");
+}
+
+/// A BMC that switches the boot mode to Legacy on a boot override: the Task fails with the
+/// reason (the BMC's behaviour and the fix), after one PATCH; a later reconcile sends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_time_boot_whose_bmc_switched_the_mode_fails_saying_why() {
+    let s = setup_task(
+        json!({"oneTimeBootDeviceAction": {"device": ["pxe"]}}),
+        Duration::from_millis(50),
+    )
+    .await;
+    let bmc = &s.fleet.bmcs[0].state;
+    bmc.set_quirks(ingot_bmc_sim::Quirks {
+        boot_mode_always_legacy: true,
+        ..ingot_bmc_sim::Quirks::default()
+    });
+    for _ in 0..3 {
+        let task = s.tasks.get("j-task-0").await.unwrap();
+        run(&s, &task).await;
+    }
+    let task = s.tasks.get("j-task-0").await.unwrap();
+    let status = task.status.unwrap();
+    let failed = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Failed" && c.status == "True")
+        .unwrap_or_else(|| panic!("not failed: {:?}", status.conditions));
+    let message = failed.message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("set boot device: the BMC switched the boot mode from UEFI to Legacy")
+            && message.contains("does not keep the firmware boot mode")
+            && message.contains("set it to UEFI there"),
+        "{message}"
+    );
+    assert_eq!(bmc.system_patches().len(), 1, "one boot PATCH, not forced");
+    assert_eq!(bmc.snapshot().boot.mode, "Legacy");
 }

@@ -1402,3 +1402,58 @@ async fn a_virtual_media_job_attaches_the_image_on_sushy_and_ipmi_has_none() {
     drop(ingot);
     delete_all(&client, &ns).await;
 }
+
+/// A Job's one-time network boot on a BMC that switches the boot mode to Legacy: the boot is
+/// sent ahead of its Task, and the switch is not hidden by sending it again (the override would
+/// then keep the switched mode and succeed): the Task is created failed-ahead, it and the Job
+/// fail naming the BMC's behaviour and the fix, and the BMC received one boot PATCH.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boot_mode_switched_by_the_bmc_fails_the_job_and_is_not_forced() {
+    let _serial = SERIAL.lock().await;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("rufio-bootmode").await.unwrap();
+    let fleet = machines_on_fleet(&client, &ns, 1, BmcSpec::default()).await;
+    let bmc = &fleet.bmcs[0].state;
+    bmc.set_quirks(ingot_bmc_sim::Quirks {
+        boot_mode_always_legacy: true,
+        ..ingot_bmc_sim::Quirks::default()
+    });
+    let ingot = start_ingot(
+        env.kubeconfig_path(),
+        &ns,
+        &["--rufio-machine-interval-seconds=600"],
+    );
+    wait_contactable(&client, &ns, "m0", "on", Duration::from_secs(30)).await;
+    let mut j = job_sample(&ns, "pxe", "m0");
+    j.spec.tasks =
+        serde_json::from_value(json!([{"oneTimeBootDeviceAction": {"device": ["pxe"]}}])).unwrap();
+    create(&client, &ns, &j).await;
+    let status = wait_for("Job pxe to fail", Duration::from_secs(60), || async {
+        let s = job_status(&client, &ns, "pxe").await;
+        condition(&s, "Failed")
+            .is_some_and(|c| c.0 == "True")
+            .then_some(s)
+    })
+    .await;
+    let (_, message) = condition(&status, "Failed").unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "task {ns}/pxe-task-0 failed: set boot device: the BMC switched the boot mode from UEFI to Legacy"
+        )) && message.contains("ingot does not send the mode again to force it"),
+        "{message}"
+    );
+    let task = Api::<Task>::namespaced(client.clone(), &ns)
+        .get("pxe-task-0")
+        .await
+        .unwrap();
+    assert!(
+        task.annotations()
+            .contains_key(ingot_controllers::rufio::task::FAILED_AHEAD_ANNOTATION),
+        "sent ahead of the Task: {:?}",
+        task.annotations()
+    );
+    assert_eq!(bmc.system_patches().len(), 1, "one boot PATCH, not forced");
+    drop(ingot);
+    delete_all(&client, &ns).await;
+}

@@ -690,6 +690,9 @@ impl Bmc {
                     Some(b) => {
                         self.boot_params_written.push(5);
                         self.boot.copy_from_slice(b);
+                        if self.faults.drop_efi_bit {
+                            self.boot[0] &= !0x20;
+                        }
                         self.boot_valid_since = (b[0] & 0x80 != 0).then(Instant::now);
                         (0, vec![])
                     }

@@ -123,6 +123,10 @@ pub struct Faults {
     /// the last answer (no de-duplication by rqSeq), as many BMCs do: a
     /// retransmitted Chassis Control resets the host twice.
     pub no_dedup: bool,
+    /// Store the boot flags (parameter 5) with the EFI bit (byte 1, bit 5)
+    /// cleared, whatever was written: a BMC that boots the override in
+    /// Legacy mode and cannot keep UEFI.
+    pub drop_efi_bit: bool,
 }
 
 /// One simulated BMC.

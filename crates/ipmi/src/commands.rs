@@ -292,6 +292,14 @@ impl BootFlags {
         Ok(Self::from_raw(raw))
     }
 
+    /// The firmware boot mode, if the BMC reports one: only flags with the
+    /// valid bit set say which mode the next boot uses. Without it the EFI
+    /// bit is whatever the BMC left there (often 0, "PC compatible", on a UEFI
+    /// machine whose one-time override was used up), not the machine's mode.
+    pub fn reported_mode(&self) -> Option<BootMode> {
+        self.valid.then_some(self.mode)
+    }
+
     fn from_raw(raw: [u8; 5]) -> Self {
         BootFlags {
             valid: raw[0] & 0x80 != 0,
@@ -462,7 +470,10 @@ impl Client {
 
     /// Set a boot device override. `mode: None` keeps the firmware boot mode
     /// the BMC currently reports (read first), so an override never flips a
-    /// UEFI machine to legacy boot by accident. Returns the flags read back.
+    /// UEFI machine to legacy boot by accident. Flags without the valid bit
+    /// report no mode (many BMCs clear the whole byte once the override is
+    /// used): the mode is then [`BootMode::Uefi`], see [`BootFlags::reported_mode`].
+    /// Returns the flags read back.
     pub async fn set_boot_device(
         &self,
         device: BootDevice,
@@ -471,7 +482,11 @@ impl Client {
     ) -> Result<BootFlags> {
         let mode = match mode {
             Some(m) => m,
-            None => self.boot_flags().await?.mode,
+            None => self
+                .boot_flags()
+                .await?
+                .reported_mode()
+                .unwrap_or(BootMode::Uefi),
         };
         let mut b1 = 0x80; // valid
         if persistence == BootPersistence::Persistent {

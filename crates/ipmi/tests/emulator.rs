@@ -487,3 +487,42 @@ async fn power_transitions_take_time_when_configured() {
     );
     assert!(eventually(Duration::from_secs(5), || !bmc.power_on()).await);
 }
+
+/// Boot flags without the valid bit report no mode: their EFI bit (0 here, as many BMCs leave
+/// it once a one-time override is used) is not kept, UEFI is written unless a mode is asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_without_the_valid_bit_keep_no_mode() {
+    let mut cfg = FleetConfig::uniform(1, PW);
+    cfg.bmcs[0].boot_flags = [0x00, 0x00, 0, 0, 0];
+    let fleet = serve(cfg).await.unwrap();
+    let bmc = fleet.bmc(0).unwrap().clone();
+    let client = Client::connect(config(bmc.addr(), "admin", PW, &[CipherSuite::Suite17]))
+        .await
+        .unwrap();
+    let before = client.boot_flags().await.unwrap();
+    assert_eq!(before.reported_mode(), None);
+    let f = client
+        .set_boot_device(BootDevice::Pxe, BootPersistence::Once, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (f.reported_mode(), f.device),
+        (Some(BootMode::Uefi), BootDevice::Pxe)
+    );
+    assert_eq!(bmc.boot_flags()[..2], [0xA0, 0x04]);
+    // Valid Legacy flags are kept.
+    client
+        .set_boot_device(
+            BootDevice::Disk,
+            BootPersistence::Persistent,
+            Some(BootMode::Legacy),
+        )
+        .await
+        .unwrap();
+    let f = client
+        .set_boot_device(BootDevice::Pxe, BootPersistence::Once, None)
+        .await
+        .unwrap();
+    assert_eq!(f.reported_mode(), Some(BootMode::Legacy));
+    assert_eq!(bmc.boot_flags()[..2], [0x80, 0x04]);
+}

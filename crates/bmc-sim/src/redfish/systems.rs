@@ -131,6 +131,8 @@ fn precondition(b: &BmcState, g: &Inner, headers: &HeaderMap) -> Option<Response
 
 fn patch_system(b: &Bmc, headers: &HeaderMap, body: Option<&Value>) -> Response {
     let mut g = b.lock();
+    g.system_patches
+        .push(body.cloned().unwrap_or(serde_json::Value::Null));
     if let Some(refused) = precondition(b, &g, headers) {
         return refused;
     }
@@ -180,6 +182,7 @@ fn patch_system(b: &Bmc, headers: &HeaderMap, body: Option<&Value>) -> Response 
         g.boot.enabled = e.into();
     }
     match mode {
+        _ if g.quirks.boot_mode_always_legacy && target.is_some() => g.boot.mode = "Legacy".into(),
         Some(m) => g.boot.mode = m.into(),
         // The Supermicro behaviour: an override that does not restate the mode sets Legacy.
         None if b.profile.boot_mode_reset_to_legacy && target.is_some() => {

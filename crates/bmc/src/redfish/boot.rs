@@ -1,5 +1,8 @@
-//! The boot source override: read from the system, and set by a PATCH that keeps the boot mode
-//! and carries the ETag where the BMC asks for one.
+//! The boot source override: read from the system, and set by the smallest PATCH that keeps
+//! the boot mode (target and enabled; the mode only when asked for and different, or when the
+//! vendor resets it unless restated), carrying the ETag where the BMC asks for one. The
+//! override is read back: a mode other than the one kept or asked for is
+//! [`BmcError::BootModeNotKept`].
 
 use super::RedfishClient;
 use super::json::{list, string};
@@ -69,8 +72,19 @@ impl RedfishClient {
                 Err(e) => return Err(e),
             }
         }
-        let after = self.get(&path).await?;
-        Ok(parse_boot(&after))
+        let after = parse_boot(&self.get(&path).await?);
+        // The mode kept (or asked for) must still be the one reported. A BMC that changed it
+        // anyway is reported, never PATCHed again to force it: it changed it once already.
+        if let (Some(wanted), Some(now)) = (request.mode.or(current.mode), after.mode)
+            && wanted != now
+        {
+            return Err(BmcError::BootModeNotKept {
+                before: current.mode,
+                wanted,
+                after: now,
+            });
+        }
+        Ok(after)
     }
 }
 

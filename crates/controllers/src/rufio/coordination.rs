@@ -34,7 +34,19 @@ pub const MAX_ENTRIES: usize = 100_000;
 
 /// The outcome of an action sent ahead of its Task: `None` while sending, then whether the
 /// BMC accepted it.
-pub type SendAhead = watch::Receiver<Option<bool>>;
+pub type SendAhead = watch::Receiver<Option<Ahead>>;
+
+/// What became of an action sent ahead of its Task.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ahead {
+    /// The BMC accepted it: the Task is created `sent` and only verifies.
+    Sent,
+    /// Not sent, or refused: the Task sends it itself.
+    NotSent,
+    /// The BMC carried it out with an effect that sending it again would hide (a boot mode
+    /// it switched): the Task is created `sent` and fails with this message.
+    Failed(String),
+}
 
 /// The in-memory coordination of the Rufio controllers (see the module documentation).
 pub struct Coordination {
@@ -118,7 +130,7 @@ impl Coordination {
 
     /// Registers a send ahead of Task `task`; `None` when one is already registered (or the
     /// table is full: the Task then sends the action itself).
-    pub fn begin_send_ahead(&self, task: String) -> Option<watch::Sender<Option<bool>>> {
+    pub fn begin_send_ahead(&self, task: String) -> Option<watch::Sender<Option<Ahead>>> {
         let mut sent = lock(&self.sent_ahead);
         if sent.contains_key(&task) || sent.len() >= MAX_ENTRIES {
             return None;
@@ -130,9 +142,12 @@ impl Coordination {
 
     /// Whether the BMC accepted the action sent ahead of Task `task`, waiting for a send still
     /// under way; `None` when none was sent ahead (or the sender gave up).
-    pub async fn take_send_ahead(&self, task: &str) -> Option<bool> {
+    pub async fn take_send_ahead(&self, task: &str) -> Option<Ahead> {
         let (_, mut rx) = lock(&self.sent_ahead).remove(task)?;
-        rx.wait_for(Option::is_some).await.ok().and_then(|v| *v)
+        rx.wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|v| v.clone())
     }
 
     /// Records a write of this process for the Job with this UID (`what`: `Kind ns/name`).
@@ -234,9 +249,9 @@ mod tests {
         assert!(c.begin_send_ahead("ns/j-task-0".into()).is_none());
         let sender = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            tx.send(Some(true)).unwrap();
+            tx.send(Some(Ahead::Sent)).unwrap();
         });
-        assert_eq!(c.take_send_ahead("ns/j-task-0").await, Some(true));
+        assert_eq!(c.take_send_ahead("ns/j-task-0").await, Some(Ahead::Sent));
         sender.await.unwrap();
         assert_eq!(c.take_send_ahead("ns/j-task-0").await, None);
         // A sender that gave up answers nothing.

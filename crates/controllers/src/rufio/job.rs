@@ -26,7 +26,8 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::task::SENT_ANNOTATION;
+use super::coordination::Ahead;
+use super::task::{FAILED_AHEAD_ANNOTATION, SENT_ANNOTATION};
 use super::tenancy;
 use super::{Error, RufioContext};
 use crate::runtime::{self, Backoff, ControllerRuntime};
@@ -536,18 +537,27 @@ async fn send_and_create(
     ctx: &RufioContext,
 ) -> Result<Task, kube::Error> {
     let mut task = task_for(job, i, machine)?;
-    let sent = match ctx
+    let ahead = match ctx
         .coordination
         .take_send_ahead(&super::key_of(&task))
         .await
     {
-        Some(sent) => sent,
+        Some(ahead) => ahead,
         None => super::task::send_ahead(&task, ctx).await,
     };
-    if sent {
-        ctx.crash_point("rufio-after-send-ahead");
-        task.annotations_mut()
-            .insert(SENT_ANNOTATION.to_owned(), "sent".to_owned());
+    match ahead {
+        Ahead::Sent => {
+            ctx.crash_point("rufio-after-send-ahead");
+            task.annotations_mut()
+                .insert(SENT_ANNOTATION.to_owned(), "sent".to_owned());
+        }
+        // Sent, and the Task fails with the reason rather than sending it again.
+        Ahead::Failed(message) => {
+            let annotations = task.annotations_mut();
+            annotations.insert(SENT_ANNOTATION.to_owned(), "sent".to_owned());
+            annotations.insert(FAILED_AHEAD_ANNOTATION.to_owned(), message);
+        }
+        Ahead::NotSent => {}
     }
     let tasks: Api<Task> =
         Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());

@@ -27,6 +27,7 @@ use serde_json::json;
 use tracing::{debug, info};
 
 use super::bmcs::{self, ConnectionError, error_chain};
+use super::coordination::Ahead;
 use super::job::{COMPLETED, FAILED, has_true, set};
 use super::tenancy::{ConnectionField, Refusal};
 use super::{Error, RufioContext, key_of};
@@ -40,6 +41,9 @@ const RETRY_BASE: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 /// Where ingot notes how far it got sending a Task's action: `sending`, then `sent`.
 pub const SENT_ANNOTATION: &str = "rufio.ingot.dev/action";
+/// Why the action sent ahead of this Task (by its Job) failed in a way that sending it again
+/// would hide: the Task fails with this message and sends nothing.
+pub const FAILED_AHEAD_ANNOTATION: &str = "rufio.ingot.dev/failed-ahead";
 
 /// A Task's action, checked.
 #[derive(Clone, Debug, PartialEq)]
@@ -113,8 +117,11 @@ pub fn parse(action: &RufioAction) -> Result<Op, String> {
     Err("task has no action".to_owned())
 }
 
-/// `efiBoot: true` asks for UEFI; otherwise the BMC's current mode is kept (Rufio's Legacy
-/// default flips UEFI machines to BIOS boot).
+/// `efiBoot: true` asks for UEFI (and may switch a Legacy machine: it was asked for). Absent
+/// or `false`, the BMC's current mode is kept: upstream Rufio reads both as a Go `false` and
+/// sends Legacy, which switches UEFI machines to BIOS boot (harvester#11562), and its own
+/// sample writes `efiBoot: false`; so `false` is not taken as a request for Legacy. Legacy is
+/// asked for explicitly with `ingot bmc boot <device> --mode legacy`.
 fn mode_of(efi: Option<bool>) -> Option<BootMode> {
     efi.unwrap_or(false).then_some(BootMode::Uefi)
 }
@@ -241,6 +248,9 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
         Ok(op) => op,
         Err(message) => return fail_unparsable(&api, task, ctx, message).await,
     };
+    if let Some(message) = task.annotations().get(FAILED_AHEAD_ANNOTATION) {
+        return fail_unparsable(&api, task, ctx, message.clone()).await;
+    }
     let decided = phase(task, &op, Timestamp::now(), ctx.settings.task_timeout);
     match decided {
         Phase::StartAndSend => return start_and_send(&api, task, &op, ctx).await,
@@ -259,7 +269,8 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
     settle(&api, &task, ctx, outcome).await
 }
 
-/// A Task whose action does not parse fails with the reason (unless it already ended).
+/// A Task whose action does not parse (or whose action sent ahead failed) fails with the
+/// reason (unless it already ended).
 async fn fail_unparsable(
     api: &Api<Task>,
     task: &Task,
@@ -560,9 +571,9 @@ async fn connect(task: &Task, ctx: &RufioContext) -> Result<ManagedBmc, Outcome>
 /// then created marked `sent` and only verifies. When it did not, or when the operator stops
 /// before the Task exists, the Task sends the action itself, which is harmless for these
 /// actions. Reboots and `status` are never sent ahead: they wait for their Task.
-pub(crate) async fn send_ahead(task: &Task, ctx: &RufioContext) -> bool {
+pub(crate) async fn send_ahead(task: &Task, ctx: &RufioContext) -> Ahead {
     let Some(op) = sendable_ahead(&task.spec.task) else {
-        return false;
+        return Ahead::NotSent;
     };
     let key = key_of(task);
     let sent = tokio::time::timeout(SEND_AHEAD_WAIT, async {
@@ -577,14 +588,19 @@ pub(crate) async fn send_ahead(task: &Task, ctx: &RufioContext) -> bool {
     match sent {
         Ok(Some(Ok(()))) => {
             info!(task = %key, action = describe(&op), "BMC accepted the action (sent ahead of its Task)");
-            true
+            Ahead::Sent
+        }
+        // The BMC switched the boot mode: sent again, the override would read the switched
+        // mode as the one to keep and succeed. The Task fails with the reason instead.
+        Ok(Some(Err(e @ BmcError::BootModeNotKept { .. }))) => {
+            Ahead::Failed(format!("{}: {}", describe(&op), error_chain(&e)))
         }
         // Refused, unreachable or slow: the Task sends it (again, which these actions allow).
         Ok(Some(Err(e))) => {
             debug!(task = %key, error = %e, "not sent ahead; the Task sends it");
-            false
+            Ahead::NotSent
         }
-        Ok(None) | Err(_) => false,
+        Ok(None) | Err(_) => Ahead::NotSent,
     }
 }
 
