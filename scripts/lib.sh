@@ -132,3 +132,90 @@ install_cargo_tools() {
     export PATH="$root/bin:$PATH"
   done
 }
+
+# The QEMU + iPXE peer of the provisioning tests: the Debian packages of scripts/deps/qemu.txt at
+# exactly the recorded versions, fetched with `apt-get download` and unpacked with `dpkg-deb -x`
+# into one directory of the cache keyed by that record (no root needed): qemu-system-x86_64 with
+# its firmware (SeaBIOS, the iPXE ROMs of ipxe-qemu), the libraries it needs that the machine
+# lacks (ldd), a Debian kernel (only the NIC's modules kept) and busybox-static. Exports
+# INGOT_QEMU_DIR, which ingot-testenv's `qemu` module reads.
+install_qemu_peer() {
+  local record="$INGOT_ROOT/scripts/deps/qemu.txt" key dir work entry soname missing round
+  key=$(sha256sum "$record" | cut -c1-12)
+  dir="$INGOT_CACHE_DIR/qemu-$key"
+  if [[ ! -f "$dir/.complete" ]]; then
+    log "QEMU, iPXE, a Debian kernel and busybox for the boot tests (first use only; cached afterwards)"
+    rm -rf "$dir" "$dir.work"
+    mkdir -p "$dir" "$dir.work"
+    work="$dir.work"
+    for entry in $(grep -vE '^\s*(#|$|lib:)' "$record"); do
+      _qemu_peer_unpack "$entry" "$dir" "$work" || return 1
+    done
+    # The libraries qemu-system-x86_64 and its TCG module need that neither the machine nor the
+    # directory has: one round per level of dependencies.
+    for round in 1 2 3 4 5; do
+      missing=$(LD_LIBRARY_PATH="$dir/usr/lib/x86_64-linux-gnu:$dir/lib/x86_64-linux-gnu" \
+        ldd "$dir/usr/bin/qemu-system-x86_64" "$dir/usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so" |
+        awk '/=> not found/ { print $1 }' | sort -u)
+      [[ -z $missing ]] && break
+      for soname in $missing; do
+        entry=$(awk -v lib="lib:$soname" '$1 == lib { print $2 }' "$record")
+        if [[ -z $entry ]]; then
+          echo "qemu-system-x86_64 needs $soname, which this machine lacks and scripts/deps/qemu.txt" \
+            "does not provide: add a line 'lib:$soname PACKAGE=VERSION' (apt-cache policy PACKAGE)" >&2
+          return 1
+        fi
+        _qemu_peer_unpack "$entry" "$dir" "$work" || return 1
+      done
+    done
+    if [[ -n $missing ]]; then
+      echo "qemu-system-x86_64 still lacks $missing after unpacking scripts/deps/qemu.txt's libraries" >&2
+      return 1
+    fi
+    # Of the kernel's modules, only the virtio NIC's (the tests' initrd loads them).
+    local modules
+    modules=$(echo "$dir"/lib/modules/*)
+    if [[ ! -d $modules/kernel ]]; then
+      echo "the kernel package of scripts/deps/qemu.txt has no lib/modules/<version>/kernel" >&2
+      return 1
+    fi
+    mv "$modules/kernel" "$work/kernel"
+    mkdir -p "$modules/kernel/drivers/net" "$modules/kernel/net/core"
+    mv "$work/kernel/drivers/virtio" "$modules/kernel/drivers/virtio"
+    mv "$work/kernel/drivers/net/virtio_net.ko" "$work/kernel/drivers/net/net_failover.ko" "$modules/kernel/drivers/net/"
+    mv "$work/kernel/net/core/failover.ko" "$modules/kernel/net/core/"
+    rm -rf "$work" "$dir/usr/share/doc" "$dir/usr/share/man"
+    if ! LD_LIBRARY_PATH="$dir/usr/lib/x86_64-linux-gnu:$dir/lib/x86_64-linux-gnu" \
+      "$dir/usr/bin/qemu-system-x86_64" --version >/dev/null; then
+      echo "the unpacked qemu-system-x86_64 in $dir does not run (its error is above)" >&2
+      return 1
+    fi
+    touch "$dir/.complete"
+  fi
+  export INGOT_QEMU_DIR="$dir"
+}
+
+# Fetches Debian package `name=version` with apt-get download into $3 and unpacks it into $2.
+# apt-get update runs (as root) only when the download fails: the package lists may be missing
+# or older than the recorded version.
+_qemu_peer_unpack() {
+  local entry=$1 dir=$2 work=$3 pkg=${1%%=*} deb
+  rm -rf "$work/deb" && mkdir -p "$work/deb"
+  if ! (cd "$work/deb" && apt-get download -qq "$entry" 2>/dev/null); then
+    if [[ $(id -u) -eq 0 ]]; then
+      log "apt-get download $entry failed: updating the package lists and trying again"
+      apt-get update -qq || return 1
+    else
+      echo "apt-get download $entry failed; if the package lists are missing or old, run" \
+        "'sudo apt-get update' and try again" >&2
+    fi
+    if ! (cd "$work/deb" && apt-get download -qq "$entry"); then
+      echo "could not download $entry (recorded in scripts/deps/qemu.txt); if the archive no longer" \
+        "has that version, record one it has (apt-cache policy $pkg)" >&2
+      return 1
+    fi
+  fi
+  for deb in "$work/deb"/*.deb; do
+    dpkg-deb -x "$deb" "$dir" || return 1
+  done
+}

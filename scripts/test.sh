@@ -8,6 +8,7 @@ cd "$INGOT_ROOT"
 
 install_apt_packages
 install_python_packages
+install_qemu_peer
 build_control_plane
 build_mcm
 build_rufio

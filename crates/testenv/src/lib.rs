@@ -8,12 +8,16 @@
 //! Tests call [`shared`]: one control plane per test process (or the one named by
 //! `INGOT_TESTENV_KUBECONFIG`, which the test script starts once for the whole run), and
 //! [`TestEnv::namespace`] for a fresh namespace per test.
+//!
+//! [`qemu`] boots a real machine from the network (QEMU, Debian's iPXE ROM, a Debian kernel) for
+//! the provisioning tests.
 
 mod control_plane;
 mod crds;
 pub mod harness;
 pub mod mcm;
 mod pki;
+pub mod qemu;
 
 use std::path::{Path, PathBuf};
 
