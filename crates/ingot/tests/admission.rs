@@ -408,3 +408,104 @@ async fn of_two_clusters_listing_one_free_inventory_the_older_gets_it_and_the_ne
     );
     drop(ingot);
 }
+
+/// The refusal is on create only: a NestedCluster written before the rule (as Seeder left
+/// them) can still be changed, lose its finalizer, and go. The CRD is ingot's, moved to a group
+/// of its own, first without its rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_seeder_left_can_still_be_changed_and_deleted() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("left").await.unwrap();
+    let group = format!("nested-{}.test.ingot.dev", ingot_testenv::random_suffix(6));
+    let name = format!("nestedclusters.{group}");
+    let mut crd = serde_json::to_value(ingot_api::refused::nested_cluster_crd()).unwrap();
+    crd["metadata"]["name"] = json!(name);
+    crd["spec"]["group"] = json!(group);
+    let schema = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let rules = schema
+        .as_object_mut()
+        .unwrap()
+        .remove("x-kubernetes-validations")
+        .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let apply = PatchParams::apply("admission-test").force();
+    crds.patch(&name, &apply, &Patch::Apply(&crd))
+        .await
+        .unwrap();
+    wait_for("the CRD established", Duration::from_secs(30), || async {
+        let crd = crds.get(&name).await.unwrap();
+        crd.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    let gvk = GroupVersionKind::gvk(&group, "v1alpha1", "NestedCluster");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "nestedclusters");
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    let object = |name: &str, finalizers: &[&str]| -> DynamicObject {
+        let mut manifest = sample("metal_v1alpha1_nestedcluster.yaml");
+        manifest["apiVersion"] = json!(format!("{group}/v1alpha1"));
+        manifest["metadata"] = json!({"name": name, "namespace": ns, "finalizers": finalizers});
+        serde_json::from_value(manifest).unwrap()
+    };
+    let left = wait_for(
+        "the object Seeder left",
+        Duration::from_secs(30),
+        || async {
+            api.create(
+                &PostParams::default(),
+                &object("left", &["finalizer.metal.cluster.harvesterhci.io"]),
+            )
+            .await
+            .ok()
+        },
+    )
+    .await;
+    assert_eq!(left.metadata.name.as_deref(), Some("left"));
+
+    // ingot's CRD, with its rule: a new one is refused (once the API server has the rule).
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] = rules;
+    crds.patch(&name, &apply, &Patch::Apply(&crd))
+        .await
+        .unwrap();
+    let mut attempt = 0;
+    wait_for("a new one refused", Duration::from_secs(30), || {
+        attempt += 1;
+        let new = object(&format!("new-{attempt}"), &[]);
+        let api = api.clone();
+        async move {
+            match api.create(&PostParams::default(), &new).await {
+                Err(kube::Error::Api(e)) if e.message.contains("ingot does not implement") => {
+                    Some(())
+                }
+                _ => None,
+            }
+        }
+    })
+    .await;
+    // The old one: its spec changed, its finalizer removed, then deleted.
+    api.patch(
+        "left",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"version": "v1.7.1"}})),
+    )
+    .await
+    .unwrap();
+    api.patch(
+        "left",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    api.delete("left", &DeleteParams::default()).await.unwrap();
+    wait_for("the old one gone", Duration::from_secs(30), || async {
+        api.get_opt("left").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let _ = crds.delete(&name, &DeleteParams::default()).await;
+}
