@@ -138,7 +138,7 @@ mod tests {
     #[test]
     fn an_inventory_alone_or_with_itself_is_not_held() {
         let one = inventory("a", "one", T1, "10.0.0.5", Some(623));
-        assert!(owner_of_bmc(&one, &[one.clone()]).is_none());
+        assert!(owner_of_bmc(&one, std::slice::from_ref(&one)).is_none());
         assert!(owner_of_bmc(&one, std::iter::empty()).is_none());
     }
 }
