@@ -368,9 +368,28 @@ async fn of_two_clusters_listing_one_free_inventory_the_older_gets_it_and_the_ne
     assert!(
         message.contains("spec.nodes[0].inventoryReference")
             && message.contains(&format!("{ns}/shared"))
-            && message.contains(&format!("{ns}/older")),
+            && message.contains(&format!("{ns}/older"))
+            && message.contains("created first"),
         "{message}"
     );
+    let event = wait_for(
+        "the Cluster's Warning Event",
+        Duration::from_secs(60),
+        || async {
+            Api::<Event>::namespaced(client.clone(), &ns)
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("newer")
+                        && e.reason.as_deref() == Some("InventoryInAnotherCluster")
+                })
+        },
+    )
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
     // The older one is not held by the newer: it waits for the Inventory's BMC only.
     let (reason, message) = wait_for(
         "the older Cluster waiting for the Inventory",
