@@ -6,7 +6,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{equinix, rufio, seeder};
+use crate::{equinix, refused, rufio, seeder};
 
 /// Every CRD ingot generates, in a stable order.
 pub fn generated() -> Vec<CustomResourceDefinition> {
@@ -16,6 +16,8 @@ pub fn generated() -> Vec<CustomResourceDefinition> {
         seeder::Inventory::crd(),
         seeder::Cluster::crd(),
         seeder::AddressPool::crd(),
+        refused::inventory_template_crd(),
+        refused::nested_cluster_crd(),
         rufio::Machine::crd(),
         rufio::Job::crd(),
         rufio::Task::crd(),

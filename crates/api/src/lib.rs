@@ -4,6 +4,7 @@
 //! | --- | --- | --- | --- |
 //! | [`equinix`] | `equinix.harvesterhci.io/v1` | harvester-equinix-addon | generated here |
 //! | [`seeder`] | `metal.harvesterhci.io/v1alpha1` | Harvester Seeder | generated here |
+//! | [`refused`] | `metal.harvesterhci.io/v1alpha1` (InventoryTemplate, NestedCluster) | Harvester Seeder | generated here; every create refused |
 //! | [`rufio`] | `bmc.tinkerbell.org/v1alpha1` | Tinkerbell Rufio | generated here |
 //! | [`gardener`] | `machine.sapcloud.io/v1alpha1` | Gardener machine-controller-manager | Gardener's own files |
 //!
@@ -17,6 +18,7 @@ pub mod condition;
 pub mod crds;
 pub mod equinix;
 pub mod gardener;
+pub mod refused;
 pub mod rufio;
 pub mod seeder;
 

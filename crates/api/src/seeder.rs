@@ -56,7 +56,9 @@ pub mod power_action {
     doc = "A physical server and its BMC, mapped to a Harvester node.",
     printcolumn = r#"{"name":"InventoryStatus","type":"string","jsonPath":".status.status"}"#,
     printcolumn = r#"{"name":"GeneratedPassword","type":"string","jsonPath":".status.generatedPassword"}"#,
-    printcolumn = r#"{"name":"AllocatedNodeAddress","type":"string","jsonPath":".status.pxeBootConfig.address"}"#
+    printcolumn = r#"{"name":"AllocatedNodeAddress","type":"string","jsonPath":".status.pxeBootConfig.address"}"#,
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".status.ownerCluster.name"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 pub struct InventorySpec {
     #[serde(
@@ -242,7 +244,9 @@ pub struct PowerActionStatus {
     doc = "A Harvester cluster made of Inventories.",
     printcolumn = r#"{"name":"ClusterStatus","type":"string","jsonPath":".status.status"}"#,
     printcolumn = r#"{"name":"ClusterToken","type":"string","jsonPath":".status.token"}"#,
-    printcolumn = r#"{"name":"ClusterAddress","type":"string","jsonPath":".status.clusterAddress"}"#
+    printcolumn = r#"{"name":"ClusterAddress","type":"string","jsonPath":".status.clusterAddress"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 pub struct ClusterSpec {
     pub version: String,
@@ -348,7 +352,9 @@ pub struct ClusterStatus {
     printcolumn = r#"{"name":"AddressPoolStatus","type":"string","jsonPath":".status.status"}"#,
     printcolumn = r#"{"name":"StartAddress","type":"string","jsonPath":".status.startAddress"}"#,
     printcolumn = r#"{"name":"LastAddress","type":"string","jsonPath":".status.lastAddress"}"#,
-    printcolumn = r#"{"name":"NetMask","type":"string","jsonPath":".status.netmask"}"#
+    printcolumn = r#"{"name":"NetMask","type":"string","jsonPath":".status.netmask"}"#,
+    printcolumn = r#"{"name":"Available","type":"integer","jsonPath":".status.availableAddresses"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 pub struct AddressPoolSpec {
     /// An IPv4 CIDR such as `172.16.128.0/24`.

@@ -594,6 +594,8 @@ struct Embedded {
     password: String,
     sushy: Sushy,
     sim: peers::IpmiSim,
+    /// The Go Seeder's Inventory's BMC: its own (one Inventory per BMC).
+    go_sim: peers::IpmiSim,
     /// A "BMC" that accepts connections and never answers; its IPMI port is closed.
     _dead: TcpListener,
     dead_port: u16,
@@ -644,6 +646,7 @@ impl Embedded {
         let (user, password) = hep_credentials();
         let sushy = start_sushy_tls(&user, &password);
         let sim = peers::start_ipmi_sim(&FruInfo::example(3).encode());
+        let go_sim = peers::start_ipmi_sim(&FruInfo::example(4).encode());
         let dead = TcpListener::bind("127.0.0.1:0").unwrap();
         let dead_port = dead.local_addr().unwrap().port();
         wait_for("sushy over TLS", Duration::from_secs(30), || async {
@@ -651,6 +654,7 @@ impl Embedded {
         })
         .await;
         sim.wait_answering().await;
+        go_sim.wait_answering().await;
 
         let nodes: Api<Node> = Api::all(client.clone());
         for (name, ip) in [
@@ -676,7 +680,7 @@ impl Embedded {
                 .await
                 .unwrap();
         }
-        go_seeder_objects(&client, sim.addr.port()).await;
+        go_seeder_objects(&client, go_sim.addr.port()).await;
         // The dead BMC first, so that it is reconciled first.
         let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
         for inv in [
@@ -722,6 +726,7 @@ impl Embedded {
             password,
             sushy,
             sim,
+            go_sim,
             _dead: dead,
             dead_port,
             ingot,
@@ -1160,7 +1165,7 @@ impl Embedded {
         );
         assert_eq!(go_status["pxeBootConfig"]["address"], "172.19.109.13");
         assert_eq!(
-            self.ipmi_power(),
+            self.go_sim.ipmitool(&["chassis", "power", "status"]),
             "Chassis Power is off",
             "the Go Seeder's shutdown Job reached the BMC"
         );

@@ -32,6 +32,8 @@ pub(crate) struct Caches {
     pub machines: Store<Machine>,
     pub jobs: Store<Job>,
     pub nodes: Store<Node>,
+    /// Every Inventory the controller watches (for [`super::bmc_owner`]).
+    pub inventories: Store<ingot_api::seeder::Inventory>,
 }
 
 /// The resourceVersion of each Node as the hardware poller last wrote it.

@@ -43,7 +43,7 @@ use super::conditions::{
     self, BMC_OBJECT_CREATED, INVENTORY_ALLOCATED_TO_CLUSTER, MACHINE_NOT_CONTACTABLE,
 };
 use super::power::{self, JobOutcome, PowerStep};
-use super::{Error, MEMBERSHIP_FINALIZER, SeederContext, cluster, node_api};
+use super::{Error, MEMBERSHIP_FINALIZER, SeederContext, bmc_owner, cluster, node_api};
 use crate::rufio::machine::CONTACTABLE;
 use crate::rufio::tenancy;
 use crate::runtime::{self, Backoff, ControllerRuntime, finalizer};
@@ -55,6 +55,8 @@ pub const LOCAL_INVENTORY_ANNOTATION_HEP: &str = "metal.harvesterhci.io/localInv
 pub const LOCAL_NODE_NAME_ANNOTATION_HEP: &str = "metal.harvesterhci.io/localNodeName";
 /// A pass with nothing to wait for still comes back this often (everything read is watched).
 const RESYNC: Duration = Duration::from_secs(600);
+/// A held Inventory ([`hold`]) looks again this often for the other one's deletion or change.
+const HELD_RECHECK: Duration = Duration::from_secs(5);
 /// A failed pass (a write that lost a race, an API error) is retried after 5 s, doubling to
 /// 1 min while it goes on failing.
 const RETRY_BASE: Duration = Duration::from_secs(5);
@@ -68,6 +70,7 @@ pub async fn run(
 ) {
     let by_node = inventories.clone();
     let all = inventories.clone();
+    let every_inventory = inventories.clone();
     let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), LOCAL_CLUSTER_NAMESPACE);
     // Each watch fills the store the passes read (`super::caches`) before it wakes them.
     let (machines, machine_changes) =
@@ -92,6 +95,7 @@ pub async fn run(
         machines,
         jobs,
         nodes,
+        inventories: every_inventory,
     });
     let controller = Controller::for_shared_stream(changes, inventories)
         // A Machine and its Inventory share namespace and name.
@@ -232,9 +236,50 @@ async fn apply(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, Err
     } else {
         None
     };
+    if let Some(message) = held_for_its_bmc(&inventory, ctx).await {
+        return hold(&inventory, &message, ctx).await;
+    }
     let machine = ensure_machine(&inventory, ctx).await?;
     update_status(&inventory, machine.as_ref(), node.as_ref(), ctx).await?;
     Ok(Action::requeue(RESYNC))
+}
+
+/// Why the Inventory may not have a Machine: another Inventory, created before it, names the
+/// same BMC ([`bmc_owner`]).
+async fn held_for_its_bmc(inventory: &Inventory, ctx: &SeederContext) -> Option<String> {
+    let store = &ctx.caches.get()?.inventories;
+    // Decided on the whole list: before it is read, an older Inventory could be missing.
+    store.wait_until_ready().await.ok()?;
+    let all = store.state();
+    bmc_owner::owner_of_bmc(inventory, all.iter().map(AsRef::as_ref))
+        .map(|owner| bmc_owner::held_message(inventory, owner))
+}
+
+/// A held Inventory: no Machine is made for it (one it already had, from before another
+/// Inventory was changed to name its BMC, is left as it is), not ready, the error condition,
+/// and a Warning Event when the condition says something new. Looked at again every
+/// [`HELD_RECHECK`]: the other Inventory's deletion or change wakes nobody else.
+async fn hold(inventory: &Inventory, message: &str, ctx: &SeederContext) -> Result<Action, Error> {
+    let now = now();
+    let mut status = inventory.status.clone().unwrap_or_default();
+    let said = conditions::find(&status.conditions, bmc_owner::BMC_IN_USE)
+        .is_some_and(|c| c.status == "True" && c.message.as_deref() == Some(message));
+    conditions::set_error(&mut status.conditions, bmc_owner::BMC_IN_USE, message, &now);
+    conditions::set_false(&mut status.conditions, BMC_OBJECT_CREATED, &now);
+    status.status = None;
+    let inventory = write_status(inventory, status, ctx).await?;
+    if !said {
+        ctx.inventory_events
+            .publish(
+                &inventory,
+                EventType::Warning,
+                "BMCInUse",
+                "BMCInUse",
+                message.to_owned(),
+            )
+            .await;
+    }
+    Ok(Action::requeue(HELD_RECHECK))
 }
 
 /// Step 2: the Inventory's entry in the local Cluster (re-created with its status if missing).
@@ -601,6 +646,8 @@ fn observed_status(
     now: &str,
 ) -> InventoryStatus {
     let mut status = inventory.status.clone().unwrap_or_default();
+    // No longer held for its BMC (see `hold`).
+    conditions::set_false(&mut status.conditions, bmc_owner::BMC_IN_USE, now);
     match machine {
         Some(machine) => {
             conditions::set_true(&mut status.conditions, BMC_OBJECT_CREATED, None, now);

@@ -17,6 +17,7 @@
 //! hardware reads of [`node_health`], through Rufio's session manager (the same session), each
 //! Inventory in its own reconcile.
 
+pub mod bmc_owner;
 mod caches;
 pub mod cluster;
 pub mod conditions;

@@ -2,6 +2,7 @@
 //! (embedded mode's). It observes ([`observe`]), asks the pure state machine ([`phase::step`])
 //! what next, and carries that out ([`execute`]).
 
+pub mod claims;
 pub mod execute;
 pub mod observe;
 pub mod phase;

@@ -51,7 +51,12 @@ pub async fn observe(
     let members = member_views(cluster, stores);
     let found: Vec<(String, Member)> = members
         .iter()
-        .map(|m| (full_name(&m.namespace, &m.name), member(cluster, ctx, m)))
+        .map(|m| {
+            (
+                full_name(&m.namespace, &m.name),
+                member(cluster, ctx, stores, m),
+            )
+        })
         .collect();
     let installs = match phase {
         Some(Phase::NodesPatched | Phase::BootReady | Phase::Running) => {
@@ -126,7 +131,12 @@ fn member_views(cluster: &Cluster, stores: &Stores) -> Vec<MemberView> {
 }
 
 /// What a `spec.nodes` entry is, for the state machine.
-fn member(cluster: &Cluster, ctx: &ProvisioningContext, view: &MemberView) -> Member {
+fn member(
+    cluster: &Cluster,
+    ctx: &ProvisioningContext,
+    stores: &Stores,
+    view: &MemberView,
+) -> Member {
     let own = cluster.namespace().unwrap_or_default();
     if !ctx.may_use(&own, &view.namespace) {
         return Member::Invalid {
@@ -154,6 +164,16 @@ fn member(cluster: &Cluster, ctx: &ProvisioningContext, view: &MemberView) -> Me
         } else {
             Member::Free
         };
+    }
+    // Free, and listed by other Clusters too: the one created first gets it.
+    let clusters = stores.clusters.state();
+    let listing = clusters
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|c| ctx.may_use(&c.namespace().unwrap_or_default(), &view.namespace));
+    if let Some(by) = super::claims::claimed_by_other(cluster, &view.namespace, &view.name, listing)
+    {
+        return Member::Taken { by };
     }
     if let Some((field, fix)) = invalid(inventory) {
         return Member::Invalid { field, fix };
