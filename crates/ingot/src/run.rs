@@ -389,7 +389,8 @@ struct PoolsArgs {
     /// Test hook: abort the process at these points (comma-separated: after-create,
     /// before-reinstall, after-reinstall, during-finalize; gardener-after-create,
     /// gardener-during-drain, gardener-during-delete; rufio-after-send-ahead,
-    /// rufio-after-destructive-send; seeder-after-job-create).
+    /// rufio-after-destructive-send; seeder-after-job-create; provisioning-after-allocation,
+    /// provisioning-after-boot-job, provisioning-after-webhook).
     /// Compiled into test builds only (the `crash-points` feature).
     #[cfg(feature = "crash-points")]
     #[arg(long, env = "INGOT_CRASH_POINT", hide = true)]

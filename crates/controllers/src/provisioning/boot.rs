@@ -164,7 +164,7 @@ impl BootService {
     }
 
     /// Whether `source` may ask for this node's config or report its install.
-    fn from_node(&self, secret: &Secret, source: IpAddr) -> bool {
+    fn sent_by_node(&self, secret: &Secret, source: IpAddr) -> bool {
         let own = install::value(secret, ADDRESS_KEY).and_then(|a| a.parse::<IpAddr>().ok());
         own == Some(source) || self.allowed.iter().any(|net| net.contains(&source))
     }
@@ -177,7 +177,7 @@ impl BootService {
         else {
             return Answer::NotFound;
         };
-        if !self.from_node(&secret, source) {
+        if !self.sent_by_node(&secret, source) {
             return Answer::Forbidden;
         }
         install::value(&secret, CONFIG_KEY).map_or(Answer::NotFound, |c| Answer::Ok(c.to_owned()))
@@ -198,7 +198,7 @@ impl BootService {
         ) else {
             return Ok(Answer::NotFound);
         };
-        if !self.from_node(&secret, source) {
+        if !self.sent_by_node(&secret, source) {
             return Ok(Answer::Forbidden);
         }
         let api: Api<Inventory> = Api::namespaced(self.client.clone(), namespace);

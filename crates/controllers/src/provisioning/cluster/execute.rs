@@ -256,6 +256,11 @@ async fn allocate_node(
         return Ok(());
     };
     let allocation = allocation::allocate_node(cluster, ctx, stores, member).await?;
+    // A test kills the operator here: the address is held, the Inventory does not say so yet.
+    crate::crash_point(
+        ctx.settings.crash_point.as_deref(),
+        "provisioning-after-allocation",
+    );
     let secret =
         install::new_install_secret(&member.name, &member.namespace, owner(inventory.as_ref()));
     create_secret(ctx, annotated(secret, cluster)).await?;
