@@ -718,9 +718,12 @@ mod tests {
     fn every_family_is_served_before_its_first_sample() {
         let text = Metrics::default().encode().unwrap_or_default();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
-        assert_eq!(types, 25, "{text}");
+        assert_eq!(types, 28, "{text}");
         for family in [
             "ingot_reconcile_errors counter",
+            "ingot_provisioning_cluster_phase_reached_seconds histogram",
+            "ingot_provisioning_install_boots counter",
+            "ingot_provisioning_installs_succeeded counter",
             "ingot_metal_requests counter",
             "ingot_bmc_request_duration_seconds histogram",
             "ingot_pools gauge",
