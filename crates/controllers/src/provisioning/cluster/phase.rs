@@ -154,6 +154,10 @@ pub fn step(observed: &Observed) -> Outcome {
 }
 
 fn new(observed: &Observed) -> Outcome {
+    // A node someone must fix holds the Cluster before it takes anything (its VIP included).
+    if let Some(hold) = first_problem(observed).filter(|h| h.warning) {
+        return Outcome::Wait(hold);
+    }
     match &observed.vip {
         Vip::Blocked(why) => Outcome::Wait(Hold {
             reason: "WaitingForAddressPool",
@@ -336,6 +340,17 @@ mod tests {
         assert_eq!(step(&o), Outcome::CreateToken);
         o.token = true;
         assert_eq!(step(&o), Outcome::Advance(Phase::ConfigReady));
+    }
+
+    #[test]
+    fn a_node_to_fix_holds_a_new_cluster_before_its_vip_is_taken() {
+        let mut o = observed(Phase::New, &[Member::Missing]);
+        o.vip = Vip::Free;
+        assert!(matches!(step(&o), Outcome::Wait(h) if h.reason == "InventoryMissing"));
+        // A node whose BMC has not answered yet does not: it is waited for later.
+        let mut o = observed(Phase::New, &[Member::NotReady]);
+        o.vip = Vip::Free;
+        assert_eq!(step(&o), Outcome::AllocateVip);
     }
 
     #[test]
