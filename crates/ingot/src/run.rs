@@ -99,7 +99,8 @@ pub struct RunArgs {
 #[derive(Args, Debug)]
 struct ProvisioningArgs {
     /// Reconcile Clusters, Inventories and AddressPools of this namespace only (with
-    /// `provisioning`; default: every namespace, as Seeder).
+    /// `provisioning`; default: every namespace, as Seeder). Unless rufio or seeder is chosen
+    /// too, the Inventories' Machines, Jobs and Tasks are watched in it only as well.
     #[arg(long, env = "INGOT_PROVISIONING_NAMESPACE")]
     provisioning_namespace: Option<String>,
 
@@ -479,10 +480,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ingot_controllers::set_crash_hook(crate::crash::abort_at);
     }
     let controllers = chosen_controllers(&args.controllers);
-    let rufio_settings = rufio::Settings {
+    let mut rufio_settings = rufio::Settings {
         crash_point: args.pools.crash_points(),
         ..args.rufio.settings()?
     };
+    // Provisioning's Inventories' Machines and Jobs live in its namespace: with only that
+    // namespace watched, the Rufio controllers watch it too unless told otherwise.
+    let rufio_chosen = args
+        .controllers
+        .iter()
+        .any(|c| matches!(c, ControllerArg::Rufio | ControllerArg::Seeder));
+    if !rufio_chosen && rufio_settings.namespace.is_none() {
+        rufio_settings.namespace = args.provisioning.namespace();
+    }
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     info!(version = env!("CARGO_PKG_VERSION"), %identity, controllers = ?controllers, "starting ingot");
 
@@ -618,11 +628,16 @@ impl Parts {
         controllers: &HashSet<ControllerKind>,
         rufio_ctx: &Arc<rufio::RufioContext>,
     ) -> Arc<seeder::SeederContext> {
-        let settings = seeder::Settings {
-            embedded: controllers.contains(&ControllerKind::Seeder),
+        let embedded = controllers.contains(&ControllerKind::Seeder);
+        let mut settings = seeder::Settings {
+            embedded,
             provisioning: controllers.contains(&ControllerKind::Provisioning),
             ..args.seeder.settings()
         };
+        // Without embedded mode, the Inventories are provisioning's: in its namespace.
+        if !embedded && settings.namespace.is_none() {
+            settings.namespace = args.provisioning.namespace();
+        }
         Arc::new(seeder::SeederContext::new(
             self.client.clone(),
             self.metrics.clone(),
