@@ -14,7 +14,8 @@
 //! (on 127.0.0.1, which the guest reaches as 10.0.2.2) from 127.0.0.1, not from the node's
 //! address, so ingot runs with `--boot-allow-source 127.0.0.1/32`, as a site with a NAT between
 //! its nodes and the boot server would. The guest's own console is the evidence of the address
-//! it configured. Skipped (passing) without the QEMU peer, except under `CI=true`.
+//! it configured. Skipped (passing) without the QEMU peer, except under `CI=true` or
+//! `scripts/test.sh`.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
