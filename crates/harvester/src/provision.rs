@@ -7,8 +7,9 @@
 //! passed in already parsed. Nothing here does I/O.
 //!
 //! **The script** ([`ipxe_script`], not in stream-image mode) brings up the management NIC with
-//! its static address before the kernel fetches anything: `dhcp`, `iflinkwait -t 5000`, then a
-//! kernel line with `ip=<address>::<gateway>:<netmask>::netboot:off`, where `netboot` is the NIC
+//! its static address before the kernel fetches anything: `dhcp`, `iflinkwait -t 5000` (as
+//! Seeder's script, but `|| echo ...` after it: an iPXE built without `iflinkwait`, such as
+//! Debian's `ipxe-qemu`, would otherwise end the script there), then a kernel line with `ip=<address>::<gateway>:<netmask>::netboot:off`, where `netboot` is the NIC
 //! named by `ifname=netboot:<mac>`. With `vlanID` above 1 the address goes on a VLAN interface:
 //! `ip=...::vlan<ID>:off vlan=vlan<ID>:netboot`. `boot_cmd` is single-quoted as Seeder writes it.
 //! Every value that lands in the script is refused if it could end the kernel line or start
@@ -407,7 +408,7 @@ pub fn ipxe_script(node: &NodeInstall) -> Result<String, ProvisionError> {
     Ok(format!(
         "#!ipxe\n\
          dhcp\n\
-         iflinkwait -t 5000\n\
+         iflinkwait -t 5000 || echo no link wait in this iPXE\n\
          kernel {kernel} initrd={initrd_name} {ip} net.ifnames=1 rd.cos.disable rd.noverifyssl BOOTIF={mac} ifname=netboot:{mac} root=live:{rootfs} console=tty1 harvester.install.automatic=true {BOOT_CMD} harvester.install.config_url={config_url}\n\
          initrd {initrd}\n\
          boot\n",
@@ -911,7 +912,7 @@ mod tests {
             ipxe_script(&create_node()).unwrap(),
             "#!ipxe\n\
              dhcp\n\
-             iflinkwait -t 5000\n\
+             iflinkwait -t 5000 || echo no link wait in this iPXE\n\
              kernel http://172.16.135.50:8080/v1.7.1/harvester-v1.7.1-vmlinuz-amd64 initrd=harvester-v1.7.1-initrd-amd64 ip=172.16.128.11::172.16.128.1:255.255.248.0::netboot:off net.ifnames=1 rd.cos.disable rd.noverifyssl BOOTIF=0c:c4:7a:6b:84:20 ifname=netboot:0c:c4:7a:6b:84:20 root=live:http://172.16.135.50:8080/v1.7.1/harvester-v1.7.1-rootfs-amd64.squashfs console=tty1 harvester.install.automatic=true boot_cmd='echo include_ping_test=yes >> /etc/conf.d/net-online' harvester.install.config_url=http://172.16.135.40:9090/harvester/config/0c:c4:7a:6b:84:20\n\
              initrd http://172.16.135.50:8080/v1.7.1/harvester-v1.7.1-initrd-amd64\n\
              boot\n"
@@ -929,7 +930,7 @@ mod tests {
             ipxe_script(&node).unwrap(),
             "#!ipxe\n\
              dhcp\n\
-             iflinkwait -t 5000\n\
+             iflinkwait -t 5000 || echo no link wait in this iPXE\n\
              kernel https://mirror.example/harvester/v1.7.1/harvester-v1.7.1-vmlinuz-arm64 initrd=harvester-v1.7.1-initrd-arm64 ip=172.16.128.12::172.16.128.1:255.255.248.0::netboot:off net.ifnames=1 rd.cos.disable rd.noverifyssl BOOTIF=0c:c4:7a:6b:80:d0 ifname=netboot:0c:c4:7a:6b:80:d0 root=live:https://mirror.example/harvester/v1.7.1/harvester-v1.7.1-rootfs-arm64.squashfs console=tty1 harvester.install.automatic=true boot_cmd='echo include_ping_test=yes >> /etc/conf.d/net-online' harvester.install.config_url=http://172.16.135.40:9090/harvester/config/0c:c4:7a:6b:80:d0\n\
              initrd https://mirror.example/harvester/v1.7.1/harvester-v1.7.1-initrd-arm64\n\
              boot\n"

@@ -13,6 +13,11 @@ export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
+# The tests read the serial port. When the kernel's console is elsewhere (ingot's script, like
+# Harvester's, says console=tty1), the installer's lines go to the serial port as well.
+if ! grep -qw ttyS0 /sys/class/tty/console/active 2>/dev/null && [ -c /dev/ttyS0 ]; then
+	exec >/dev/ttyS0 2>&1
+fi
 
 say() { echo "ingot-installer: $*"; }
 fail() {
@@ -142,8 +147,17 @@ path=/
 [ "$rest" = "$hostport" ] || path=/${rest#*/}
 host=${hostport%:*} port=${hostport##*:}
 [ "$host" != "$hostport" ] || port=80
+# nc's input stays open until the server has answered and closed: at the end of its input nc
+# would half-close the connection, which the installer's own HTTP client never does, and a
+# server may drop such a request unanswered (ingot's does).
+mkfifo /tmp/hook.request
+nc -w 10 "$host" "$port" </tmp/hook.request >/tmp/hook.response &
+nc_pid=$!
+exec 3>/tmp/hook.request
 printf '%s %s HTTP/1.0\r\nHost: %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n' \
-	"$hook_method" "$path" "$hostport" | nc -w 10 "$host" "$port" >/tmp/hook.response
+	"$hook_method" "$path" "$hostport" >&3
+wait "$nc_pid"
+exec 3>&-
 status=$(head -n 1 /tmp/hook.response | tr -d '\r')
 case "$status" in
 "HTTP/1."?" 2"*) say "webhook SUCCEEDED $hook_method $hook_url: $status" ;;
