@@ -473,6 +473,24 @@ impl From<ControllerArg> for ControllerKind {
     }
 }
 
+/// The Rufio controllers' settings. Provisioning's Inventories' Machines and Jobs live in its
+/// namespace: with only that namespace watched, the Rufio controllers watch it too unless they
+/// (or Seeder) are chosen themselves.
+fn rufio_settings(args: &RunArgs) -> anyhow::Result<rufio::Settings> {
+    let mut settings = rufio::Settings {
+        crash_point: args.pools.crash_points(),
+        ..args.rufio.settings()?
+    };
+    let rufio_chosen = args
+        .controllers
+        .iter()
+        .any(|c| matches!(c, ControllerArg::Rufio | ControllerArg::Seeder));
+    if !rufio_chosen && settings.namespace.is_none() {
+        settings.namespace = args.provisioning.namespace();
+    }
+    Ok(settings)
+}
+
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     telemetry::init(args.log_format, &args.log_level);
     #[cfg(feature = "crash-points")]
@@ -480,19 +498,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ingot_controllers::set_crash_hook(crate::crash::abort_at);
     }
     let controllers = chosen_controllers(&args.controllers);
-    let mut rufio_settings = rufio::Settings {
-        crash_point: args.pools.crash_points(),
-        ..args.rufio.settings()?
-    };
-    // Provisioning's Inventories' Machines and Jobs live in its namespace: with only that
-    // namespace watched, the Rufio controllers watch it too unless told otherwise.
-    let rufio_chosen = args
-        .controllers
-        .iter()
-        .any(|c| matches!(c, ControllerArg::Rufio | ControllerArg::Seeder));
-    if !rufio_chosen && rufio_settings.namespace.is_none() {
-        rufio_settings.namespace = args.provisioning.namespace();
-    }
+    let rufio_settings = rufio_settings(&args)?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     info!(version = env!("CARGO_PKG_VERSION"), %identity, controllers = ?controllers, "starting ingot");
 

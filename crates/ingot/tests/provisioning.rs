@@ -249,7 +249,11 @@ async fn seeders_readme_pools_become_ready_and_hand_out_their_one_address() {
             .trim_end_matches("/32");
         // The quickstart's Cluster takes the VIP pool's one address at once (the Cluster
         // controller); the node pools wait for their Inventories, whose BMCs do not answer.
-        let state = if name == "vip-pool" { "poolExhausted" } else { "poolReady" };
+        let state = if name == "vip-pool" {
+            "poolExhausted"
+        } else {
+            "poolReady"
+        };
         let pool = f.wait_state(name, state).await;
         let status = pool.status.clone().unwrap();
         assert_eq!(

@@ -121,6 +121,27 @@ async fn each_mistake_holds_its_cluster_naming_the_field_and_nothing_is_allocate
     )
     .await;
 
+    // An Inventory of another namespace: not this operator's (--provisioning-namespace scopes
+    // the Seeder and Rufio controllers it runs too), so it gets no Machine.
+    let other = env.namespace("prov-bad-other").await.unwrap();
+    create::<Secret>(
+        &client,
+        &other,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bmc"},
+            "stringData": {"username": "admin", "password": "password"}}),
+    )
+    .await;
+    create::<Inventory>(
+        &client,
+        &other,
+        json!({"apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+            "metadata": {"name": "elsewhere"},
+            "spec": {"primaryDisk": "/dev/sda", "managementInterfaceMacAddress": "02:00:00:00:30:02",
+                "baseboardSpec": {"connection": {"host": "127.0.0.1", "port": 9, "insecureTLS": true,
+                    "authSecretRef": {"name": "bmc", "namespace": other}}}}}),
+    )
+    .await;
+
     create::<Cluster>(&client, &ns, cluster("missing", &ns, "nowhere", "vip")).await;
     let message = held(&client, &ns, "missing", "InventoryMissing").await;
     assert!(
@@ -170,6 +191,24 @@ async fn each_mistake_holds_its_cluster_naming_the_field_and_nothing_is_allocate
             .owner_cluster
             .name
             .is_empty()
+    );
+
+    // This namespace's Inventory got its Machine long ago; the other namespace's none.
+    let machines =
+        |namespace: &str| Api::<ingot_api::rufio::Machine>::namespaced(client.clone(), namespace);
+    wait_for(
+        "the Machine of this namespace's Inventory",
+        WAIT,
+        || async { machines(&ns).get_opt("nodisk").await.ok()?.map(drop) },
+    )
+    .await;
+    assert!(
+        machines(&other)
+            .get_opt("elsewhere")
+            .await
+            .unwrap()
+            .is_none(),
+        "an Inventory of another namespace got a Machine"
     );
 
     // The boot server: an unknown MAC is 404 with a script that boots the disk; a node that is

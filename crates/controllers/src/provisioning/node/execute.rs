@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ingot_api::rufio::{Job, JobSpec, MachineRef};
+use ingot_api::rufio::{Job, JobSpec};
 use ingot_api::seeder::{
     Cluster, INVENTORY_NODE_READY, Inventory, InventoryStatus, JOB_INVENTORY_LABEL,
     ObjectRef as SeederRef, PxeBootConfig,
@@ -281,7 +281,6 @@ fn job(inventory: &Inventory, name: &str, tasks: serde_json::Value) -> Result<Jo
         "tasks": tasks,
     }))
     .map_err(|e| Error::Kube(kube::Error::SerdeError(e)))?;
-    let _: &MachineRef = &spec.machine_ref;
     let mut job = Job::new(name, spec);
     job.metadata = ObjectMeta {
         name: Some(name.to_owned()),
