@@ -153,7 +153,18 @@ async fn each_mistake_holds_its_cluster_naming_the_field_and_nothing_is_allocate
     let message = held(&client, &ns, "nodisk", "InventoryInvalid").await;
     assert!(message.contains("spec.primaryDisk"), "{message}");
 
-    create::<Cluster>(&client, &ns, cluster("novip", &ns, "nodisk", "absent")).await;
+    // A valid Inventory whose BMC does not answer: not a mistake, so the VIP is looked at.
+    create::<Inventory>(
+        &client,
+        &ns,
+        json!({"apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+            "metadata": {"name": "silent"},
+            "spec": {"primaryDisk": "/dev/sda", "managementInterfaceMacAddress": "02:00:00:00:30:03",
+                "baseboardSpec": {"connection": {"host": "127.0.0.1", "port": 10, "insecureTLS": true,
+                    "authSecretRef": {"name": "bmc", "namespace": ns}}}}}),
+    )
+    .await;
+    create::<Cluster>(&client, &ns, cluster("novip", &ns, "silent", "absent")).await;
     let message = held(&client, &ns, "novip", "WaitingForAddressPool").await;
     assert!(
         message.contains("spec.vipConfig.addressPoolReference") && message.contains("absent"),
