@@ -49,13 +49,14 @@ fn text(status: StatusCode, body: String) -> Response {
 }
 
 async fn script(State(service): State<Arc<BootService>>, Path(mac): Path<String>) -> Response {
-    match service.script(&mac) {
+    match service.script(&mac).await {
         Script::Install(script) => {
             info!(%mac, "served an install script");
             text(StatusCode::OK, script)
         }
         Script::Disk => text(StatusCode::OK, BOOT_FROM_DISK.to_owned()),
         Script::Unknown => text(StatusCode::NOT_FOUND, BOOT_FROM_DISK.to_owned()),
+        Script::Unavailable => unavailable(),
     }
 }
 
@@ -64,7 +65,7 @@ async fn config(
     Extension(Peer(peer)): Extension<Peer>,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
-    match service.config(&namespace, &name, peer.ip()) {
+    match service.config(&namespace, &name, peer.ip()).await {
         Answer::Ok(config) => {
             info!(%namespace, %name, "served an install config");
             (
@@ -76,7 +77,14 @@ async fn config(
         }
         Answer::Forbidden => refused(&namespace, &name, peer),
         Answer::NotFound => StatusCode::NOT_FOUND.into_response(),
+        Answer::Unavailable => unavailable(),
     }
+}
+
+/// The watches have not listed within `SYNC_WAIT` of the request.
+fn unavailable() -> Response {
+    warn!("not answered: the boot server's watches have not listed yet");
+    StatusCode::SERVICE_UNAVAILABLE.into_response()
 }
 
 fn refused(namespace: &str, name: &str, peer: SocketAddr) -> Response {
@@ -93,6 +101,7 @@ async fn succeeded(
         Ok(Answer::Ok(())) => StatusCode::ACCEPTED.into_response(),
         Ok(Answer::Forbidden) => refused(&namespace, &name, peer),
         Ok(Answer::NotFound) => StatusCode::NOT_FOUND.into_response(),
+        Ok(Answer::Unavailable) => unavailable(),
         Err(error) => {
             warn!(%namespace, %name, %error, "could not record the install");
             StatusCode::SERVICE_UNAVAILABLE.into_response()

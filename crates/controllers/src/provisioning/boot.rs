@@ -14,10 +14,14 @@
 
 //!
 //! Every replica answers (a standby too): the service keeps its own watches of Inventories and
-//! of provisioning's Secrets, apart from the controllers' (which run on the leader only).
+//! of provisioning's Secrets, apart from the controllers' (which run on the leader only). A
+//! request waits (up to [`SYNC_WAIT`]) for their first lists: the stores of a process just
+//! started are empty, and an answer from them would send a server being installed to its disk
+//! or refuse its installer's webhook. After that wait: 503.
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ingot_api::seeder::Inventory;
 use k8s_openapi::api::core::v1::Secret;
@@ -39,6 +43,9 @@ use crate::seeder::inventory::is_local;
 pub const BOOT_FROM_DISK: &str =
     "#!ipxe\n# no install for this server: boot the next device\nexit\n";
 
+/// How long a request waits for the service's first lists.
+pub const SYNC_WAIT: Duration = Duration::from_secs(10);
+
 /// The answer to `GET /boot/<mac>`.
 #[derive(Debug, PartialEq)]
 pub enum Script {
@@ -47,6 +54,8 @@ pub enum Script {
     Disk,
     /// No Inventory has this MAC.
     Unknown,
+    /// The watches have not listed yet (see [`SYNC_WAIT`]).
+    Unavailable,
 }
 
 /// The answer to the config and webhook requests.
@@ -57,6 +66,8 @@ pub enum Answer<T> {
     Forbidden,
     /// No such allocated node.
     NotFound,
+    /// The watches have not listed yet (see [`SYNC_WAIT`]).
+    Unavailable,
 }
 
 /// A MAC in the one spelling compared: lower case, colons.
@@ -125,6 +136,15 @@ impl BootService {
         (Arc::new(service), feed)
     }
 
+    /// Whether both watches have listed once, waiting at most `within`.
+    async fn synced(&self, within: Duration) -> bool {
+        let both = async {
+            self.inventories.wait_until_ready().await.is_ok()
+                && self.secrets.wait_until_ready().await.is_ok()
+        };
+        tokio::time::timeout(within, both).await.unwrap_or(false)
+    }
+
     fn by_mac(&self, mac: &str) -> Option<Arc<Inventory>> {
         let mac = normal_mac(mac);
         self.inventories.state().into_iter().find(|i| {
@@ -148,7 +168,10 @@ impl BootService {
     }
 
     /// `GET /boot/<mac>`.
-    pub fn script(&self, mac: &str) -> Script {
+    pub async fn script(&self, mac: &str) -> Script {
+        if !self.synced(SYNC_WAIT).await {
+            return Script::Unavailable;
+        }
         let Some(inventory) = self.by_mac(mac) else {
             return Script::Unknown;
         };
@@ -170,7 +193,10 @@ impl BootService {
     }
 
     /// `GET /config/<namespace>/<name>`.
-    pub fn config(&self, namespace: &str, name: &str, source: IpAddr) -> Answer<String> {
+    pub async fn config(&self, namespace: &str, name: &str, source: IpAddr) -> Answer<String> {
+        if !self.synced(SYNC_WAIT).await {
+            return Answer::Unavailable;
+        }
         let Some(secret) = self
             .inventory(namespace, name)
             .and(self.install_secret(namespace, name))
@@ -192,6 +218,9 @@ impl BootService {
         name: &str,
         source: IpAddr,
     ) -> Result<Answer<()>, Error> {
+        if !self.synced(SYNC_WAIT).await {
+            return Ok(Answer::Unavailable);
+        }
         let (Some(inventory), Some(secret)) = (
             self.inventory(namespace, name),
             self.install_secret(namespace, name),
@@ -269,4 +298,44 @@ fn installed(inventory: &Inventory) -> bool {
         .status
         .as_ref()
         .is_some_and(|s| conditions::is_true(&s.conditions, HARVESTER_INSTALLED))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A service whose watches never list (nothing serves the API address).
+    fn unsynced() -> Arc<BootService> {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let (service, _feed) = BootService::new(
+            Client::try_from(config).unwrap(),
+            Arc::new(Metrics::default()),
+            "test".into(),
+            BootSettings {
+                namespace: None,
+                allowed_sources: Vec::new(),
+                crash_point: None,
+            },
+        );
+        service
+    }
+
+    #[tokio::test]
+    async fn nothing_is_answered_from_stores_not_listed_yet() {
+        let service = unsynced();
+        let source: IpAddr = "127.0.20.2".parse().unwrap();
+        assert_eq!(
+            service.script("02:00:00:00:00:00").await,
+            Script::Unavailable
+        );
+        assert_eq!(
+            service.config("ns", "node0", source).await,
+            Answer::Unavailable
+        );
+        assert_eq!(
+            service.succeeded("ns", "node0", source).await.unwrap(),
+            Answer::Unavailable
+        );
+    }
 }

@@ -141,7 +141,8 @@ pub fn token_kubeconfig(admin: &Path, account: &str, namespace: &str, file: &str
         config, admin_config,
         "the admin kubeconfig holds a token to replace"
     );
-    let path = std::env::temp_dir().join(format!("{file}.kubeconfig"));
+    // Per process: test binaries run at once must not read each other's API server.
+    let path = std::env::temp_dir().join(format!("{file}-{}.kubeconfig", std::process::id()));
     std::fs::write(&path, config + "\n").unwrap();
     path
 }
