@@ -180,6 +180,26 @@ impl Provisioned {
         assert!(self.allocations("nodes").await.is_empty());
         assert!(self.allocations("vip").await.is_empty());
     }
+
+    /// A freed Inventory is still Seeder's: a changed BMC connection reaches its Machine.
+    async fn a_freed_inventory_s_bmc_change_reaches_its_machine(&mut self) {
+        let name = self.names[0].clone();
+        self.inventories()
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"baseboardSpec": {"connection": {"port": 624}}}})),
+            )
+            .await
+            .unwrap();
+        let machines: Api<ingot_api::rufio::Machine> =
+            Api::namespaced(self.client.clone(), &self.ns);
+        wait_for(&format!("Machine {name} with port 624"), WAIT, || async {
+            let machine = machines.get(&name).await.ok()?;
+            (machine.spec.connection.port == 624).then_some(())
+        })
+        .await;
+    }
 }
 
 ingot_testenv::scenario!(mod three_servers: Provisioned {
@@ -187,4 +207,5 @@ ingot_testenv::scenario!(mod three_servers: Provisioned {
     the_cluster_runs_once_its_nodes_are_ready_in_it,
     a_removed_node_is_shut_down_then_its_address_freed,
     deleting_the_cluster_releases_every_node_and_the_vip,
+    a_freed_inventory_s_bmc_change_reaches_its_machine,
 });
