@@ -150,6 +150,45 @@ impl Provisioned {
         );
     }
 
+    /// Scale-out: appended to `spec.nodes` again, the freed server is allocated as a joining
+    /// node, booted once more (its second allocation, its second PXE boot) and joins.
+    async fn a_node_appended_to_spec_nodes_is_installed_and_joins(&mut self) {
+        let added = self.names[2].clone();
+        let cluster = self.clusters().get("first").await.unwrap();
+        let mut nodes = serde_json::to_value(&cluster.spec.nodes).unwrap();
+        nodes.as_array_mut().unwrap().push(json!({
+            "inventoryReference": {"name": added, "namespace": self.ns},
+            "addressPoolReference": {"name": "nodes", "namespace": self.ns}
+        }));
+        self.clusters()
+            .patch(
+                "first",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"nodes": nodes}})),
+            )
+            .await
+            .unwrap();
+        let inventories = self.inventories();
+        let installed = wait_for(&format!("{added} installed again"), WAIT, || async {
+            let i = inventories.get(&added).await.ok()?;
+            (Self::condition(&i, "harvesterInstalled").as_deref() == Some("True")).then_some(i)
+        })
+        .await;
+        assert_eq!(
+            Self::condition(&installed, "harvesterJoinNode").as_deref(),
+            Some("True")
+        );
+        self.wait_status("clusterRunning").await;
+        assert_eq!(self.pxe_boots(), vec![1, 1, 2], "PXE boots per server");
+        let webhooks: Vec<u32> = self
+            .servers
+            .servers()
+            .iter()
+            .map(|s| s.webhooks_sent)
+            .collect();
+        assert_eq!(webhooks, vec![1, 1, 2], "webhooks per server");
+    }
+
     async fn deleting_the_cluster_releases_every_node_and_the_vip(&mut self) {
         self.clusters()
             .delete("first", &DeleteParams::default())
@@ -206,6 +245,7 @@ ingot_testenv::scenario!(mod three_servers: Provisioned {
     addresses_are_allocated_and_every_server_boots_once,
     the_cluster_runs_once_its_nodes_are_ready_in_it,
     a_removed_node_is_shut_down_then_its_address_freed,
+    a_node_appended_to_spec_nodes_is_installed_and_joins,
     deleting_the_cluster_releases_every_node_and_the_vip,
     a_freed_inventory_s_bmc_change_reaches_its_machine,
 });
