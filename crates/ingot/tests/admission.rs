@@ -391,10 +391,15 @@ async fn of_two_clusters_listing_one_free_inventory_the_older_gets_it_and_the_ne
     .await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     // The older one is not held by the newer: it waits for the Inventory's BMC only.
+    // (It may first wait for its VIP pool to be read: the reason it settles on counts.)
     let (reason, message) = wait_for(
         "the older Cluster waiting for the Inventory",
         Duration::from_secs(60),
-        || async { cluster_ready(&client, &ns, "older").await },
+        || async {
+            cluster_ready(&client, &ns, "older")
+                .await
+                .filter(|(reason, _)| reason != "WaitingForAddressPool")
+        },
     )
     .await;
     assert_eq!(
@@ -415,7 +420,9 @@ async fn of_two_clusters_listing_one_free_inventory_the_older_gets_it_and_the_ne
         || async {
             cluster_ready(&client, &ns, "newer")
                 .await
-                .filter(|(reason, _)| reason != "InventoryInAnotherCluster")
+                .filter(|(reason, _)| {
+                    reason != "InventoryInAnotherCluster" && reason != "WaitingForAddressPool"
+                })
         },
     )
     .await;
