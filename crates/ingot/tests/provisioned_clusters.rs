@@ -249,3 +249,64 @@ ingot_testenv::scenario!(mod three_servers: Provisioned {
     deleting_the_cluster_releases_every_node_and_the_vip,
     a_freed_inventory_s_bmc_change_reaches_its_machine,
 });
+
+/// `--provisioning-max-concurrent-installs=1`: the servers install one after another. Read from
+/// the BMCs and the Inventories: each server's PXE boot comes after the install the one before
+/// reported, and the servers that waited said so (`waitingForInstallSlot`).
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_budget_of_one_install_the_servers_install_one_after_another() {
+    let f = Provisioned::start_with(provisioning_support::Options {
+        tag: "provisioned-budget",
+        node_cidr: "127.0.24.0/24",
+        gateway: "127.0.24.1",
+        max_installs: Some(1),
+        ..provisioning_support::Options::default()
+    })
+    .await;
+    f.wait_status("clusterRunning").await;
+    let inventories = f.inventories();
+    let mut installs = Vec::new();
+    for (i, name) in f.names.iter().enumerate() {
+        let pxe = f.fleet.bmcs[i]
+            .state
+            .boots()
+            .into_iter()
+            .find(|r| r.device == "Pxe")
+            .unwrap_or_else(|| panic!("{name} never PXE-booted"));
+        let inventory = inventories.get(name).await.unwrap();
+        let installed = inventory
+            .status
+            .clone()
+            .unwrap()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "harvesterInstalled" && c.status == "True")
+            .and_then(|c| c.last_update_time)
+            .unwrap_or_else(|| panic!("{name} not installed"));
+        let booted: k8s_openapi::jiff::Timestamp = pxe.booted_at.parse().unwrap();
+        let reported: k8s_openapi::jiff::Timestamp = installed.parse().unwrap();
+        installs.push((booted, reported, name.clone()));
+    }
+    installs.sort();
+    for pair in installs.windows(2) {
+        assert!(
+            pair[1].0 > pair[0].1,
+            "{} PXE-booted at {} before {} reported its install at {}",
+            pair[1].2,
+            pair[1].0,
+            pair[0].2,
+            pair[0].1
+        );
+    }
+    let waited = f
+        .inventories()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|i| Provisioned::condition(i, "waitingForInstallSlot").is_some())
+        .count();
+    assert!(waited >= 1, "no server said it waited for an install slot");
+    f.finish().await;
+}

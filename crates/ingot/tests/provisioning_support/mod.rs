@@ -82,6 +82,8 @@ pub struct Options {
     pub gateway: &'static str,
     /// Attempts of an installer webhook whose connection fails (one second apart).
     pub webhook_attempts: u32,
+    /// `--provisioning-max-concurrent-installs`, if not the default.
+    pub max_installs: Option<usize>,
 }
 
 impl Default for Options {
@@ -92,6 +94,7 @@ impl Default for Options {
             node_cidr: NODE_CIDR,
             gateway: GATEWAY,
             webhook_attempts: 5,
+            max_installs: None,
         }
     }
 }
@@ -164,6 +167,11 @@ impl Provisioned {
             .arg(format!("--rufio-namespace={ns}"))
             .arg(format!("--boot-addr=127.0.0.1:{port}"))
             .arg(format!("--boot-url={boot}"))
+            .args(
+                options
+                    .max_installs
+                    .map(|n| format!("--provisioning-max-concurrent-installs={n}")),
+            )
             .env("RUST_LOG", "info,ingot_controllers=debug")
             .start();
         let mut me = Provisioned {

@@ -174,6 +174,23 @@ fn installs_in_flight(stores: &Stores) -> usize {
         .count()
 }
 
+/// Installs in flight: those the store shows booted and not reported, and those booted here
+/// whose record the store does not show yet. A boot the store shows recorded is forgotten here
+/// (it counts in the store while in flight, and not once reported).
+fn installs_taken(inventories: &[Arc<Inventory>], gate: &mut super::InFlight) -> usize {
+    let recorded: std::collections::BTreeSet<String> = inventories
+        .iter()
+        .filter(|i| {
+            i.status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(&s.conditions, INSTALL_BOOT))
+        })
+        .map(|i| crate::runtime::object_key(i.as_ref()))
+        .collect();
+    gate.submitted.retain(|k| !recorded.contains(k));
+    inventories.iter().filter(|i| in_flight(i)).count() + gate.submitted.len()
+}
+
 fn in_flight(inventory: &Inventory) -> bool {
     inventory.status.as_ref().is_some_and(|s| {
         conditions::is_true(&s.conditions, INSTALL_BOOT)
@@ -316,16 +333,9 @@ async fn boot(
 ) -> Result<Action, Error> {
     let key = crate::runtime::object_key(inventory);
     let mut gate = ctx.boot_gate.lock().await;
-    // Those the store shows now need no remembering; the others still count.
-    let visible: std::collections::BTreeSet<String> = stores
-        .inventories
-        .state()
-        .iter()
-        .filter(|i| in_flight(i))
-        .map(|i| crate::runtime::object_key(i.as_ref()))
-        .collect();
-    gate.submitted.retain(|k| !visible.contains(k));
-    if visible.len() + gate.submitted.len() >= ctx.settings.max_concurrent_installs {
+    if installs_taken(&stores.inventories.state(), &mut gate)
+        >= ctx.settings.max_concurrent_installs
+    {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     let tasks = json!([
@@ -469,5 +479,49 @@ fn ignore_missing<T>(result: Result<T, kube::Error>) -> Result<(), Error> {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn inventory(name: &str, conditions: &[(&str, &str)]) -> Arc<Inventory> {
+        let conditions: Vec<_> = conditions
+            .iter()
+            .map(|(t, s)| json!({"type": t, "status": s}))
+            .collect();
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"baseboardSpec": {"connection": {"host": "h", "port": 623, "insecureTLS": true,
+                    "authSecretRef": {"name": "s", "namespace": "ns"}}}},
+                "status": {"ownerCluster": {"name": "c", "namespace": "ns"}, "conditions": conditions}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_reported_install_frees_its_slot_even_if_booted_here() {
+        let mut gate = super::super::InFlight::default();
+        gate.submitted.insert("ns/a".into());
+        gate.submitted.insert("ns/b".into());
+        // a: recorded and reported; b: not recorded yet.
+        let store = vec![
+            inventory(
+                "a",
+                &[(INSTALL_BOOT, "True"), (HARVESTER_INSTALLED, "True")],
+            ),
+            inventory("b", &[]),
+        ];
+        assert_eq!(installs_taken(&store, &mut gate), 1);
+        assert_eq!(gate.submitted.len(), 1, "a is forgotten, b still counts");
+        // b recorded, in flight: it counts once, from the store.
+        let store = vec![inventory("b", &[(INSTALL_BOOT, "True")])];
+        assert_eq!(installs_taken(&store, &mut gate), 1);
+        assert!(gate.submitted.is_empty());
     }
 }
