@@ -36,6 +36,7 @@ fn options(
         node_cidr,
         gateway,
         webhook_attempts: WEBHOOK_ATTEMPTS,
+        ..Options::default()
     }
 }
 
