@@ -7,6 +7,10 @@
 //!   and joins the ones whose install config the Harvester installer would accept as Nodes.
 //! - `ingot-sim bmc --count N [--ipmi]` runs a fleet of emulated Redfish BMCs on loopback, each
 //!   also answering IPMI lanplus with `--ipmi`.
+//! - `ingot-sim servers --count N --boot-url URL --target-kubeconfig FILE` runs N servers behind
+//!   emulated Redfish BMCs, provisioned as in Seeder's full mode: a PXE boot set over Redfish
+//!   fetches the iPXE script from the boot URL, installs, calls the installer's webhook, and the
+//!   installed servers form the cluster played by the target API server (its host is the VIP).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -36,6 +40,131 @@ enum Command {
     Bmc(BmcArgs),
     /// Play the servers that boot on a Metal emulator and join them as Nodes.
     Boot(BootArgs),
+    /// Servers behind emulated Redfish BMCs that PXE-boot from a boot server, install Harvester
+    /// and form the cluster that the target API server plays (Seeder's full mode).
+    Servers(ServersArgs),
+}
+
+#[derive(clap::Args)]
+struct ServersArgs {
+    /// Number of servers (one BMC each).
+    #[arg(long, default_value_t = 3)]
+    count: usize,
+    /// Where a PXE-booting server fetches its iPXE script: `{mac}` is replaced by its MAC;
+    /// without `{mac}`, `/<mac>` is appended (ingot's `--boot-url` followed by `/boot`).
+    #[arg(long)]
+    boot_url: String,
+    /// Admin kubeconfig of the API server that plays the new cluster; its host is the
+    /// cluster's VIP.
+    #[arg(long)]
+    target_kubeconfig: PathBuf,
+    /// Loopback address the BMCs listen on (HTTPS, a certificate of their own CA).
+    #[arg(long, default_value = "127.0.0.1")]
+    listen: IpAddr,
+    /// First BMC port (BMC i listens on base-port + i); 0 picks ephemeral ports.
+    #[arg(long, default_value_t = 0)]
+    base_port: u16,
+    /// Vendor profile of every BMC (dell, hpe, lenovo, supermicro).
+    #[arg(long, default_value = "dell")]
+    vendor: Vendor,
+    /// The BMCs' user.
+    #[arg(long, default_value = "admin")]
+    user: String,
+    /// The BMCs' password.
+    #[arg(long, default_value = "password")]
+    password: String,
+    /// How long a power transition takes, in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    power_delay_ms: u64,
+    /// How long the installer runs once it accepts its config, in seconds.
+    #[arg(long, default_value_t = 30)]
+    install_secs: u64,
+    /// How often a node's kubelet posts its status, in seconds.
+    #[arg(long, default_value_t = 10)]
+    heartbeat_secs: u64,
+    /// Address of `GET /servers` (each server's state, loopback).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    status_listen: SocketAddr,
+    /// Also write the servers' lines (as printed on stdout) to this file, once every BMC
+    /// listens.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+async fn servers(a: ServersArgs) -> anyhow::Result<()> {
+    if a.count == 0 {
+        anyhow::bail!("--count 0: give the number of servers, 1 or more");
+    }
+    let path = &a.target_kubeconfig;
+    let kc = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("--target-kubeconfig {}: reading it", path.display()))?;
+    let target =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("--target-kubeconfig {}: loading it", path.display()))?;
+    let spec = BmcSpec {
+        vendor: a.vendor,
+        username: a.user.clone(),
+        password: a.password.clone(),
+        power_delay: Duration::from_millis(a.power_delay_ms),
+        initial_power_on: false,
+        ..BmcSpec::default()
+    };
+    let options = FleetOptions {
+        listen: a.listen,
+        base_port: a.base_port,
+        tls: true,
+    };
+    let fleet = Fleet::start(options, vec![spec; a.count])
+        .await
+        .context("starting the BMCs")?;
+    let mut config = ingot_boot_sim::servers::ServerFleetConfig::new(a.boot_url.clone(), target);
+    config.install_time = Duration::from_secs(a.install_secs);
+    config.heartbeat_interval = Duration::from_secs(a.heartbeat_secs.max(1));
+    let servers = ingot_boot_sim::servers::ServerFleet::new(
+        config,
+        fleet.bmcs.iter().map(|b| b.state.clone()).collect(),
+    )
+    .context("starting the servers")?;
+    let listener = tokio::net::TcpListener::bind(a.status_listen)
+        .await
+        .with_context(|| format!("--status-listen {}: binding it", a.status_listen))?;
+    let status = listener.local_addr()?;
+    let _running = servers.start();
+    let router = servers.router();
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!(error = %e, "the status endpoint stopped");
+        }
+    });
+    let lines: String = fleet
+        .bmcs
+        .iter()
+        .map(|b| {
+            let line = serde_json::json!({
+                "index": b.state.index,
+                "bmc": b.url(),
+                "mac": b.state.mac(0),
+                "vendor": b.state.profile.vendor.to_string(),
+                "status": format!("http://{status}/servers/{}", b.state.index),
+            });
+            format!("{line}\n")
+        })
+        .collect();
+    if let Some(out) = &a.out {
+        let tmp = out.with_extension("partial");
+        std::fs::write(&tmp, &lines).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
+    }
+    print!("{lines}");
+    tracing::info!(
+        servers = a.count,
+        boot_url = %a.boot_url,
+        status = %format!("http://{status}/servers"),
+        "servers powered off, waiting for their BMCs' commands"
+    );
+    wait_for_signal().await;
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -259,6 +388,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Metal(args) => metal(args).await,
         Command::Bmc(args) => run_bmc(args).await,
         Command::Boot(args) => boot(args).await,
+        Command::Servers(args) => servers(args).await,
     }
 }
 

@@ -23,6 +23,16 @@ enum Command {
         /// Do not start kube-controller-manager.
         #[arg(long)]
         no_controller_manager: bool,
+        /// Do not install ingot's CRDs (a control plane that plays another cluster).
+        #[arg(long)]
+        no_crds: bool,
+        /// The loopback address kube-apiserver listens on and its certificate names (e.g. a
+        /// cluster's VIP, 127.x.y.z).
+        #[arg(long, default_value = "127.0.0.1")]
+        bind_address: std::net::IpAddr,
+        /// Accept bootstrap tokens (`--enable-bootstrap-token-auth`), as RKE2 does.
+        #[arg(long)]
+        bootstrap_token_auth: bool,
     },
 }
 
@@ -32,6 +42,9 @@ async fn main() -> anyhow::Result<()> {
         dir,
         bin_dir,
         no_controller_manager,
+        no_crds,
+        bind_address,
+        bootstrap_token_auth,
     } = Command::parse();
     let ready_marker = dir.join("ready");
     let _ = std::fs::remove_file(&ready_marker);
@@ -39,10 +52,10 @@ async fn main() -> anyhow::Result<()> {
         bin_dir,
         state_dir: Some(dir.clone()),
         controller_manager: !no_controller_manager,
-        install_crds: true,
+        install_crds: !no_crds,
         watchdog_parent: None,
-        bind_address: std::net::Ipv4Addr::LOCALHOST.into(),
-        bootstrap_token_auth: false,
+        bind_address,
+        bootstrap_token_auth,
     };
     let started = std::time::Instant::now();
     let mut plane = ControlPlane::start(options)
