@@ -151,7 +151,8 @@ async fn servers_subcommand_provisions_a_server_into_the_target_cluster() {
         .await
         .unwrap();
     assert_eq!(wrong.status(), 401, "the BMC takes --user/--password only");
-    let once = json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}});
+    let once =
+        json!({"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Once"}});
     let r = http
         .patch(&system)
         .basic_auth("ADMIN", Some("ADMIN"))
@@ -231,4 +232,24 @@ fn servers_subcommand_refuses_a_kubeconfig_it_cannot_read() {
         stderr.contains("--target-kubeconfig no-such-kubeconfig.yaml"),
         "{stderr}"
     );
+}
+
+#[test]
+fn servers_subcommand_defaults_to_seconds_long_power_transitions_and_install() {
+    let output = Command::new(env!("CARGO_BIN_EXE_ingot-sim"))
+        .args(["servers", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    let default_of = |flag: &str| {
+        let at = help
+            .find(flag)
+            .unwrap_or_else(|| panic!("no {flag} in {help}"));
+        let rest = &help[at..];
+        let start = rest.find("[default: ").unwrap() + "[default: ".len();
+        rest[start..start + rest[start..].find(']').unwrap()].to_owned()
+    };
+    assert_eq!(default_of("--power-delay-ms"), "5000");
+    assert_eq!(default_of("--install-secs"), "30");
+    assert_eq!(default_of("--count"), "3");
 }

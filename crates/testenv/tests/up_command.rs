@@ -25,8 +25,7 @@ impl Drop for Up {
 }
 
 #[tokio::test]
-async fn up_binds_the_vip_takes_bootstrap_tokens_and_leaves_out_crds_and_the_controller_manager()
-{
+async fn up_binds_the_vip_takes_bootstrap_tokens_and_leaves_out_crds_and_the_controller_manager() {
     let dir = std::env::temp_dir().join(format!(
         "ingot-testenv-up-{}",
         ingot_testenv::random_suffix(6)
@@ -45,7 +44,10 @@ async fn up_binds_the_vip_takes_bootstrap_tokens_and_leaves_out_crds_and_the_con
     let ready = dir.join("plane/ready");
     let end = Instant::now() + Duration::from_secs(180);
     while !ready.is_file() {
-        assert!(up.0.try_wait().unwrap().is_none(), "ingot-testenv up exited");
+        assert!(
+            up.0.try_wait().unwrap().is_none(),
+            "ingot-testenv up exited"
+        );
         assert!(Instant::now() < end, "not ready after 180 s");
         std::thread::sleep(Duration::from_millis(100));
     }
