@@ -105,6 +105,69 @@ impl Provisioned {
             vec![1; SERVERS],
             "a server was booted twice"
         );
+        let metric = |name: &'static str, labels: &'static [&'static str]| {
+            let operator = &self.operator;
+            async move { operator.metric_sum(name, labels).await }
+        };
+        assert_eq!(
+            metric("ingot_provisioning_install_boots_total", &[]).await,
+            SERVERS as f64
+        );
+        assert_eq!(
+            metric("ingot_provisioning_installs_succeeded_total", &[]).await,
+            SERVERS as f64
+        );
+        assert!(
+            metric(
+                "ingot_provisioning_cluster_phase_reached_seconds_count",
+                &["phase=\"clusterRunning\""]
+            )
+            .await
+                >= 1.0,
+            "the time to clusterRunning was not observed"
+        );
+    }
+
+    /// The install config and the webhook answer only the node's own address.
+    async fn only_the_node_s_own_address_reads_its_config(&mut self) {
+        let inventory = self.inventories().get(&self.names[0]).await.unwrap();
+        let own: std::net::IpAddr = inventory
+            .status
+            .unwrap()
+            .pxe_boot_config
+            .address
+            .unwrap()
+            .parse()
+            .unwrap();
+        let stranger: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        assert_ne!(own, stranger);
+        let ask = |source: std::net::IpAddr, method: reqwest::Method, path: &str| {
+            let url = format!("{}/{path}/{}/{}", self.boot_url, self.ns, self.names[0]);
+            async move {
+                reqwest::Client::builder()
+                    .local_address(source)
+                    .build()
+                    .unwrap()
+                    .request(method, url)
+                    .send()
+                    .await
+                    .unwrap()
+            }
+        };
+        let refused = ask(stranger, reqwest::Method::GET, "config").await;
+        assert_eq!(refused.status(), reqwest::StatusCode::FORBIDDEN);
+        assert!(
+            refused.text().await.unwrap().is_empty(),
+            "a refusal leaked a body"
+        );
+        let refused = ask(stranger, reqwest::Method::PUT, "disable").await;
+        assert_eq!(refused.status(), reqwest::StatusCode::FORBIDDEN);
+        let answered = ask(own, reqwest::Method::GET, "config").await;
+        assert_eq!(answered.status(), reqwest::StatusCode::OK);
+        assert!(
+            answered.text().await.unwrap().contains("install:"),
+            "the node's own address was not given its config"
+        );
     }
 
     async fn a_removed_node_is_shut_down_then_its_address_freed(&mut self) {
@@ -244,6 +307,7 @@ impl Provisioned {
 ingot_testenv::scenario!(mod three_servers: Provisioned {
     addresses_are_allocated_and_every_server_boots_once,
     the_cluster_runs_once_its_nodes_are_ready_in_it,
+    only_the_node_s_own_address_reads_its_config,
     a_removed_node_is_shut_down_then_its_address_freed,
     a_node_appended_to_spec_nodes_is_installed_and_joins,
     deleting_the_cluster_releases_every_node_and_the_vip,

@@ -107,6 +107,8 @@ pub struct Provisioned {
     _running: Running,
     pub operator: Operator,
     pub target: Client,
+    /// Where ingot's boot server answers.
+    pub boot_url: String,
     /// The Inventories' names, by BMC index.
     pub names: Vec<String>,
 }
@@ -182,6 +184,7 @@ impl Provisioned {
             _running: running,
             operator,
             target: target_env.client().unwrap(),
+            boot_url: boot.clone(),
             names: Vec::new(),
         };
         me.create_objects(plane.api_url(), &options).await;
