@@ -374,3 +374,61 @@ async fn with_a_budget_of_one_install_the_servers_install_one_after_another() {
     assert!(waited >= 1, "no server said it waited for an install slot");
     f.finish().await;
 }
+
+/// An installer that never reports: after `--provisioning-install-timeout-seconds` the Inventory
+/// says so (`installTimedOut`, naming what to do) and its install slot is given back, so with a
+/// budget of one the next server boots; no server is booted into the installer twice, and the
+/// Cluster does not claim to run.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_install_that_never_reports_times_out_and_is_not_replayed() {
+    let f = Provisioned::start_with(provisioning_support::Options {
+        tag: "provisioned-timeout",
+        node_cidr: "127.0.25.0/24",
+        gateway: "127.0.25.1",
+        max_installs: Some(1),
+        install_time: Duration::from_secs(3600),
+        install_timeout_seconds: Some(6),
+        ..provisioning_support::Options::default()
+    })
+    .await;
+    let inventories = f.inventories();
+    for name in &f.names {
+        wait_for(&format!("{name} to time out"), WAIT, || async {
+            let inventory = inventories.get(name).await.ok()?;
+            let condition = inventory
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "installTimedOut" && c.status == "True")?;
+            Some(condition.message.unwrap_or_default())
+        })
+        .await;
+    }
+    let inventory = inventories.get(&f.names[0]).await.unwrap();
+    let message = inventory
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "installTimedOut")
+        .and_then(|c| c.message)
+        .unwrap();
+    assert!(
+        message.contains("within 6s") && message.contains("spec.nodes"),
+        "{message}"
+    );
+    // Seen timed out by the BMCs too: one PXE boot each, and none after a wait.
+    assert_eq!(f.pxe_boots(), vec![1; provisioning_support::SERVERS]);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        f.pxe_boots(),
+        vec![1; provisioning_support::SERVERS],
+        "a timed-out install was booted again"
+    );
+    let cluster = f.clusters().get("first").await.unwrap();
+    assert_ne!(
+        cluster.status.unwrap().status.as_deref(),
+        Some("clusterRunning")
+    );
+    f.finish().await;
+}

@@ -84,6 +84,10 @@ pub struct Options {
     pub webhook_attempts: u32,
     /// `--provisioning-max-concurrent-installs`, if not the default.
     pub max_installs: Option<usize>,
+    /// How long each emulated install takes.
+    pub install_time: Duration,
+    /// `--provisioning-install-timeout-seconds`, if not the default.
+    pub install_timeout_seconds: Option<u64>,
 }
 
 impl Default for Options {
@@ -95,6 +99,8 @@ impl Default for Options {
             gateway: GATEWAY,
             webhook_attempts: 5,
             max_installs: None,
+            install_time: Duration::from_secs(3),
+            install_timeout_seconds: None,
         }
     }
 }
@@ -145,7 +151,7 @@ impl Provisioned {
         let port = free_port();
         let boot = format!("http://127.0.0.1:{port}");
         let mut config = ServerFleetConfig::new(format!("{boot}/boot"), target_env.config());
-        config.install_time = Duration::from_secs(3);
+        config.install_time = options.install_time;
         config.heartbeat_interval = Duration::from_secs(1);
         config.webhook_attempts = options.webhook_attempts;
         let servers =
@@ -173,6 +179,11 @@ impl Provisioned {
                 options
                     .max_installs
                     .map(|n| format!("--provisioning-max-concurrent-installs={n}")),
+            )
+            .args(
+                options
+                    .install_timeout_seconds
+                    .map(|n| format!("--provisioning-install-timeout-seconds={n}")),
             )
             .env("RUST_LOG", "info,ingot_controllers=debug")
             .start();
