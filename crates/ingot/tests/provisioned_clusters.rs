@@ -417,6 +417,20 @@ async fn an_install_that_never_reports_times_out_and_is_not_replayed() {
         message.contains("within 6s") && message.contains("spec.nodes"),
         "{message}"
     );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(f.client.clone(), &f.ns);
+    wait_for("a Warning Event installTimedOut", WAIT, || async {
+        let listed = events.list(&ListParams::default()).await.ok()?;
+        listed
+            .items
+            .into_iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("installTimedOut")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.involved_object.name.as_deref() == Some(&f.names[0])
+            })
+            .then_some(())
+    })
+    .await;
     // Seen timed out by the BMCs too: one PXE boot each, and none after a wait.
     assert_eq!(f.pxe_boots(), vec![1; provisioning_support::SERVERS]);
     tokio::time::sleep(Duration::from_secs(8)).await;
