@@ -252,6 +252,65 @@ impl Provisioned {
         assert_eq!(webhooks, vec![1, 1, 2], "webhooks per server");
     }
 
+    /// A deleted Inventory that is still a node of the Cluster waits for it: its server keeps
+    /// running with its address held, until it is taken out of `spec.nodes`; then it is shut
+    /// down, its address freed, and the Inventory goes.
+    async fn a_deleted_node_waits_for_its_cluster_to_let_it_go(&mut self) {
+        let deleted = self.names[1].clone();
+        let inventories = self.inventories();
+        inventories
+            .delete(&deleted, &DeleteParams::default())
+            .await
+            .unwrap();
+        let message = wait_for(&format!("{deleted} waiting for release"), WAIT, || async {
+            let i = inventories.get(&deleted).await.ok()?;
+            i.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "waitingForRelease" && c.status == "True")
+                .and_then(|c| c.message)
+        })
+        .await;
+        assert!(message.contains("spec.nodes"), "{message}");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(inventories.get_opt(&deleted).await.unwrap().is_some());
+        assert_eq!(
+            self.fleet.bmcs[1].state.snapshot().power_state,
+            "On",
+            "a deletion shut a node of the running cluster down"
+        );
+        assert!(self.allocations("nodes").await.contains_key(&deleted));
+        let cluster = self.clusters().get("first").await.unwrap();
+        let nodes: Vec<Value> = serde_json::to_value(&cluster.spec.nodes)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["inventoryReference"]["name"] != deleted.as_str())
+            .cloned()
+            .collect();
+        assert_eq!(nodes.len(), 2);
+        self.clusters()
+            .patch(
+                "first",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"nodes": nodes}})),
+            )
+            .await
+            .unwrap();
+        wait_for(&format!("{deleted} to go"), WAIT, || async {
+            inventories
+                .get_opt(&deleted)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        assert_ne!(self.fleet.bmcs[1].state.snapshot().power_state, "On");
+        assert!(!self.allocations("nodes").await.contains_key(&deleted));
+    }
+
     async fn deleting_the_cluster_releases_every_node_and_the_vip(&mut self) {
         self.clusters()
             .delete("first", &DeleteParams::default())
@@ -268,7 +327,9 @@ impl Provisioned {
         })
         .await;
         for (i, name) in self.names.iter().enumerate() {
-            let inventory = self.inventories().get(name).await.unwrap();
+            let Some(inventory) = self.inventories().get_opt(name).await.unwrap() else {
+                continue; // deleted by an earlier step
+            };
             assert!(
                 inventory.status.unwrap().owner_cluster.name.is_empty(),
                 "{name} still names the Cluster"
@@ -310,6 +371,7 @@ ingot_testenv::scenario!(mod three_servers: Provisioned {
     only_the_node_s_own_address_reads_its_config,
     a_removed_node_is_shut_down_then_its_address_freed,
     a_node_appended_to_spec_nodes_is_installed_and_joins,
+    a_deleted_node_waits_for_its_cluster_to_let_it_go,
     deleting_the_cluster_releases_every_node_and_the_vip,
     a_freed_inventory_s_bmc_change_reaches_its_machine,
 });
