@@ -105,6 +105,69 @@ impl Provisioned {
             vec![1; SERVERS],
             "a server was booted twice"
         );
+        let metric = |name: &'static str, labels: &'static [&'static str]| {
+            let operator = &self.operator;
+            async move { operator.metric_sum(name, labels).await }
+        };
+        assert_eq!(
+            metric("ingot_provisioning_install_boots_total", &[]).await,
+            SERVERS as f64
+        );
+        assert_eq!(
+            metric("ingot_provisioning_installs_succeeded_total", &[]).await,
+            SERVERS as f64
+        );
+        assert!(
+            metric(
+                "ingot_provisioning_cluster_phase_reached_seconds_count",
+                &["phase=\"clusterRunning\""]
+            )
+            .await
+                >= 1.0,
+            "the time to clusterRunning was not observed"
+        );
+    }
+
+    /// The install config and the webhook answer only the node's own address.
+    async fn only_the_node_s_own_address_reads_its_config(&mut self) {
+        let inventory = self.inventories().get(&self.names[0]).await.unwrap();
+        let own: std::net::IpAddr = inventory
+            .status
+            .unwrap()
+            .pxe_boot_config
+            .address
+            .unwrap()
+            .parse()
+            .unwrap();
+        let stranger: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        assert_ne!(own, stranger);
+        let ask = |source: std::net::IpAddr, method: reqwest::Method, path: &str| {
+            let url = format!("{}/{path}/{}/{}", self.boot_url, self.ns, self.names[0]);
+            async move {
+                reqwest::Client::builder()
+                    .local_address(source)
+                    .build()
+                    .unwrap()
+                    .request(method, url)
+                    .send()
+                    .await
+                    .unwrap()
+            }
+        };
+        let refused = ask(stranger, reqwest::Method::GET, "config").await;
+        assert_eq!(refused.status(), reqwest::StatusCode::FORBIDDEN);
+        assert!(
+            refused.text().await.unwrap().is_empty(),
+            "a refusal leaked a body"
+        );
+        let refused = ask(stranger, reqwest::Method::PUT, "disable").await;
+        assert_eq!(refused.status(), reqwest::StatusCode::FORBIDDEN);
+        let answered = ask(own, reqwest::Method::GET, "config").await;
+        assert_eq!(answered.status(), reqwest::StatusCode::OK);
+        assert!(
+            answered.text().await.unwrap().contains("install:"),
+            "the node's own address was not given its config"
+        );
     }
 
     async fn a_removed_node_is_shut_down_then_its_address_freed(&mut self) {
@@ -189,6 +252,65 @@ impl Provisioned {
         assert_eq!(webhooks, vec![1, 1, 2], "webhooks per server");
     }
 
+    /// A deleted Inventory that is still a node of the Cluster waits for it: its server keeps
+    /// running with its address held, until it is taken out of `spec.nodes`; then it is shut
+    /// down, its address freed, and the Inventory goes.
+    async fn a_deleted_node_waits_for_its_cluster_to_let_it_go(&mut self) {
+        let deleted = self.names[1].clone();
+        let inventories = self.inventories();
+        inventories
+            .delete(&deleted, &DeleteParams::default())
+            .await
+            .unwrap();
+        let message = wait_for(&format!("{deleted} waiting for release"), WAIT, || async {
+            let i = inventories.get(&deleted).await.ok()?;
+            i.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "waitingForRelease" && c.status == "True")
+                .and_then(|c| c.message)
+        })
+        .await;
+        assert!(message.contains("spec.nodes"), "{message}");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(inventories.get_opt(&deleted).await.unwrap().is_some());
+        assert_eq!(
+            self.fleet.bmcs[1].state.snapshot().power_state,
+            "On",
+            "a deletion shut a node of the running cluster down"
+        );
+        assert!(self.allocations("nodes").await.contains_key(&deleted));
+        let cluster = self.clusters().get("first").await.unwrap();
+        let nodes: Vec<Value> = serde_json::to_value(&cluster.spec.nodes)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["inventoryReference"]["name"] != deleted.as_str())
+            .cloned()
+            .collect();
+        assert_eq!(nodes.len(), 2);
+        self.clusters()
+            .patch(
+                "first",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"nodes": nodes}})),
+            )
+            .await
+            .unwrap();
+        wait_for(&format!("{deleted} to go"), WAIT, || async {
+            inventories
+                .get_opt(&deleted)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        assert_ne!(self.fleet.bmcs[1].state.snapshot().power_state, "On");
+        assert!(!self.allocations("nodes").await.contains_key(&deleted));
+    }
+
     async fn deleting_the_cluster_releases_every_node_and_the_vip(&mut self) {
         self.clusters()
             .delete("first", &DeleteParams::default())
@@ -205,7 +327,9 @@ impl Provisioned {
         })
         .await;
         for (i, name) in self.names.iter().enumerate() {
-            let inventory = self.inventories().get(name).await.unwrap();
+            let Some(inventory) = self.inventories().get_opt(name).await.unwrap() else {
+                continue; // deleted by an earlier step
+            };
             assert!(
                 inventory.status.unwrap().owner_cluster.name.is_empty(),
                 "{name} still names the Cluster"
@@ -244,8 +368,10 @@ impl Provisioned {
 ingot_testenv::scenario!(mod three_servers: Provisioned {
     addresses_are_allocated_and_every_server_boots_once,
     the_cluster_runs_once_its_nodes_are_ready_in_it,
+    only_the_node_s_own_address_reads_its_config,
     a_removed_node_is_shut_down_then_its_address_freed,
     a_node_appended_to_spec_nodes_is_installed_and_joins,
+    a_deleted_node_waits_for_its_cluster_to_let_it_go,
     deleting_the_cluster_releases_every_node_and_the_vip,
     a_freed_inventory_s_bmc_change_reaches_its_machine,
 });
@@ -308,5 +434,77 @@ async fn with_a_budget_of_one_install_the_servers_install_one_after_another() {
         .filter(|i| Provisioned::condition(i, "waitingForInstallSlot").is_some())
         .count();
     assert!(waited >= 1, "no server said it waited for an install slot");
+    f.finish().await;
+}
+
+/// An installer that never reports: after `--provisioning-install-timeout-seconds` the Inventory
+/// says so (`installTimedOut`, naming what to do) and its install slot is given back, so with a
+/// budget of one the next server boots; no server is booted into the installer twice, and the
+/// Cluster does not claim to run.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_install_that_never_reports_times_out_and_is_not_replayed() {
+    let f = Provisioned::start_with(provisioning_support::Options {
+        tag: "provisioned-timeout",
+        node_cidr: "127.0.25.0/24",
+        gateway: "127.0.25.1",
+        max_installs: Some(1),
+        install_time: Duration::from_secs(3600),
+        install_timeout_seconds: Some(6),
+        ..provisioning_support::Options::default()
+    })
+    .await;
+    let inventories = f.inventories();
+    for name in &f.names {
+        wait_for(&format!("{name} to time out"), WAIT, || async {
+            let inventory = inventories.get(name).await.ok()?;
+            let condition = inventory
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "installTimedOut" && c.status == "True")?;
+            Some(condition.message.unwrap_or_default())
+        })
+        .await;
+    }
+    let inventory = inventories.get(&f.names[0]).await.unwrap();
+    let message = inventory
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "installTimedOut")
+        .and_then(|c| c.message)
+        .unwrap();
+    assert!(
+        message.contains("within 6s") && message.contains("spec.nodes"),
+        "{message}"
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(f.client.clone(), &f.ns);
+    wait_for("a Warning Event installTimedOut", WAIT, || async {
+        let listed = events.list(&ListParams::default()).await.ok()?;
+        listed
+            .items
+            .into_iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("installTimedOut")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.involved_object.name.as_deref() == Some(&f.names[0])
+            })
+            .then_some(())
+    })
+    .await;
+    // Seen timed out by the BMCs too: one PXE boot each, and none after a wait.
+    assert_eq!(f.pxe_boots(), vec![1; provisioning_support::SERVERS]);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        f.pxe_boots(),
+        vec![1; provisioning_support::SERVERS],
+        "a timed-out install was booted again"
+    );
+    let cluster = f.clusters().get("first").await.unwrap();
+    assert_ne!(
+        cluster.status.unwrap().status.as_deref(),
+        Some("clusterRunning")
+    );
     f.finish().await;
 }

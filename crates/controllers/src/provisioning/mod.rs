@@ -268,6 +268,7 @@ pub async fn run(
             },
             node::Triggers {
                 inventories: inventory_writer.subscribe()?,
+                slots: inventory_writer.subscribe()?,
                 clusters: cluster_writer.subscribe()?,
                 jobs: job_writer.subscribe()?,
             },

@@ -55,6 +55,8 @@ pub const LOCAL_INVENTORY_ANNOTATION_HEP: &str = "metal.harvesterhci.io/localInv
 pub const LOCAL_NODE_NAME_ANNOTATION_HEP: &str = "metal.harvesterhci.io/localNodeName";
 /// A pass with nothing to wait for still comes back this often (everything read is watched).
 const RESYNC: Duration = Duration::from_secs(600);
+/// The condition of a deleted Inventory that waits for its Cluster to release it.
+pub const WAITING_FOR_RELEASE: &str = "waitingForRelease";
 /// A held Inventory ([`hold`]) looks again this often for the other one's deletion or change.
 const HELD_RECHECK: Duration = Duration::from_secs(5);
 /// A failed pass (a write that lost a race, an API error) is retried after 5 s, doubling to
@@ -863,8 +865,59 @@ async fn finalize(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, 
         .await?
         .unwrap_or_else(|| inventory.clone());
     if finalizer::has(&inventory, INVENTORY_FINALIZER) {
+        if let Some(owner) = allocated_to(&inventory).filter(|_| !is_local(&inventory)) {
+            return wait_for_release(&inventory, &owner, ctx).await;
+        }
         release_machine(&inventory, ctx).await?;
         finalizer::remove(&api, &inventory, INVENTORY_FINALIZER).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// The Cluster (`namespace/name`) a provisioned Inventory is allocated to, if any.
+fn allocated_to(inventory: &Inventory) -> Option<String> {
+    let owner = &inventory.status.as_ref()?.owner_cluster;
+    (!owner.name.is_empty()).then(|| format!("{}/{}", owner.namespace, owner.name))
+}
+
+/// A deleted Inventory still allocated to a Cluster keeps its finalizer, and so its Machine,
+/// until provisioning has released it (server shut down, address freed): dropping it now would
+/// leave a running server with an address the pool could hand out again, and shutting a node of
+/// a running cluster down is not a deletion's to decide. Meanwhile its status still shows the
+/// Machine's power state, which the release waits on. Said once, as a condition and an Event;
+/// the release's status write wakes it.
+async fn wait_for_release(
+    inventory: &Inventory,
+    owner: &str,
+    ctx: &SeederContext,
+) -> Result<Action, Error> {
+    let message = format!(
+        "deleted while allocated to Cluster {owner}: remove it from that Cluster's spec.nodes (or delete the Cluster); once its server is shut down and its address freed, the Inventory goes"
+    );
+    let machine = Api::<Machine>::namespaced(
+        ctx.client.clone(),
+        &inventory.namespace().unwrap_or_default(),
+    )
+    .get_opt(&inventory.name_any())
+    .await?;
+    let now = now();
+    let mut status = observed_status(inventory, machine.as_ref(), None, &now);
+    let said = conditions::find(&status.conditions, WAITING_FOR_RELEASE)
+        .is_some_and(|c| c.status == "True" && c.message.as_deref() == Some(message.as_str()));
+    if !said {
+        conditions::set_error(&mut status.conditions, WAITING_FOR_RELEASE, &message, &now);
+    }
+    let inventory = write_status(inventory, status, ctx).await?;
+    if !said {
+        ctx.inventory_events
+            .publish(
+                &inventory,
+                EventType::Warning,
+                "WaitingForRelease",
+                "Delete",
+                message,
+            )
+            .await;
     }
     Ok(Action::await_change())
 }

@@ -84,6 +84,10 @@ pub struct Options {
     pub webhook_attempts: u32,
     /// `--provisioning-max-concurrent-installs`, if not the default.
     pub max_installs: Option<usize>,
+    /// How long each emulated install takes.
+    pub install_time: Duration,
+    /// `--provisioning-install-timeout-seconds`, if not the default.
+    pub install_timeout_seconds: Option<u64>,
 }
 
 impl Default for Options {
@@ -95,6 +99,8 @@ impl Default for Options {
             gateway: GATEWAY,
             webhook_attempts: 5,
             max_installs: None,
+            install_time: Duration::from_secs(3),
+            install_timeout_seconds: None,
         }
     }
 }
@@ -107,6 +113,8 @@ pub struct Provisioned {
     _running: Running,
     pub operator: Operator,
     pub target: Client,
+    /// Where ingot's boot server answers.
+    pub boot_url: String,
     /// The Inventories' names, by BMC index.
     pub names: Vec<String>,
 }
@@ -143,7 +151,7 @@ impl Provisioned {
         let port = free_port();
         let boot = format!("http://127.0.0.1:{port}");
         let mut config = ServerFleetConfig::new(format!("{boot}/boot"), target_env.config());
-        config.install_time = Duration::from_secs(3);
+        config.install_time = options.install_time;
         config.heartbeat_interval = Duration::from_secs(1);
         config.webhook_attempts = options.webhook_attempts;
         let servers =
@@ -172,6 +180,11 @@ impl Provisioned {
                     .max_installs
                     .map(|n| format!("--provisioning-max-concurrent-installs={n}")),
             )
+            .args(
+                options
+                    .install_timeout_seconds
+                    .map(|n| format!("--provisioning-install-timeout-seconds={n}")),
+            )
             .env("RUST_LOG", "info,ingot_controllers=debug")
             .start();
         let mut me = Provisioned {
@@ -182,6 +195,7 @@ impl Provisioned {
             _running: running,
             operator,
             target: target_env.client().unwrap(),
+            boot_url: boot.clone(),
             names: Vec::new(),
         };
         me.create_objects(plane.api_url(), &options).await;

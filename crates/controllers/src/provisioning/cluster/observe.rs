@@ -165,6 +165,15 @@ fn member(
             Member::Free
         };
     }
+    if inventory.metadata.deletion_timestamp.is_some() {
+        return Member::Invalid {
+            field: "inventoryReference",
+            fix: format!(
+                "Inventory {}/{} is being deleted: remove it from spec.nodes, or list it again once it is created anew",
+                view.namespace, view.name
+            ),
+        };
+    }
     // Free, and listed by other Clusters too: the one created first gets it.
     let clusters = stores.clusters.state();
     let listing = clusters

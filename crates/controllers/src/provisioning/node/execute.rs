@@ -483,11 +483,11 @@ fn ignore_missing<T>(result: Result<T, kube::Error>) -> Result<(), Error> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
-    fn inventory(name: &str, conditions: &[(&str, &str)]) -> Arc<Inventory> {
+    pub(crate) fn inventory(name: &str, conditions: &[(&str, &str)]) -> Arc<Inventory> {
         let conditions: Vec<_> = conditions
             .iter()
             .map(|(t, s)| json!({"type": t, "status": s}))

@@ -21,6 +21,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::{Error, ProvisioningContext, Stores};
 use crate::runtime::{self, Backoff, ControllerRuntime};
+use crate::seeder::conditions;
 use crate::seeder::inventory::is_local;
 
 const CONTROLLER: &str = "provisioning-inventory";
@@ -28,6 +29,8 @@ const CONTROLLER: &str = "provisioning-inventory";
 /// The changes that wake the Inventory controller.
 pub struct Triggers<I, C, J> {
     pub inventories: I,
+    /// The same Inventories again: an install that ends wakes those waiting for its slot.
+    pub slots: I,
     pub clusters: C,
     pub jobs: J,
 }
@@ -50,11 +53,15 @@ pub async fn run<I, C, J>(
     J: Stream<Item = Arc<Job>> + Send + 'static,
 {
     let members = stores.inventories.clone();
+    let waiting = stores.inventories.clone();
     let controller =
         Controller::for_shared_stream(triggers.inventories, stores.inventories.clone())
             // A Cluster wakes the Inventories it owns or lists (booting, released, deleted).
             .watches_shared_stream(triggers.clusters, move |cluster| {
                 owned_or_listed(&members.state(), &cluster)
+            })
+            .watches_shared_stream(triggers.slots, move |changed| {
+                waiting_for_the_slot_of(&waiting.state(), &changed)
             })
             .watches_shared_stream(triggers.jobs, |job| {
                 let inventory = job
@@ -67,6 +74,31 @@ pub async fn run<I, C, J>(
     let backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(120));
     let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
     runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
+}
+
+/// When `changed` has ended its install (reported or timed out), the Inventories waiting for an
+/// install slot: so they boot as soon as the budget allows, not at their next poll.
+fn waiting_for_the_slot_of(
+    inventories: &[Arc<Inventory>],
+    changed: &Inventory,
+) -> Vec<ObjectRef<Inventory>> {
+    let ended = changed.status.as_ref().is_some_and(|s| {
+        conditions::is_true(&s.conditions, execute::INSTALL_BOOT)
+            && (conditions::is_true(&s.conditions, phase::HARVESTER_INSTALLED)
+                || conditions::is_true(&s.conditions, phase::INSTALL_TIMED_OUT))
+    });
+    if !ended {
+        return Vec::new();
+    }
+    inventories
+        .iter()
+        .filter(|i| {
+            i.status.as_ref().is_some_and(|s| {
+                conditions::is_true(&s.conditions, phase::WAITING_FOR_INSTALL_SLOT)
+            })
+        })
+        .map(|i| ObjectRef::from(i.as_ref()))
+        .collect()
 }
 
 fn owned_or_listed(inventories: &[Arc<Inventory>], cluster: &Cluster) -> Vec<ObjectRef<Inventory>> {
@@ -103,4 +135,37 @@ async fn reconcile(
     let observed = execute::observe(&inventory, &ctx, &stores).await?;
     let outcome = phase::step(&observed.state);
     execute::execute(&inventory, &ctx, &stores, &observed, outcome).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::execute::INSTALL_BOOT;
+    use super::execute::tests::inventory;
+    use super::phase::{HARVESTER_INSTALLED, INSTALL_TIMED_OUT, WAITING_FOR_INSTALL_SLOT};
+    use super::*;
+
+    #[test]
+    fn an_install_that_ends_wakes_the_servers_waiting_for_its_slot() {
+        let store = vec![
+            inventory("waits", &[(WAITING_FOR_INSTALL_SLOT, "True")]),
+            inventory("waited", &[(WAITING_FOR_INSTALL_SLOT, "False")]),
+            inventory("installing", &[(INSTALL_BOOT, "True")]),
+        ];
+        let woken = |changed: &Inventory| -> Vec<String> {
+            waiting_for_the_slot_of(&store, changed)
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        let reported = inventory(
+            "a",
+            &[(INSTALL_BOOT, "True"), (HARVESTER_INSTALLED, "True")],
+        );
+        assert_eq!(woken(&reported), vec!["waits"]);
+        let timed_out = inventory("b", &[(INSTALL_BOOT, "True"), (INSTALL_TIMED_OUT, "True")]);
+        assert_eq!(woken(&timed_out), vec!["waits"]);
+        // Still installing, or never booted: no slot came free.
+        assert!(woken(&store[2]).is_empty());
+        assert!(woken(&inventory("c", &[])).is_empty());
+    }
 }

@@ -194,7 +194,13 @@ fn installing(observed: &Observed) -> Outcome {
                 None,
             )
         }
-        _ => Outcome::Wait(None, Some(JOB_POLL)),
+        // Look again when the install would time out, if that comes before the next poll.
+        _ => {
+            let left = observed
+                .booting_for
+                .map_or(JOB_POLL, |t| observed.install_timeout.saturating_sub(t));
+            Outcome::Wait(None, Some(JOB_POLL.min(left).max(Duration::from_secs(1))))
+        }
     }
 }
 
@@ -270,6 +276,17 @@ mod tests {
         assert!(
             matches!(step(&o), Outcome::Wait(Some(n), None) if n.condition == INSTALL_TIMED_OUT)
         );
+    }
+
+    #[test]
+    fn an_install_is_looked_at_again_when_it_would_time_out() {
+        let mut o = observed(Owner::Booting);
+        o.boot = JobState::Succeeded;
+        o.install_timeout = Duration::from_secs(20);
+        o.booting_for = Some(Duration::from_secs(12));
+        assert_eq!(step(&o), Outcome::Wait(None, Some(Duration::from_secs(8))));
+        o.install_timeout = Duration::from_secs(3600);
+        assert_eq!(step(&o), Outcome::Wait(None, Some(JOB_POLL)));
     }
 
     #[test]
