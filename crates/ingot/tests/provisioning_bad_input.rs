@@ -153,6 +153,34 @@ async fn each_mistake_holds_its_cluster_naming_the_field_and_nothing_is_allocate
     let message = held(&client, &ns, "nodisk", "InventoryInvalid").await;
     assert!(message.contains("spec.primaryDisk"), "{message}");
 
+    // A release ingot cannot install (Seeder's README sample's): held before its VIP is taken.
+    let mut old = cluster("oldrelease", &ns, "nowhere", "vip");
+    old["spec"]["version"] = json!("v1.0.2");
+    create::<Cluster>(&client, &ns, old).await;
+    let message = held(&client, &ns, "oldrelease", "ClusterInvalid").await;
+    assert!(
+        message.contains("spec.version v1.0.2") && message.contains("v1.1.0 or later"),
+        "{message}"
+    );
+
+    // A MAC the boot server could never match.
+    create::<Inventory>(
+        &client,
+        &ns,
+        json!({"apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+            "metadata": {"name": "badmac"},
+            "spec": {"primaryDisk": "/dev/sda", "managementInterfaceMacAddress": "0c-c4-7a-6b-84-20",
+                "baseboardSpec": {"connection": {"host": "127.0.0.1", "port": 11, "insecureTLS": true,
+                    "authSecretRef": {"name": "bmc", "namespace": ns}}}}}),
+    )
+    .await;
+    create::<Cluster>(&client, &ns, cluster("badmac", &ns, "badmac", "vip")).await;
+    let message = held(&client, &ns, "badmac", "InventoryInvalid").await;
+    assert!(
+        message.contains("spec.managementInterfaceMacAddress") && message.contains("0c:c4:7a"),
+        "{message}"
+    );
+
     // A valid Inventory whose BMC does not answer: not a mistake, so the VIP is looked at.
     create::<Inventory>(
         &client,

@@ -188,6 +188,47 @@ fn node_files(
     })
 }
 
+/// What in the Cluster's own settings (`spec.version`, `spec.imageURL`, `clusterConfig`) keeps
+/// any node from being rendered, found before anything is allocated: rendered for a stand-in
+/// node whose own values are all valid, so an error can only name a Cluster field.
+pub fn settings_problem(cluster: &Cluster, ctx: &ProvisioningContext) -> Option<String> {
+    let Some(boot_url) = ctx.settings.boot_url.as_ref() else {
+        return Some(
+            "ingot runs without --boot-url, so no node can reach its install config: give ingot run the URL servers reach its boot server at".to_owned(),
+        );
+    };
+    let config = cluster.spec.cluster_config.clone().unwrap_or_default();
+    let stand_in = NodeInstall {
+        version: cluster.spec.version.clone(),
+        image_url: cluster.spec.image_url.clone().unwrap_or_default(),
+        arch: "amd64".to_owned(),
+        mac: "02:00:00:00:00:01".to_owned(),
+        hostname: "stand-in".to_owned(),
+        address: "10.0.0.2".to_owned(),
+        netmask: "255.255.255.0".to_owned(),
+        gateway: "10.0.0.1".to_owned(),
+        primary_disk: "/dev/sda".to_owned(),
+        mode: NodeMode::Create {
+            vip: "10.0.0.3".to_owned(),
+        },
+        token: Hidden::new("stand-in".to_owned()),
+        os_password: Hidden::new("stand-in".to_owned()),
+        ssh_keys: config.ssh_keys.clone().unwrap_or_default(),
+        nameservers: config.nameservers.clone().unwrap_or_default(),
+        vlan_id: config.vlan_id.and_then(|v| u32::try_from(v).ok()),
+        bond_options: config.bond_options.clone(),
+        wipe_disks: config.wipe_disks.unwrap_or(false),
+        stream_image_mode: config.stream_image_mode.unwrap_or(false),
+        base_config: None,
+        config_url: join(boot_url, "config/stand-in/stand-in"),
+        webhook_url: join(boot_url, "disable/stand-in/stand-in"),
+    };
+    ingot_harvester::ipxe_script(&stand_in)
+        .and_then(|_| ingot_harvester::install_config(&stand_in))
+        .err()
+        .map(|e| e.to_string())
+}
+
 fn join(base: &url::Url, path: &str) -> String {
     format!("{}/{path}", base.as_str().trim_end_matches('/'))
 }

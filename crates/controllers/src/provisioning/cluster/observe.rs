@@ -92,6 +92,11 @@ pub async fn observe(
     Ok(Observation {
         state: phase::Observed {
             phase,
+            // Looked at only until the nodes are allocated; after, each node's rendering says.
+            settings_problem: match phase {
+                Some(Phase::New | Phase::ConfigReady) => render::settings_problem(cluster, ctx),
+                _ => None,
+            },
             vip: allocation::vip(cluster, ctx, stores),
             token: token.is_some(),
             members: found,

@@ -87,6 +87,8 @@ pub enum Vip {
 pub struct Observed {
     /// `None`: an unknown status string (someone wrote it by hand).
     pub phase: Option<Phase>,
+    /// Why the Cluster's own settings cannot be rendered for any node (the field and the fix).
+    pub settings_problem: Option<String>,
     pub vip: Vip,
     /// The cluster token Secret exists.
     pub token: bool,
@@ -154,7 +156,11 @@ pub fn step(observed: &Observed) -> Outcome {
 }
 
 fn new(observed: &Observed) -> Outcome {
-    // A node someone must fix holds the Cluster before it takes anything (its VIP included).
+    // A setting or a node someone must fix holds the Cluster before it takes anything (its VIP
+    // included).
+    if let Some(hold) = settings_hold(observed) {
+        return Outcome::Wait(hold);
+    }
     if let Some(hold) = first_problem(observed).filter(|h| h.warning) {
         return Outcome::Wait(hold);
     }
@@ -180,7 +186,7 @@ fn config_ready(observed: &Observed) -> Outcome {
             warning: false,
         });
     }
-    if let Some(hold) = first_problem(observed) {
+    if let Some(hold) = settings_hold(observed).or_else(|| first_problem(observed)) {
         return Outcome::Wait(hold);
     }
     let free: Vec<usize> = observed
@@ -251,6 +257,16 @@ fn membership_changed(observed: &Observed) -> Option<Outcome> {
 }
 
 /// The first `spec.nodes` entry that holds the Cluster, as a hold naming it and the fix.
+/// A Cluster setting no node can be rendered with.
+fn settings_hold(observed: &Observed) -> Option<Hold> {
+    observed.settings_problem.as_ref().map(|why| Hold {
+        reason: "ClusterInvalid",
+        message: why.clone(),
+        retry: SLOW_POLL,
+        warning: true,
+    })
+}
+
 fn first_problem(observed: &Observed) -> Option<Hold> {
     observed
         .members
@@ -296,6 +312,7 @@ mod tests {
     fn observed(phase: Phase, members: &[Member]) -> Observed {
         Observed {
             phase: Some(phase),
+            settings_problem: None,
             vip: Vip::Held("10.0.0.10".into()),
             token: true,
             members: members
@@ -351,6 +368,19 @@ mod tests {
         let mut o = observed(Phase::New, &[Member::NotReady]);
         o.vip = Vip::Free;
         assert_eq!(step(&o), Outcome::AllocateVip);
+    }
+
+    #[test]
+    fn a_cluster_setting_no_node_can_use_holds_it_before_anything_is_taken() {
+        for phase in [Phase::New, Phase::ConfigReady] {
+            let mut o = observed(phase, &[Member::Free]);
+            o.vip = Vip::Free;
+            o.settings_problem = Some("the Cluster's spec.version ...".into());
+            assert!(
+                matches!(step(&o), Outcome::Wait(h) if h.reason == "ClusterInvalid" && h.warning),
+                "{phase:?}"
+            );
+        }
     }
 
     #[test]
