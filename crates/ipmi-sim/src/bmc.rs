@@ -948,18 +948,32 @@ mod tests {
         assert_eq!(b.boots.len(), 1);
         let first = b.boots[0].clone();
         assert_eq!(
-            (first.count, first.device.as_str(), first.efi, first.override_applied),
+            (
+                first.count,
+                first.device.as_str(),
+                first.efi,
+                first.override_applied
+            ),
             (1, "pxe", true, true)
         );
         assert_eq!(first.flags, [0xA0, 0x04, 0, 0, 0]);
         assert!(!first.powered_off);
-        assert_eq!(b.boot[0] & 0x80, 0, "the next-boot-only override is used up");
+        assert_eq!(
+            b.boot[0] & 0x80,
+            0,
+            "the next-boot-only override is used up"
+        );
         // A reset boots the disk in the machine's mode and ends the boot before.
         assert_eq!(run(&mut b, 0x00, 0x02, &[3]), 0);
         assert!(b.boots[0].powered_off);
         let second = &b.boots[1];
         assert_eq!(
-            (second.count, second.device.as_str(), second.efi, second.override_applied),
+            (
+                second.count,
+                second.device.as_str(),
+                second.efi,
+                second.override_applied
+            ),
             (2, "disk", true, false)
         );
         // Power down ends it; a Legacy override boots Legacy.
@@ -976,7 +990,10 @@ mod tests {
         cfg.uefi = false;
         let mut b = Bmc::new(cfg);
         assert_eq!(run(&mut b, 0x00, 0x02, &[1]), 0);
-        assert_eq!((b.boots[0].device.as_str(), b.boots[0].efi), ("disk", false));
+        assert_eq!(
+            (b.boots[0].device.as_str(), b.boots[0].efi),
+            ("disk", false)
+        );
     }
 
     #[test]
@@ -987,14 +1004,20 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(run(&mut b, 0x00, 0x02, &[1]), 0);
         b.settle(t0);
-        assert!(!b.power_on && b.boots.is_empty(), "still off right after power up");
+        assert!(
+            !b.power_on && b.boots.is_empty(),
+            "still off right after power up"
+        );
         b.settle(t0 + Duration::from_secs(3));
         assert!(b.power_on);
         assert_eq!(b.boots.len(), 1);
         let t1 = Instant::now();
         assert_eq!(run(&mut b, 0x00, 0x02, &[0]), 0);
         b.settle(t1);
-        assert!(b.power_on && !b.boots[0].powered_off, "still on right after power down");
+        assert!(
+            b.power_on && !b.boots[0].powered_off,
+            "still on right after power down"
+        );
         b.settle(t1 + Duration::from_secs(3));
         assert!(!b.power_on && b.boots[0].powered_off);
     }
