@@ -985,6 +985,19 @@ mod tests {
     }
 
     #[test]
+    fn a_bmc_started_on_has_booted_its_disk() {
+        let mut cfg = BmcConfig::new(0, "pw");
+        cfg.power_on = true;
+        let b = Bmc::new(cfg);
+        assert_eq!(b.boots.len(), 1);
+        let boot = &b.boots[0];
+        assert_eq!(
+            (boot.count, boot.device.as_str(), boot.efi, boot.powered_off),
+            (1, "disk", true, false)
+        );
+    }
+
+    #[test]
     fn a_legacy_machine_boots_legacy_without_an_override() {
         let mut cfg = BmcConfig::new(0, "pw");
         cfg.uefi = false;
