@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::wire::{self, Keys, Request, Suite};
-use crate::{BmcConfig, Faults};
+use crate::{BmcConfig, BootRecord, Faults};
 
 const PRIV_USER: u8 = 2;
 const PRIV_OPERATOR: u8 = 3;
@@ -99,6 +99,8 @@ pub(crate) struct Bmc {
     closing: Option<(u32, u32)>,
     /// A power transition in progress: (when, resulting state).
     pending_power: Option<(Instant, bool)>,
+    /// Every time the host started, oldest first.
+    pub boots: Vec<BootRecord>,
 }
 
 fn now_secs() -> u32 {
@@ -143,8 +145,20 @@ impl Bmc {
             fru,
             closing: None,
             pending_power: None,
+            boots: Vec::new(),
             cfg,
         };
+        if b.power_on {
+            // A server found on has booted its disk.
+            b.boots.push(BootRecord {
+                count: 1,
+                device: "disk".into(),
+                efi: b.cfg.uefi,
+                override_applied: false,
+                flags: b.boot,
+                powered_off: false,
+            });
+        }
         for r in b.cfg.sel.clone() {
             b.add_sel(r);
         }
@@ -195,9 +209,11 @@ impl Bmc {
         {
             self.pending_power = None;
             if on && !self.power_on {
+                self.power_on = true;
                 self.boot_happens();
+            } else if !on {
+                self.power_off_now();
             }
-            self.power_on = on;
         }
         // The chassis timeout: valid boot flags not used within 60 s are
         // invalidated, unless parameter 3 says not to.
@@ -628,22 +644,30 @@ impl Bmc {
                 };
                 let now = Instant::now();
                 let cc = match op {
+                    0 if !self.cfg.power_delay.is_zero() && self.power_on => {
+                        self.pending_power = Some((now + self.cfg.power_delay, false));
+                        0
+                    }
                     0 => {
                         self.pending_power = None;
-                        self.power_on = false;
+                        self.power_off_now();
+                        0
+                    }
+                    1 if !self.cfg.power_delay.is_zero() && !self.power_on => {
+                        self.pending_power = Some((now + self.cfg.power_delay, true));
                         0
                     }
                     1 => {
                         self.pending_power = None;
                         if !self.power_on {
+                            self.power_on = true;
                             self.boot_happens();
                         }
-                        self.power_on = true;
                         0
                     }
                     2 | 3 if !self.power_on => 0xD5,
                     2 if !self.cfg.cycle_delay.is_zero() => {
-                        self.power_on = false;
+                        self.power_off_now();
                         self.pending_power = Some((now + self.cfg.cycle_delay, true));
                         0
                     }
@@ -657,7 +681,7 @@ impl Bmc {
                         0
                     }
                     5 => {
-                        self.power_on = false;
+                        self.power_off_now();
                         0
                     }
                     _ => 0xCC,
@@ -791,11 +815,50 @@ impl Bmc {
         }
     }
 
-    /// The host (re)boots: a next-boot-only override is consumed.
-    fn boot_happens(&mut self) {
+    /// The host (re)boots: it boots the override's device in the override's mode when the
+    /// flags are valid and name a device, else the disk in the machine's own mode; the boot is
+    /// recorded (a reset ends the boot before it) and a next-boot-only override is consumed.
+    pub fn boot_happens(&mut self) {
+        if let Some(last) = self.boots.last_mut() {
+            last.powered_off = true;
+        }
+        let valid = self.boot[0] & 0x80 != 0;
+        let selector = (self.boot[1] >> 2) & 0x0F;
+        let applies = valid && selector != 0;
+        self.boots.push(BootRecord {
+            count: self.boots.last().map_or(1, |b| b.count + 1),
+            device: if applies {
+                crate::selector_name(selector).into()
+            } else {
+                "disk".into()
+            },
+            efi: if applies {
+                self.boot[0] & 0x20 != 0
+            } else {
+                self.cfg.uefi
+            },
+            override_applied: applies,
+            flags: self.boot,
+            powered_off: false,
+        });
         if self.boot[0] & 0xC0 == 0x80 {
             self.boot[0] &= 0x7F;
         }
+    }
+
+    /// A power transition ending in `on` at `at`.
+    pub fn set_pending_power(&mut self, at: Instant, on: bool) {
+        self.pending_power = Some((at, on));
+    }
+
+    /// The power goes off: the running host stops.
+    pub fn power_off_now(&mut self) {
+        if self.power_on
+            && let Some(last) = self.boots.last_mut()
+        {
+            last.powered_off = true;
+        }
+        self.power_on = false;
     }
 
     fn device_id(&self) -> Vec<u8> {
@@ -859,6 +922,117 @@ mod tests {
 
     fn bmc() -> Bmc {
         Bmc::new(BmcConfig::new(0, "pw"))
+    }
+
+    /// An in-session command at Administrator privilege; its completion code.
+    fn run(b: &mut Bmc, netfn: u8, cmd: u8, data: &[u8]) -> u8 {
+        let req = Request {
+            rs_addr: 0x20,
+            netfn,
+            rs_lun: 0,
+            rq_addr: 0x81,
+            rq_seq_lun: 0,
+            cmd,
+            data: data.to_vec(),
+        };
+        b.command(1, PRIV_ADMIN, &req).0
+    }
+
+    #[test]
+    fn boots_are_recorded_with_the_override_device_and_mode_and_it_is_used_once() {
+        let mut b = bmc();
+        assert!(b.boots.is_empty());
+        // PXE, next boot only, UEFI (valid, EFI bit): what ingot writes.
+        assert_eq!(run(&mut b, 0x00, 0x08, &[5, 0xA0, 0x04, 0, 0, 0]), 0);
+        assert_eq!(run(&mut b, 0x00, 0x02, &[1]), 0);
+        assert_eq!(b.boots.len(), 1);
+        let first = b.boots[0].clone();
+        assert_eq!(
+            (
+                first.count,
+                first.device.as_str(),
+                first.efi,
+                first.override_applied
+            ),
+            (1, "pxe", true, true)
+        );
+        assert_eq!(first.flags, [0xA0, 0x04, 0, 0, 0]);
+        assert!(!first.powered_off);
+        assert_eq!(
+            b.boot[0] & 0x80,
+            0,
+            "the next-boot-only override is used up"
+        );
+        // A reset boots the disk in the machine's mode and ends the boot before.
+        assert_eq!(run(&mut b, 0x00, 0x02, &[3]), 0);
+        assert!(b.boots[0].powered_off);
+        let second = &b.boots[1];
+        assert_eq!(
+            (
+                second.count,
+                second.device.as_str(),
+                second.efi,
+                second.override_applied
+            ),
+            (2, "disk", true, false)
+        );
+        // Power down ends it; a Legacy override boots Legacy.
+        assert_eq!(run(&mut b, 0x00, 0x02, &[0]), 0);
+        assert!(b.boots[1].powered_off);
+        assert_eq!(run(&mut b, 0x00, 0x08, &[5, 0x80, 0x04, 0, 0, 0]), 0);
+        assert_eq!(run(&mut b, 0x00, 0x02, &[1]), 0);
+        assert_eq!((b.boots[2].device.as_str(), b.boots[2].efi), ("pxe", false));
+    }
+
+    #[test]
+    fn a_bmc_started_on_has_booted_its_disk() {
+        let mut cfg = BmcConfig::new(0, "pw");
+        cfg.power_on = true;
+        let b = Bmc::new(cfg);
+        assert_eq!(b.boots.len(), 1);
+        let boot = &b.boots[0];
+        assert_eq!(
+            (boot.count, boot.device.as_str(), boot.efi, boot.powered_off),
+            (1, "disk", true, false)
+        );
+    }
+
+    #[test]
+    fn a_legacy_machine_boots_legacy_without_an_override() {
+        let mut cfg = BmcConfig::new(0, "pw");
+        cfg.uefi = false;
+        let mut b = Bmc::new(cfg);
+        assert_eq!(run(&mut b, 0x00, 0x02, &[1]), 0);
+        assert_eq!(
+            (b.boots[0].device.as_str(), b.boots[0].efi),
+            ("disk", false)
+        );
+    }
+
+    #[test]
+    fn power_transitions_take_the_power_delay() {
+        let mut cfg = BmcConfig::new(0, "pw");
+        cfg.power_delay = Duration::from_secs(2);
+        let mut b = Bmc::new(cfg);
+        let t0 = Instant::now();
+        assert_eq!(run(&mut b, 0x00, 0x02, &[1]), 0);
+        b.settle(t0);
+        assert!(
+            !b.power_on && b.boots.is_empty(),
+            "still off right after power up"
+        );
+        b.settle(t0 + Duration::from_secs(3));
+        assert!(b.power_on);
+        assert_eq!(b.boots.len(), 1);
+        let t1 = Instant::now();
+        assert_eq!(run(&mut b, 0x00, 0x02, &[0]), 0);
+        b.settle(t1);
+        assert!(
+            b.power_on && !b.boots[0].powered_off,
+            "still on right after power down"
+        );
+        b.settle(t1 + Duration::from_secs(3));
+        assert!(!b.power_on && b.boots[0].powered_off);
     }
 
     #[test]

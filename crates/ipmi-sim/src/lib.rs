@@ -9,7 +9,8 @@
 //!   (session-less, as ipmitool sends them), ASF presence ping;
 //! - Get Device ID / GUID, Get Chassis Status, Chassis Control (a power
 //!   state machine), Get/Set System Boot Options (parameter 5, "next boot
-//!   only" flags consumed on the next power-up or reset), FRU 0 (Get FRU
+//!   only" flags consumed on the next power-up or reset; every start of the host is kept as a
+//!   [`BootRecord`]: which device it booted, in which mode), FRU 0 (Get FRU
 //!   Inventory Area Info, Read FRU Data with a per-read size limit), SEL
 //!   (info, reserve, get, add, clear), and an empty SDR repository;
 //! - faults on demand, per BMC: see [`Faults`].
@@ -156,6 +157,9 @@ pub struct BmcConfig {
     pub fru: FruInfo,
     /// Power state at start.
     pub power_on: bool,
+    /// Power up and power down take this long (0: at once); Get Chassis Status reports the
+    /// old state until then.
+    pub power_delay: Duration,
     /// Power cycle: off at once, on again after this long (0: reboots in place).
     pub cycle_delay: Duration,
     /// Soft shutdown: the "OS" powers off after this long (0: at once).
@@ -164,6 +168,11 @@ pub struct BmcConfig {
     pub restore_policy: u8,
     /// Boot flags (parameter 5) at start.
     pub boot_flags: [u8; 5],
+    /// The machine's firmware boot mode (UEFI when true, else Legacy): what a boot without a
+    /// valid override uses.
+    pub uefi: bool,
+    /// The first five bytes of the host's NIC MACs; NIC `k` ends in `k` ([`BmcHandle::mac`]).
+    pub mac_base: [u8; 5],
     /// The boot flags' valid bit is cleared this long after it was set,
     /// unless parameter 3 bit 3 ("don't clear after the 60 s timeout") is
     /// set: the IPMI 2.0 chassis timeout (60 s; shorter to test it).
@@ -193,10 +202,13 @@ impl BmcConfig {
             device: DeviceInfo::default(),
             fru: FruInfo::example(n),
             power_on: false,
+            power_delay: Duration::ZERO,
             cycle_delay: Duration::ZERO,
             soft_off_delay: Duration::ZERO,
             restore_policy: 0,
             boot_flags: [0x20, 0, 0, 0, 0],
+            uefi: true,
+            mac_base: [0x02, 0x01, (n >> 16) as u8, (n >> 8) as u8, n as u8],
             boot_flags_timeout: Duration::from_secs(60),
             sel_capacity: 512,
             sel: Vec::new(),
@@ -246,6 +258,44 @@ pub struct BmcStats {
     pub boot_params_written: Vec<u8>,
 }
 
+/// One start of the host (power-up or reset), as its firmware saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootRecord {
+    /// 1 for the first start, one more for each start after (a reset is one).
+    pub count: u64,
+    /// What it booted, by ipmitool's name of the selector (`pxe`, `disk`, `cdrom`, `bios`...):
+    /// the override's device when the boot flags were valid and named one, else `disk`.
+    pub device: String,
+    /// Booted in UEFI mode: the override's EFI bit when it applied, else the machine's mode
+    /// ([`BmcConfig::uefi`]).
+    pub efi: bool,
+    /// Whether an override applied to this boot.
+    pub override_applied: bool,
+    /// The boot flags (parameter 5) as they stood when the host started.
+    pub flags: [u8; 5],
+    /// The power went off (or the host was reset) after this boot.
+    pub powered_off: bool,
+}
+
+/// ipmitool's name of a boot device selector (parameter 5, byte 2 bits 5:2).
+pub fn selector_name(selector: u8) -> &'static str {
+    match selector {
+        0 => "none",
+        1 => "pxe",
+        2 => "disk",
+        3 => "safe",
+        4 => "diag",
+        5 => "cdrom",
+        6 => "bios",
+        7 => "remote-floppy",
+        8 => "remote-cdrom",
+        9 => "remote-media",
+        0x0B => "remote-disk",
+        0x0F => "floppy",
+        _ => "other",
+    }
+}
+
 /// Control of one running simulated BMC.
 #[derive(Clone)]
 pub struct BmcHandle {
@@ -280,9 +330,58 @@ impl BmcHandle {
         b.power_on
     }
 
-    /// Set the power state (as if someone pressed the button).
+    /// Set the power state (as if someone pressed the button); a power-up boots the host.
     pub fn set_power(&self, on: bool) {
-        lock(&self.state).power_on = on;
+        let mut b = lock(&self.state);
+        if on && !b.power_on {
+            b.power_on = true;
+            b.boot_happens();
+        } else if !on {
+            b.power_off_now();
+        }
+    }
+
+    /// Every start of the host so far, oldest first (power transitions due are completed first).
+    pub fn boots(&self) -> Vec<BootRecord> {
+        let mut b = lock(&self.state);
+        b.settle(std::time::Instant::now());
+        b.boots.clone()
+    }
+
+    /// The latest start of the host, if it was ever on.
+    pub fn last_boot(&self) -> Option<BootRecord> {
+        let mut b = lock(&self.state);
+        b.settle(std::time::Instant::now());
+        b.boots.last().cloned()
+    }
+
+    /// The MAC of the host's NIC `nic`, lower case with colons.
+    pub fn mac(&self, nic: u8) -> String {
+        let b = lock(&self.state);
+        let m = b.cfg.mac_base;
+        format!(
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{nic:02x}",
+            m[0], m[1], m[2], m[3], m[4]
+        )
+    }
+
+    /// The host's OS reboots itself (an installer's last step): off, then on again after
+    /// [`BmcConfig::power_delay`], booting what the flags say (an override used up: the disk).
+    /// No IPMI request: nothing is counted.
+    pub fn reboot_from_os(&self) {
+        let mut b = lock(&self.state);
+        let now = std::time::Instant::now();
+        b.settle(now);
+        if !b.power_on {
+            return;
+        }
+        let delay = b.cfg.power_delay;
+        if delay.is_zero() {
+            b.boot_happens();
+        } else {
+            b.power_off_now();
+            b.set_pending_power(now + delay, true);
+        }
     }
 
     /// Current boot flags (parameter 5 data bytes).

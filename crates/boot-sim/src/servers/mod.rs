@@ -1,5 +1,7 @@
-//! Plays the servers behind a bmc-sim fleet (the BMC-driven, Seeder-style provisioning): each
-//! power-on the firmware records ([`ingot_bmc_sim::BootRecord`]) is booted as hardware would.
+//! Plays the servers behind a fleet of emulated BMCs (the BMC-driven, Seeder-style
+//! provisioning): bmc-sim's Redfish BMCs or ipmi-sim's IPMI ones, each seen through
+//! [`ServerBmc`]. Each power-on the firmware records ([`ingot_bmc_sim::BootRecord`],
+//! [`ingot_ipmi_sim::BootRecord`]) is booted as hardware would.
 //!
 //! - **PXE**: the iPXE script from the boot URL (`{mac}`: NIC 0's MAC, lower case with colons),
 //!   run; the install kernel's static `ip=` is the installer's address; the config at
@@ -15,10 +17,12 @@
 //! - **Power off**: the kubelet stops; the Node is posted `Ready=Unknown` (standing in for the
 //!   node lifecycle controller) and no longer renewed.
 //!
-//! The fleet is followed in process (the [`BmcState`] handles), not over `/_sim/boots`: the
-//! server and its BMC are one machine, so the OS rebooting itself after the install is no
-//! Redfish request (no counter, no reset log entry), and 100 servers cost no polling traffic.
+//! The fleet is followed in process (the [`BmcState`] / [`ingot_ipmi_sim::BmcHandle`] handles),
+//! not over `/_sim/boots` or IPMI: the server and its BMC are one machine, so the OS rebooting
+//! itself after the install is no BMC request (no counter, no reset log entry, no chassis
+//! control), and 100 servers cost no polling traffic.
 
+mod bmc;
 pub mod cluster;
 pub mod kernel;
 mod pxe;
@@ -33,6 +37,8 @@ use ingot_bmc_sim::BmcState;
 use kube::Client;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+pub use bmc::{ServerBmc, ServerBoot};
 
 use crate::node::{self, NodeFacts, Readiness};
 use crate::{Error, Running, lock};
@@ -49,7 +55,7 @@ pub struct ServerFleetConfig {
     pub install_time: Duration,
     pub poll_interval: Duration,
     pub heartbeat_interval: Duration,
-    /// NICs per server (`BmcState::mac(0)`, `mac(1)`...); it PXE-boots from the first.
+    /// NICs per server (`ServerBmc::mac(0)`, `mac(1)`...); it PXE-boots from the first.
     pub nics: u32,
     /// Attempts of a webhook whose connection fails, and the wait between them.
     pub webhook_attempts: u32,
@@ -135,7 +141,7 @@ struct Kubelet {
 }
 
 struct Server {
-    bmc: Arc<BmcState>,
+    bmc: Arc<dyn ServerBmc>,
     status: ServerStatus,
     /// The boot record handled last, and whether its power-off was.
     handled: u64,
@@ -156,15 +162,40 @@ pub(crate) struct Inner {
     cluster: Mutex<Option<usize>>,
 }
 
-/// The servers of one bmc-sim fleet. Clones share them.
+/// The servers behind one fleet of emulated BMCs. Clones share them.
 #[derive(Clone)]
 pub struct ServerFleet {
     inner: Arc<Inner>,
 }
 
 impl ServerFleet {
-    /// Plays the servers behind `bmcs` (in order: server `i` is `bmcs[i]`).
+    /// Plays the servers behind bmc-sim's Redfish BMCs `bmcs` (in order: server `i` is
+    /// `bmcs[i]`).
     pub fn new(config: ServerFleetConfig, bmcs: Vec<Arc<BmcState>>) -> Result<Self, Error> {
+        let bmcs = bmcs
+            .into_iter()
+            .map(|b| Arc::new(b) as Arc<dyn ServerBmc>)
+            .collect();
+        Self::with_bmcs(config, bmcs)
+    }
+
+    /// Plays the servers behind ipmi-sim's IPMI BMCs `bmcs` (in order).
+    pub fn ipmi(
+        config: ServerFleetConfig,
+        bmcs: Vec<ingot_ipmi_sim::BmcHandle>,
+    ) -> Result<Self, Error> {
+        let bmcs = bmcs
+            .into_iter()
+            .map(|b| Arc::new(b) as Arc<dyn ServerBmc>)
+            .collect();
+        Self::with_bmcs(config, bmcs)
+    }
+
+    /// Plays the servers behind `bmcs`, of any kind (in order).
+    pub fn with_bmcs(
+        config: ServerFleetConfig,
+        bmcs: Vec<Arc<dyn ServerBmc>>,
+    ) -> Result<Self, Error> {
         let vip = config.target.cluster_url.host().unwrap_or_default();
         let vip = vip.trim_start_matches('[').trim_end_matches(']').to_owned();
         let admin = Client::try_from(config.target.clone())?;
@@ -247,7 +278,7 @@ impl ServerFleet {
             let mut servers = lock(&self.inner.servers);
             let mut cluster = lock(&self.inner.cluster);
             for (i, s) in servers.iter_mut().enumerate() {
-                s.status.power = s.bmc.snapshot().power_state;
+                s.status.power = s.bmc.power_state();
                 let Some(boot) = s.bmc.last_boot() else {
                     continue;
                 };
@@ -259,14 +290,14 @@ impl ServerFleet {
                     }
                     s.status.boot_count = boot.count;
                     s.status.boot_device = Some(boot.device.clone());
-                    if boot.powered_off_at.is_none() {
+                    if !boot.powered_off {
                         let fleet = self.clone();
                         let task = fleet.run_boot(i, boot.count, boot.device);
                         s.task = Some(tokio::spawn(task));
                         continue;
                     }
                 }
-                if boot.powered_off_at.is_some() && !s.off_seen {
+                if boot.powered_off && !s.off_seen {
                     s.off_seen = true;
                     if let Some(t) = s.task.take() {
                         t.abort();
@@ -369,7 +400,7 @@ impl ServerFleet {
         &self.inner
     }
 
-    pub(crate) fn bmc(&self, i: usize) -> Option<Arc<BmcState>> {
+    pub(crate) fn bmc(&self, i: usize) -> Option<Arc<dyn ServerBmc>> {
         lock(&self.inner.servers).get(i).map(|s| s.bmc.clone())
     }
 
