@@ -6,13 +6,15 @@
 //! as its own process. The Inventories are made ready (their BMCs answered) and the pools
 //! accepted before the Cluster is applied, so what is timed is the provisioning.
 //!
-//! Prints, from the Cluster's apply: when each status was reached, the first and last PXE boot
-//! the BMCs recorded (power on into the one-time network boot; the boots grouped by the budget
-//! of concurrent installs), `clusterRunning`, and that less the emulated install time once per
-//! wave of installs (ingot's share: its reconciles, the BMC Jobs, the boot server, and the
-//! emulated servers' reboot and Node registration); the operator's API writes per node (its
-//! own `ingot_kube_requests_total`, by verb and resource); the Redfish requests per node (the
-//! BMCs' counters); the operator's peak RSS.
+//! Prints, from the Cluster's apply: when each status was reached, when the boot Jobs were
+//! created (watched), the first and last PXE boot the BMCs recorded (power on into the
+//! one-time network boot; with a budget below N, the boots grouped in waves of it), when the
+//! last emulated Node was Ready, `clusterRunning`, and that less the emulated install time once
+//! per wave (ingot's share: its reconciles, the rufio Jobs against the emulated BMCs, the boot
+//! server, and the emulated servers' reboot and Node registration). Then the operator's API
+//! writes per node (its own `ingot_kube_requests_total`, by verb and resource: its writes
+//! alone, not the emulated servers' or the benchmark's), its CPU time and reconciles per
+//! controller, the Redfish requests per node (the BMCs' counters) and its peak RSS.
 //!
 //! Run by hand (not a test):
 //!   source scripts/lib.sh; build_control_plane
@@ -23,25 +25,28 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use ingot_api::rufio::Job;
 use ingot_api::seeder::{AddressPool, Cluster, INVENTORY_NODE_READY, Inventory};
 use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Vendor};
 use ingot_boot_sim::servers::{ServerFleet, ServerFleetConfig};
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, PostParams};
-use kube::{Api, Client};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 const NS: &str = "bench-provisioning";
 const VIP: &str = "127.0.11.1";
-const NODE_CIDR: &str = "127.0.21.0/24";
-const GATEWAY: &str = "127.0.21.1";
+const NODE_CIDR: &str = "127.0.31.0/24";
+const GATEWAY: &str = "127.0.31.1";
 
 /// The operator process, stopped by its PID when the benchmark ends.
 struct Operator(Child);
@@ -107,39 +112,96 @@ fn inventory_name(i: usize) -> String {
     format!("node-{i:03}")
 }
 
-/// The operator's write requests so far, by `verb resource` (its own counter).
-async fn writes(http_port: u16) -> BTreeMap<String, f64> {
-    let text = reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
+/// The operator's metrics text.
+async fn metrics(http_port: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
-    let label = |line: &str, name: &str| {
-        let start = line.find(&format!("{name}=\""))? + name.len() + 2;
-        let len = line[start..].find('"')?;
-        Some(line[start..start + len].to_string())
-    };
-    let mut by_kind = BTreeMap::new();
+        .unwrap()
+}
+
+fn label(line: &str, name: &str) -> Option<String> {
+    let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+    let len = line[start..].find('"')?;
+    Some(line[start..start + len].to_string())
+}
+
+/// The samples of `metric`, summed by what `key` makes of each line (`None`: left out).
+fn sum_by(text: &str, metric: &str, key: impl Fn(&str) -> Option<String>) -> BTreeMap<String, f64> {
+    let mut sums = BTreeMap::new();
     for line in text
         .lines()
-        .filter(|l| l.starts_with("ingot_kube_requests_total{"))
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
     {
-        let (Some(verb), Some(resource)) = (label(line, "verb"), label(line, "resource")) else {
+        let (Some(k), Some(value)) = (
+            key(line),
+            line.rsplit_once(' ')
+                .and_then(|(_, v)| v.parse::<f64>().ok()),
+        ) else {
             continue;
         };
-        if !["create", "update", "patch", "delete"].contains(&verb.as_str()) {
-            continue;
-        }
-        let Some(count) = line
-            .rsplit_once(' ')
-            .and_then(|(_, v)| v.parse::<f64>().ok())
-        else {
-            continue;
-        };
-        *by_kind.entry(format!("{verb} {resource}")).or_insert(0.0) += count;
+        *sums.entry(k).or_insert(0.0) += value;
     }
-    by_kind
+    sums
+}
+
+/// The operator's counters: write requests to the API server by `verb resource` (its own
+/// `ingot_kube_requests_total`), reconciles and their seconds by controller.
+struct Counters {
+    writes: BTreeMap<String, f64>,
+    reconciles: BTreeMap<String, f64>,
+    reconcile_seconds: BTreeMap<String, f64>,
+}
+
+impl Counters {
+    async fn read(http_port: u16) -> Self {
+        let text = metrics(http_port).await;
+        let writes = sum_by(&text, "ingot_kube_requests_total", |line| {
+            let verb = label(line, "verb")?;
+            ["create", "update", "patch", "delete"]
+                .contains(&verb.as_str())
+                .then(|| format!("{verb} {}", label(line, "resource").unwrap_or_default()))
+        });
+        let controller = |line: &str| label(line, "controller");
+        Counters {
+            writes,
+            reconciles: sum_by(&text, "ingot_reconciliations_total", controller),
+            reconcile_seconds: sum_by(&text, "ingot_reconcile_duration_seconds_sum", controller),
+        }
+    }
+
+    /// What was counted since `before`.
+    fn since(mut self, before: &Counters) -> Self {
+        let minus = |now: &mut BTreeMap<String, f64>, then: &BTreeMap<String, f64>| {
+            for (k, v) in now.iter_mut() {
+                *v -= then.get(k).copied().unwrap_or(0.0);
+            }
+            now.retain(|_, v| *v > 0.0);
+        };
+        minus(&mut self.writes, &before.writes);
+        minus(&mut self.reconciles, &before.reconciles);
+        minus(&mut self.reconcile_seconds, &before.reconcile_seconds);
+        self
+    }
+}
+
+/// The operator's CPU time (user and system), in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn bmc_requests(fleet: &Fleet) -> u64 {
@@ -157,7 +219,10 @@ fn bmc_requests(fleet: &Fleet) -> u64 {
 
 async fn create_objects(client: &Client, fleet: &Fleet, n: usize) {
     let _ = Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &object(json!({"metadata": {"name": NS}})))
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": NS}})),
+        )
         .await;
     let pools: Api<AddressPool> = Api::namespaced(client.clone(), NS);
     pools
@@ -249,7 +314,10 @@ async fn main() {
     let latency_ms = arg(2, 50);
     let install = Duration::from_secs(arg(3, 30));
     let budget = arg(4, n as u64) as usize;
-    assert!((1..=250).contains(&n), "N: 1 to 250 (one /24 of node addresses)");
+    assert!(
+        (1..=250).contains(&n),
+        "N: 1 to 250 (one /24 of node addresses)"
+    );
 
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
@@ -330,14 +398,21 @@ async fn main() {
     create_objects(&client, &fleet, n).await;
     let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
     let pools: Api<AddressPool> = Api::namespaced(client.clone(), NS);
-    until("the Inventories to be ready", Duration::from_secs(600), || async {
-        let list = inventories.list(&ListParams::default()).await.unwrap();
-        list.items
-            .iter()
-            .filter(|i| i.status.as_ref().and_then(|s| s.status.as_deref()) == Some(INVENTORY_NODE_READY))
-            .count()
-            == n
-    })
+    until(
+        "the Inventories to be ready",
+        Duration::from_secs(600),
+        || async {
+            let list = inventories.list(&ListParams::default()).await.unwrap();
+            list.items
+                .iter()
+                .filter(|i| {
+                    i.status.as_ref().and_then(|s| s.status.as_deref())
+                        == Some(INVENTORY_NODE_READY)
+                })
+                .count()
+                == n
+        },
+    )
     .await;
     until("the pools to be ready", Duration::from_secs(60), || async {
         let list = pools.list(&ListParams::default()).await.unwrap();
@@ -350,8 +425,9 @@ async fn main() {
     .await;
     // Settled: the writes and BMC requests of readiness are left out.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let writes_before = writes(http_port).await;
+    let counters_before = Counters::read(http_port).await;
     let bmc_before = bmc_requests(&fleet);
+    let cpu_before = cpu_seconds(operator.0.id());
 
     let nodes: Vec<Value> = (0..n)
         .map(|i| {
@@ -359,6 +435,25 @@ async fn main() {
                 "addressPoolReference": {"name": "nodes", "namespace": NS}})
         })
         .collect();
+    // When each boot Job is first seen (watched: creation timestamps are in whole seconds).
+    let jobs_seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let job_watch = {
+        let seen = jobs_seen.clone();
+        let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
+        tokio::spawn(async move {
+            let mut events =
+                std::pin::pin!(watcher(jobs, watcher::Config::default()).applied_objects());
+            while let Some(event) = events.next().await {
+                if let Ok(job) = event {
+                    seen.lock()
+                        .unwrap()
+                        .entry(job.name_any())
+                        .or_insert_with(Instant::now);
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
     let applied_at = Timestamp::now();
     let applied = Instant::now();
@@ -371,7 +466,7 @@ async fn main() {
                 "spec": {
                     "version": "v1.7.1",
                     "imageURL": "http://127.0.0.1:9/iso",
-                    "clusterConfig": {"nameservers": ["127.0.21.53"], "sshKeys": ["ssh-ed25519 AAAAC3Nz ops"]},
+                    "clusterConfig": {"nameservers": ["127.0.31.53"], "sshKeys": ["ssh-ed25519 AAAAC3Nz ops"]},
                     "nodes": nodes,
                     "vipConfig": {"addressPoolReference": {"name": "vip", "namespace": NS}}
                 }
@@ -404,13 +499,19 @@ async fn main() {
     }
     let running = applied.elapsed().as_secs_f64();
     let peak_rss = operator.peak_rss_mib();
-    let mut writes_after = writes(http_port).await;
-    for (kind, count) in &mut writes_after {
-        *count -= writes_before.get(kind).copied().unwrap_or(0.0);
-    }
-    writes_after.retain(|_, count| *count > 0.0);
+    let cpu = cpu_seconds(operator.0.id()) - cpu_before;
+    let counted = Counters::read(http_port).await.since(&counters_before);
     let bmc = bmc_requests(&fleet) - bmc_before;
 
+    job_watch.abort();
+    let mut jobs: Vec<f64> = jobs_seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(name, _)| name.contains("-reboot-"))
+        .map(|(_, at)| at.duration_since(applied).as_secs_f64())
+        .collect();
+    jobs.sort_by(f64::total_cmp);
     let mut boots: Vec<f64> = fleet
         .bmcs
         .iter()
@@ -447,6 +548,12 @@ async fn main() {
         println!("  {status}: {at:.1} s");
     }
     println!(
+        "  boot Jobs (rufio) created: {} of {n}; first {:.1} s, last {:.1} s",
+        jobs.len(),
+        jobs.first().copied().unwrap_or(f64::NAN),
+        jobs.last().copied().unwrap_or(f64::NAN)
+    );
+    println!(
         "  PXE boots recorded by the BMCs: {} of {n}; first {:.1} s, last {:.1} s",
         boots.len(),
         boots.first().copied().unwrap_or(f64::NAN),
@@ -474,10 +581,23 @@ async fn main() {
         install.as_secs(),
         running - install_total
     );
-    let total_writes: f64 = writes_after.values().sum();
+    let total_writes: f64 = counted.writes.values().sum();
     println!(
-        "operator API writes: {total_writes} ({:.1} per node): {writes_after:?}",
-        total_writes / n as f64
+        "operator API writes: {total_writes} ({:.1} per node): {:?}",
+        total_writes / n as f64,
+        counted.writes
+    );
+    println!(
+        "operator CPU: {cpu:.1} s; reconciles by controller (count, seconds): {:?}",
+        counted
+            .reconciles
+            .iter()
+            .map(|(c, k)| (
+                c.as_str(),
+                *k,
+                (counted.reconcile_seconds.get(c).copied().unwrap_or(0.0) * 10.0).round() / 10.0
+            ))
+            .collect::<Vec<_>>()
     );
     println!(
         "Redfish requests: {bmc} ({:.1} per node)",
