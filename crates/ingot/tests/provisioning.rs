@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use ingot_api::seeder::{AddressPool, AllocatedObject, Cluster};
 use ingot_controllers::provisioning::addresses::{
-    AddressError, PoolRef, allocate_address, release_address,
+    AddressError, PoolRef, allocate_address, allocate_addresses, release_address,
 };
 use ingot_testenv::harness::operator::Operator;
 use ingot_testenv::harness::wait_for;
@@ -489,6 +489,110 @@ async fn concurrent_allocations_from_separate_clients_never_double() {
             "{address} not recorded"
         );
     }
+}
+
+/// The Cluster controller takes a pool's addresses for all its nodes in one write
+/// (`allocate_addresses`). Batches from separate clients at once, beside single allocations,
+/// never give an address twice; each batch gives its owners in order up to the first refusal
+/// (here: the pool exhausted), and what it returned is what the pool records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_batches_never_double_and_stop_at_the_first_refusal() {
+    let f = start("prov-batch").await;
+    // 30 hosts less the gateway: 29 addresses for 6 batches of 6 owners and 6 single owners.
+    f.create_pool(
+        "lan",
+        json!({"cidr": "10.25.0.0/27", "gateway": "10.25.0.1"}),
+    )
+    .await
+    .unwrap();
+    f.wait_state("lan", "poolReady").await;
+    let batches: Vec<Vec<String>> = (0..6)
+        .map(|b| (0..6).map(|i| format!("b{b}-{i}")).collect())
+        .collect();
+    let singles: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
+    for name in batches.iter().flatten().chain(&singles) {
+        f.create_cluster(name).await;
+    }
+    let env = ingot_testenv::shared().await;
+    let batch_tasks: Vec<_> = batches
+        .iter()
+        .map(|names| {
+            let client = env.client().unwrap();
+            let pool = f.pool_ref("lan");
+            let owners: Vec<_> = names
+                .iter()
+                .map(|n| (f.owner("cluster", n), None))
+                .collect();
+            tokio::spawn(async move { allocate_addresses(&client, &pool, &owners).await })
+        })
+        .collect();
+    let single_tasks: Vec<_> = singles
+        .iter()
+        .map(|name| {
+            let client = env.client().unwrap();
+            let (pool, owner) = (f.pool_ref("lan"), f.owner("cluster", name));
+            tokio::spawn(async move { allocate_address(&client, &pool, &owner, None).await })
+        })
+        .collect();
+    let mut given: Vec<(String, Ipv4Addr)> = Vec::new();
+    for (names, task) in batches.iter().zip(batch_tasks) {
+        let (addresses, refused) = task.await.unwrap();
+        match &refused {
+            None => assert_eq!(addresses.len(), names.len()),
+            Some(e) => assert!(e.is_exhausted(), "{e}"),
+        }
+        given.extend(names.iter().cloned().zip(addresses));
+    }
+    for (name, task) in singles.iter().zip(single_tasks) {
+        match task.await.unwrap() {
+            Ok(address) => given.push((name.clone(), address)),
+            Err(error) if error.is_exhausted() => {}
+            Err(other) => panic!("{other}"),
+        }
+    }
+    let distinct: BTreeSet<_> = given.iter().map(|(_, a)| a).collect();
+    assert_eq!((given.len(), distinct.len()), (29, 29), "{given:?}");
+    let pool = f.wait_state("lan", "poolExhausted").await;
+    let recorded = pool.status.unwrap().address_allocation;
+    assert_eq!(recorded.len(), 29);
+    for (name, address) in &given {
+        assert_eq!(
+            recorded.get(&address.to_string()).map(|o| o.name.as_str()),
+            Some(name.as_str()),
+            "{address}"
+        );
+    }
+
+    // A refusal in the middle: the owner before it gets its address, the one after is not
+    // tried.
+    f.create_pool(
+        "small",
+        json!({"cidr": "10.26.0.0/29", "gateway": "10.26.0.1"}),
+    )
+    .await
+    .unwrap();
+    f.wait_state("small", "poolReady").await;
+    for name in ["x", "y", "z"] {
+        f.create_cluster(name).await;
+    }
+    let owners = vec![
+        (f.owner("cluster", "x"), None),
+        (f.owner("cluster", "y"), Some("10.26.0.2".to_owned())),
+        (f.owner("cluster", "z"), None),
+    ];
+    let (addresses, refused) = allocate_addresses(&f.client, &f.pool_ref("small"), &owners).await;
+    assert_eq!(addresses, vec!["10.26.0.2".parse::<Ipv4Addr>().unwrap()]);
+    let refused = refused.expect("y's staticAddress is x's").to_string();
+    assert!(refused.contains("10.26.0.2"), "{refused}");
+    let pool = f.pools().get("small").await.unwrap();
+    let holders: Vec<String> = pool
+        .status
+        .unwrap()
+        .address_allocation
+        .values()
+        .map(|o| o.name.clone())
+        .collect();
+    assert_eq!(holders, vec!["x".to_owned()]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

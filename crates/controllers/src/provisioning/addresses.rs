@@ -92,6 +92,57 @@ pub async fn allocate_address(
     Err(AddressError::Contended(pool.clone(), ATTEMPTS))
 }
 
+/// Addresses for several owners of one pool in one write: each as [`allocate_address`] gives
+/// it, in order, all decided on one read and written under its `resourceVersion` (a 409 reads
+/// again and decides them all again). The first refusal stops the batch: the owners before it
+/// are written and returned with it, those after it are not tried (as one call after another
+/// would stop at it).
+pub async fn allocate_addresses(
+    client: &Client,
+    pool: &PoolRef,
+    owners: &[(AllocatedObject, Option<String>)],
+) -> (Vec<Ipv4Addr>, Option<AddressError>) {
+    let api: Api<AddressPool> = Api::namespaced(client.clone(), &pool.namespace);
+    for attempt in 0..ATTEMPTS {
+        let mut object = match read(&api, pool).await {
+            Ok(object) => object,
+            Err(e) => return (Vec::new(), Some(e)),
+        };
+        let parsed = match accepted(pool, &object) {
+            Ok(parsed) => parsed,
+            Err(e) => return (Vec::new(), Some(e)),
+        };
+        let status = object.status.get_or_insert_with(Default::default);
+        let mut given = Vec::with_capacity(owners.len());
+        let mut changed = false;
+        let mut refused = None;
+        for (owner, static_address) in owners {
+            match ipam::allocate(&parsed, status, owner, static_address.as_deref()) {
+                Ok((address, new)) => {
+                    given.push(address);
+                    changed |= new;
+                }
+                Err(e) => {
+                    refused = Some(AddressError::Refused(pool.clone(), Box::new(e)));
+                    break;
+                }
+            }
+        }
+        if !changed {
+            return (given, refused);
+        }
+        match write(&api, pool, &object).await {
+            Ok(true) => return (given, refused),
+            Ok(false) => pause(attempt).await,
+            Err(e) => return (Vec::new(), Some(e)),
+        }
+    }
+    (
+        Vec::new(),
+        Some(AddressError::Contended(pool.clone(), ATTEMPTS)),
+    )
+}
+
 /// Frees what `owner` holds in the pool; `Ok(false)` when it held nothing (or the pool is
 /// gone, taking its allocations with it).
 pub async fn release_address(

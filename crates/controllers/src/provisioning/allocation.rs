@@ -2,7 +2,7 @@
 //! writes them (`{kind: cluster|inventory, name, namespace}`), pools named by the Cluster's
 //! references (its own namespace unless the operator allows another).
 
-use ingot_api::seeder::{AddressPool, AllocatedObject, Cluster, Inventory};
+use ingot_api::seeder::{AllocatedObject, Cluster, Inventory};
 use kube::ResourceExt;
 
 use super::addresses::{self, AddressError, PoolRef};
@@ -115,29 +115,50 @@ pub async fn allocate_vip(cluster: &Cluster, ctx: &ProvisioningContext) -> Resul
         .map_err(|e| address_error(field, e))
 }
 
-/// A node's address, from its `addressPoolReference` (its `staticAddress` if given).
-pub async fn allocate_node(
+/// The addresses of several nodes of one pool (each its `staticAddress` if given), in one
+/// write of the pool ([`addresses::allocate_addresses`]): the addresses of the members before
+/// the first refusal, in order, and that refusal.
+pub async fn allocate_nodes(
     cluster: &Cluster,
     ctx: &ProvisioningContext,
     stores: &Stores,
-    member: &MemberView,
-) -> Result<NodeAddress, Error> {
-    let field = format!("spec.nodes[{}]", member.index);
+    members: &[&MemberView],
+) -> (Vec<NodeAddress>, Option<Error>) {
+    let Some(first) = members.first() else {
+        return (Vec::new(), None);
+    };
     let pool = PoolRef {
-        namespace: member.pool_namespace.clone(),
-        name: member.pool_name.clone(),
+        namespace: first.pool_namespace.clone(),
+        name: first.pool_name.clone(),
     };
     let own = cluster.namespace().unwrap_or_default();
-    check_tenancy(ctx, &own, &pool, &format!("{field}.addressPoolReference"))
-        .map_err(Error::Address)?;
-    let owner = inventory_owner(&member.namespace, &member.name);
-    let address =
-        addresses::allocate_address(&ctx.client, &pool, &owner, member.static_address.as_deref())
-            .await
-            .map_err(|e| address_error(&field, e))?;
+    let field = |m: &MemberView| format!("spec.nodes[{}]", m.index);
+    if let Err(why) = check_tenancy(
+        ctx,
+        &own,
+        &pool,
+        &format!("{}.addressPoolReference", field(first)),
+    ) {
+        return (Vec::new(), Some(Error::Address(why)));
+    }
+    let owners: Vec<_> = members
+        .iter()
+        .map(|m| {
+            (
+                inventory_owner(&m.namespace, &m.name),
+                m.static_address.clone(),
+            )
+        })
+        .collect();
+    let (given, refused) = addresses::allocate_addresses(&ctx.client, &pool, &owners).await;
+    // The member a refusal is about: the one after those given.
+    let refused = refused.map(|e| {
+        let at = members.get(given.len()).copied().unwrap_or(first);
+        address_error(&field(at), e)
+    });
     // The pool as it was when allocating; its gateway and netmask do not change under it.
-    let object: Option<std::sync::Arc<AddressPool>> = stores.pool(&pool.namespace, &pool.name);
-    let (gateway, netmask) = object
+    let (gateway, netmask) = stores
+        .pool(&pool.namespace, &pool.name)
         .map(|p| {
             (
                 p.spec.gateway.clone(),
@@ -145,11 +166,15 @@ pub async fn allocate_node(
             )
         })
         .unwrap_or_default();
-    Ok(NodeAddress {
-        address: address.to_string(),
-        gateway,
-        netmask,
-    })
+    let given = given
+        .into_iter()
+        .map(|address| NodeAddress {
+            address: address.to_string(),
+            gateway: gateway.clone(),
+            netmask: netmask.clone(),
+        })
+        .collect();
+    (given, refused)
 }
 
 /// Frees whatever `owner` holds, in every pool the store shows holding it.

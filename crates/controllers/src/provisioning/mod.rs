@@ -127,8 +127,8 @@ pub struct ProvisioningContext {
     pub(crate) inventory_events: EventRecorder,
     pub(crate) pool_events: EventRecorder,
     stores: OnceLock<Stores>,
-    /// Held while an install boot is counted against the budget and submitted, so that two
-    /// reconciles never both take the last slot.
+    /// Held while an install boot is counted against the budget and its slot taken (not while
+    /// its Job is created), so that two reconciles never both take the last slot.
     pub(crate) boot_gate: tokio::sync::Mutex<node::InFlight>,
     /// For `clusterConfig.configURL`.
     pub(crate) http: reqwest::Client,

@@ -200,8 +200,12 @@ async fn create_secret(ctx: &ProvisioningContext, secret: Secret) -> Result<(), 
     }
 }
 
-/// Allocates the nodes: one pool after another within a pool (its allocations are one
-/// object), the pools at once.
+/// Nodes whose records the Cluster controller writes at once (install Secrets, Inventory
+/// statuses).
+const NODE_WRITES: usize = 16;
+
+/// Allocates the nodes: the addresses of each pool in one write of it (its allocations are
+/// one object), the pools at once; then each node's install Secret and status, many at once.
 async fn allocate_nodes(
     cluster: &Arc<Cluster>,
     ctx: &ProvisioningContext,
@@ -212,16 +216,37 @@ async fn allocate_nodes(
     let mut by_pool: BTreeMap<(String, String), Vec<&MemberView>> = BTreeMap::new();
     for i in indexes {
         let m = &observed.members[*i];
+        if m.inventory.is_none() {
+            continue;
+        }
         by_pool
             .entry((m.pool_namespace.clone(), m.pool_name.clone()))
             .or_default()
             .push(m);
     }
     let results = join_all(by_pool.into_values().map(|members| async move {
-        for member in members {
-            allocate_node(cluster, ctx, stores, member).await?;
+        let (given, refused) = allocation::allocate_nodes(cluster, ctx, stores, &members).await;
+        // A test kills the operator here: the addresses are held, the Inventories do not say
+        // so yet.
+        if !given.is_empty() {
+            crate::crash_point(
+                ctx.settings.crash_point.as_deref(),
+                "provisioning-after-allocation",
+            );
         }
-        Ok::<(), Error>(())
+        let given: Vec<_> = members.iter().zip(given).collect();
+        for batch in given.chunks(NODE_WRITES) {
+            let recorded = join_all(
+                batch
+                    .iter()
+                    .map(|(member, address)| record_node(cluster, ctx, member, address.clone())),
+            )
+            .await;
+            for result in recorded {
+                result?;
+            }
+        }
+        refused.map_or(Ok(()), Err)
     }))
     .await;
     for result in results {
@@ -243,24 +268,18 @@ async fn allocate_nodes(
     Ok(Action::await_change())
 }
 
-/// One node: its address, its install Secret (the OS password), then its status: address,
-/// `ownerCluster`, Seeder's conditions (`harvesterCreateNode` for the first entry, which
-/// creates the cluster; `harvesterJoinNode` for the others).
-async fn allocate_node(
+/// One node allocated its address: its install Secret (the OS password), then its status:
+/// address, `ownerCluster`, Seeder's conditions (`harvesterCreateNode` for the first entry,
+/// which creates the cluster; `harvesterJoinNode` for the others).
+async fn record_node(
     cluster: &Cluster,
     ctx: &ProvisioningContext,
-    stores: &Stores,
     member: &MemberView,
+    allocation: allocation::NodeAddress,
 ) -> Result<(), Error> {
     let Some(inventory) = &member.inventory else {
         return Ok(());
     };
-    let allocation = allocation::allocate_node(cluster, ctx, stores, member).await?;
-    // A test kills the operator here: the address is held, the Inventory does not say so yet.
-    crate::crash_point(
-        ctx.settings.crash_point.as_deref(),
-        "provisioning-after-allocation",
-    );
     let secret =
         install::new_install_secret(&member.name, &member.namespace, owner(inventory.as_ref()));
     create_secret(ctx, annotated(secret, cluster)).await?;

@@ -133,6 +133,9 @@ pub enum Outcome {
 /// How often a waiting Cluster looks again when nothing it watches wakes it (the new cluster's
 /// Nodes are not watched).
 pub const POLL: Duration = Duration::from_secs(10);
+/// How often a Cluster whose nodes all reported their install looks at the new cluster's
+/// Nodes: nothing else wakes it when the last one registers.
+pub const FINISH_POLL: Duration = Duration::from_secs(2);
 /// How often a Cluster waiting on a person looks again.
 pub const SLOW_POLL: Duration = Duration::from_secs(60);
 
@@ -225,7 +228,11 @@ fn boot_ready(observed: &Observed) -> Outcome {
                 observed.installed,
                 ready.map_or("none yet".to_owned(), |r| r.to_string()),
             ),
-            retry: POLL,
+            retry: if observed.installed >= wanted {
+                FINISH_POLL
+            } else {
+                POLL
+            },
             warning: false,
         }),
     }
@@ -439,6 +446,20 @@ mod tests {
         assert!(matches!(step(&o), Outcome::Wait(_)));
         o.remote_ready = Some(2);
         assert_eq!(step(&o), Outcome::Advance(Phase::Running));
+    }
+
+    /// Once every node reported its install, the new cluster is looked at every 2 s (nothing
+    /// else wakes the Cluster when the last Node registers), before that every 10 s.
+    #[test]
+    fn the_new_cluster_is_looked_at_often_once_every_node_reported_its_install() {
+        let mut o = observed(Phase::BootReady, &[Member::Allocated, Member::Allocated]);
+        o.installed = 1;
+        o.remote_ready = Some(0);
+        assert!(matches!(step(&o), Outcome::Wait(h) if h.retry == POLL));
+        o.installed = 2;
+        o.remote_ready = Some(1);
+        assert!(matches!(step(&o), Outcome::Wait(h) if h.retry == FINISH_POLL));
+        assert!(FINISH_POLL < POLL);
     }
 
     #[test]

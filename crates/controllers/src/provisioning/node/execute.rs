@@ -332,20 +332,31 @@ async fn boot(
     name: &str,
 ) -> Result<Action, Error> {
     let key = crate::runtime::object_key(inventory);
-    let mut gate = ctx.boot_gate.lock().await;
-    if installs_taken(&stores.inventories.state(), &mut gate)
-        >= ctx.settings.max_concurrent_installs
+    // The slot is taken under the gate, the Job created outside it: boots of many servers
+    // are submitted at once, and none past the budget.
     {
-        return Ok(Action::requeue(Duration::from_secs(5)));
+        let mut gate = ctx.boot_gate.lock().await;
+        if installs_taken(&stores.inventories.state(), &mut gate)
+            >= ctx.settings.max_concurrent_installs
+        {
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+        gate.submitted.insert(key.clone());
     }
     let tasks = json!([
         {"powerAction": "off"},
         {"oneTimeBootDeviceAction": {"device": ["pxe"]}},
         {"powerAction": "on"},
     ]);
-    create_job(ctx, &job(inventory, name, tasks)?).await?;
-    gate.submitted.insert(key);
-    drop(gate);
+    let created = match job(inventory, name, tasks) {
+        Ok(job) => create_job(ctx, &job).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = created {
+        // Not booted: the slot is given back.
+        ctx.boot_gate.lock().await.submitted.remove(&key);
+        return Err(e);
+    }
     crate::crash_point(
         ctx.settings.crash_point.as_deref(),
         "provisioning-after-boot-job",
