@@ -247,14 +247,10 @@ async fn seeders_readme_pools_become_ready_and_hand_out_their_one_address() {
             .as_str()
             .unwrap()
             .trim_end_matches("/32");
-        // The quickstart's Cluster takes the VIP pool's one address at once (the Cluster
-        // controller); the node pools wait for their Inventories, whose BMCs do not answer.
-        let state = if name == "vip-pool" {
-            "poolExhausted"
-        } else {
-            "poolReady"
-        };
-        let pool = f.wait_state(name, state).await;
+        // Nothing is taken yet: the quickstart's Cluster names Harvester v1.0.2, which ingot
+        // cannot install, so it is held before it takes its VIP (below); the node pools wait
+        // for their Inventories, whose BMCs do not answer.
+        let pool = f.wait_state(name, "poolReady").await;
         let status = pool.status.clone().unwrap();
         assert_eq!(
             (status.start_address.as_str(), status.last_address.as_str()),
@@ -262,7 +258,7 @@ async fn seeders_readme_pools_become_ready_and_hand_out_their_one_address() {
         );
         assert_eq!(status.available_addresses, 1);
         assert_eq!(status.netmask, "255.255.248.0");
-        assert_eq!(status.address_allocation.is_empty(), name != "vip-pool");
+        assert!(status.address_allocation.is_empty(), "{name}");
         wait_for("the finalizer", WAIT, || async {
             let pool = f.pools().get(name).await.ok()?;
             pool.finalizers()
@@ -272,8 +268,20 @@ async fn seeders_readme_pools_become_ready_and_hand_out_their_one_address() {
         })
         .await;
     }
-    // The quickstart's Cluster holds the VIP (asking again gives the same), its Inventories
-    // their node addresses.
+    let clusters: Api<Cluster> = Api::namespaced(f.client.clone(), &f.ns);
+    let held = wait_for("the quickstart's Cluster held", WAIT, || async {
+        let cluster = clusters.get("first").await.ok()?;
+        cluster
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.reason == "ClusterInvalid")
+            .map(|c| c.message)
+    })
+    .await;
+    assert!(held.contains("spec.version v1.0.2"), "{held}");
+    // Taken for the quickstart's Cluster, the VIP is the pool's one address (asking again
+    // gives the same); its Inventories get their node addresses.
     let vip = f.allocate("vip-pool", "first", None).await.unwrap();
     assert_eq!(vip, Ipv4Addr::new(172, 16, 128, 7));
     let node = f.owner("inventory", "node");
@@ -316,6 +324,29 @@ async fn seeders_readme_pools_become_ready_and_hand_out_their_one_address() {
     assert!(timed >= 3.0, "{timed}");
     // A pool of another namespace is not this operator's (--provisioning-namespace).
     assert!(elsewhere.get("outside").await.unwrap().status.is_none());
+    // This operator runs without --boot-url: a Cluster with nothing wrong is held, saying so.
+    let valid: Cluster = serde_json::from_value(json!({
+        "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "valid"},
+        "spec": {"version": "v1.7.1", "imageURL": "http://127.0.0.1:9/iso", "nodes": [],
+            "vipConfig": {"addressPoolReference": {"name": "vip-pool", "namespace": f.ns}}}
+    }))
+    .unwrap();
+    clusters
+        .create(&PostParams::default(), &valid)
+        .await
+        .unwrap();
+    let held = wait_for("a valid Cluster held", WAIT, || async {
+        let cluster = clusters.get("valid").await.ok()?;
+        cluster
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready" && c.reason == "BootServerUnset")
+            .map(|c| c.message)
+    })
+    .await;
+    assert!(held.contains("--boot-url"), "{held}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -190,13 +190,14 @@ fn node_files(
 
 /// What in the Cluster's own settings (`spec.version`, `spec.imageURL`, `clusterConfig`) keeps
 /// any node from being rendered, found before anything is allocated: rendered for a stand-in
-/// node whose own values are all valid, so an error can only name a Cluster field.
-pub fn settings_problem(cluster: &Cluster, ctx: &ProvisioningContext) -> Option<String> {
-    let Some(boot_url) = ctx.settings.boot_url.as_ref() else {
-        return Some(
-            "ingot runs without --boot-url, so no node can reach its install config: give ingot run the URL servers reach its boot server at".to_owned(),
-        );
-    };
+/// node whose own values are all valid, so an error can only name a Cluster field. Then whether
+/// ingot itself can hand the files out. The Cluster's `Ready` reason and the message.
+pub fn settings_problem(
+    cluster: &Cluster,
+    ctx: &ProvisioningContext,
+) -> Option<(&'static str, String)> {
+    let stand_in_url = url::Url::parse("http://stand-in.invalid").ok()?;
+    let boot_url = ctx.settings.boot_url.as_ref().unwrap_or(&stand_in_url);
     let config = cluster.spec.cluster_config.clone().unwrap_or_default();
     let stand_in = NodeInstall {
         version: cluster.spec.version.clone(),
@@ -223,10 +224,17 @@ pub fn settings_problem(cluster: &Cluster, ctx: &ProvisioningContext) -> Option<
         config_url: join(boot_url, "config/stand-in/stand-in"),
         webhook_url: join(boot_url, "disable/stand-in/stand-in"),
     };
-    ingot_harvester::ipxe_script(&stand_in)
+    if let Err(e) = ingot_harvester::ipxe_script(&stand_in)
         .and_then(|_| ingot_harvester::install_config(&stand_in))
-        .err()
-        .map(|e| e.to_string())
+    {
+        return Some(("ClusterInvalid", e.to_string()));
+    }
+    ctx.settings.boot_url.is_none().then(|| {
+        (
+            "BootServerUnset",
+            "ingot runs without --boot-url, so no node can reach its install config: give ingot run the URL servers reach its boot server at".to_owned(),
+        )
+    })
 }
 
 fn join(base: &url::Url, path: &str) -> String {

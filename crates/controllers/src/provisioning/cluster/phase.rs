@@ -87,8 +87,9 @@ pub enum Vip {
 pub struct Observed {
     /// `None`: an unknown status string (someone wrote it by hand).
     pub phase: Option<Phase>,
-    /// Why the Cluster's own settings cannot be rendered for any node (the field and the fix).
-    pub settings_problem: Option<String>,
+    /// Why no node can be rendered with the Cluster's own settings, or handed its files
+    /// (reason, message naming the field and the fix).
+    pub settings_problem: Option<(&'static str, String)>,
     pub vip: Vip,
     /// The cluster token Secret exists.
     pub token: bool,
@@ -266,12 +267,15 @@ fn membership_changed(observed: &Observed) -> Option<Outcome> {
 /// The first `spec.nodes` entry that holds the Cluster, as a hold naming it and the fix.
 /// A Cluster setting no node can be rendered with.
 fn settings_hold(observed: &Observed) -> Option<Hold> {
-    observed.settings_problem.as_ref().map(|why| Hold {
-        reason: "ClusterInvalid",
-        message: why.clone(),
-        retry: SLOW_POLL,
-        warning: true,
-    })
+    observed
+        .settings_problem
+        .as_ref()
+        .map(|(reason, why)| Hold {
+            reason,
+            message: why.clone(),
+            retry: SLOW_POLL,
+            warning: true,
+        })
 }
 
 fn first_problem(observed: &Observed) -> Option<Hold> {
@@ -382,7 +386,7 @@ mod tests {
         for phase in [Phase::New, Phase::ConfigReady] {
             let mut o = observed(phase, &[Member::Free]);
             o.vip = Vip::Free;
-            o.settings_problem = Some("the Cluster's spec.version ...".into());
+            o.settings_problem = Some(("ClusterInvalid", "the Cluster's spec.version ...".into()));
             assert!(
                 matches!(step(&o), Outcome::Wait(h) if h.reason == "ClusterInvalid" && h.warning),
                 "{phase:?}"
