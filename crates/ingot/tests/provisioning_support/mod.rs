@@ -84,6 +84,47 @@ pub struct Options {
     pub webhook_attempts: u32,
     /// `--provisioning-max-concurrent-installs`, if not the default.
     pub max_installs: Option<usize>,
+    /// `--provisioning-boot tinkerbell`, as the chart's ServiceAccount with
+    /// `provisioning.tinkerbell=true`; the Tinkerbell CRDs installed from the shared fixtures,
+    /// Service `tink-stack` (without its load-balancer IP) and ConfigMap `seeder-config`
+    /// ([`CONFIGURE_IMAGE`]) made in the namespace.
+    pub tinkerbell: bool,
+}
+
+/// The `configure-harvester-image` of the `seeder-config` ConfigMap (Tinkerbell mode).
+pub const CONFIGURE_IMAGE: &str = "mirror.example/configure-harvester:v2";
+
+/// Applies the `tinkerbell.org` CRDs of the shared fixtures (Hardware, Template, Workflow) and
+/// waits until they are established.
+pub async fn install_tinkerbell_crds(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let dir = ingot_testenv::shared_dir().join("fixtures/upstream-crds");
+    for file in ["hardware", "template", "workflow"] {
+        let path = dir.join(format!("tinkerbell.org_{file}-crd.yaml"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut crd: CustomResourceDefinition = serde_yaml::from_str(&text).unwrap();
+        crd.status = None;
+        crd.metadata.creation_timestamp = None;
+        let name = crd.metadata.name.clone().unwrap();
+        api.patch(
+            &name,
+            &kube::api::PatchParams::apply("ingot-tests").force(),
+            &kube::api::Patch::Apply(&crd),
+        )
+        .await
+        .unwrap();
+        ingot_testenv::wait_for(&format!("CRD {name} established"), WAIT, || async {
+            let crd = api.get(&name).await.ok()?;
+            crd.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        })
+        .await;
+    }
 }
 
 impl Default for Options {
@@ -95,6 +136,7 @@ impl Default for Options {
             gateway: GATEWAY,
             webhook_attempts: 5,
             max_installs: None,
+            tinkerbell: false,
         }
     }
 }
@@ -120,7 +162,35 @@ impl Provisioned {
         let env = ingot_testenv::shared().await;
         let client = env.client().unwrap();
         let ns = env.namespace("prov").await.unwrap();
-        let kubeconfig = service_account(env.kubeconfig_path()).clone();
+        let (kubeconfig, lease_namespace) = if options.tinkerbell {
+            install_tinkerbell_crds(&client).await;
+            for object in [
+                json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "tink-stack", "namespace": ns},
+                    "spec": {"type": "LoadBalancer", "ports": [{"name": "hegel", "port": 50061}]}}),
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "seeder-config", "namespace": ns},
+                    "data": {"configure-harvester-image": CONFIGURE_IMAGE}}),
+            ] {
+                chart_support::kubectl_apply(
+                    env.kubeconfig_path(),
+                    &serde_json::to_string(&object).unwrap(),
+                    &[],
+                );
+            }
+            let kubeconfig = chart_support::service_account_kubeconfig_with(
+                env.kubeconfig_path(),
+                &ns,
+                "provisioning",
+                &["provisioning.tinkerbell=true".to_owned()],
+            );
+            (kubeconfig, ns.clone())
+        } else {
+            (
+                service_account(env.kubeconfig_path()).clone(),
+                chart_support::MANIFESTS_NAMESPACE.to_owned(),
+            )
+        };
         let plane = target().await;
         let target_env = ingot_testenv::TestEnv::connect(plane.kubeconfig_path())
             .await
@@ -153,10 +223,7 @@ impl Provisioned {
             .tag(options.tag)
             .crash_point(options.crash_point)
             .kubeconfig(&kubeconfig)
-            .arg(format!(
-                "--lease-namespace={}",
-                chart_support::MANIFESTS_NAMESPACE
-            ))
+            .arg(format!("--lease-namespace={lease_namespace}"))
             .arg(format!("--lease-name=ingot-{ns}"))
             .arg("--lease-duration-seconds=3")
             .controllers("provisioning")
@@ -171,6 +238,11 @@ impl Provisioned {
                 options
                     .max_installs
                     .map(|n| format!("--provisioning-max-concurrent-installs={n}")),
+            )
+            .args(
+                options
+                    .tinkerbell
+                    .then_some("--provisioning-boot=tinkerbell".to_owned()),
             )
             .env("RUST_LOG", "info,ingot_controllers=debug")
             .start();
