@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use ingot_api::seeder::{Cluster, ClusterConfig};
+use ingot_api::seeder::Cluster;
 use ingot_harvester::provision::{NodeInstall, NodeMode};
 use ingot_harvester::secret::Secret as Hidden;
 use k8s_openapi::api::core::v1::Secret;
@@ -69,7 +69,6 @@ pub async fn wanted_installs(
                     cluster,
                     ctx,
                     stores,
-                    &config,
                     m,
                     token,
                     base.clone().and_then(Result::ok),
@@ -125,12 +124,12 @@ fn node_files(
     cluster: &Cluster,
     ctx: &ProvisioningContext,
     stores: &Stores,
-    config: &ClusterConfig,
     member: &MemberView,
     token: Option<&Secret>,
     base: Option<Value>,
     tink: Option<&Result<Stack, String>>,
 ) -> Result<InstallFiles, String> {
+    let config = cluster.spec.cluster_config.clone().unwrap_or_default();
     let inventory = member.inventory.as_ref().ok_or("the Inventory is gone")?;
     let status = inventory.status.clone().unwrap_or_default();
     let stream = config.stream_image_mode.unwrap_or(false);
