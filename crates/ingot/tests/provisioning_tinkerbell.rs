@@ -6,7 +6,9 @@
 //! writing Workflow statuses as Tink v0.9/v0.10 does (`status.state`, and each action's
 //! `status` under `status.tasks`); a node removed loses all three objects, and so does every
 //! node of a deleted Cluster. The emulated servers are booted once each through their BMCs;
-//! nothing here serves them Smee's script or Hegel's config (they stop at the config).
+//! in the first test nothing serves them Smee's script or Hegel's config (they stop at the
+//! config); in the second, the test serves both from the Hardware objects as Smee and Hegel
+//! would, and the servers install and form the new cluster (`clusterRunning`).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -494,7 +496,7 @@ async fn tinkerbell_objects_are_written_as_seeder_writes_them_and_the_workflow_i
     .await;
     p.wait_condition("node2", "harvesterInstalled").await;
 
-    // A node removed: its three objects go, even with one already missing.
+    // A node removed: its three objects go, even with its Hardware already missing.
     let nodes: Vec<Value> = ["node0", "node1"]
         .iter()
         .map(|n| {
@@ -510,7 +512,8 @@ async fn tinkerbell_objects_are_written_as_seeder_writes_them_and_the_workflow_i
         )
         .await
         .unwrap();
-    p.tink("Workflow")
+    // The Hardware already gone: Seeder's shared notFound flag would leave the others.
+    p.tink("Hardware")
         .delete("node2", &DeleteParams::default())
         .await
         .unwrap();
@@ -550,4 +553,133 @@ async fn tinkerbell_objects_are_written_as_seeder_writes_them_and_the_workflow_i
 async fn user_data_of(p: &Provisioned, name: &str) -> serde_yaml::Value {
     let hardware = p.tink("Hardware").get(name).await.unwrap();
     serde_yaml::from_str(hardware.data["spec"]["userData"].as_str().unwrap()).unwrap()
+}
+
+/// Hegel's and Smee's address in [`servers_boot_from_what_smee_and_hegel_serve`].
+const STACK: &str = "127.0.23.1";
+
+/// Smee and Hegel, as far as a server sees them, read from the Hardware objects of `ns`:
+/// `GET /boot/<mac>` answers the Hardware's `ipxe.contents` while its `allowPXE` is on (a
+/// script that boots the disk otherwise), and `GET /2009-04-04/user-data` the `userData` of
+/// the Hardware whose address is the request's source, as Hegel does.
+async fn serve_stack(client: Client, ns: String) {
+    use axum::extract::{ConnectInfo, Path, State};
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    type Hardware = Api<DynamicObject>;
+    async fn all(api: &Hardware) -> Vec<Value> {
+        api.list(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .map(|h| h.data["spec"].clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    async fn smee(State(api): State<Hardware>, Path(mac): Path<String>) -> (StatusCode, String) {
+        let mac = mac.to_ascii_lowercase();
+        let found = all(&api)
+            .await
+            .into_iter()
+            .find(|s| s["interfaces"][0]["dhcp"]["mac"] == mac.as_str());
+        match found {
+            Some(s) if s["interfaces"][0]["netboot"]["allowPXE"] == true => (
+                StatusCode::OK,
+                s["interfaces"][0]["netboot"]["ipxe"]["contents"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            ),
+            _ => (
+                StatusCode::OK,
+                ingot_controllers::provisioning::boot::BOOT_FROM_DISK.to_owned(),
+            ),
+        }
+    }
+    async fn hegel(
+        State(api): State<Hardware>,
+        ConnectInfo(source): ConnectInfo<std::net::SocketAddr>,
+    ) -> (StatusCode, String) {
+        let source = source.ip().to_string();
+        all(&api)
+            .await
+            .into_iter()
+            .find(|s| s["interfaces"][0]["dhcp"]["ip"]["address"] == source.as_str())
+            .and_then(|s| s["userData"].as_str().map(str::to_owned))
+            .map_or((StatusCode::NOT_FOUND, String::new()), |u| {
+                (StatusCode::OK, u)
+            })
+    }
+    let app = axum::Router::new()
+        .route("/boot/{mac}", get(smee))
+        .route("/2009-04-04/user-data", get(hegel))
+        .with_state(tink(&client, &ns, "Hardware"));
+    let listener = tokio::net::TcpListener::bind((STACK, 50061)).await.unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn servers_boot_from_what_smee_and_hegel_serve() {
+    let p = Provisioned::start_with(Options {
+        tag: "tinkerbell-e2e",
+        node_cidr: "127.0.24.0/24",
+        gateway: "127.0.24.1",
+        tinkerbell: true,
+        server_boot_url: Some(format!("http://{STACK}:50061/boot/{{mac}}")),
+        // The address given wins over Service tink-stack (which has no load-balancer IP here).
+        extra_args: vec![format!("--provisioning-tink-address={STACK}")],
+        ..Options::default()
+    })
+    .await;
+    serve_stack(p.client.clone(), p.ns.clone()).await;
+    p.wait_status("clusterRunning").await;
+    assert_eq!(p.pxe_boots(), vec![1, 1, 1], "each server booted once");
+    for name in p.names.clone() {
+        let spec = p
+            .wait_spec(
+                "Hardware",
+                &name,
+                "network boot off after the install",
+                |s| s["interfaces"][0]["netboot"]["allowPXE"] == false,
+            )
+            .await;
+        assert!(
+            spec["interfaces"][0]["netboot"]["ipxe"]["contents"]
+                .as_str()
+                .is_some_and(|c| c.contains(&format!("http://{STACK}:50061/2009-04-04/user-data"))),
+            "{name}: {spec}"
+        );
+        p.wait_condition(&name, "harvesterInstalled").await;
+    }
+    // Each server read its script from Smee and its config from Hegel, and is a Node of the
+    // new cluster at its address.
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(p.target.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    for name in &p.names {
+        let inventory = p.inventories().get(name).await.unwrap();
+        let address = inventory.status.unwrap().pxe_boot_config.address.unwrap();
+        assert!(
+            nodes.items.iter().any(|n| n
+                .status
+                .as_ref()
+                .and_then(|s| s.addresses.as_ref())
+                .is_some_and(|a| a.iter().any(|a| a.address == address))),
+            "no Node of the new cluster has {name}'s address {address}"
+        );
+    }
+    for status in p.servers.servers() {
+        assert_eq!(status.script_fetches, 1, "server {}", status.index);
+        assert_eq!(status.webhooks_sent, 1, "server {}", status.index);
+    }
+    p.finish().await;
 }

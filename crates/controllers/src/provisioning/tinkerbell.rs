@@ -88,6 +88,23 @@ pub fn api(client: &Client, namespace: &str, kind: Kind) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), namespace, &kind.resource())
 }
 
+/// Keeps `allowPXE` and `allowWorkflow` off in `wanted` where the Hardware as found has them
+/// off: they are turned off once per allocation (installed), never on again.
+pub fn keep_netboot_off(wanted: &mut Value, found: &Value) {
+    let found = &found["interfaces"][0]["netboot"];
+    if let Some(netboot) = wanted
+        .get_mut("interfaces")
+        .and_then(|i| i.get_mut(0))
+        .and_then(|i| i.get_mut("netboot"))
+    {
+        for flag in ["allowPXE", "allowWorkflow"] {
+            if found[flag] == false {
+                netboot[flag] = false.into();
+            }
+        }
+    }
+}
+
 /// The Template's images (Seeder's defaults, overridable by [`SEEDER_CONFIG`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Images {
@@ -529,6 +546,16 @@ mod tests {
         let netboot = &installed["interfaces"][0]["netboot"];
         assert_eq!(netboot["allowPXE"], false);
         assert_eq!(netboot.get("ipxe"), None, "stream mode: no script");
+    }
+
+    #[test]
+    fn network_boot_once_off_is_never_turned_on_again() {
+        let mut wanted = hardware_spec(&node(Some("#!ipxe"), false));
+        let found =
+            json!({"interfaces": [{"netboot": {"allowPXE": false, "allowWorkflow": true}}]});
+        keep_netboot_off(&mut wanted, &found);
+        assert_eq!(wanted["interfaces"][0]["netboot"]["allowPXE"], false);
+        assert_eq!(wanted["interfaces"][0]["netboot"]["allowWorkflow"], true);
     }
 
     #[test]

@@ -89,6 +89,10 @@ pub struct Options {
     /// Service `tink-stack` (without its load-balancer IP) and ConfigMap `seeder-config`
     /// ([`CONFIGURE_IMAGE`]) made in the namespace.
     pub tinkerbell: bool,
+    /// Where the servers get their iPXE script, if not ingot's boot server (`{mac}` is theirs).
+    pub server_boot_url: Option<String>,
+    /// More arguments of `ingot run`.
+    pub extra_args: Vec<String>,
 }
 
 /// The `configure-harvester-image` of the `seeder-config` ConfigMap (Tinkerbell mode).
@@ -137,6 +141,8 @@ impl Default for Options {
             webhook_attempts: 5,
             max_installs: None,
             tinkerbell: false,
+            server_boot_url: None,
+            extra_args: Vec::new(),
         }
     }
 }
@@ -212,7 +218,11 @@ impl Provisioned {
         .unwrap();
         let port = free_port();
         let boot = format!("http://127.0.0.1:{port}");
-        let mut config = ServerFleetConfig::new(format!("{boot}/boot"), target_env.config());
+        let server_boot_url = options
+            .server_boot_url
+            .clone()
+            .unwrap_or_else(|| format!("{boot}/boot"));
+        let mut config = ServerFleetConfig::new(server_boot_url, target_env.config());
         config.install_time = Duration::from_secs(3);
         config.heartbeat_interval = Duration::from_secs(1);
         config.webhook_attempts = options.webhook_attempts;
@@ -244,6 +254,7 @@ impl Provisioned {
                     .tinkerbell
                     .then_some("--provisioning-boot=tinkerbell".to_owned()),
             )
+            .args(options.extra_args.clone())
             .env("RUST_LOG", "info,ingot_controllers=debug")
             .start();
         let mut me = Provisioned {

@@ -389,7 +389,10 @@ async fn write_tinkerbell(
         };
         for object in observed.tink.iter().filter(|o| o.index == index) {
             let api = tinkerbell::api(&ctx.client, &member.namespace, object.kind);
-            if !object.exists {
+            if object.current {
+                continue;
+            }
+            let Some(read_at) = &object.read_at else {
                 let new = tinkerbell::object(
                     object.kind,
                     &member.name,
@@ -403,14 +406,19 @@ async fn write_tinkerbell(
                     Err(kube::Error::Api(e)) if e.code == 409 => {}
                     Err(e) => return Err(e.into()),
                 }
-            } else {
-                api.patch(
-                    &member.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "spec": object.spec })),
-                )
-                .await?;
-            }
+                continue;
+            };
+            // Under the version read: a change made since (the webhook turning network boot
+            // off) is never overwritten with what was decided before it.
+            api.patch(
+                &member.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "metadata": {"resourceVersion": read_at},
+                    "spec": object.spec,
+                })),
+            )
+            .await?;
         }
         let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
         let mut status = inventory.status.clone().unwrap_or_default();
@@ -436,7 +444,8 @@ async fn write_tinkerbell(
     for result in join_all(writes).await {
         result?;
     }
-    Ok(Action::await_change())
+    // The objects are not watched: look again soon, for what is still to write.
+    Ok(Action::requeue(Duration::from_secs(2)))
 }
 
 /// Deletion: every node this Cluster holds is released by the Inventory controller (shut

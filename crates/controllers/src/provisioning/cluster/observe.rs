@@ -50,8 +50,9 @@ pub struct TinkObject {
     pub index: usize,
     pub kind: tinkerbell::Kind,
     pub spec: serde_json::Value,
-    /// It exists (to be patched, not created).
-    pub exists: bool,
+    /// The `resourceVersion` it was read at, if it exists (to be patched under it, not
+    /// created).
+    pub read_at: Option<String>,
     /// It exists with this spec, and the Inventory's condition says so.
     pub current: bool,
 }
@@ -314,18 +315,25 @@ async fn tink_objects(
             ),
             (Kind::Workflow, tinkerbell::workflow_spec(&node)),
         ];
-        for (kind, spec) in specs {
+        for (kind, mut spec) in specs {
             let found = tinkerbell::api(&ctx.client, &member.namespace, kind)
                 .get_opt(&member.name)
                 .await?;
-            let exists = found.is_some();
+            if let (Kind::Hardware, Some(found)) = (kind, &found) {
+                // Network boot turned off (the install reported) stays off for this
+                // allocation, even if the Inventory's record of it is not seen yet.
+                tinkerbell::keep_netboot_off(&mut spec, &found.data["spec"]);
+            }
+            let read_at = found
+                .as_ref()
+                .map(|o| o.metadata.resource_version.clone().unwrap_or_default());
             let current = found.is_some_and(|o| tinkerbell::contains(&o.data["spec"], &spec))
                 && conditions::is_true(&status.conditions, kind.condition());
             objects.push(TinkObject {
                 index: *index,
                 kind,
                 spec,
-                exists,
+                read_at,
                 current,
             });
         }
