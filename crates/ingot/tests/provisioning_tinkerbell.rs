@@ -547,6 +547,46 @@ async fn tinkerbell_objects_are_written_as_seeder_writes_them_and_the_workflow_i
             .then_some(())
     })
     .await;
+
+    // streamImageMode, allowed in this mode: no script on the Hardware, neither ISO nor
+    // webhook in the config; the Template's workflow writes the image.
+    p.create(json!({
+        "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "stream"},
+        "spec": {
+            "version": "v1.7.1",
+            "imageURL": "http://127.0.0.1:9/iso",
+            "clusterConfig": {"streamImageMode": true},
+            "nodes": [{"inventoryReference": {"name": "node0", "namespace": ns},
+                "addressPoolReference": {"name": "nodes", "namespace": ns}}],
+            "vipConfig": {"addressPoolReference": {"name": "vip", "namespace": ns}}
+        }
+    }))
+    .await;
+    let hardware = wait_for("the stream Cluster's Hardware", WAIT, || async {
+        let h = p.tink("Hardware").get_opt("node0").await.ok()??;
+        (h.metadata.owner_references.as_ref()?[0].name == "stream").then_some(h)
+    })
+    .await;
+    let netboot = &hardware.data["spec"]["interfaces"][0]["netboot"];
+    assert_eq!(netboot["allowPXE"], true);
+    assert_eq!(
+        netboot.get("ipxe"),
+        None,
+        "stream mode boots no script: {netboot}"
+    );
+    let config: serde_yaml::Value =
+        serde_yaml::from_str(hardware.data["spec"]["userData"].as_str().unwrap()).unwrap();
+    assert_eq!(config["install"].get("isoUrl"), None);
+    assert_eq!(config["install"].get("webhooks"), None);
+    assert_eq!(config["install"]["mode"].as_str(), Some("create"));
+    p.wait_spec("Template", "node0", "the stream workflow", |s| {
+        s["data"]
+            .as_str()
+            .is_some_and(|d| d.contains("harvester-v1.7.1-amd64.raw.gz"))
+    })
+    .await;
+    p.wait_status_of("stream", "tinkConfigReady").await;
     p.finish().await;
 }
 

@@ -373,10 +373,15 @@ impl Provisioned {
     /// Waits for the Cluster's status; on timeout fails with what the Cluster and its
     /// Inventories say.
     pub async fn wait_status(&self, status: &str) -> Cluster {
+        self.wait_status_of("first", status).await
+    }
+
+    /// [`Self::wait_status`] of the Cluster `name`.
+    pub async fn wait_status_of(&self, name: &str, status: &str) -> Cluster {
         let clusters = self.clusters();
         let reached = tokio::time::timeout(WAIT, async {
             loop {
-                if let Ok(c) = clusters.get("first").await
+                if let Ok(c) = clusters.get(name).await
                     && c.status.as_ref().and_then(|s| s.status.as_deref()) == Some(status)
                 {
                     return c;
@@ -388,7 +393,7 @@ impl Provisioned {
         match reached {
             Ok(cluster) => cluster,
             Err(_) => {
-                let cluster = clusters.get("first").await.ok().map(|c| c.status);
+                let cluster = clusters.get(name).await.ok().map(|c| c.status);
                 let inventories: Vec<_> = self
                     .inventories()
                     .list(&ListParams::default())
@@ -399,7 +404,7 @@ impl Provisioned {
                     .map(|i| (i.metadata.name, i.status))
                     .collect();
                 panic!(
-                    "Cluster first not {status} after {WAIT:?}: {cluster:#?}\n{inventories:#?}\nservers: {:#?}\noperator: {}",
+                    "Cluster {name} not {status} after {WAIT:?}: {cluster:#?}\n{inventories:#?}\nservers: {:#?}\noperator: {}",
                     self.servers.servers(),
                     self.operator.log_tail()
                 )
