@@ -512,11 +512,18 @@ async fn tinkerbell_objects_are_written_as_seeder_writes_them_and_the_workflow_i
         )
         .await
         .unwrap();
-    // The Hardware already gone: Seeder's shared notFound flag would leave the others.
-    p.tink("Hardware")
+    // The Hardware already gone (Seeder's shared notFound flag would leave the others): deleted
+    // once the release began, so that no pass of the Cluster made before writes it again.
+    p.wait_condition("node2", "clusterCleanupSubmitted").await;
+    match p
+        .tink("Hardware")
         .delete("node2", &DeleteParams::default())
         .await
-        .unwrap();
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => panic!("deleting Hardware node2: {e}"),
+    }
     for kind in ["Hardware", "Template", "Workflow"] {
         p.wait_gone(kind, "node2").await;
     }
