@@ -584,6 +584,20 @@ mod tests {
             Some("http://10.1.1.1:50061/2009-04-04/user-data")
         );
         assert_eq!(actions[2]["image"].as_str(), Some("gmehta3/reboot:latest"));
+        // An arm64 node: its own image and DHCP architecture (Seeder writes amd64).
+        let mut arm = node(None, false);
+        arm.arch = "arm64";
+        let spec = template_spec(&arm, &stack).unwrap();
+        assert!(
+            spec["data"]
+                .as_str()
+                .unwrap()
+                .contains("harvester-v1.7.1-arm64.raw.gz")
+        );
+        assert_eq!(
+            hardware_spec(&arm)["interfaces"][0]["dhcp"]["arch"],
+            "aarch64"
+        );
     }
 
     #[test]
