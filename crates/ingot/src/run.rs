@@ -136,6 +136,29 @@ struct ProvisioningArgs {
         default_value_t = 7200
     )]
     provisioning_install_timeout_seconds: u64,
+
+    /// Who boots the provisioned servers: `ingot` (its boot server serves each node's iPXE
+    /// script and install config) or `tinkerbell` (ingot writes Tinkerbell Hardware, Template
+    /// and Workflow objects as Seeder does, and Smee and Hegel serve the boot; needed for
+    /// `clusterConfig.streamImageMode`).
+    #[arg(
+        long,
+        env = "INGOT_PROVISIONING_BOOT",
+        value_enum,
+        default_value = "ingot"
+    )]
+    provisioning_boot: BootArg,
+
+    /// With `--provisioning-boot tinkerbell`: the address of Hegel and Smee. Default: the
+    /// load-balancer IP of Service `tink-stack` in the Cluster's namespace, as Seeder reads it.
+    #[arg(long, env = "INGOT_PROVISIONING_TINK_ADDRESS")]
+    provisioning_tink_address: Option<std::net::IpAddr>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum BootArg {
+    Ingot,
+    Tinkerbell,
 }
 
 impl ProvisioningArgs {
@@ -153,6 +176,12 @@ impl ProvisioningArgs {
             install_timeout: Duration::from_secs(self.provisioning_install_timeout_seconds),
             cross_namespace: rufio.cross_namespace.clone(),
             crash_point: rufio.crash_point.clone(),
+            boot: match self.provisioning_boot {
+                BootArg::Ingot => provisioning::BootMode::Ingot,
+                BootArg::Tinkerbell => provisioning::BootMode::Tinkerbell {
+                    address: self.provisioning_tink_address.map(|a| a.to_string()),
+                },
+            },
         }
     }
 }
@@ -819,6 +848,7 @@ async fn serve_boot(
             namespace: args.provisioning.namespace(),
             allowed_sources: args.provisioning.boot_allow_source.clone(),
             crash_point: args.pools.crash_points(),
+            tinkerbell: args.provisioning.provisioning_boot == BootArg::Tinkerbell,
         },
     );
     let stopped = stop.signal();

@@ -419,6 +419,46 @@ fn render_deployment_with_values(chart: &Path, namespace: &str, values: &str) ->
     serde_yaml::from_str(&out).unwrap()
 }
 
+#[test]
+fn provisioning_tinkerbell_boots_through_tinkerbell_with_its_rbac() {
+    let args_and_rules = |sets: &[String]| {
+        let deployment = render(
+            "ingot",
+            "ingot-system",
+            sets,
+            &["--show-only", "templates/deployment.yaml"],
+        );
+        let deployment: serde_yaml::Value = serde_yaml::from_str(&deployment).unwrap();
+        let args: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect();
+        let rbac = render(
+            "ingot",
+            "ingot-system",
+            sets,
+            &["--show-only", "templates/rbac.yaml"],
+        );
+        (args, rbac.contains("[\"tinkerbell.org\"]"))
+    };
+    let provisioning = "controllers={provisioning}".to_owned();
+    let (args, tinkerbell_rbac) = args_and_rules(std::slice::from_ref(&provisioning));
+    assert!(
+        !args.iter().any(|a| a.starts_with("--provisioning-boot")),
+        "{args:?}"
+    );
+    assert!(!tinkerbell_rbac, "tinkerbell.org granted by default");
+    let (args, tinkerbell_rbac) =
+        args_and_rules(&[provisioning, "provisioning.tinkerbell=true".to_owned()]);
+    assert!(
+        args.contains(&"--provisioning-boot=tinkerbell".to_owned()),
+        "{args:?}"
+    );
+    assert!(tinkerbell_rbac, "tinkerbell.org not granted");
+}
+
 /// Both Harvester files apply to the real API server (`dryRun=All`, the schema checked
 /// strictly) with the real CRDs: helm-controller's HelmChart (RKE2's, Harvester's) and
 /// Harvester's Addon; their values render the chart they install, the join token from the

@@ -199,6 +199,18 @@ async fn each_mistake_holds_its_cluster_naming_the_field_and_nothing_is_allocate
         "{message}"
     );
 
+    // streamImageMode needs Tinkerbell's workflow, which ingot's own boot does not run: held
+    // before it takes its VIP, naming the field and the fix.
+    let mut stream = cluster("stream", &ns, "silent", "vip");
+    stream["spec"]["clusterConfig"] = json!({"streamImageMode": true});
+    create::<Cluster>(&client, &ns, stream).await;
+    let message = held(&client, &ns, "stream", "ClusterConfigUnsupported").await;
+    assert!(
+        message.contains("spec.clusterConfig.streamImageMode")
+            && message.contains("--provisioning-boot tinkerbell"),
+        "{message}"
+    );
+
     // Nothing was allocated, no Secret written for the held Clusters' nodes, no Job made.
     for pool in ["nodes", "vip"] {
         let p = Api::<AddressPool>::namespaced(client.clone(), &ns)

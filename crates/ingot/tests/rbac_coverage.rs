@@ -165,7 +165,11 @@ fn every_permission_of_the_chart_was_needed_and_none_was_missing() {
     let rendered = chart_support::render(
         release,
         "coverage",
-        &["controllers={pools,rufio,seeder,provisioning,gardener}".to_owned()],
+        &[
+            "controllers={pools,rufio,seeder,provisioning,gardener}".to_owned(),
+            // Tinkerbell mode's grants too (crates/ingot/tests/provisioning_tinkerbell.rs).
+            "provisioning.tinkerbell=true".to_owned(),
+        ],
         &["--show-only", "templates/rbac.yaml"],
     );
     let granted = grants(&rendered, release);

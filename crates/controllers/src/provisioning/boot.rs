@@ -85,6 +85,7 @@ pub struct BootService {
     /// Sources allowed besides a node's own address (`--boot-allow-source`).
     allowed: Vec<ipnet::IpNet>,
     crash_point: Option<String>,
+    tinkerbell: bool,
 }
 
 /// What [`BootService::new`] needs.
@@ -92,6 +93,8 @@ pub struct BootSettings {
     pub namespace: Option<String>,
     pub allowed_sources: Vec<ipnet::IpNet>,
     pub crash_point: Option<String>,
+    /// Tinkerbell mode: the webhook also turns network boot off on the node's Hardware.
+    pub tinkerbell: bool,
 }
 
 impl BootService {
@@ -132,6 +135,7 @@ impl BootService {
             secrets,
             allowed: settings.allowed_sources,
             crash_point: settings.crash_point,
+            tinkerbell: settings.tinkerbell,
         };
         (Arc::new(service), feed)
     }
@@ -183,6 +187,8 @@ impl BootService {
             &inventory.name_any(),
         )
         .and_then(|s| install::value(&s, SCRIPT_KEY).map(str::to_owned))
+        // Stream-image mode has no install script.
+        .filter(|script| !script.is_empty())
         .map_or(Script::Disk, Script::Install)
     }
 
@@ -229,6 +235,10 @@ impl BootService {
         };
         if !self.sent_by_node(&secret, source) {
             return Ok(Answer::Forbidden);
+        }
+        if self.tinkerbell {
+            // Seeder's endpoint: Smee no longer hands the server the installer.
+            super::tinkerbell::disable_netboot(&self.client, namespace, name, false).await?;
         }
         let api: Api<Inventory> = Api::namespaced(self.client.clone(), namespace);
         let mut current = (*inventory).clone();
@@ -316,6 +326,7 @@ mod tests {
                 namespace: None,
                 allowed_sources: Vec::new(),
                 crash_point: None,
+                tinkerbell: false,
             },
         );
         service

@@ -2,7 +2,9 @@
 //! than `harvester-system/local`, their Inventories and AddressPools), without Tinkerbell: ingot
 //! allocates the addresses, writes each node's iPXE script and Harvester install config, boots
 //! the server into the installer once through its BMC (a rufio Job), serves the boot itself
-//! (`ingot run --boot-addr`), and hears the installer's SUCCEEDED webhook.
+//! (`ingot run --boot-addr`), and hears the installer's SUCCEEDED webhook. Opt-in
+//! ([`BootMode::Tinkerbell`]), Tinkerbell's Smee and Hegel serve the boot from the objects
+//! [`tinkerbell`] writes.
 //!
 //! - [`ipam`]: which addresses an AddressPool hands out, to whom (pure).
 //! - [`addresses`]: `allocate_address` and `release_address`, safe against concurrent callers
@@ -15,6 +17,8 @@
 //! - [`node`]: one server's boot and release (the Inventory side).
 //! - [`install`]: the install Secret of a node (OS password, script, config) and what it holds.
 //! - [`boot`]: what the boot server answers, read from the stores.
+//! - [`tinkerbell`]: the opt-in mode that boots through Tinkerbell: Hardware, Template and
+//!   Workflow objects as Seeder writes them, and the Workflow followed.
 //!
 //! Inventories' Machines, readiness and power actions stay Seeder's common chain
 //! (`seeder::inventory`, which `ingot run` starts with provisioning).
@@ -29,6 +33,7 @@ pub mod ipam;
 pub mod node;
 pub mod remote;
 pub mod render;
+pub mod tinkerbell;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -67,6 +72,29 @@ pub struct Settings {
     pub cross_namespace: CrossNamespace,
     /// Crash points armed in test builds (`--crash-point`).
     pub crash_point: Option<String>,
+    /// Who boots the servers: ingot's boot server (default) or Tinkerbell (opt-in).
+    pub boot: BootMode,
+}
+
+/// Who serves the servers' boot (`--provisioning-boot`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BootMode {
+    /// ingot's boot server serves each node's iPXE script and install config.
+    #[default]
+    Ingot,
+    /// Tinkerbell's Smee and Hegel do, from the Hardware, Template and Workflow objects ingot
+    /// writes as Seeder does ([`tinkerbell`]).
+    Tinkerbell {
+        /// The Hegel/Smee address; `None`: the load-balancer IP of Service `tink-stack` in the
+        /// Cluster's namespace, as Seeder reads it.
+        address: Option<String>,
+    },
+}
+
+impl Settings {
+    pub fn tinkerbell(&self) -> bool {
+        matches!(self.boot, BootMode::Tinkerbell { .. })
+    }
 }
 
 impl Default for Settings {
@@ -78,6 +106,7 @@ impl Default for Settings {
             install_timeout: Duration::from_secs(2 * 3600),
             cross_namespace: CrossNamespace::default(),
             crash_point: None,
+            boot: BootMode::Ingot,
         }
     }
 }

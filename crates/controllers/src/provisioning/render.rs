@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use ingot_api::seeder::{Cluster, ClusterConfig};
+use ingot_api::seeder::Cluster;
 use ingot_harvester::provision::{NodeInstall, NodeMode};
 use ingot_harvester::secret::Secret as Hidden;
 use k8s_openapi::api::core::v1::Secret;
@@ -13,16 +13,21 @@ use serde_yaml::{Mapping, Value};
 
 use super::cluster::observe::MemberView;
 use super::install::{self, NODE_READER_ID_KEY, NODE_READER_SECRET_KEY, PASSWORD_KEY, TOKEN_KEY};
+use super::tinkerbell::Stack;
 use super::{ProvisioningContext, Stores};
 
 /// What the boot server hands one node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InstallFiles {
+    /// Empty in stream-image mode (no install script).
     pub script: String,
     pub config: String,
     /// The node's address (only it may fetch the config).
     pub address: String,
 }
+
+/// Why a Cluster with `streamImageMode` is refused when ingot serves the boot itself.
+pub const STREAM_NEEDS_TINKERBELL: &str = "spec.clusterConfig.streamImageMode is set: the node writes a raw image through a Tinkerbell workflow, which ingot's own boot does not run: run ingot with --provisioning-boot tinkerbell (Tinkerbell installed), or unset streamImageMode to install from the ISO";
 
 /// The most read from `clusterConfig.configURL`.
 const MAX_BASE_CONFIG: usize = 1 << 20;
@@ -47,6 +52,7 @@ pub async fn wanted_installs(
     stores: &Stores,
     members: &[MemberView],
     token: Option<&Secret>,
+    tink: Option<&Result<Stack, String>>,
 ) -> Vec<(usize, Result<InstallFiles, String>)> {
     let config = cluster.spec.cluster_config.clone().unwrap_or_default();
     let base = match config.config_url.as_deref().filter(|u| !u.is_empty()) {
@@ -63,10 +69,10 @@ pub async fn wanted_installs(
                     cluster,
                     ctx,
                     stores,
-                    &config,
                     m,
                     token,
                     base.clone().and_then(Result::ok),
+                    tink,
                 ),
             };
             (m.index, files)
@@ -118,16 +124,44 @@ fn node_files(
     cluster: &Cluster,
     ctx: &ProvisioningContext,
     stores: &Stores,
-    config: &ClusterConfig,
     member: &MemberView,
     token: Option<&Secret>,
     base: Option<Value>,
+    tink: Option<&Result<Stack, String>>,
 ) -> Result<InstallFiles, String> {
+    let config = cluster.spec.cluster_config.clone().unwrap_or_default();
     let inventory = member.inventory.as_ref().ok_or("the Inventory is gone")?;
     let status = inventory.status.clone().unwrap_or_default();
-    let boot_url = ctx.settings.boot_url.as_ref().ok_or(
-        "ingot runs without --boot-url, so no node can reach its install config: give ingot run the URL servers reach its boot server at",
-    )?;
+    let stream = config.stream_image_mode.unwrap_or(false);
+    let stack = match tink {
+        Some(stack) => Some(stack.as_ref().map_err(Clone::clone)?),
+        None if stream => {
+            return Err(STREAM_NEEDS_TINKERBELL.to_owned());
+        }
+        None => None,
+    };
+    let boot_url = ctx.settings.boot_url.as_ref();
+    let path = format!("{}/{}", member.namespace, member.name);
+    let (config_url, webhook_url) = match stack {
+        // Hegel serves the config; the installer's webhook (not in stream mode) comes to ingot.
+        Some(stack) => (
+            stack.user_data_url(),
+            match boot_url {
+                _ if stream => String::new(),
+                Some(url) => join(url, &format!("disable/{path}")),
+                None => return Err("ingot runs without --boot-url, so the installer's SUCCEEDED webhook has nowhere to go: give ingot run the URL servers reach its boot server at (or use streamImageMode, which has no webhook)".to_owned()),
+            },
+        ),
+        None => {
+            let boot_url = boot_url.ok_or(
+                "ingot runs without --boot-url, so no node can reach its install config: give ingot run the URL servers reach its boot server at",
+            )?;
+            (
+                join(boot_url, &format!("config/{path}")),
+                join(boot_url, &format!("disable/{path}")),
+            )
+        }
+    };
     let vip = cluster
         .status
         .as_ref()
@@ -140,7 +174,6 @@ fn node_files(
         )
         .ok_or("the node's install Secret is not written yet")?;
     let token = token.ok_or("the cluster token Secret is not written yet")?;
-    let path = format!("{}/{}", member.namespace, member.name);
     let node = NodeInstall {
         version: cluster.spec.version.clone(),
         image_url: cluster.spec.image_url.clone().unwrap_or_default(),
@@ -171,12 +204,17 @@ fn node_files(
         vlan_id: config.vlan_id.and_then(|v| u32::try_from(v).ok()),
         bond_options: config.bond_options.clone(),
         wipe_disks: config.wipe_disks.unwrap_or(false),
-        stream_image_mode: config.stream_image_mode.unwrap_or(false),
+        stream_image_mode: stream,
         base_config: base,
-        config_url: join(boot_url, &format!("config/{path}")),
-        webhook_url: join(boot_url, &format!("disable/{path}")),
+        config_url,
+        webhook_url,
     };
-    let script = ingot_harvester::ipxe_script(&node).map_err(|e| e.to_string())?;
+    // Stream mode boots no install script (Tinkerbell's workflow writes the image).
+    let script = if stream {
+        String::new()
+    } else {
+        ingot_harvester::ipxe_script(&node).map_err(|e| e.to_string())?
+    };
     let mut config = ingot_harvester::install_config(&node).map_err(|e| e.to_string())?;
     if member.index == 0 {
         config = with_node_reader(&config, token)?;

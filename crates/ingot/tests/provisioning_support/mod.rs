@@ -88,6 +88,51 @@ pub struct Options {
     pub install_time: Duration,
     /// `--provisioning-install-timeout-seconds`, if not the default.
     pub install_timeout_seconds: Option<u64>,
+    /// `--provisioning-boot tinkerbell`, as the chart's ServiceAccount with
+    /// `provisioning.tinkerbell=true`; the Tinkerbell CRDs installed from the shared fixtures,
+    /// Service `tink-stack` (without its load-balancer IP) and ConfigMap `seeder-config`
+    /// ([`CONFIGURE_IMAGE`]) made in the namespace.
+    pub tinkerbell: bool,
+    /// Where the servers get their iPXE script, if not ingot's boot server (`{mac}` is theirs).
+    pub server_boot_url: Option<String>,
+    /// More arguments of `ingot run`.
+    pub extra_args: Vec<String>,
+}
+
+/// The `configure-harvester-image` of the `seeder-config` ConfigMap (Tinkerbell mode).
+pub const CONFIGURE_IMAGE: &str = "mirror.example/configure-harvester:v2";
+
+/// Applies the `tinkerbell.org` CRDs of the shared fixtures (Hardware, Template, Workflow) and
+/// waits until they are established.
+pub async fn install_tinkerbell_crds(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let dir = ingot_testenv::shared_dir().join("fixtures/upstream-crds");
+    for file in ["hardware", "template", "workflow"] {
+        let path = dir.join(format!("tinkerbell.org_{file}-crd.yaml"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut crd: CustomResourceDefinition = serde_yaml::from_str(&text).unwrap();
+        crd.status = None;
+        crd.metadata.creation_timestamp = None;
+        let name = crd.metadata.name.clone().unwrap();
+        api.patch(
+            &name,
+            &kube::api::PatchParams::apply("ingot-tests").force(),
+            &kube::api::Patch::Apply(&crd),
+        )
+        .await
+        .unwrap();
+        ingot_testenv::wait_for(&format!("CRD {name} established"), WAIT, || async {
+            let crd = api.get(&name).await.ok()?;
+            crd.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        })
+        .await;
+    }
 }
 
 impl Default for Options {
@@ -101,6 +146,9 @@ impl Default for Options {
             max_installs: None,
             install_time: Duration::from_secs(3),
             install_timeout_seconds: None,
+            tinkerbell: false,
+            server_boot_url: None,
+            extra_args: Vec::new(),
         }
     }
 }
@@ -128,7 +176,35 @@ impl Provisioned {
         let env = ingot_testenv::shared().await;
         let client = env.client().unwrap();
         let ns = env.namespace("prov").await.unwrap();
-        let kubeconfig = service_account(env.kubeconfig_path()).clone();
+        let (kubeconfig, lease_namespace) = if options.tinkerbell {
+            install_tinkerbell_crds(&client).await;
+            for object in [
+                json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "tink-stack", "namespace": ns},
+                    "spec": {"type": "LoadBalancer", "ports": [{"name": "hegel", "port": 50061}]}}),
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "seeder-config", "namespace": ns},
+                    "data": {"configure-harvester-image": CONFIGURE_IMAGE}}),
+            ] {
+                chart_support::kubectl_apply(
+                    env.kubeconfig_path(),
+                    &serde_json::to_string(&object).unwrap(),
+                    &[],
+                );
+            }
+            let kubeconfig = chart_support::service_account_kubeconfig_with(
+                env.kubeconfig_path(),
+                &ns,
+                "provisioning",
+                &["provisioning.tinkerbell=true".to_owned()],
+            );
+            (kubeconfig, ns.clone())
+        } else {
+            (
+                service_account(env.kubeconfig_path()).clone(),
+                chart_support::MANIFESTS_NAMESPACE.to_owned(),
+            )
+        };
         let plane = target().await;
         let target_env = ingot_testenv::TestEnv::connect(plane.kubeconfig_path())
             .await
@@ -150,7 +226,11 @@ impl Provisioned {
         .unwrap();
         let port = free_port();
         let boot = format!("http://127.0.0.1:{port}");
-        let mut config = ServerFleetConfig::new(format!("{boot}/boot"), target_env.config());
+        let server_boot_url = options
+            .server_boot_url
+            .clone()
+            .unwrap_or_else(|| format!("{boot}/boot"));
+        let mut config = ServerFleetConfig::new(server_boot_url, target_env.config());
         config.install_time = options.install_time;
         config.heartbeat_interval = Duration::from_secs(1);
         config.webhook_attempts = options.webhook_attempts;
@@ -161,10 +241,7 @@ impl Provisioned {
             .tag(options.tag)
             .crash_point(options.crash_point)
             .kubeconfig(&kubeconfig)
-            .arg(format!(
-                "--lease-namespace={}",
-                chart_support::MANIFESTS_NAMESPACE
-            ))
+            .arg(format!("--lease-namespace={lease_namespace}"))
             .arg(format!("--lease-name=ingot-{ns}"))
             .arg("--lease-duration-seconds=3")
             .controllers("provisioning")
@@ -185,6 +262,12 @@ impl Provisioned {
                     .install_timeout_seconds
                     .map(|n| format!("--provisioning-install-timeout-seconds={n}")),
             )
+            .args(
+                options
+                    .tinkerbell
+                    .then_some("--provisioning-boot=tinkerbell".to_owned()),
+            )
+            .args(options.extra_args.clone())
             .env("RUST_LOG", "info,ingot_controllers=debug")
             .start();
         let mut me = Provisioned {
@@ -304,10 +387,15 @@ impl Provisioned {
     /// Waits for the Cluster's status; on timeout fails with what the Cluster and its
     /// Inventories say.
     pub async fn wait_status(&self, status: &str) -> Cluster {
+        self.wait_status_of("first", status).await
+    }
+
+    /// [`Self::wait_status`] of the Cluster `name`.
+    pub async fn wait_status_of(&self, name: &str, status: &str) -> Cluster {
         let clusters = self.clusters();
         let reached = tokio::time::timeout(WAIT, async {
             loop {
-                if let Ok(c) = clusters.get("first").await
+                if let Ok(c) = clusters.get(name).await
                     && c.status.as_ref().and_then(|s| s.status.as_deref()) == Some(status)
                 {
                     return c;
@@ -319,7 +407,7 @@ impl Provisioned {
         match reached {
             Ok(cluster) => cluster,
             Err(_) => {
-                let cluster = clusters.get("first").await.ok().map(|c| c.status);
+                let cluster = clusters.get(name).await.ok().map(|c| c.status);
                 let inventories: Vec<_> = self
                     .inventories()
                     .list(&ListParams::default())
@@ -330,7 +418,7 @@ impl Provisioned {
                     .map(|i| (i.metadata.name, i.status))
                     .collect();
                 panic!(
-                    "Cluster first not {status} after {WAIT:?}: {cluster:#?}\n{inventories:#?}\nservers: {:#?}\noperator: {}",
+                    "Cluster {name} not {status} after {WAIT:?}: {cluster:#?}\n{inventories:#?}\nservers: {:#?}\noperator: {}",
                     self.servers.servers(),
                     self.operator.log_tail()
                 )

@@ -25,7 +25,7 @@ use super::observe::{MemberView, Observation};
 use super::phase::{Hold, Outcome, Phase};
 use crate::provisioning::install::{self, ADDRESS_KEY, CONFIG_KEY, SCRIPT_KEY};
 use crate::provisioning::{
-    CLUSTER_FINALIZER, Error, ProvisioningContext, Stores, allocation, full_name,
+    CLUSTER_FINALIZER, Error, ProvisioningContext, Stores, allocation, full_name, tinkerbell,
 };
 use crate::runtime;
 use crate::seeder::conditions;
@@ -76,6 +76,7 @@ pub async fn execute(
             allocate_nodes(cluster, ctx, stores, observed, &indexes).await
         }
         Outcome::WriteInstalls => write_installs(cluster, ctx, observed).await,
+        Outcome::WriteTinkerbell => write_tinkerbell(cluster, ctx, observed).await,
         Outcome::Advance(phase) => advance(cluster, ctx, phase).await,
     }
 }
@@ -383,6 +384,87 @@ async fn write_installs(
         result?;
     }
     Ok(Action::await_change())
+}
+
+/// Tinkerbell mode: creates or updates each node's stale Hardware, Template and Workflow
+/// (owner: the Cluster), then sets Seeder's conditions on its Inventory. A Hardware whose
+/// rendering changed is updated (Seeder never updates it).
+async fn write_tinkerbell(
+    cluster: &Cluster,
+    ctx: &ProvisioningContext,
+    observed: &Observation,
+) -> Result<Action, Error> {
+    let mut indexes: Vec<usize> = observed
+        .tink
+        .iter()
+        .filter(|o| !o.current)
+        .map(|o| o.index)
+        .collect();
+    indexes.dedup();
+    let writes = indexes.into_iter().map(|index| async move {
+        let member = &observed.members[index];
+        let Some(inventory) = member.inventory.as_ref() else {
+            return Ok::<(), Error>(());
+        };
+        for object in observed.tink.iter().filter(|o| o.index == index) {
+            let api = tinkerbell::api(&ctx.client, &member.namespace, object.kind);
+            if object.current {
+                continue;
+            }
+            let Some(read_at) = &object.read_at else {
+                let new = tinkerbell::object(
+                    object.kind,
+                    &member.name,
+                    &member.namespace,
+                    owner(cluster),
+                    object.spec.clone(),
+                );
+                match api.create(&PostParams::default(), &new).await {
+                    Ok(_) => {}
+                    // Created since it was read: patched on the next pass if it differs.
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                continue;
+            };
+            // Under the version read: a change made since (the webhook turning network boot
+            // off) is never overwritten with what was decided before it.
+            api.patch(
+                &member.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "metadata": {"resourceVersion": read_at},
+                    "spec": object.spec,
+                })),
+            )
+            .await?;
+        }
+        let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let mut status = inventory.status.clone().unwrap_or_default();
+        for kind in tinkerbell::Kind::ALL {
+            conditions::set_true(
+                &mut status.conditions,
+                kind.condition(),
+                Some(kind.message()),
+                &now,
+            );
+        }
+        if Some(&status) != inventory.status.as_ref() {
+            let body = json!({
+                "metadata": {"resourceVersion": inventory.resource_version()},
+                "status": {"conditions": status.conditions},
+            });
+            Api::<Inventory>::namespaced(ctx.client.clone(), &member.namespace)
+                .patch_status(&member.name, &PatchParams::default(), &Patch::Merge(body))
+                .await?;
+        }
+        Ok(())
+    });
+    for result in join_all(writes).await {
+        result?;
+    }
+    // The objects are not watched: look again soon, for what is still to write.
+    Ok(Action::requeue(Duration::from_secs(2)))
 }
 
 /// Deletion: every node this Cluster holds is released by the Inventory controller (shut

@@ -12,8 +12,9 @@ use super::phase::{self, Member, Phase};
 use super::reference_namespace;
 use crate::provisioning::install::{self, CONFIG_KEY, SCRIPT_KEY};
 use crate::provisioning::node::phase::HARVESTER_INSTALLED;
+use crate::provisioning::tinkerbell::{self, Kind};
 use crate::provisioning::{
-    Error, ProvisioningContext, Stores, allocation, full_name, remote, render,
+    BootMode, Error, ProvisioningContext, Stores, allocation, full_name, remote, render,
 };
 use crate::seeder::conditions;
 
@@ -37,6 +38,23 @@ pub struct Observation {
     /// The install files each allocated node should have (index → script and config), or why
     /// they cannot be made (a `clusterConfig` or Inventory field to fix).
     pub installs: Vec<(usize, Result<render::InstallFiles, String>)>,
+    /// Tinkerbell mode: each allocated node's Hardware, Template and Workflow as they should
+    /// be, and whether they are.
+    pub tink: Vec<TinkObject>,
+}
+
+/// One Tinkerbell object of a node, as it should be.
+#[derive(Clone, Debug)]
+pub struct TinkObject {
+    /// The `spec.nodes` index.
+    pub index: usize,
+    pub kind: tinkerbell::Kind,
+    pub spec: serde_json::Value,
+    /// The `resourceVersion` it was read at, if it exists (to be patched under it, not
+    /// created).
+    pub read_at: Option<String>,
+    /// It exists with this spec, and the Inventory's condition says so.
+    pub current: bool,
 }
 
 pub async fn observe(
@@ -58,12 +76,35 @@ pub async fn observe(
             )
         })
         .collect();
-    let installs = match phase {
-        Some(Phase::NodesPatched | Phase::BootReady | Phase::Running) => {
-            render::wanted_installs(cluster, ctx, stores, &members, token.as_deref()).await
+    let writing = matches!(
+        phase,
+        Some(Phase::NodesPatched | Phase::BootReady | Phase::Running)
+    );
+    let stack = match &ctx.settings.boot {
+        BootMode::Tinkerbell { address } if writing => {
+            Some(tinkerbell::stack(&ctx.client, &namespace, address.as_deref()).await)
         }
+        _ => None,
+    };
+    let installs = if writing {
+        render::wanted_installs(
+            cluster,
+            ctx,
+            stores,
+            &members,
+            token.as_deref(),
+            stack.as_ref(),
+        )
+        .await
+    } else {
+        Vec::new()
+    };
+    let tink = match &stack {
+        Some(Ok(stack)) => tink_objects(cluster, ctx, &members, &installs, stack).await?,
         _ => Vec::new(),
     };
+    let tink_blocked = stack.and_then(Result::err);
+    let stale_tink = tink.iter().filter(|o| !o.current).count();
     let stale_installs = installs
         .iter()
         .filter(|(i, wanted)| match wanted {
@@ -101,12 +142,23 @@ pub async fn observe(
             token: token.is_some(),
             members: found,
             stale_installs,
+            stale_tink,
+            tink_blocked,
+            config_refused: (!ctx.settings.tinkerbell()
+                && cluster
+                    .spec
+                    .cluster_config
+                    .as_ref()
+                    .and_then(|c| c.stream_image_mode)
+                    .unwrap_or(false))
+            .then(|| render::STREAM_NEEDS_TINKERBELL.to_owned()),
             installed,
             remote_ready,
         },
         members,
         token,
         installs,
+        tink,
     })
 }
 
@@ -228,4 +280,77 @@ fn current(stores: &Stores, view: &MemberView, files: &render::InstallFiles) -> 
             install::value(&s, SCRIPT_KEY) == Some(files.script.as_str())
                 && install::value(&s, CONFIG_KEY) == Some(files.config.as_str())
         })
+}
+
+/// Each allocated node's Hardware, Template and Workflow as they should be (from its rendered
+/// files), and whether the API server and the Inventory's conditions show them so.
+async fn tink_objects(
+    cluster: &Cluster,
+    ctx: &ProvisioningContext,
+    members: &[MemberView],
+    installs: &[(usize, Result<render::InstallFiles, String>)],
+    stack: &tinkerbell::Stack,
+) -> Result<Vec<TinkObject>, Error> {
+    let config = cluster.spec.cluster_config.clone().unwrap_or_default();
+    let mut objects = Vec::new();
+    for (index, files) in installs {
+        let (Ok(files), Some(inventory)) = (files, members[*index].inventory.as_ref()) else {
+            continue;
+        };
+        let member = &members[*index];
+        let status = inventory.status.clone().unwrap_or_default();
+        let pxe = &status.pxe_boot_config;
+        let stream = config.stream_image_mode.unwrap_or(false);
+        let node = tinkerbell::Node {
+            name: &member.name,
+            namespace: &member.namespace,
+            mac: inventory
+                .spec
+                .management_interface_mac_address
+                .as_deref()
+                .unwrap_or_default(),
+            arch: inventory.spec.arch.as_deref().unwrap_or("amd64"),
+            address: pxe.address.as_deref().unwrap_or_default(),
+            netmask: pxe.netmask.as_deref().unwrap_or_default(),
+            gateway: pxe.gateway.as_deref().unwrap_or_default(),
+            primary_disk: inventory.spec.primary_disk.as_deref().unwrap_or_default(),
+            version: &cluster.spec.version,
+            image_url: cluster.spec.image_url.as_deref().unwrap_or_default(),
+            user_data: &files.config,
+            script: (!stream).then_some(files.script.as_str()),
+            installed: conditions::is_true(&status.conditions, HARVESTER_INSTALLED),
+            custom_template: config.custom_provisioning_template.as_deref(),
+        };
+        let specs = [
+            (Kind::Hardware, tinkerbell::hardware_spec(&node)),
+            (
+                Kind::Template,
+                tinkerbell::template_spec(&node, stack).map_err(Error::Address)?,
+            ),
+            (Kind::Workflow, tinkerbell::workflow_spec(&node)),
+        ];
+        for (kind, mut spec) in specs {
+            let found = tinkerbell::api(&ctx.client, &member.namespace, kind)
+                .get_opt(&member.name)
+                .await?;
+            if let (Kind::Hardware, Some(found)) = (kind, &found) {
+                // Network boot turned off (the install reported) stays off for this
+                // allocation, even if the Inventory's record of it is not seen yet.
+                tinkerbell::keep_netboot_off(&mut spec, &found.data["spec"]);
+            }
+            let read_at = found
+                .as_ref()
+                .map(|o| o.metadata.resource_version.clone().unwrap_or_default());
+            let current = found.is_some_and(|o| tinkerbell::contains(&o.data["spec"], &spec))
+                && conditions::is_true(&status.conditions, kind.condition());
+            objects.push(TinkObject {
+                index: *index,
+                kind,
+                spec,
+                read_at,
+                current,
+            });
+        }
+    }
+    Ok(objects)
 }

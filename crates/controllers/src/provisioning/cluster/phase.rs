@@ -97,6 +97,14 @@ pub struct Observed {
     pub members: Vec<(String, Member)>,
     /// Nodes whose install Secret is missing or stale (to be written).
     pub stale_installs: usize,
+    /// Tinkerbell mode: Hardware, Template or Workflow objects missing or stale (to be
+    /// written).
+    pub stale_tink: usize,
+    /// Tinkerbell mode: why the stack's address cannot be read (Service `tink-stack`).
+    pub tink_blocked: Option<String>,
+    /// A `clusterConfig` this mode cannot install (`streamImageMode` without Tinkerbell): the
+    /// field and the fix.
+    pub config_refused: Option<String>,
     /// Nodes that reported their install (the installer's SUCCEEDED webhook).
     pub installed: usize,
     /// Ready Nodes of the new cluster whose address is a node's address; `None` when not read
@@ -127,6 +135,9 @@ pub enum Outcome {
     AllocateNodes(Vec<usize>),
     /// Write the install Secrets of the allocated nodes (iPXE script and install config).
     WriteInstalls,
+    /// Tinkerbell mode: create or update the nodes' Hardware, Template and Workflow, and
+    /// Seeder's conditions saying so.
+    WriteTinkerbell,
     /// Move to this phase (an Event says so).
     Advance(Phase),
 }
@@ -150,6 +161,14 @@ pub fn step(observed: &Observed) -> Outcome {
             warning: true,
         });
     };
+    if let Some(why) = &observed.config_refused {
+        return Outcome::Wait(Hold {
+            reason: "ClusterConfigUnsupported",
+            message: why.clone(),
+            retry: SLOW_POLL,
+            warning: true,
+        });
+    }
     match phase {
         Phase::New => new(observed),
         Phase::ConfigReady => config_ready(observed),
@@ -208,10 +227,26 @@ fn config_ready(observed: &Observed) -> Outcome {
 }
 
 fn nodes_patched(observed: &Observed) -> Outcome {
+    writes(observed).unwrap_or(Outcome::Advance(Phase::BootReady))
+}
+
+/// What the nodes' boot still needs written: in Tinkerbell mode the stack's address first,
+/// then the install Secrets, then the Tinkerbell objects made from them.
+fn writes(observed: &Observed) -> Option<Outcome> {
+    if let Some(why) = &observed.tink_blocked {
+        return Some(Outcome::Wait(Hold {
+            reason: "WaitingForTinkerbell",
+            message: why.clone(),
+            retry: POLL,
+            warning: true,
+        }));
+    }
     if observed.stale_installs > 0 {
-        Outcome::WriteInstalls
+        Some(Outcome::WriteInstalls)
+    } else if observed.stale_tink > 0 {
+        Some(Outcome::WriteTinkerbell)
     } else {
-        Outcome::Advance(Phase::BootReady)
+        None
     }
 }
 
@@ -261,7 +296,7 @@ fn membership_changed(observed: &Observed) -> Option<Outcome> {
     {
         return Some(Outcome::Advance(Phase::ConfigReady));
     }
-    (observed.stale_installs > 0).then_some(Outcome::WriteInstalls)
+    writes(observed)
 }
 
 /// The first `spec.nodes` entry that holds the Cluster, as a hold naming it and the fix.
@@ -332,6 +367,9 @@ mod tests {
                 .map(|(i, m)| (format!("default/node{i}"), m.clone()))
                 .collect(),
             stale_installs: 0,
+            stale_tink: 0,
+            tink_blocked: None,
+            config_refused: None,
             installed: 0,
             remote_ready: None,
         }
@@ -443,6 +481,26 @@ mod tests {
     }
 
     #[test]
+    fn in_tinkerbell_mode_the_objects_are_written_after_the_installs_and_kept_current() {
+        let mut o = observed(Phase::NodesPatched, &[Member::Allocated]);
+        o.stale_installs = 1;
+        o.stale_tink = 3;
+        assert_eq!(step(&o), Outcome::WriteInstalls);
+        o.stale_installs = 0;
+        assert_eq!(step(&o), Outcome::WriteTinkerbell);
+        o.phase = Some(Phase::Running);
+        assert_eq!(
+            step(&o),
+            Outcome::WriteTinkerbell,
+            "a changed rendering is written"
+        );
+        o.tink_blocked = Some("Service default/tink-stack does not exist".into());
+        assert!(
+            matches!(step(&o), Outcome::Wait(h) if h.reason == "WaitingForTinkerbell" && h.warning)
+        );
+    }
+
+    #[test]
     fn the_cluster_runs_only_when_every_node_is_ready_in_it() {
         let mut o = observed(Phase::BootReady, &[Member::Allocated, Member::Allocated]);
         assert!(matches!(step(&o), Outcome::Wait(h) if h.reason == "Installing"));
@@ -472,6 +530,16 @@ mod tests {
         assert_eq!(step(&o), Outcome::Advance(Phase::ConfigReady));
         let o = observed(Phase::BootReady, &[Member::Allocated, Member::Free]);
         assert_eq!(step(&o), Outcome::Advance(Phase::ConfigReady));
+    }
+
+    #[test]
+    fn stream_image_mode_without_tinkerbell_holds_the_cluster_before_it_takes_anything() {
+        let mut o = observed(Phase::New, &[Member::Free]);
+        o.vip = Vip::Free;
+        o.config_refused = Some("spec.clusterConfig.streamImageMode: ...".into());
+        assert!(
+            matches!(step(&o), Outcome::Wait(h) if h.reason == "ClusterConfigUnsupported" && h.warning)
+        );
     }
 
     #[test]

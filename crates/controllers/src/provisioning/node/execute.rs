@@ -28,6 +28,7 @@ use crate::provisioning::cluster::execute::{
 };
 use crate::provisioning::cluster::phase::Phase as ClusterPhase;
 use crate::provisioning::install::{self, SCRIPT_KEY};
+use crate::provisioning::tinkerbell::{self, WorkflowState};
 use crate::provisioning::{Error, ProvisioningContext, Stores, allocation};
 use crate::seeder::conditions::{self, BMC_JOB_SUBMITTED, INVENTORY_ALLOCATED_TO_CLUSTER};
 use crate::seeder::power;
@@ -101,7 +102,26 @@ pub async fn observe(
             &namespace,
             &install::install_secret_name(&inventory.name_any()),
         )
-        .is_some_and(|s| install::value(&s, SCRIPT_KEY).is_some());
+        .is_some_and(|s| install::value(&s, SCRIPT_KEY).is_some())
+        // Tinkerbell mode: the Hardware answers the first PXE request, so it comes first
+        // (Seeder's `triggerReboot` waits for `tinkHardwareCreated`).
+        && (!ctx.settings.tinkerbell() || recorded(tinkerbell::TINK_HARDWARE_CREATED));
+    let boot = job_state(INSTALL_BOOT, &boot_job);
+    let installed = recorded(HARVESTER_INSTALLED);
+    let workflow = if ctx.settings.tinkerbell()
+        && owner == Owner::Booting
+        && boot != JobState::None
+        && !installed
+    {
+        tinkerbell::api(&ctx.client, &namespace, tinkerbell::Kind::Workflow)
+            .get_opt(&inventory.name_any())
+            .await?
+            .map_or(Some(WorkflowState::Running), |w| {
+                Some(tinkerbell::workflow_state(&w))
+            })
+    } else {
+        None
+    };
     Ok(Observation {
         state: phase::Observed {
             ready: status.status.as_deref() == Some(INVENTORY_NODE_READY),
@@ -111,14 +131,15 @@ pub async fn observe(
                 Some("off") => Power::Off,
                 _ => Power::Unknown,
             },
-            boot: job_state(INSTALL_BOOT, &boot_job),
-            installed: recorded(HARVESTER_INSTALLED),
+            boot,
+            installed,
             install_ready,
             shutdown: job_state(CLUSTER_CLEANUP_SUBMITTED, &shutdown_job),
             installs_in_flight: installs_in_flight(stores),
             install_budget: ctx.settings.max_concurrent_installs,
             booting_for,
             install_timeout: ctx.settings.install_timeout,
+            workflow,
         },
         boot_job,
         shutdown_job,
@@ -196,6 +217,7 @@ fn in_flight(inventory: &Inventory) -> bool {
         conditions::is_true(&s.conditions, INSTALL_BOOT)
             && !conditions::is_true(&s.conditions, HARVESTER_INSTALLED)
             && !conditions::is_true(&s.conditions, INSTALL_TIMED_OUT)
+            && !conditions::is_true(&s.conditions, tinkerbell::TINK_WORKFLOW_FAILED)
             && !s.owner_cluster.name.is_empty()
     })
 }
@@ -217,7 +239,92 @@ pub async fn execute(
         Outcome::Boot => boot(inventory, ctx, stores, &observed.boot_job).await,
         Outcome::ShutDown => shut_down(inventory, ctx, &observed.shutdown_job).await,
         Outcome::Free => free(inventory, ctx, stores, observed).await,
+        Outcome::WorkflowSucceeded => workflow_succeeded(inventory, ctx, stores).await,
+        Outcome::WorkflowFailed { task, action } => {
+            workflow_failed(inventory, ctx, stores, &task, &action).await
+        }
     }
+}
+
+/// The owner Cluster, from the store, for its Events.
+fn owner_cluster(inventory: &Inventory, stores: &Stores) -> Option<Arc<Cluster>> {
+    let owner = inventory.status.clone().unwrap_or_default().owner_cluster;
+    stores.cluster(&owner.namespace, &owner.name)
+}
+
+/// The Workflow succeeded: the Hardware no longer network-boots nor runs workflows (so the
+/// next reboot boots the disk), the Inventory counts as installed, and the Cluster gets
+/// Seeder's Event.
+async fn workflow_succeeded(
+    inventory: &Inventory,
+    ctx: &ProvisioningContext,
+    stores: &Stores,
+) -> Result<Action, Error> {
+    let namespace = inventory.namespace().unwrap_or_default();
+    let name = inventory.name_any();
+    tinkerbell::disable_netboot(&ctx.client, &namespace, &name, true).await?;
+    let now = now();
+    let written = write_status(inventory, ctx, |s| {
+        conditions::set_true(
+            &mut s.conditions,
+            HARVESTER_INSTALLED,
+            Some("the Tinkerbell workflow succeeded: network boot is off, the server boots from its disk"),
+            &now,
+        );
+    })
+    .await?;
+    if written {
+        ctx.metrics.provisioning_installed();
+        if let Some(cluster) = owner_cluster(inventory, stores) {
+            ctx.cluster_events
+                .publish(
+                    cluster.as_ref(),
+                    EventType::Normal,
+                    tinkerbell::WORKFLOW_EVENT,
+                    "Provision",
+                    format!("workflow {name} completed successfully"),
+                )
+                .await;
+        }
+    }
+    Ok(Action::await_change())
+}
+
+/// The Workflow failed: a condition naming the task and action, and Seeder's Warning Event on
+/// the Cluster, once. The server is not booted again (its actions may have written the disk).
+async fn workflow_failed(
+    inventory: &Inventory,
+    ctx: &ProvisioningContext,
+    stores: &Stores,
+    task: &str,
+    action: &str,
+) -> Result<Action, Error> {
+    let name = inventory.name_any();
+    let message = format!(
+        "workflow {name} failed for task {task}, action {action}; nothing is run again on its own: fix the cause, then remove the node from spec.nodes and add it again to install it once more"
+    );
+    let now = now();
+    let written = write_status(inventory, ctx, |s| {
+        conditions::set_error(
+            &mut s.conditions,
+            tinkerbell::TINK_WORKFLOW_FAILED,
+            &message,
+            &now,
+        );
+    })
+    .await?;
+    if written && let Some(cluster) = owner_cluster(inventory, stores) {
+        ctx.cluster_events
+            .publish(
+                cluster.as_ref(),
+                EventType::Warning,
+                tinkerbell::WORKFLOW_EVENT,
+                "Provision",
+                format!("workflow {name} failed for task {task}, action {action}"),
+            )
+            .await;
+    }
+    Ok(Action::await_change())
 }
 
 fn now() -> String {
@@ -444,6 +551,9 @@ async fn free(
             )
             .await,
     )?;
+    if ctx.settings.tinkerbell() {
+        tinkerbell::delete_all(&ctx.client, &namespace, &inventory.name_any()).await?;
+    }
     allocation::release_node(inventory, ctx, stores).await?;
     let cluster = inventory
         .status
@@ -467,6 +577,10 @@ async fn free(
             INSTALL_TIMED_OUT,
             WAITING_FOR_INSTALL_SLOT,
             BMC_JOB_SUBMITTED,
+            tinkerbell::TINK_HARDWARE_CREATED,
+            tinkerbell::TINK_TEMPLATE_CREATED,
+            tinkerbell::TINK_WORKFLOW_CREATED,
+            tinkerbell::TINK_WORKFLOW_FAILED,
         ] {
             conditions::set_false(&mut s.conditions, condition, &now);
         }

@@ -9,6 +9,8 @@
 
 use std::time::Duration;
 
+pub use crate::provisioning::tinkerbell::WorkflowState;
+
 /// The power state the Inventory's Machine reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Power {
@@ -64,6 +66,9 @@ pub struct Observed {
     /// How long the boot Job has been recorded (for the install timeout).
     pub booting_for: Option<Duration>,
     pub install_timeout: Duration,
+    /// Tinkerbell mode: the node's Workflow, read while it installs (`None`: not read, or
+    /// not in that mode).
+    pub workflow: Option<WorkflowState>,
 }
 
 /// Where an Inventory is.
@@ -103,8 +108,15 @@ pub enum Outcome {
     /// Create the shutdown Job and record `clusterCleanupSubmitted`.
     ShutDown,
     /// Power is confirmed off: free the address, delete the install Secret and this
-    /// allocation's Jobs, clear the status, `inventoryFreed`.
+    /// allocation's Jobs (and in Tinkerbell mode the Hardware, Template and Workflow), clear
+    /// the status, `inventoryFreed`.
     Free,
+    /// Tinkerbell mode: the Workflow reached `STATE_SUCCESS`: network boot and workflows off on
+    /// the Hardware, the install recorded, an Event on the Cluster.
+    WorkflowSucceeded,
+    /// Tinkerbell mode: the Workflow failed in this task and action: a condition and a
+    /// Warning Event on the Cluster; nothing is run again.
+    WorkflowFailed { task: String, action: String },
 }
 
 /// ingot's Inventory conditions beside Seeder's (wrangler style, same list).
@@ -113,6 +125,8 @@ pub const HARVESTER_INSTALLED: &str = "harvesterInstalled";
 pub const INSTALL_TIMED_OUT: &str = "installTimedOut";
 
 const JOB_POLL: Duration = Duration::from_secs(30);
+/// How often an install's Workflow is read (Tinkerbell mode; Workflows are not watched).
+pub const WORKFLOW_POLL: Duration = Duration::from_secs(10);
 
 pub fn phase(observed: &Observed) -> Phase {
     match observed.owner {
@@ -167,6 +181,21 @@ fn to_boot(observed: &Observed) -> Outcome {
 }
 
 fn installing(observed: &Observed) -> Outcome {
+    match &observed.workflow {
+        Some(WorkflowState::Succeeded) => return Outcome::WorkflowSucceeded,
+        Some(WorkflowState::Failed { task, action }) => {
+            return Outcome::WorkflowFailed {
+                task: task.clone(),
+                action: action.clone(),
+            };
+        }
+        _ => {}
+    }
+    let poll = if observed.workflow.is_some() {
+        WORKFLOW_POLL
+    } else {
+        JOB_POLL
+    };
     match &observed.boot {
         JobState::Failed(why) => Outcome::Wait(
             Some(Note {
@@ -198,8 +227,8 @@ fn installing(observed: &Observed) -> Outcome {
         _ => {
             let left = observed
                 .booting_for
-                .map_or(JOB_POLL, |t| observed.install_timeout.saturating_sub(t));
-            Outcome::Wait(None, Some(JOB_POLL.min(left).max(Duration::from_secs(1))))
+                .map_or(poll, |t| observed.install_timeout.saturating_sub(t));
+            Outcome::Wait(None, Some(poll.min(left).max(Duration::from_secs(1))))
         }
     }
 }
@@ -240,7 +269,26 @@ mod tests {
             install_budget: 10,
             booting_for: None,
             install_timeout: Duration::from_secs(3600),
+            workflow: None,
         }
+    }
+
+    #[test]
+    fn a_workflow_s_end_is_acted_on_once_and_a_failure_is_never_booted_again() {
+        let mut o = observed(Owner::Booting);
+        o.boot = JobState::Succeeded;
+        o.workflow = Some(WorkflowState::Running);
+        assert_eq!(step(&o), Outcome::Wait(None, Some(WORKFLOW_POLL)));
+        o.workflow = Some(WorkflowState::Succeeded);
+        assert_eq!(step(&o), Outcome::WorkflowSucceeded);
+        o.workflow = Some(WorkflowState::Failed {
+            task: "t".into(),
+            action: "a".into(),
+        });
+        assert!(matches!(step(&o), Outcome::WorkflowFailed { .. }));
+        // Recorded as installed: nothing more.
+        o.installed = true;
+        assert_eq!(step(&o), Outcome::Wait(None, None));
     }
 
     #[test]
