@@ -262,12 +262,18 @@ pub fn settings_problem(
         config_url: join(boot_url, "config/stand-in/stand-in"),
         webhook_url: join(boot_url, "disable/stand-in/stand-in"),
     };
-    if let Err(e) = ingot_harvester::ipxe_script(&stand_in)
-        .and_then(|_| ingot_harvester::install_config(&stand_in))
-    {
+    // Stream mode boots no install script (and ingot's own boot refuses it before this).
+    let script = if stand_in.stream_image_mode {
+        Ok(String::new())
+    } else {
+        ingot_harvester::ipxe_script(&stand_in)
+    };
+    if let Err(e) = script.and_then(|_| ingot_harvester::install_config(&stand_in)) {
         return Some(("ClusterInvalid", e.to_string()));
     }
-    ctx.settings.boot_url.is_none().then(|| {
+    // Only Tinkerbell's stream mode reports to nobody and fetches nothing from ingot.
+    let needs_boot_server = !(ctx.settings.tinkerbell() && stand_in.stream_image_mode);
+    (needs_boot_server && ctx.settings.boot_url.is_none()).then(|| {
         (
             "BootServerUnset",
             "ingot runs without --boot-url, so no node can reach its install config: give ingot run the URL servers reach its boot server at".to_owned(),
