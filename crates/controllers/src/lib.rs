@@ -8,6 +8,7 @@
 pub mod api_client;
 pub mod cluster;
 pub mod duration;
+pub mod fencing;
 pub mod gardener;
 pub mod metrics;
 pub mod pools;

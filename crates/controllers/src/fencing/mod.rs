@@ -1,0 +1,3 @@
+//! Fencing: see [`phase`].
+
+pub mod phase;
