@@ -150,6 +150,8 @@ pub enum ControllerKind {
     Seeder,
     /// Harvester Seeder's full (provisioning) mode: AddressPools.
     Provisioning,
+    /// Fencing of dead Nodes through their Inventories' BMCs (needs Rufio).
+    Fencing,
 }
 
 impl ControllerKind {
@@ -160,6 +162,7 @@ impl ControllerKind {
             ControllerKind::Rufio => "rufio",
             ControllerKind::Seeder => "seeder",
             ControllerKind::Provisioning => "provisioning",
+            ControllerKind::Fencing => "fencing",
         }
     }
 }

@@ -112,7 +112,7 @@ pub struct Observed {
     /// All control-plane Nodes, and the Ready ones other than this.
     pub control_planes: usize,
     pub other_ready_control_planes: usize,
-    /// An Inventory names this Node and its Machine exists.
+    /// Exactly one Inventory names this Node, and its Machine exists.
     pub inventory: bool,
     pub power: Power,
     /// The power-off Job of this episode.
@@ -124,6 +124,8 @@ pub struct Observed {
     pub recovery: Recovery,
     /// The power-on Job of this episode.
     pub power_on: JobState,
+    /// A hold is recorded on the Node (its Event told once).
+    pub held_before: bool,
 }
 
 /// Where a Node is.
@@ -139,7 +141,8 @@ pub enum Phase {
     PoweringOff,
     /// Tainted out of service.
     Fenced,
-    /// Ready again with ingot's record on it: taint and record go.
+    /// Ready again with ingot's record on it (a power action, its taint, or a hold): the taint
+    /// ingot added and the record go.
     Recovered,
 }
 
@@ -207,7 +210,8 @@ pub enum Outcome {
 pub const POLL: Duration = Duration::from_secs(30);
 
 pub fn phase(o: &Observed) -> Phase {
-    let recorded = o.power_off != JobState::None || o.tainted || o.power_on != JobState::None;
+    let recorded =
+        o.power_off != JobState::None || o.tainted || o.power_on != JobState::None || o.held_before;
     match o.readiness {
         Readiness::Ready | Readiness::Unreported if recorded => Phase::Recovered,
         Readiness::Ready | Readiness::Unreported => Phase::Healthy,
@@ -276,7 +280,7 @@ fn candidate(o: &Observed) -> Outcome {
     if !o.inventory {
         return held(
             Hold::NoInventory,
-            "no Inventory with a Machine names this Node: there is no BMC to power it off".into(),
+            "not exactly one Inventory with a Machine names this Node: there is no BMC to power it off".into(),
         );
     }
     if o.power == Power::Unknown {
@@ -325,8 +329,9 @@ fn fenced(o: &Observed) -> Outcome {
 }
 
 fn recovered(o: &Observed) -> Outcome {
-    if o.power_off == JobState::Running {
-        // The power-off still runs: the record stays until it ends, so it is not lost.
+    if o.power_off == JobState::Running && !o.tainted {
+        // The power-off still runs: the record stays until it ends, so it is not lost. (Once
+        // tainted, the power-off was confirmed: whatever its Job shows now, the taint goes.)
         return Outcome::Wait(Some(POLL));
     }
     Outcome::Recover
@@ -359,6 +364,7 @@ mod tests {
             pods_left: 3,
             recovery: Recovery::PowerOn,
             power_on: JobState::None,
+            held_before: false,
         }
     }
 
@@ -539,6 +545,17 @@ mod tests {
         assert_eq!(step(&o), Outcome::Wait(Some(POLL)));
         o.power_off = JobState::Failed("x".into());
         assert_eq!(step(&o), Outcome::Recover);
+        // Tainted, then its Job gone (read as still running): the taint goes all the same.
+        o.tainted = true;
+        o.power_off = JobState::Running;
+        assert_eq!(step(&o), Outcome::Recover);
+        o.tainted = false;
+        // Only a hold recorded: it is cleared too.
+        o.power_off = JobState::None;
+        o.held_before = true;
+        assert_eq!(step(&o), Outcome::Recover);
+        o.held_before = false;
+        assert_eq!(step(&o), Outcome::Wait(None));
     }
 
     #[test]
