@@ -6,7 +6,8 @@
 //! a Node NotReady past the delay is powered off by one Job, tainted only once the Job completed
 //! *and* its Machine reads off, powered on once its pods are gone, and loses the taint once
 //! Ready; three of five NotReady fence nothing; a Node in maintenance, a cordoned one and one
-//! whose BMC cannot be read are never powered off.
+//! whose BMC cannot be read are never powered off; a power-off Job of the episode left by a
+//! crash before it was recorded is taken up, not sent again.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -62,10 +63,14 @@ impl Fleet {
     }
 
     async fn set_ready(&self, i: usize, ready: bool) {
-        let status = if ready { "True" } else { "Unknown" };
         let now = k8s_openapi::jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
+        self.set_ready_at(i, ready, &now).await;
+    }
+
+    async fn set_ready_at(&self, i: usize, ready: bool, now: &str) {
+        let status = if ready { "True" } else { "Unknown" };
         Api::<Node>::all(self.client.clone())
             .patch_status(
                 self.node(i),
@@ -409,6 +414,54 @@ async fn dead_nodes_are_fenced_through_their_bmc_within_the_budget_only() {
     // Still not, a while later.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(f.jobs(3).await.is_empty());
+
+    // A crash between creating the power-off Job and recording it: the next pass finds the
+    // episode's Job and goes on with it; no second power-off is sent.
+    let since = "2026-01-01T00:00:00Z";
+    let mut node = f.get(4).await;
+    node.status.as_mut().unwrap().conditions = Some(vec![
+        serde_json::from_value(json!({
+        "type": "Ready", "status": "Unknown", "lastTransitionTime": since}))
+        .unwrap(),
+    ]);
+    let name = ingot_controllers::fencing::execute::job_name(&f.inventory(4), &node, "off");
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {JOB_NODE_LABEL: f.node(4)}},
+        "spec": {"machineRef": {"name": f.inventory(4), "namespace": ns},
+            "tasks": [{"powerAction": "off"}]}
+    }))
+    .unwrap();
+    Api::<Job>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap();
+    f.set_ready(3, true).await;
+    f.set_ready_at(4, false, since).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    f.complete_job(&name).await;
+    f.set_power(4, "off", true).await;
+    eventually("the adopted power-off's taint", || async {
+        f.tainted(4).await.then_some(())
+    })
+    .await;
+    assert_eq!(
+        f.annotation(4, POWER_OFF_JOB).await.as_deref(),
+        Some(name.as_str())
+    );
+    // (Its power-on may follow: it has no pods.)
+    let power_offs: Vec<String> = f
+        .jobs(4)
+        .await
+        .iter()
+        .map(|j| j.name_any())
+        .filter(|n| n.contains("-fence-off-"))
+        .collect();
+    assert_eq!(
+        power_offs,
+        vec![name.clone()],
+        "a second power-off was sent"
+    );
+    assert_eq!(action("off"), 1, "only n0's power-off was sent by fencing");
 
     let _ = stop.send(());
     let _ = controller.await;
