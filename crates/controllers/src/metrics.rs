@@ -778,7 +778,7 @@ mod tests {
     fn every_family_is_served_before_its_first_sample() {
         let text = Metrics::default().encode().unwrap_or_default();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
-        assert_eq!(types, 28, "{text}");
+        assert_eq!(types, 32, "{text}");
         for family in [
             "ingot_reconcile_errors counter",
             "ingot_provisioning_cluster_phase_reached_seconds histogram",
@@ -788,6 +788,10 @@ mod tests {
             "ingot_bmc_request_duration_seconds histogram",
             "ingot_pools gauge",
             "ingot_drains counter",
+            "ingot_fencing_power_actions counter",
+            "ingot_fencing_fenced counter",
+            "ingot_fencing_recovered counter",
+            "ingot_fencing_held counter",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {family}\n")),
