@@ -246,7 +246,9 @@ async fn dead_nodes_are_fenced_through_their_bmc_within_the_budget_only() {
         "test".into(),
         Settings {
             namespace: Some(ns.clone()),
-            after: Duration::from_secs(2),
+            // Long enough that three Nodes made NotReady one after the other are all NotReady
+            // before the first is due.
+            after: Duration::from_secs(5),
             max_unhealthy: MaxUnhealthy::Count(2),
             recovery: Recovery::PowerOn,
             crash_point: None,
