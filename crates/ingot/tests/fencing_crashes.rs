@@ -170,11 +170,6 @@ async fn a_crash_after_the_power_off_job_or_the_taint_sends_nothing_twice() {
         (bmc.state.snapshot().power_state == "On").then_some(())
     })
     .await;
-    set_ready(true).await;
-    wait_for("the taint removed", WAIT, || async {
-        (!tainted(&nodes.get(&node_name).await.unwrap())).then_some(())
-    })
-    .await;
     let names: Vec<String> = jobs
         .list(&ListParams::default())
         .await
@@ -189,6 +184,20 @@ async fn a_crash_after_the_power_off_job_or_the_taint_sends_nothing_twice() {
         "one power-off Job, one power-on Job: {names:?}"
     );
     assert!(names.contains(&off[0].name_any()), "{names:?}");
+    set_ready(true).await;
+    wait_for("the taint removed", WAIT, || async {
+        (!tainted(&nodes.get(&node_name).await.unwrap())).then_some(())
+    })
+    .await;
+    wait_for("the episode's Jobs deleted", WAIT, || async {
+        jobs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
     let resets = bmc.state.reset_requests();
     let count = |action: &str| resets.iter().filter(|r| *r == action).count();
     assert_eq!(count("On"), 1, "{resets:?}");

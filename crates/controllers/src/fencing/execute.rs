@@ -16,7 +16,7 @@ use ingot_api::rufio::{Job, JobSpec, Machine};
 use ingot_api::seeder::{Inventory, InventoryStatus};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -614,6 +614,27 @@ async fn recover(
         body["spec"] = json!({"taints": taints});
     }
     patch_node(ctx, node, body).await?;
+    // The record is gone: the episode's Jobs go too (best effort: a failure leaves a finished
+    // Job behind, which its Inventory's deletion takes along).
+    if let Some(inventory) = &observed.inventory {
+        let jobs: Api<Job> = Api::namespaced(
+            ctx.client.clone(),
+            &inventory.namespace().unwrap_or_default(),
+        );
+        for (state, name) in [
+            (&observed.state.power_off, &observed.power_off_job),
+            (&observed.state.power_on, &observed.power_on_job),
+        ] {
+            if *state == JobState::None {
+                continue;
+            }
+            match jobs.delete(name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(error) => tracing::warn!(%error, job = %name, "could not delete a fencing Job"),
+            }
+        }
+    }
     if let Some(inventory) = &observed.inventory {
         let now = now();
         write_inventory(inventory, ctx, |s| {
