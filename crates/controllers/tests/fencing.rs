@@ -249,7 +249,8 @@ async fn dead_nodes_are_fenced_through_their_bmc_within_the_budget_only() {
             // Long enough that three Nodes made NotReady one after the other are all NotReady
             // before the first is due.
             after: Duration::from_secs(5),
-            max_unhealthy: MaxUnhealthy::Count(2),
+            // The default: 2 of the 5 Nodes.
+            max_unhealthy: MaxUnhealthy::Percent(40),
             recovery: Recovery::PowerOn,
             crash_point: None,
         },
@@ -360,7 +361,30 @@ async fn dead_nodes_are_fenced_through_their_bmc_within_the_budget_only() {
     assert_eq!(metrics.fencing.fenced.get(), 1);
     assert_eq!(metrics.fencing.recovered.get(), 1);
 
-    // Three of five NotReady: a partition is suspected, nothing is fenced.
+    // Three of five NotReady: a partition is suspected, nothing is fenced. Ready Nodes no
+    // Inventory names (here five) are not in the fleet: they do not dilute the budget.
+    for i in 0..5 {
+        let name = format!("{}-other{i}", f.ns);
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap();
+        let now = k8s_openapi::jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        Api::<Node>::all(client.clone())
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"conditions": [{
+                    "type": "Ready", "status": "True", "reason": "Test",
+                    "lastHeartbeatTime": now, "lastTransitionTime": now,
+                }]}})),
+            )
+            .await
+            .unwrap();
+    }
     for i in 1..4 {
         f.set_ready(i, false).await;
     }
@@ -471,9 +495,10 @@ async fn dead_nodes_are_fenced_through_their_bmc_within_the_budget_only() {
 
     let _ = stop.send(());
     let _ = controller.await;
-    for node in &f.nodes {
+    let others = (0..5).map(|i| format!("{}-other{i}", f.ns));
+    for node in f.nodes.iter().cloned().chain(others) {
         let _ = Api::<Node>::all(client.clone())
-            .delete(node, &DeleteParams::default())
+            .delete(&node, &DeleteParams::default())
             .await;
     }
 }

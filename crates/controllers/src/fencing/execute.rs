@@ -242,6 +242,18 @@ pub async fn observe(
         )
     };
     let all = stores.nodes.state();
+    // The budget is over the fleet ingot fences: the Nodes an Inventory in its scope names (as
+    // a NodeHealthCheck's selector). Quorum is over every control-plane Node.
+    let names: std::collections::BTreeSet<String> = stores
+        .inventories
+        .state()
+        .iter()
+        .filter_map(|i| node_name(i).map(str::to_owned))
+        .collect();
+    let fleet: Vec<&Arc<Node>> = all
+        .iter()
+        .filter(|n| names.contains(&n.name_any()))
+        .collect();
     let node_ready = |n: &Node| self::readiness(n) == Readiness::Ready;
     let control_plane = |n: &Node| n.labels().contains_key(CONTROL_PLANE_LABEL);
     let tainted = record.taint.is_some();
@@ -273,11 +285,11 @@ pub async fn observe(
                 .as_ref()
                 .and_then(|s| s.unschedulable)
                 .unwrap_or(false),
-            unhealthy: all
+            unhealthy: fleet
                 .iter()
                 .filter(|n| matches!(self::readiness(n), Readiness::NotReady(_)))
                 .count(),
-            nodes: all.len(),
+            nodes: fleet.len(),
             max_unhealthy: settings.max_unhealthy,
             control_plane: control_plane(node),
             control_planes: all.iter().filter(|n| control_plane(n)).count(),

@@ -59,7 +59,7 @@ pub enum Recovery {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MaxUnhealthy {
     Count(usize),
-    /// Of all Nodes, rounded down.
+    /// Of the fleet (the Nodes an Inventory in scope names), rounded down.
     Percent(u32),
 }
 
