@@ -8,6 +8,7 @@
 pub mod api_client;
 pub mod cluster;
 pub mod duration;
+pub mod fencing;
 pub mod gardener;
 pub mod metrics;
 pub mod pools;
@@ -149,6 +150,8 @@ pub enum ControllerKind {
     Seeder,
     /// Harvester Seeder's full (provisioning) mode: AddressPools.
     Provisioning,
+    /// Fencing of dead Nodes through their Inventories' BMCs (needs Rufio).
+    Fencing,
 }
 
 impl ControllerKind {
@@ -159,6 +162,7 @@ impl ControllerKind {
             ControllerKind::Rufio => "rufio",
             ControllerKind::Seeder => "seeder",
             ControllerKind::Provisioning => "provisioning",
+            ControllerKind::Fencing => "fencing",
         }
     }
 }

@@ -176,6 +176,7 @@ pub struct Metrics {
     pub bmc: BmcMetrics,
     pub pool: PoolMetrics,
     pub provisioning: ProvisioningMetrics,
+    pub fencing: FencingMetrics,
     /// Run before every scrape: gauges read from a live source (caches, the BMC fleet limit).
     samplers: Mutex<Vec<Sampler>>,
 }
@@ -386,6 +387,50 @@ impl ProvisioningMetrics {
     }
 }
 
+/// Fencing of dead Nodes through their BMCs.
+pub struct FencingMetrics {
+    pub power_actions: Family<ActionLabels, Counter>,
+    pub fenced: Counter,
+    pub recovered: Counter,
+    pub held: Family<ReasonLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    pub action: &'static str,
+}
+
+impl FencingMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            power_actions: registered(
+                registry,
+                "fencing_power_actions",
+                "Power actions sent to dead Nodes' BMCs (one rufio Job each), by action (off, on)",
+                Family::<ActionLabels, Counter>::default(),
+            ),
+            fenced: registered(
+                registry,
+                "fencing_fenced",
+                "Nodes tainted out of service once their BMC confirmed the power off",
+                Counter::default(),
+            ),
+            recovered: registered(
+                registry,
+                "fencing_recovered",
+                "Fenced or held Nodes Ready again, their out-of-service taint and record removed",
+                Counter::default(),
+            ),
+            held: registered(
+                registry,
+                "fencing_held",
+                "Nodes not fenced (or not further), counted once per Node and reason: the reason (FencingHeldMaintenance, FencingHeldCordoned, FencingHeldPartitionSuspected, FencingHeldEtcdQuorum, FencingHeldNoInventory, FencingHeldBMCUnknown, FencingPowerOffFailed, FencingAwaitingPowerOff, FencingPowerOnFailed)",
+                Family::<ReasonLabels, Counter>::default(),
+            ),
+        }
+    }
+}
+
 /// Registers `metric` under `name` (with the registry's `ingot_` prefix) and returns it.
 fn registered<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
 where
@@ -441,6 +486,7 @@ impl Default for Metrics {
             bmc: BmcMetrics::register(&mut registry),
             pool: PoolMetrics::register(&mut registry),
             provisioning: ProvisioningMetrics::register(&mut registry),
+            fencing: FencingMetrics::register(&mut registry),
             registry,
             samplers: Mutex::default(),
         }
@@ -522,6 +568,20 @@ impl Metrics {
 
     pub fn replacement_started(&self) {
         self.pool.replacements.inc();
+    }
+
+    pub fn fencing_power_action(&self, action: &'static str) {
+        self.fencing
+            .power_actions
+            .get_or_create(&ActionLabels { action })
+            .inc();
+    }
+
+    pub fn fencing_held(&self, reason: &'static str) {
+        self.fencing
+            .held
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     pub fn replacement_blocked(&self, reason: &'static str) {
@@ -718,7 +778,7 @@ mod tests {
     fn every_family_is_served_before_its_first_sample() {
         let text = Metrics::default().encode().unwrap_or_default();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
-        assert_eq!(types, 28, "{text}");
+        assert_eq!(types, 32, "{text}");
         for family in [
             "ingot_reconcile_errors counter",
             "ingot_provisioning_cluster_phase_reached_seconds histogram",
@@ -728,6 +788,10 @@ mod tests {
             "ingot_bmc_request_duration_seconds histogram",
             "ingot_pools gauge",
             "ingot_drains counter",
+            "ingot_fencing_power_actions counter",
+            "ingot_fencing_fenced counter",
+            "ingot_fencing_recovered counter",
+            "ingot_fencing_held counter",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {family}\n")),

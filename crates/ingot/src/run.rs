@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use futures::FutureExt;
 use ingot_controllers::metrics::LeaderTransition;
-use ingot_controllers::{ControllerKind, Metrics, pools, provisioning, rufio, seeder};
+use ingot_controllers::{ControllerKind, Metrics, fencing, pools, provisioning, rufio, seeder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::sync::watch;
@@ -92,6 +92,55 @@ pub struct RunArgs {
 
     #[command(flatten)]
     provisioning: ProvisioningArgs,
+
+    #[command(flatten)]
+    fencing: FencingArgs,
+}
+
+/// Settings of fencing (dead Nodes powered off through their Inventories' BMCs, then tainted
+/// out of service).
+#[derive(Args, Debug)]
+struct FencingArgs {
+    /// Seconds a Node must be NotReady before it is fenced (with `fencing`).
+    #[arg(long, env = "INGOT_FENCING_AFTER_SECONDS", default_value_t = 300)]
+    fencing_after_seconds: u64,
+
+    /// Nodes NotReady at most, as a count (2) or a percent of all Nodes, rounded down (40%),
+    /// for any Node to be fenced: above it a partition is suspected and nothing is fenced.
+    #[arg(long, env = "INGOT_FENCING_MAX_UNHEALTHY", default_value = "40%")]
+    fencing_max_unhealthy: String,
+
+    /// Once a fenced Node's pods are gone: power the server on again, or leave it off.
+    #[arg(
+        long,
+        value_enum,
+        env = "INGOT_FENCING_RECOVERY",
+        default_value = "power-on"
+    )]
+    fencing_recovery: FencingRecovery,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FencingRecovery {
+    PowerOn,
+    StayOff,
+}
+
+impl FencingArgs {
+    fn settings(&self, rufio: &rufio::Settings) -> anyhow::Result<fencing::Settings> {
+        let max_unhealthy = fencing::MaxUnhealthy::parse(&self.fencing_max_unhealthy)
+            .map_err(anyhow::Error::msg)?;
+        Ok(fencing::Settings {
+            namespace: rufio.namespace.clone(),
+            after: Duration::from_secs(self.fencing_after_seconds),
+            max_unhealthy,
+            recovery: match self.fencing_recovery {
+                FencingRecovery::PowerOn => fencing::Recovery::PowerOn,
+                FencingRecovery::StayOff => fencing::Recovery::StayOff,
+            },
+            crash_point: rufio.crash_point.clone(),
+        })
+    }
 }
 
 /// Settings of provisioning (Seeder's full mode: Clusters, Inventories, AddressPools, and the
@@ -420,7 +469,8 @@ struct PoolsArgs {
     /// before-reinstall, after-reinstall, during-finalize; gardener-after-create,
     /// gardener-during-drain, gardener-during-delete; rufio-after-send-ahead,
     /// rufio-after-destructive-send; seeder-after-job-create; provisioning-after-allocation,
-    /// provisioning-after-boot-job, provisioning-after-webhook).
+    /// provisioning-after-boot-job, provisioning-after-webhook; fencing-after-power-off-job,
+    /// fencing-after-taint).
     /// Compiled into test builds only (the `crash-points` feature).
     #[cfg(feature = "crash-points")]
     #[arg(long, env = "INGOT_CRASH_POINT", hide = true)]
@@ -488,6 +538,9 @@ enum ControllerArg {
     Seeder,
     /// Harvester Seeder's full (provisioning) mode: AddressPools and their addresses.
     Provisioning,
+    /// Fencing: a Node NotReady too long is powered off through its Inventory's BMC, then
+    /// tainted out of service (starts rufio too).
+    Fencing,
 }
 
 impl From<ControllerArg> for ControllerKind {
@@ -498,6 +551,7 @@ impl From<ControllerArg> for ControllerKind {
             ControllerArg::Rufio => ControllerKind::Rufio,
             ControllerArg::Seeder => ControllerKind::Seeder,
             ControllerArg::Provisioning => ControllerKind::Provisioning,
+            ControllerArg::Fencing => ControllerKind::Fencing,
         }
     }
 }
@@ -528,6 +582,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let controllers = chosen_controllers(&args.controllers);
     let rufio_settings = rufio_settings(&args)?;
+    // A bad fencing setting stops the start, before any controller runs.
+    args.fencing.settings(&rufio_settings)?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     info!(version = env!("CARGO_PKG_VERSION"), %identity, controllers = ?controllers, "starting ingot");
 
@@ -742,6 +798,15 @@ impl Parts {
                         tokio::join!(provisioning::run(ctx, shutdown), seeder);
                     })
                 }
+                ControllerKind::Fencing => tokio::spawn(fencing::run(
+                    Arc::new(fencing::FencingContext::new(
+                        self.client.clone(),
+                        self.metrics.clone(),
+                        self.identity.clone(),
+                        args.fencing.settings(&rufio_ctx.settings)?,
+                    )),
+                    shutdown,
+                )),
             });
         }
         Ok(tasks)
@@ -1039,7 +1104,10 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// embedded mode runs the Rufio controllers itself).
 fn chosen_controllers(args: &[ControllerArg]) -> HashSet<ControllerKind> {
     let mut kinds: HashSet<ControllerKind> = args.iter().map(|c| (*c).into()).collect();
-    if kinds.contains(&ControllerKind::Seeder) || kinds.contains(&ControllerKind::Provisioning) {
+    if kinds.contains(&ControllerKind::Seeder)
+        || kinds.contains(&ControllerKind::Provisioning)
+        || kinds.contains(&ControllerKind::Fencing)
+    {
         kinds.insert(ControllerKind::Rufio);
     }
     kinds

@@ -50,6 +50,25 @@ fn an_unknown_controller_name_is_refused_in_one_line_with_the_valid_ones() {
     );
 }
 
+#[test]
+fn a_bad_fencing_budget_is_refused_in_one_line_naming_the_flag() {
+    let output = ingot()
+        .args([
+            "run",
+            "--controllers",
+            "fencing",
+            "--fencing-max-unhealthy",
+            "120%",
+        ])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{}", stderr(&output));
+    let line = one_error_line(&output);
+    assert!(line.contains("--fencing-max-unhealthy"), "{line}");
+    assert!(line.contains("\"120%\""), "{line}");
+}
+
 fn kubeconfig_for(server: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "ingot-startup-{}-{}",

@@ -52,6 +52,10 @@ pub struct Options {
     /// `kube-system` authenticates its `<id>.<secret>` bearer token (group
     /// `system:bootstrappers`), as RKE2 accepts the tokens it creates.
     pub bootstrap_token_auth: bool,
+    /// More arguments for kube-controller-manager, after the testenv's own. A repeated
+    /// `--controllers` adds to the list (a string-slice flag appends), e.g.
+    /// `--controllers=node-lifecycle-controller` beside garbage collection and namespaces.
+    pub controller_manager_args: Vec<String>,
 }
 
 impl Options {
@@ -68,6 +72,7 @@ impl Options {
             watchdog_parent: None,
             bind_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
             bootstrap_token_auth: false,
+            controller_manager_args: Vec::new(),
         })
     }
 }
@@ -213,13 +218,15 @@ impl ControlPlane {
         if options.controller_manager {
             plane.spawn(
                 "kube-controller-manager",
-                Command::new(options.bin_dir.join("kube-controller-manager")).args([
-                    format!("--kubeconfig={}", plane.kubeconfig.display()),
-                    "--controllers=garbagecollector,namespace".to_owned(),
-                    "--leader-elect=false".to_owned(),
-                    "--secure-port=0".to_owned(),
-                    "--use-service-account-credentials=false".to_owned(),
-                ]),
+                Command::new(options.bin_dir.join("kube-controller-manager"))
+                    .args([
+                        format!("--kubeconfig={}", plane.kubeconfig.display()),
+                        "--controllers=garbagecollector,namespace".to_owned(),
+                        "--leader-elect=false".to_owned(),
+                        "--secure-port=0".to_owned(),
+                        "--use-service-account-credentials=false".to_owned(),
+                    ])
+                    .args(&options.controller_manager_args),
             )?;
             if let Some(parent) = options.watchdog_parent {
                 plane.start_watchdog(parent)?;
@@ -428,6 +435,7 @@ mod tests {
             watchdog_parent: None,
             bind_address: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
             bootstrap_token_auth: true,
+            controller_manager_args: Vec::new(),
         };
         let Err(error) = ControlPlane::start(options).await else {
             panic!("started on a non-loopback address");

@@ -56,6 +56,7 @@ async fn main() -> anyhow::Result<()> {
         watchdog_parent: None,
         bind_address,
         bootstrap_token_auth,
+        controller_manager_args: Vec::new(),
     };
     let started = std::time::Instant::now();
     let mut plane = ControlPlane::start(options)
