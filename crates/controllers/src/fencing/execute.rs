@@ -12,11 +12,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ingot_api::rufio::{Job, JobSpec, Machine};
+use ingot_api::rufio::{Job, Machine};
 use ingot_api::seeder::{Inventory, InventoryStatus};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -446,35 +446,15 @@ async fn held(
 
 /// A rufio Job of the Inventory's Machine, labelled with the Node and owned by the Inventory.
 fn job(inventory: &Inventory, node: &Node, name: &str, action: &str) -> Result<Job, Error> {
-    let namespace = inventory.namespace().unwrap_or_default();
-    let spec: JobSpec = serde_json::from_value(json!({
-        "machineRef": {"name": inventory.name_any(), "namespace": namespace},
-        "tasks": [{"powerAction": action}],
-    }))
-    .map_err(|e| Error::Kube(kube::Error::SerdeError(e)))?;
-    let mut job = Job::new(name, spec);
-    job.metadata = ObjectMeta {
-        name: Some(name.to_owned()),
-        namespace: Some(namespace),
-        labels: Some([(JOB_NODE_LABEL.to_owned(), node.name_any())].into()),
-        owner_references: Some(vec![power::owner_reference(inventory)]),
-        ..ObjectMeta::default()
-    };
-    Ok(job)
+    let label = (JOB_NODE_LABEL, node.name_any());
+    power::inventory_job(inventory, name, label, json!([{"powerAction": action}]))
+        .map_err(|e| Error::Kube(kube::Error::SerdeError(e)))
 }
 
 /// Creates the Job; one of that name already there is this episode's (a pass after a crash):
 /// it is not sent again.
 async fn create_job(ctx: &FencingContext, job: &Job) -> Result<(), Error> {
-    let api: Api<Job> = Api::namespaced(
-        ctx.client.clone(),
-        job.metadata.namespace.as_deref().unwrap_or_default(),
-    );
-    match api.create(&PostParams::default(), job).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    Ok(power::create_once(&ctx.client, job).await?)
 }
 
 async fn power_off(

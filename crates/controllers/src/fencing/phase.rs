@@ -28,25 +28,7 @@ pub enum Readiness {
     Unreported,
 }
 
-/// The power state the Inventory's Machine reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Power {
-    On,
-    Off,
-    /// Not read, not contactable, or anything else: never taken for off.
-    Unknown,
-}
-
-/// How a power Job of this episode stands.
-#[derive(Clone, Debug, PartialEq)]
-pub enum JobState {
-    /// Not submitted.
-    None,
-    /// Submitted, not finished (or gone after it was recorded: never sent again).
-    Running,
-    Succeeded,
-    Failed(String),
-}
+pub use crate::seeder::power::{JobState, Power};
 
 /// What happens once a fenced Node's pods are gone (`--fencing-recovery`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -181,6 +181,65 @@ pub fn generate_job(inventory: &Inventory, action: PowerAction, job_name: &str) 
     }
 }
 
+/// A rufio Job on the Inventory's Machine (same name and namespace), owned by the Inventory,
+/// under a name fixed by what it is for, with one label saying whose it is.
+pub fn inventory_job(
+    inventory: &Inventory,
+    name: &str,
+    label: (&str, String),
+    tasks: serde_json::Value,
+) -> Result<Job, serde_json::Error> {
+    let namespace = inventory.namespace().unwrap_or_default();
+    let spec: JobSpec = serde_json::from_value(serde_json::json!({
+        "machineRef": {"name": inventory.name_any(), "namespace": namespace},
+        "tasks": tasks,
+    }))?;
+    let mut job = Job::new(name, spec);
+    job.metadata = ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(namespace),
+        labels: Some(BTreeMap::from([(label.0.to_owned(), label.1)])),
+        owner_references: Some(vec![owner_reference(inventory)]),
+        ..ObjectMeta::default()
+    };
+    Ok(job)
+}
+
+/// Creates a Job named for what it does once ([`inventory_job`]): one of that name already
+/// there is the same Job, created by a pass that crashed before recording it, and is not sent
+/// again.
+pub async fn create_once(client: &kube::Client, job: &Job) -> Result<(), kube::Error> {
+    let api: kube::Api<Job> = kube::Api::namespaced(
+        client.clone(),
+        job.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    match api.create(&kube::api::PostParams::default(), job).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The power state an Inventory's Machine reports, as the controllers that act on it read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Power {
+    On,
+    Off,
+    /// Not read yet, not contactable, or anything else: never taken for off.
+    Unknown,
+}
+
+/// How a Job a controller submitted (under a name fixed by what it is for) stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JobState {
+    /// Not submitted.
+    None,
+    /// Submitted, not finished, not seen yet, or gone after it was recorded: never sent again.
+    Running,
+    Succeeded,
+    Failed(String),
+}
+
 /// An owner reference to the Inventory, as `controllerutil.SetOwnerReference` writes it.
 pub fn owner_reference(inventory: &Inventory) -> OwnerReference {
     OwnerReference {

@@ -6,14 +6,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ingot_api::rufio::{Job, JobSpec};
+use ingot_api::rufio::Job;
 use ingot_api::seeder::{
     Cluster, INVENTORY_NODE_READY, Inventory, InventoryStatus, JOB_INVENTORY_LABEL,
     ObjectRef as SeederRef, PxeBootConfig,
 };
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
@@ -399,35 +399,15 @@ async fn note_condition(
 
 /// A rufio Job of this Inventory's Machine, labelled and owned as Seeder makes them.
 fn job(inventory: &Inventory, name: &str, tasks: serde_json::Value) -> Result<Job, Error> {
-    let namespace = inventory.namespace().unwrap_or_default();
-    let spec: JobSpec = serde_json::from_value(json!({
-        "machineRef": {"name": inventory.name_any(), "namespace": namespace},
-        "tasks": tasks,
-    }))
-    .map_err(|e| Error::Kube(kube::Error::SerdeError(e)))?;
-    let mut job = Job::new(name, spec);
-    job.metadata = ObjectMeta {
-        name: Some(name.to_owned()),
-        namespace: Some(namespace),
-        labels: Some([(JOB_INVENTORY_LABEL.to_owned(), inventory.name_any())].into()),
-        owner_references: Some(vec![power::owner_reference(inventory)]),
-        ..ObjectMeta::default()
-    };
-    Ok(job)
+    let label = (JOB_INVENTORY_LABEL, inventory.name_any());
+    power::inventory_job(inventory, name, label, tasks)
+        .map_err(|e| Error::Kube(kube::Error::SerdeError(e)))
 }
 
 /// Creates the Job; one of that name already there is this allocation's (a pass after a
 /// crash): it is not sent again.
 async fn create_job(ctx: &ProvisioningContext, job: &Job) -> Result<(), Error> {
-    let api: Api<Job> = Api::namespaced(
-        ctx.client.clone(),
-        job.metadata.namespace.as_deref().unwrap_or_default(),
-    );
-    match api.create(&PostParams::default(), job).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    Ok(power::create_once(&ctx.client, job).await?)
 }
 
 /// The install boot: power off, a one-time network boot (in the mode the server is in),

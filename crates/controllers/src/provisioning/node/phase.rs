@@ -11,25 +11,7 @@ use std::time::Duration;
 
 pub use crate::provisioning::tinkerbell::WorkflowState;
 
-/// The power state the Inventory's Machine reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Power {
-    On,
-    Off,
-    /// Not read yet, or the BMC answered something else: never taken for off.
-    Unknown,
-}
-
-/// How a Job ingot submitted stands.
-#[derive(Clone, Debug, PartialEq)]
-pub enum JobState {
-    /// Not submitted for this allocation.
-    None,
-    /// Submitted, not finished (or not seen yet).
-    Running,
-    Succeeded,
-    Failed(String),
-}
+pub use crate::seeder::power::{JobState, Power};
 
 /// Whether the Inventory's owner Cluster still wants it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
