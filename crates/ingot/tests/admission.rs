@@ -331,7 +331,7 @@ async fn of_two_clusters_listing_one_free_inventory_the_older_gets_it_and_the_ne
     let cluster = |name: &str| {
         json!({"apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Cluster",
             "metadata": {"name": name},
-            "spec": {"version": "v1.7.1",
+            "spec": {"version": "v1.7.1", "imageURL": "http://127.0.0.1:9/iso",
                 "nodes": [{"inventoryReference": {"name": "shared", "namespace": ns},
                     "addressPoolReference": {"name": "vip", "namespace": ns}}],
                 "vipConfig": {"addressPoolReference": {"name": "vip", "namespace": ns}}}})
@@ -352,6 +352,8 @@ async fn of_two_clusters_listing_one_free_inventory_the_older_gets_it_and_the_ne
         .arg(format!("--seeder-namespace={ns}"))
         .arg(format!("--rufio-namespace={ns}"))
         .arg("--rufio-machine-interval-seconds=2")
+        // Nothing boots here; a Cluster is held until ingot can hand out install files.
+        .arg("--boot-url=http://127.0.0.1:9")
         .env("RUST_LOG", "info,ingot_controllers=debug")
         .start();
 
