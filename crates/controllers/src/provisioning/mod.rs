@@ -163,6 +163,8 @@ pub struct ProvisioningContext {
     pub(crate) http: reqwest::Client,
     /// For the new cluster's API server, whose CA ingot does not know (`remote`).
     pub(crate) remote_http: reqwest::Client,
+    /// The watches of new clusters' Nodes, and the Cluster wake-ups they send.
+    pub(crate) node_watches: remote::NodeWatches,
     /// When each pool's owners were last looked up (see [`addresspool`]).
     owner_checks: Mutex<HashMap<String, Instant>>,
 }
@@ -197,6 +199,7 @@ impl ProvisioningContext {
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap_or_default(),
+            node_watches: remote::NodeWatches::default(),
             owner_checks: Mutex::default(),
         }
     }

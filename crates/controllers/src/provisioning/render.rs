@@ -286,7 +286,7 @@ fn join(base: &url::Url, path: &str) -> String {
 }
 
 /// Adds to the create node's config the manifest RKE2 applies on its first start: a bootstrap
-/// token whose only right is to list Nodes (see `super::remote`).
+/// token whose only rights are to list and watch Nodes (see `super::remote`).
 fn with_node_reader(config: &str, token: &Secret) -> Result<String, String> {
     let id = install::value(token, NODE_READER_ID_KEY)
         .ok_or("the token Secret has no node-reader id")?;
@@ -317,7 +317,7 @@ fn with_node_reader(config: &str, token: &Secret) -> Result<String, String> {
     serde_yaml::to_string(&document).map_err(|e| e.to_string())
 }
 
-/// The bootstrap token Secret, a ClusterRole that lists Nodes, and its binding to the token's
+/// The bootstrap token Secret, a ClusterRole that lists and watches Nodes, and its binding to the token's
 /// group.
 pub fn node_reader_manifest(id: &str, secret: &str) -> String {
     format!(
@@ -328,7 +328,7 @@ metadata:
   namespace: kube-system
 type: bootstrap.kubernetes.io/token
 stringData:
-  description: ingot reads the Nodes of this cluster with this token, and nothing else
+  description: ingot lists and watches the Nodes of this cluster with this token, and nothing else
   token-id: {id}
   token-secret: {secret}
   usage-bootstrap-authentication: \"true\"
@@ -341,7 +341,7 @@ metadata:
 rules:
 - apiGroups: [\"\"]
   resources: [nodes]
-  verbs: [list]
+  verbs: [list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

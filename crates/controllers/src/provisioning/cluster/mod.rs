@@ -63,6 +63,8 @@ pub async fn run<C, I, P, S>(
                 .map(|(ns, name)| ObjectRef::new(name).within(ns))?;
             Some(owner)
         })
+        // A Node of a new cluster turning Ready (`remote::NodeWatches`).
+        .reconcile_on(ctx.node_watches.wakes())
         .with_config(Config::default().concurrency(16));
     let backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(120));
     let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use ingot_api::seeder::{Cluster, INVENTORY_NODE_READY, Inventory};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 
 use super::phase::{self, Member, Phase};
 use super::reference_namespace;
@@ -130,6 +131,11 @@ pub async fn observe(
         }
         _ => None,
     };
+    let key = ObjectRef::from(cluster);
+    if remote_ready.is_none() {
+        ctx.node_watches.stop(&key);
+    }
+    let watching = ctx.node_watches.following(&key);
     Ok(Observation {
         state: phase::Observed {
             phase,
@@ -154,6 +160,7 @@ pub async fn observe(
             .then(|| render::STREAM_NEEDS_TINKERBELL.to_owned()),
             installed,
             remote_ready,
+            watching,
         },
         members,
         token,

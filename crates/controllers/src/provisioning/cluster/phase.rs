@@ -110,6 +110,8 @@ pub struct Observed {
     /// Ready Nodes of the new cluster whose address is a node's address; `None` when not read
     /// (not yet reachable, or not yet asked).
     pub remote_ready: Option<usize>,
+    /// The new cluster's Nodes are watched: a Node turning Ready wakes the Cluster.
+    pub watching: bool,
 }
 
 /// Why a Cluster waits: its `Ready` condition's reason and message, and when to look again.
@@ -142,11 +144,11 @@ pub enum Outcome {
     Advance(Phase),
 }
 
-/// How often a waiting Cluster looks again when nothing it watches wakes it (the new cluster's
-/// Nodes are not watched).
+/// How often a waiting Cluster looks again when nothing it watches wakes it.
 pub const POLL: Duration = Duration::from_secs(10);
 /// How often a Cluster whose nodes all reported their install looks at the new cluster's
-/// Nodes: nothing else wakes it when the last one registers.
+/// Nodes when they are not watched (the new cluster refused or dropped the watch): nothing
+/// else wakes it when the last one registers.
 pub const FINISH_POLL: Duration = Duration::from_secs(2);
 /// How often a Cluster waiting on a person looks again.
 pub const SLOW_POLL: Duration = Duration::from_secs(60);
@@ -264,7 +266,7 @@ fn boot_ready(observed: &Observed) -> Outcome {
                 observed.installed,
                 ready.map_or("none yet".to_owned(), |r| r.to_string()),
             ),
-            retry: if observed.installed >= wanted {
+            retry: if observed.installed >= wanted && !observed.watching {
                 FINISH_POLL
             } else {
                 POLL
@@ -372,6 +374,7 @@ mod tests {
             config_refused: None,
             installed: 0,
             remote_ready: None,
+            watching: false,
         }
     }
 
@@ -510,8 +513,9 @@ mod tests {
         assert_eq!(step(&o), Outcome::Advance(Phase::Running));
     }
 
-    /// Once every node reported its install, the new cluster is looked at every 2 s (nothing
-    /// else wakes the Cluster when the last Node registers), before that every 10 s.
+    /// Once every node reported its install, unwatched Nodes of the new cluster are looked at
+    /// every 2 s (nothing else wakes the Cluster when the last Node registers), before that,
+    /// or when watched, every 10 s.
     #[test]
     fn the_new_cluster_is_looked_at_often_once_every_node_reported_its_install() {
         let mut o = observed(Phase::BootReady, &[Member::Allocated, Member::Allocated]);
@@ -522,6 +526,8 @@ mod tests {
         o.remote_ready = Some(1);
         assert!(matches!(step(&o), Outcome::Wait(h) if h.retry == FINISH_POLL));
         assert!(FINISH_POLL < POLL);
+        o.watching = true;
+        assert!(matches!(step(&o), Outcome::Wait(h) if h.retry == POLL));
     }
 
     #[test]
