@@ -358,6 +358,7 @@ pub struct ProvisioningMetrics {
     pub cluster_phase_reached: Family<PhaseLabels, Histogram>,
     pub install_boots: Counter,
     pub installs_succeeded: Counter,
+    pub new_cluster_wakeups: Counter,
 }
 
 impl ProvisioningMetrics {
@@ -381,6 +382,12 @@ impl ProvisioningMetrics {
                 registry,
                 "provisioning_installs_succeeded",
                 "Installer SUCCEEDED webhooks taken (the first per node)",
+                Counter::default(),
+            ),
+            new_cluster_wakeups: registered(
+                registry,
+                "provisioning_new_cluster_wakeups",
+                "Clusters reconciled because a watched Node of their new cluster changed readiness, or the watch ended",
                 Counter::default(),
             ),
         }
@@ -784,6 +791,7 @@ mod tests {
             "ingot_provisioning_cluster_phase_reached_seconds histogram",
             "ingot_provisioning_install_boots counter",
             "ingot_provisioning_installs_succeeded counter",
+            "ingot_provisioning_new_cluster_wakeups counter",
             "ingot_metal_requests counter",
             "ingot_bmc_request_duration_seconds histogram",
             "ingot_pools gauge",

@@ -308,7 +308,8 @@ struct RufioArgs {
     #[arg(long, default_value_t = 600.0)]
     rufio_task_timeout_seconds: f64,
 
-    /// Seconds between reads of the BMC while a Task waits for its effect.
+    /// Longest wait in seconds between reads of the BMC while a Task waits for its effect
+    /// (the first read comes 0.25 s after the send, then the waits grow to this).
     #[arg(long, default_value_t = 3.0)]
     rufio_task_poll_seconds: f64,
 

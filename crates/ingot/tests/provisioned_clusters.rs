@@ -379,6 +379,10 @@ ingot_testenv::scenario!(mod three_servers: Provisioned {
 /// `--provisioning-max-concurrent-installs=1`: the servers install one after another. Read from
 /// the BMCs and the Inventories: each server's PXE boot comes after the install the one before
 /// reported, and the servers that waited said so (`waitingForInstallSlot`).
+/// Also: the new cluster's Nodes are watched, and the Cluster controller is woken by it. The
+/// first Node answers the node reader (its manifest applied) about a second after its install
+/// report; 8 s installs one after another put the last Node's registration more than 10 s (the
+/// poll while installs remain) after that, so after the watch opened.
 #[tokio::test(flavor = "multi_thread")]
 async fn with_a_budget_of_one_install_the_servers_install_one_after_another() {
     let f = Provisioned::start_with(provisioning_support::Options {
@@ -386,6 +390,7 @@ async fn with_a_budget_of_one_install_the_servers_install_one_after_another() {
         node_cidr: "127.0.24.0/24",
         gateway: "127.0.24.1",
         max_installs: Some(1),
+        install_time: Duration::from_secs(8),
         ..provisioning_support::Options::default()
     })
     .await;
@@ -434,6 +439,14 @@ async fn with_a_budget_of_one_install_the_servers_install_one_after_another() {
         .filter(|i| Provisioned::condition(i, "waitingForInstallSlot").is_some())
         .count();
     assert!(waited >= 1, "no server said it waited for an install slot");
+    let wakeups = f
+        .operator
+        .metric_sum("ingot_provisioning_new_cluster_wakeups_total", &[])
+        .await;
+    assert!(
+        wakeups >= 1.0,
+        "the Cluster was never woken by its new cluster's Nodes"
+    );
     f.finish().await;
 }
 

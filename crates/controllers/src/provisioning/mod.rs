@@ -177,6 +177,8 @@ impl ProvisioningContext {
         settings: Settings,
     ) -> Self {
         let events = || EventRecorder::new(client.clone(), EVENT_COMPONENT, Some(instance.clone()));
+        let node_watches =
+            remote::NodeWatches::new(metrics.provisioning.new_cluster_wakeups.clone());
         ProvisioningContext {
             cluster_events: events(),
             inventory_events: events(),
@@ -199,7 +201,7 @@ impl ProvisioningContext {
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap_or_default(),
-            node_watches: remote::NodeWatches::default(),
+            node_watches,
             owner_checks: Mutex::default(),
         }
     }

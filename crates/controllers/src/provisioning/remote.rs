@@ -33,8 +33,9 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::ResourceExt;
 use kube::core::WatchEvent;
 use kube::runtime::reflector::ObjectRef;
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
-use tracing::debug;
+use tracing::{debug, info};
 
 use super::ProvisioningContext;
 use super::cluster::observe::MemberView;
@@ -199,6 +200,8 @@ pub struct NodeWatches {
     wake: mpsc::Sender<ObjectRef<Cluster>>,
     wakes: Mutex<Option<mpsc::Receiver<ObjectRef<Cluster>>>>,
     next_id: AtomicU64,
+    /// Wake-ups taken by the Cluster controller (`ingot_provisioning_new_cluster_wakeups_total`).
+    taken: Counter,
 }
 
 enum Watch {
@@ -210,13 +213,7 @@ enum Watch {
 
 impl Default for NodeWatches {
     fn default() -> Self {
-        let (wake, wakes) = mpsc::channel(WAKE_QUEUE);
-        NodeWatches {
-            watches: Arc::default(),
-            wake,
-            wakes: Mutex::new(Some(wakes)),
-            next_id: AtomicU64::new(0),
-        }
+        Self::new(Counter::default())
     }
 }
 
@@ -225,14 +222,31 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl NodeWatches {
+    /// Counting in `taken` the wake-ups the Cluster controller takes.
+    pub fn new(taken: Counter) -> Self {
+        let (wake, wakes) = mpsc::channel(WAKE_QUEUE);
+        NodeWatches {
+            watches: Arc::default(),
+            wake,
+            wakes: Mutex::new(Some(wakes)),
+            next_id: AtomicU64::new(0),
+            taken,
+        }
+    }
+
     /// The Clusters to reconcile because a Node of their new cluster changed readiness or the
     /// watch ended (the first caller gets them; later ones an empty stream).
     pub fn wakes(&self) -> impl Stream<Item = ObjectRef<Cluster>> + Send + 'static {
         let receiver = lock(&self.wakes).take();
-        futures::stream::unfold(receiver, |receiver| async move {
-            let mut receiver = receiver?;
-            let cluster = receiver.recv().await?;
-            Some((cluster, Some(receiver)))
+        let taken = self.taken.clone();
+        futures::stream::unfold(receiver, move |receiver| {
+            let taken = taken.clone();
+            async move {
+                let mut receiver = receiver?;
+                let cluster = receiver.recv().await?;
+                taken.inc();
+                Some((cluster, Some(receiver)))
+            }
         })
     }
 
@@ -285,6 +299,7 @@ impl NodeWatches {
         let own = key.clone();
         let (wake, woken) = (self.wake.clone(), follower.cluster.clone());
         // Spawned under the lock: the task's own bookkeeping waits for its entry.
+        debug!(cluster = %key, "watching the new cluster's Nodes");
         let task = tokio::spawn(async move {
             let ended = follower.run().await;
             {
@@ -293,7 +308,7 @@ impl NodeWatches {
                     match &ended {
                         Ended::Expired => watches.remove(&own),
                         Ended::Failed(why) => {
-                            debug!(cluster = %own, %why, "the new cluster's Nodes are polled, not watched");
+                            info!(cluster = %own, %why, "the new cluster's Nodes are polled, not watched");
                             watches.insert(own.clone(), Watch::Failed(Instant::now()))
                         }
                     };
@@ -396,6 +411,7 @@ impl Follower {
             return Some(Ended::Failed(format!("over {MAX_NODES} Nodes")));
         }
         if changed {
+            debug!(cluster = %self.cluster, "a Node of the new cluster changed readiness");
             match self.wake.try_send(self.cluster.clone()) {
                 // The poll stays: a wake-up dropped only comes later.
                 Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}

@@ -1,8 +1,9 @@
 //! The Task controller: one BMC action, completed only once the BMC reports its effect.
 //!
 //! Phases: set `startTime`; mark the action as being sent (annotation), send it, mark it sent;
-//! then read the BMC every `task_poll` until the state is reached (`Completed`) or
-//! `task_timeout` passes (`Failed`, Rufio's `bmc task timeout: <ns>`). Transient errors
+//! then read the BMC (soon after the send, then less often, at most every `task_poll`) until
+//! the state is reached (`Completed`) or `task_timeout` passes (`Failed`, Rufio's
+//! `bmc task timeout: <ns>`). Transient errors
 //! (unreachable, busy) are retried with backoff. A destructive action (`cycle`, `reset`) whose
 //! sending was interrupted, or whose answer was lost (timeout, connection lost after sending)
 //! without the power state showing that the BMC carried it out, is never sent again: the Task
@@ -376,7 +377,7 @@ async fn act(
         )),
         Phase::Send => send_phase(task, op, ctx, api).await?,
         Phase::Verify => match connect(task, ctx).await {
-            Ok(bmc) => verify(&bmc, op, ctx, &key_of(task)).await,
+            Ok(bmc) => verify(&bmc, op, ctx, &key_of(task), next_look(task, ctx)).await,
             Err(outcome) => outcome,
         },
     })
@@ -414,7 +415,7 @@ async fn send_phase(
             }
             mark(api, &name, "sent").await?;
             info!(task = %key, action = describe(op), "BMC accepted the action");
-            Outcome::Again(ctx.settings.task_poll)
+            Outcome::Again(FIRST_LOOK.min(ctx.settings.task_poll))
         }
         // No answer, or the connection lost after sending: the BMC may have acted. The BMC
         // layer already read the power state, which did not show it: a reboot is never sent
@@ -636,9 +637,37 @@ pub fn media_reached(kind: MediaKind, image: Option<&str>, slots: &[MediaSlot]) 
     }
 }
 
-/// Reads the BMC: Complete once the action's effect shows.
-async fn verify(bmc: &ManagedBmc, op: &Op, ctx: &RufioContext, key: &str) -> Outcome {
-    let poll = ctx.settings.task_poll;
+/// How soon a sent action's effect is first read back.
+pub const FIRST_LOOK: Duration = Duration::from_millis(250);
+
+/// How soon a started Task's BMC is read again: as long as the Task has run (at least
+/// [`FIRST_LOOK`]), at most `--rufio-task-poll-seconds`. A BMC that acts within a second
+/// completes its Task within a second; a slow one is read a few more times in its first
+/// seconds, then every poll.
+pub fn look_again_after(started: Option<Timestamp>, now: Timestamp, poll: Duration) -> Duration {
+    let running = started
+        .and_then(|t| Duration::try_from(now.duration_since(t)).ok())
+        .unwrap_or_default();
+    running.max(FIRST_LOOK).min(poll)
+}
+
+fn next_look(task: &Task, ctx: &RufioContext) -> Duration {
+    let started = task
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map(|t| t.0);
+    look_again_after(started, Timestamp::now(), ctx.settings.task_poll)
+}
+
+/// Reads the BMC: Complete once the action's effect shows; else looks again after `poll`.
+async fn verify(
+    bmc: &ManagedBmc,
+    op: &Op,
+    ctx: &RufioContext,
+    key: &str,
+    poll: Duration,
+) -> Outcome {
     match op {
         Op::Status => Outcome::Complete,
         Op::Power(action) => match bmc.power_state().await {
@@ -958,6 +987,23 @@ mod tests {
         // Ejected: no device of the kind holds anything; other kinds may.
         assert!(media_reached(MediaKind::Cd, None, &[usb, cd_empty]));
         assert!(!media_reached(MediaKind::Cd, None, &[cd_other]));
+    }
+
+    /// A sent action is read back soon, then less often, never less often than the poll.
+    #[test]
+    fn the_bmc_is_read_again_soon_after_the_send_then_every_poll() {
+        let poll = Duration::from_secs(3);
+        let ms = |m: i64| Timestamp::from_millisecond(1_000_000 + m).unwrap();
+        let after = |running_ms: i64| look_again_after(Some(ms(0)), ms(running_ms), poll);
+        assert_eq!(after(0), FIRST_LOOK);
+        assert_eq!(after(100), FIRST_LOOK);
+        assert_eq!(after(800), Duration::from_millis(800));
+        assert_eq!(after(2_000), Duration::from_secs(2));
+        assert_eq!(after(60_000), poll);
+        assert_eq!(look_again_after(None, ms(0), poll), FIRST_LOOK);
+        // A poll shorter than the first look is kept (tests run at 100 ms).
+        let quick = Duration::from_millis(100);
+        assert_eq!(look_again_after(Some(ms(0)), ms(0), quick), quick);
     }
 
     #[test]

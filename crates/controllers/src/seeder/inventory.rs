@@ -894,12 +894,12 @@ async fn wait_for_release(
     let message = format!(
         "deleted while allocated to Cluster {owner}: remove it from that Cluster's spec.nodes (or delete the Cluster); once its server is shut down and its address freed, the Inventory goes"
     );
-    let machine = Api::<Machine>::namespaced(
-        ctx.client.clone(),
-        &inventory.namespace().unwrap_or_default(),
-    )
-    .get_opt(&inventory.name_any())
-    .await?;
+    let machine = ctx
+        .machine(
+            &inventory.namespace().unwrap_or_default(),
+            &inventory.name_any(),
+        )
+        .await?;
     let now = now();
     let mut status = observed_status(inventory, machine.as_ref(), None, &now);
     let said = conditions::find(&status.conditions, WAITING_FOR_RELEASE)

@@ -135,6 +135,7 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<ProvisioningContext>) -> Resu
     }
     let stores = ctx.stores().ok_or(Error::NotStarted)?.clone();
     if cluster.meta().deletion_timestamp.is_some() {
+        ctx.node_watches.stop(&ObjectRef::from(cluster.as_ref()));
         return execute::finalize(&cluster, &ctx, &stores).await;
     }
     let api = execute::clusters(&ctx, &cluster);

@@ -124,17 +124,18 @@ pub async fn observe(
             })
         })
         .count();
+    let key = ObjectRef::from(cluster);
     let remote_ready = match (phase, &token) {
         // Asked once the create node reported its install: before, nothing answers.
         (Some(Phase::BootReady), Some(token)) if installed > 0 => {
             remote::ready_nodes(cluster, ctx, token, &members).await
         }
-        _ => None,
+        // Running, or back to allocation: its Nodes are no longer followed.
+        _ => {
+            ctx.node_watches.stop(&key);
+            None
+        }
     };
-    let key = ObjectRef::from(cluster);
-    if remote_ready.is_none() {
-        ctx.node_watches.stop(&key);
-    }
     let watching = ctx.node_watches.following(&key);
     Ok(Observation {
         state: phase::Observed {

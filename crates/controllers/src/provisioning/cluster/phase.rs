@@ -147,9 +147,10 @@ pub enum Outcome {
 /// How often a waiting Cluster looks again when nothing it watches wakes it.
 pub const POLL: Duration = Duration::from_secs(10);
 /// How often a Cluster whose nodes all reported their install looks at the new cluster's
-/// Nodes when they are not watched (the new cluster refused or dropped the watch): nothing
-/// else wakes it when the last one registers.
-pub const FINISH_POLL: Duration = Duration::from_secs(2);
+/// Nodes when they are not watched: its API server does not answer the node reader yet (it
+/// comes up with the create node), or it refused or dropped the watch. Nothing else wakes the
+/// Cluster then; one request a second while it lasts.
+pub const FINISH_POLL: Duration = Duration::from_secs(1);
 /// How often a Cluster waiting on a person looks again.
 pub const SLOW_POLL: Duration = Duration::from_secs(60);
 
@@ -514,7 +515,7 @@ mod tests {
     }
 
     /// Once every node reported its install, unwatched Nodes of the new cluster are looked at
-    /// every 2 s (nothing else wakes the Cluster when the last Node registers), before that,
+    /// every second (nothing else wakes the Cluster when the last Node registers), before that,
     /// or when watched, every 10 s.
     #[test]
     fn the_new_cluster_is_looked_at_often_once_every_node_reported_its_install() {
