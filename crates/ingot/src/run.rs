@@ -198,8 +198,9 @@ struct ProvisioningArgs {
     )]
     provisioning_boot: BootArg,
 
-    /// With `--provisioning-boot tinkerbell`: the address of Hegel and Smee. Default: the
-    /// load-balancer IP of Service `tink-stack` in the Cluster's namespace, as Seeder reads it.
+    /// With `--provisioning-boot tinkerbell` (refused without it): the address of Hegel and
+    /// Smee. Default: the load-balancer IP of Service `tink-stack` in the Cluster's namespace,
+    /// as Seeder reads it.
     #[arg(long, env = "INGOT_PROVISIONING_TINK_ADDRESS")]
     provisioning_tink_address: Option<std::net::IpAddr>,
 }
@@ -215,6 +216,18 @@ impl ProvisioningArgs {
         self.provisioning_namespace
             .clone()
             .filter(|n| !n.is_empty())
+    }
+
+    /// Refuses settings that would be ignored.
+    fn check(&self) -> anyhow::Result<()> {
+        if let (Some(address), BootArg::Ingot) =
+            (self.provisioning_tink_address, self.provisioning_boot)
+        {
+            anyhow::bail!(
+                "--provisioning-tink-address {address} is only used with --provisioning-boot tinkerbell, and --provisioning-boot is ingot: add --provisioning-boot tinkerbell (INGOT_PROVISIONING_BOOT=tinkerbell), or remove --provisioning-tink-address (INGOT_PROVISIONING_TINK_ADDRESS)"
+            );
+        }
+        Ok(())
     }
 
     fn settings(&self, rufio: &rufio::Settings) -> provisioning::Settings {
@@ -585,6 +598,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let rufio_settings = rufio_settings(&args)?;
     // A bad fencing setting stops the start, before any controller runs.
     args.fencing.settings(&rufio_settings)?;
+    args.provisioning.check()?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     info!(version = env!("CARGO_PKG_VERSION"), %identity, controllers = ?controllers, "starting ingot");
 

@@ -441,22 +441,35 @@ fn provisioning_tinkerbell_boots_through_tinkerbell_with_its_rbac() {
             sets,
             &["--show-only", "templates/rbac.yaml"],
         );
-        (args, rbac.contains("[\"tinkerbell.org\"]"))
+        let stack = rbac.contains("resources: [\"services\", \"configmaps\"]");
+        (args, rbac.contains("[\"tinkerbell.org\"]"), stack)
     };
     let provisioning = "controllers={provisioning}".to_owned();
-    let (args, tinkerbell_rbac) = args_and_rules(std::slice::from_ref(&provisioning));
+    let (args, tinkerbell_rbac, stack_rbac) = args_and_rules(std::slice::from_ref(&provisioning));
     assert!(
         !args.iter().any(|a| a.starts_with("--provisioning-boot")),
         "{args:?}"
     );
     assert!(!tinkerbell_rbac, "tinkerbell.org granted by default");
-    let (args, tinkerbell_rbac) =
+    assert!(!stack_rbac, "Services and ConfigMaps granted by default");
+    let (args, tinkerbell_rbac, stack_rbac) =
         args_and_rules(&[provisioning, "provisioning.tinkerbell=true".to_owned()]);
     assert!(
         args.contains(&"--provisioning-boot=tinkerbell".to_owned()),
         "{args:?}"
     );
+    // The chart has no value for the stack's address: it gives no --provisioning-tink-address.
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--provisioning-tink-address")),
+        "{args:?}"
+    );
     assert!(tinkerbell_rbac, "tinkerbell.org not granted");
+    assert!(
+        stack_rbac,
+        "the stack's Service and ConfigMap not watchable"
+    );
 }
 
 /// Both Harvester files apply to the real API server (`dryRun=All`, the schema checked

@@ -15,7 +15,7 @@
 mod chart_support;
 mod provisioning_support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ingot_testenv::harness::wait_for;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
@@ -184,6 +184,9 @@ async fn tinkerbell_objects_are_written_as_seeder_writes_them_and_the_workflow_i
     );
     assert_eq!(p.pxe_boots(), vec![0, 0, 0]);
     assert!(p.tink("Hardware").get_opt("node0").await.unwrap().is_none());
+    // The Service is watched: its load-balancer IP wakes the waiting Cluster, well before the
+    // minute after which a waiting Cluster looks again on its own.
+    let ip_given = Instant::now();
     Api::<Service>::namespaced(p.client.clone(), &ns)
         .patch_status(
             "tink-stack",
@@ -193,6 +196,11 @@ async fn tinkerbell_objects_are_written_as_seeder_writes_them_and_the_workflow_i
         .await
         .unwrap();
     p.wait_status("tinkConfigReady").await;
+    assert!(
+        ip_given.elapsed() < Duration::from_secs(30),
+        "the tink-stack Service's IP was seen after {:?}",
+        ip_given.elapsed()
+    );
 
     // Every node: the three objects, Seeder's conditions, and one boot.
     for name in &p.names {
@@ -368,6 +376,23 @@ async fn tinkerbell_objects_are_written_as_seeder_writes_them_and_the_workflow_i
         json!({"templateRef": "node0", "hardwareRef": "node0",
             "hardwareMap": {"device_1": mac.to_ascii_lowercase()}})
     );
+    // Smee and Hegel serve the boot: ingot's boot server answers neither the node's script
+    // (by its MAC) nor its config (from its own address), as it answers an unknown one.
+    let answer = reqwest::get(format!("{}/boot/{mac}", p.boot_url))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::NOT_FOUND);
+    let body = answer.text().await.unwrap();
+    assert!(!body.contains("harvester"), "{body}");
+    let answer = reqwest::Client::builder()
+        .local_address(address.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+        .get(format!("{}/config/{ns}/node0", p.boot_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::NOT_FOUND);
     // A join node's config.
     let join = p.tink("Hardware").get("node1").await.unwrap();
     let join: serde_yaml::Value =
@@ -407,7 +432,7 @@ async fn tinkerbell_objects_are_written_as_seeder_writes_them_and_the_workflow_i
         )
         .await
         .unwrap();
-    // The ConfigMap is not watched: the next change of the Cluster, or its poll, reads it.
+    // The ConfigMap is watched: its change wakes the Cluster.
     p.wait_spec("Template", "node1", "the new reboot image", |s| {
         s["data"]
             .as_str()
@@ -415,7 +440,9 @@ async fn tinkerbell_objects_are_written_as_seeder_writes_them_and_the_workflow_i
     })
     .await;
 
-    // STATE_SUCCESS: network boot and workflows off, the node installed, Seeder's Event.
+    // STATE_SUCCESS: network boot and workflows off, the node installed, Seeder's Event. The
+    // Workflow is watched: its change wakes the Inventory (whose own look comes every 30 s).
+    let succeeded = Instant::now();
     p.workflow_status(
         "node0",
         "STATE_SUCCESS",
@@ -428,6 +455,11 @@ async fn tinkerbell_objects_are_written_as_seeder_writes_them_and_the_workflow_i
     })
     .await;
     p.wait_condition("node0", "harvesterInstalled").await;
+    assert!(
+        succeeded.elapsed() < Duration::from_secs(15),
+        "the Workflow's success was seen after {:?}",
+        succeeded.elapsed()
+    );
     p.wait_event("Normal", "workflow node0 completed successfully")
         .await;
 
@@ -466,6 +498,26 @@ async fn tinkerbell_objects_are_written_as_seeder_writes_them_and_the_workflow_i
         1,
         "a second Job was made for node1"
     );
+    // Workflows, the stack's Service and ConfigMap were read from watches only: ingot never
+    // asked for one of them (its own request counter).
+    for resource in ["workflows", "services", "configmaps"] {
+        let gets = p
+            .operator
+            .metric_sum(
+                "ingot_kube_requests_total",
+                &[r#"verb="get""#, &format!(r#"resource="{resource}""#)],
+            )
+            .await;
+        assert_eq!(gets, 0.0, "GET {resource} was sent {gets} times");
+        let watches = p
+            .operator
+            .metric_sum(
+                "ingot_kube_requests_total",
+                &[r#"verb="watch""#, &format!(r#"resource="{resource}""#)],
+            )
+            .await;
+        assert!(watches >= 1.0, "{resource} are not watched");
+    }
 
     // The installer's webhook (Seeder's endpoint) turns network boot off on the Hardware.
     let node2 = inventories.get("node2").await.unwrap();

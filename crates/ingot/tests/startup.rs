@@ -1,5 +1,6 @@
 //! What `ingot run` says when it cannot start, and what the shipped binary holds: a bad
-//! `--controllers` name or an API server that does not answer gives one line naming the fix, a
+//! `--controllers` name, a `--provisioning-tink-address` without Tinkerbell mode, or an API
+//! server that does not answer gives one line naming the fix, a
 //! non-zero exit and no panic; a missing Metal credentials Secret one line naming the command
 //! that makes it, while ingot waits for it; the binary the image ships (built without the test-only
 //! `crash-points` feature) refuses `--crash-point` and holds no crash-point code.
@@ -67,6 +68,42 @@ fn a_bad_fencing_budget_is_refused_in_one_line_naming_the_flag() {
     let line = one_error_line(&output);
     assert!(line.contains("--fencing-max-unhealthy"), "{line}");
     assert!(line.contains("\"120%\""), "{line}");
+}
+
+#[test]
+fn a_tinkerbell_address_without_tinkerbell_mode_is_refused_naming_both_flags() {
+    for (args, env) in [
+        (vec!["--provisioning-tink-address", "10.1.1.1"], None),
+        // The same from the environment, and with the default mode named.
+        (
+            vec!["--provisioning-boot", "ingot"],
+            Some(("INGOT_PROVISIONING_TINK_ADDRESS", "10.1.1.1")),
+        ),
+    ] {
+        let mut command = ingot();
+        command
+            .args(["run", "--controllers", "provisioning"])
+            .args(&args)
+            .env("RUST_LOG", "off");
+        if let Some((key, value)) = env {
+            command.env(key, value);
+        }
+        let output = command.output().unwrap();
+        assert!(!output.status.success(), "{}", stderr(&output));
+        let line = one_error_line(&output);
+        assert!(
+            line.contains("--provisioning-tink-address 10.1.1.1"),
+            "{line}"
+        );
+        assert!(
+            line.contains("add --provisioning-boot tinkerbell"),
+            "{line}"
+        );
+        assert!(
+            line.contains("remove --provisioning-tink-address"),
+            "{line}"
+        );
+    }
 }
 
 fn kubeconfig_for(server: &str) -> PathBuf {

@@ -11,6 +11,9 @@
 //! - `PUT /disable/<namespace>/<name>`: the installer's SUCCEEDED webhook (Seeder's path),
 //!   from the same sources: the node stops being offered the installer, so its next boot is
 //!   from its disk.
+//!
+//! With `--provisioning-boot tinkerbell`, Smee and Hegel serve the boot: the first two answer
+//! every request as they answer an unknown MAC or node (404), and only the webhook is served.
 
 //!
 //! Every replica answers (a standby too): the service keeps its own watches of Inventories and
@@ -93,7 +96,8 @@ pub struct BootSettings {
     pub namespace: Option<String>,
     pub allowed_sources: Vec<ipnet::IpNet>,
     pub crash_point: Option<String>,
-    /// Tinkerbell mode: the webhook also turns network boot off on the node's Hardware.
+    /// Tinkerbell mode: no script or config is served (Smee and Hegel serve them), and the
+    /// webhook also turns network boot off on the node's Hardware.
     pub tinkerbell: bool,
 }
 
@@ -173,6 +177,10 @@ impl BootService {
 
     /// `GET /boot/<mac>`.
     pub async fn script(&self, mac: &str) -> Script {
+        if self.tinkerbell {
+            // Smee serves the script.
+            return Script::Unknown;
+        }
         if !self.synced(SYNC_WAIT).await {
             return Script::Unavailable;
         }
@@ -200,6 +208,10 @@ impl BootService {
 
     /// `GET /config/<namespace>/<name>`.
     pub async fn config(&self, namespace: &str, name: &str, source: IpAddr) -> Answer<String> {
+        if self.tinkerbell {
+            // Hegel serves the config.
+            return Answer::NotFound;
+        }
         if !self.synced(SYNC_WAIT).await {
             return Answer::Unavailable;
         }
@@ -317,6 +329,10 @@ mod tests {
 
     /// A service whose watches never list (nothing serves the API address).
     fn unsynced() -> Arc<BootService> {
+        unsynced_in(false)
+    }
+
+    fn unsynced_in(tinkerbell: bool) -> Arc<BootService> {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let (service, _feed) = BootService::new(
             Client::try_from(config).unwrap(),
@@ -326,7 +342,7 @@ mod tests {
                 namespace: None,
                 allowed_sources: Vec::new(),
                 crash_point: None,
-                tinkerbell: false,
+                tinkerbell,
             },
         );
         service
@@ -347,6 +363,18 @@ mod tests {
         assert_eq!(
             service.succeeded("ns", "node0", source).await.unwrap(),
             Answer::Unavailable
+        );
+    }
+
+    #[tokio::test]
+    async fn in_tinkerbell_mode_no_script_or_config_is_served() {
+        let service = unsynced_in(true);
+        let source: IpAddr = "127.0.20.2".parse().unwrap();
+        // Answered at once, as an unknown MAC or node is: nothing is read for them.
+        assert_eq!(service.script("02:00:00:00:00:00").await, Script::Unknown);
+        assert_eq!(
+            service.config("ns", "node0", source).await,
+            Answer::NotFound
         );
     }
 }

@@ -122,6 +122,8 @@ pub struct Stores {
     pub jobs: Store<Job>,
     /// The Secrets ingot writes (labelled [`SECRET_LABEL`]).
     pub secrets: Store<Secret>,
+    /// Tinkerbell mode only: what its objects and the stack say.
+    pub tink: Option<tinkerbell::Stores>,
 }
 
 impl Stores {
@@ -144,6 +146,16 @@ impl Stores {
 
     pub fn job(&self, namespace: &str, name: &str) -> Option<Arc<Job>> {
         self.jobs.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Tinkerbell mode: its stores once each has listed (`Err`: not yet, to be tried again;
+    /// an empty store would be taken for a missing stack or Workflow).
+    pub(crate) fn tink_listed(&self) -> Result<Option<&tinkerbell::Stores>, Error> {
+        match &self.tink {
+            None => Ok(None),
+            Some(tink) if tink.listed() => Ok(Some(tink)),
+            Some(_) => Err(Error::NotStarted),
+        }
     }
 }
 
@@ -299,28 +311,45 @@ pub async fn run(
                 inventories: inventory_writer.subscribe()?,
                 pools: pool_writer.subscribe()?,
                 secrets: secret_writer.subscribe()?,
+                stack: None,
             },
             node::Triggers {
                 inventories: inventory_writer.subscribe()?,
                 slots: inventory_writer.subscribe()?,
                 clusters: cluster_writer.subscribe()?,
                 jobs: job_writer.subscribe()?,
+                workflows: None,
             },
         ))
     })();
     let pool_trigger = pool_writer.subscribe();
-    let (Some((cluster_triggers, node_triggers)), Some(pool_trigger)) =
-        (subscriptions, pool_trigger)
+    // Tinkerbell mode: the Workflows, Service tink-stack and ConfigMap seeder-config, watched
+    // (only in that mode, so the default mode needs no right to them).
+    let mut tink = ctx
+        .settings
+        .tinkerbell()
+        .then(|| tinkerbell::Watches::new(FEED_BUFFER));
+    let tink_triggers = match &mut tink {
+        None => Some(None),
+        Some(watches) => watches.triggers().map(Some),
+    };
+    let (Some((mut cluster_triggers, mut node_triggers)), Some(pool_trigger), Some(tink_triggers)) =
+        (subscriptions, pool_trigger, tink_triggers)
     else {
         tracing::warn!("a provisioning store takes no subscriber; provisioning does not run");
         return;
     };
+    if let Some(t) = tink_triggers {
+        cluster_triggers.stack = Some((t.services, t.configs));
+        node_triggers.workflows = Some(t.workflows);
+    }
     let stores = Stores {
         clusters,
         inventories,
         pools,
         jobs,
         secrets,
+        tink: tink.as_ref().map(tinkerbell::Watches::stores),
     };
     let _ = ctx.stores.set(stores.clone());
     let labelled = |label: &str| Config::default().labels(label);
@@ -343,6 +372,13 @@ pub async fn run(
                 ctx.watched::<Secret>(),
                 labelled(SECRET_LABEL)
             ),
+            async {
+                if let Some(watches) = tink {
+                    watches
+                        .feed(&ctx.client, ctx.settings.namespace.as_deref())
+                        .await;
+                }
+            },
         )
     };
     tokio::select! {

@@ -5,17 +5,26 @@
 //! Workflow's state is followed (`super::node`).
 //!
 //! What is built here is pure ([`hardware_spec`], [`template_spec`], [`workflow_spec`],
-//! [`workflow_state`]); [`stack`], [`disable_netboot`] and [`delete_all`] talk to the API server.
+//! [`workflow_state`], [`stack`]); [`disable_netboot`] and [`delete_all`] talk to the API
+//! server. The Workflows, and the Services and ConfigMaps named [`TINK_STACK_SERVICE`] and
+//! [`SEEDER_CONFIG`], are watched ([`Watches`], started in this mode only): a Workflow wakes its
+//! Inventory, the Service or ConfigMap the Clusters of its namespace, and both read the stores.
 //! Unlike Seeder: the Hardware is updated whenever its rendering changes (Seeder never updates
 //! it); the Template is built per call (Seeder mutates package-level defaults); removal deletes
 //! all three even when one is missing (Seeder's shared `notFound` flag skips the others); the
 //! `tink-stack` Service's ingress list is checked before it is read.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use futures::{FutureExt, StreamExt};
+use ingot_api::seeder::Inventory;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
+use kube::runtime::watcher::Config;
 use kube::{Api, Client};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -173,38 +182,175 @@ fn host(address: &str) -> String {
 }
 
 /// The stack of `namespace`: the address given (`--provisioning-tink-address`), else the
-/// load-balancer IP of Service `tink-stack` there; the images from ConfigMap `seeder-config`
-/// there, if any. `Err`: what is missing and the fix.
-pub async fn stack(client: &Client, namespace: &str, given: Option<&str>) -> Result<Stack, String> {
+/// load-balancer IP of `service` (Service `tink-stack` there, as watched); the images from
+/// `config` (ConfigMap `seeder-config` there), if any. `Err`: what is missing and the fix.
+pub fn stack(
+    namespace: &str,
+    given: Option<&str>,
+    service: Option<&Service>,
+    config: Option<&ConfigMap>,
+) -> Result<Stack, String> {
     let address = match given {
         Some(address) => address.to_owned(),
         None => {
-            let services: Api<Service> = Api::namespaced(client.clone(), namespace);
-            let service = services
-                .get_opt(TINK_STACK_SERVICE)
-                .await
-                .map_err(|e| format!("reading Service {namespace}/{TINK_STACK_SERVICE}: {e}"))?;
             let service = service.ok_or_else(|| {
                 format!(
                     "Service {namespace}/{TINK_STACK_SERVICE} does not exist: install the Tinkerbell stack in the Cluster's namespace, or give ingot run --provisioning-tink-address"
                 )
             })?;
-            load_balancer_ip(&service).ok_or_else(|| {
+            load_balancer_ip(service).ok_or_else(|| {
                 format!(
                     "waiting for ingress to be populated on svc {namespace}/{TINK_STACK_SERVICE} (status.loadBalancer.ingress has no ip): give it a load-balancer IP, or give ingot run --provisioning-tink-address"
                 )
             })?
         }
     };
-    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let config = configs
-        .get_opt(SEEDER_CONFIG)
-        .await
-        .map_err(|e| format!("reading ConfigMap {namespace}/{SEEDER_CONFIG}: {e}"))?;
     Ok(Stack {
         address,
-        images: Images::from_config(config.as_ref().and_then(|c| c.data.as_ref())),
+        images: Images::from_config(config.and_then(|c| c.data.as_ref())),
     })
+}
+
+/// Tinkerbell mode's stores (see [`Watches`]).
+#[derive(Clone)]
+pub struct Stores {
+    pub workflows: Store<DynamicObject>,
+    /// Services named [`TINK_STACK_SERVICE`].
+    pub services: Store<Service>,
+    /// ConfigMaps named [`SEEDER_CONFIG`].
+    pub configs: Store<ConfigMap>,
+}
+
+impl Stores {
+    /// Whether every watch has listed once.
+    pub fn listed(&self) -> bool {
+        matches!(
+            self.workflows.wait_until_ready().now_or_never(),
+            Some(Ok(()))
+        ) && matches!(
+            self.services.wait_until_ready().now_or_never(),
+            Some(Ok(()))
+        ) && matches!(self.configs.wait_until_ready().now_or_never(), Some(Ok(())))
+    }
+
+    pub fn workflow(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        self.workflows
+            .get(&ObjectRef::new_with(name, Kind::Workflow.resource()).within(namespace))
+    }
+
+    /// Service [`TINK_STACK_SERVICE`] of `namespace`.
+    pub fn service(&self, namespace: &str) -> Option<Arc<Service>> {
+        self.services
+            .get(&ObjectRef::new(TINK_STACK_SERVICE).within(namespace))
+    }
+
+    /// ConfigMap [`SEEDER_CONFIG`] of `namespace`.
+    pub fn config(&self, namespace: &str) -> Option<Arc<ConfigMap>> {
+        self.configs
+            .get(&ObjectRef::new(SEEDER_CONFIG).within(namespace))
+    }
+}
+
+/// The watches of Tinkerbell mode, within the provisioning namespace when one is set, each
+/// bounded as provisioning's others are (at most `buffer` changes ahead of the controller they
+/// wake, objects held without `managedFields`): every Workflow, and only the Services and
+/// ConfigMaps of the stack's names (a field selector on `metadata.name`).
+pub struct Watches {
+    workflows: Writer<DynamicObject>,
+    /// Workflow `<ns>/<name>` changed: Inventory `<ns>/<name>` is woken, once the store holds
+    /// the change.
+    wake: futures::channel::mpsc::Sender<ObjectRef<Inventory>>,
+    woken: Option<futures::channel::mpsc::Receiver<ObjectRef<Inventory>>>,
+    services: Writer<Service>,
+    configs: Writer<ConfigMap>,
+}
+
+/// The changes of [`Watches`] that wake the controllers.
+pub struct Triggers {
+    /// The Inventories whose Workflow changed.
+    pub workflows: futures::channel::mpsc::Receiver<ObjectRef<Inventory>>,
+    pub services: ReflectHandle<Service>,
+    pub configs: ReflectHandle<ConfigMap>,
+}
+
+impl Watches {
+    pub fn new(buffer: usize) -> Self {
+        let (wake, woken) = futures::channel::mpsc::channel(buffer);
+        Watches {
+            workflows: Writer::new(Kind::Workflow.resource()),
+            wake,
+            woken: Some(woken),
+            services: Writer::new_shared(buffer, ()),
+            configs: Writer::new_shared(buffer, ()),
+        }
+    }
+
+    /// The triggers (once).
+    pub fn triggers(&mut self) -> Option<Triggers> {
+        Some(Triggers {
+            services: self.services.subscribe()?,
+            configs: self.configs.subscribe()?,
+            workflows: self.woken.take()?,
+        })
+    }
+
+    pub fn stores(&self) -> Stores {
+        Stores {
+            workflows: self.workflows.as_reader(),
+            services: self.services.as_reader(),
+            configs: self.configs.as_reader(),
+        }
+    }
+
+    /// Fills the stores for as long as it is polled.
+    pub async fn feed(self, client: &Client, namespace: Option<&str>) {
+        use futures::SinkExt;
+        use kube::runtime::WatchStreamExt;
+        let named = |name: &str| Config::default().fields(&format!("metadata.name={name}"));
+        let resource = Kind::Workflow.resource();
+        let workflows: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        let events = kube::runtime::watcher(workflows, Config::default())
+            .default_backoff()
+            .modify(|object: &mut DynamicObject| object.metadata.managed_fields = None);
+        let wake = self.wake;
+        let workflows = kube::runtime::reflector(self.workflows, events)
+            .touched_objects()
+            .for_each(move |touched| {
+                let mut wake = wake.clone();
+                async move {
+                    match touched {
+                        Ok(workflow) => {
+                            if let (Some(name), Some(ns)) =
+                                (workflow.metadata.name, workflow.metadata.namespace)
+                            {
+                                // Waits while the controller is `buffer` changes behind; fails
+                                // only once it stopped.
+                                let _ = wake.send(ObjectRef::new(&name).within(&ns)).await;
+                            }
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, kind = "Workflow", "watch failed; listing again");
+                        }
+                    }
+                }
+            });
+        tokio::join!(
+            workflows,
+            crate::feed_store(
+                self.services,
+                crate::api_in::<Service>(client, namespace),
+                named(TINK_STACK_SERVICE)
+            ),
+            crate::feed_store(
+                self.configs,
+                crate::api_in::<ConfigMap>(client, namespace),
+                named(SEEDER_CONFIG)
+            ),
+        );
+    }
 }
 
 /// The first ingress IP of a Service's load balancer.

@@ -14,10 +14,10 @@ use futures::Stream;
 use ingot_api::seeder::{
     AddressPool, Cluster, Inventory, LOCAL_CLUSTER_NAME, LOCAL_CLUSTER_NAMESPACE,
 };
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Config};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, ReflectHandle};
 use kube::{Resource, ResourceExt};
 
 use super::{Error, ProvisioningContext, Stores};
@@ -31,6 +31,8 @@ pub struct Triggers<C, I, P, S> {
     pub inventories: I,
     pub pools: P,
     pub secrets: S,
+    /// Tinkerbell mode: Services `tink-stack` and ConfigMaps `seeder-config`.
+    pub stack: Option<(ReflectHandle<Service>, ReflectHandle<ConfigMap>)>,
 }
 
 pub async fn run<C, I, P, S>(
@@ -66,6 +68,20 @@ pub async fn run<C, I, P, S>(
         // A Node of a new cluster turning Ready (`remote::NodeWatches`).
         .reconcile_on(ctx.node_watches.wakes())
         .with_config(Config::default().concurrency(16));
+    // Tinkerbell mode: the stack's Service and ConfigMap wake every Cluster of their namespace.
+    let controller = match triggers.stack {
+        Some((services, configs)) => {
+            let (of_service, of_config) = (stores.clusters.clone(), stores.clusters.clone());
+            controller
+                .watches_shared_stream(services, move |service| {
+                    clusters_in(&of_service.state(), service.namespace().as_deref())
+                })
+                .watches_shared_stream(configs, move |config| {
+                    clusters_in(&of_config.state(), config.namespace().as_deref())
+                })
+        }
+        None => controller,
+    };
     let backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(120));
     let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
     runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
@@ -100,6 +116,14 @@ fn clusters_of(clusters: &[Arc<Cluster>], inventory: &Inventory) -> Vec<ObjectRe
                     && reference_namespace(&n.inventory_reference.namespace, c) == namespace
             })
         })
+        .map(|c| ObjectRef::from(c.as_ref()))
+        .collect()
+}
+
+fn clusters_in(clusters: &[Arc<Cluster>], namespace: Option<&str>) -> Vec<ObjectRef<Cluster>> {
+    clusters
+        .iter()
+        .filter(|c| !is_local(c) && c.namespace().as_deref() == namespace)
         .map(|c| ObjectRef::from(c.as_ref()))
         .collect()
 }

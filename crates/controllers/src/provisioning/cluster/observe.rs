@@ -81,10 +81,13 @@ pub async fn observe(
         phase,
         Some(Phase::NodesPatched | Phase::BootReady | Phase::Running)
     );
-    let stack = match &ctx.settings.boot {
-        BootMode::Tinkerbell { address } if writing => {
-            Some(tinkerbell::stack(&ctx.client, &namespace, address.as_deref()).await)
-        }
+    let stack = match (&ctx.settings.boot, stores.tink_listed()?) {
+        (BootMode::Tinkerbell { address }, Some(tink)) if writing => Some(tinkerbell::stack(
+            &namespace,
+            address.as_deref(),
+            tink.service(&namespace).as_deref(),
+            tink.config(&namespace).as_deref(),
+        )),
         _ => None,
     };
     let installs = if writing {
@@ -101,7 +104,7 @@ pub async fn observe(
         Vec::new()
     };
     let tink = match &stack {
-        Some(Ok(stack)) => tink_objects(cluster, ctx, &members, &installs, stack).await?,
+        Some(Ok(stack)) => tink_objects(cluster, ctx, stores, &members, &installs, stack).await?,
         _ => Vec::new(),
     };
     let tink_blocked = stack.and_then(Result::err);
@@ -295,10 +298,12 @@ fn current(stores: &Stores, view: &MemberView, files: &render::InstallFiles) -> 
 async fn tink_objects(
     cluster: &Cluster,
     ctx: &ProvisioningContext,
+    stores: &Stores,
     members: &[MemberView],
     installs: &[(usize, Result<render::InstallFiles, String>)],
     stack: &tinkerbell::Stack,
 ) -> Result<Vec<TinkObject>, Error> {
+    let tink = stores.tink_listed()?.ok_or(Error::NotStarted)?;
     let config = cluster.spec.cluster_config.clone().unwrap_or_default();
     let mut objects = Vec::new();
     for (index, files) in installs {
@@ -338,9 +343,18 @@ async fn tink_objects(
             (Kind::Workflow, tinkerbell::workflow_spec(&node)),
         ];
         for (kind, mut spec) in specs {
-            let found = tinkerbell::api(&ctx.client, &member.namespace, kind)
-                .get_opt(&member.name)
-                .await?;
+            // The Workflow as watched; a stale one is written under the version it was
+            // seen at, refused, and seen again.
+            let found = match kind {
+                Kind::Workflow => tink
+                    .workflow(&member.namespace, &member.name)
+                    .map(|w| (*w).clone()),
+                _ => {
+                    tinkerbell::api(&ctx.client, &member.namespace, kind)
+                        .get_opt(&member.name)
+                        .await?
+                }
+            };
             if let (Kind::Hardware, Some(found)) = (kind, &found) {
                 // Network boot turned off (the install reported) stays off for this
                 // allocation, even if the Inventory's record of it is not seen yet.

@@ -240,7 +240,8 @@ fn writes(observed: &Observed) -> Option<Outcome> {
         return Some(Outcome::Wait(Hold {
             reason: "WaitingForTinkerbell",
             message: why.clone(),
-            retry: POLL,
+            // The stack's Service and ConfigMap are watched: their change wakes the Cluster.
+            retry: SLOW_POLL,
             warning: true,
         }));
     }

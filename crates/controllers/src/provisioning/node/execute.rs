@@ -108,19 +108,14 @@ pub async fn observe(
         && (!ctx.settings.tinkerbell() || recorded(tinkerbell::TINK_HARDWARE_CREATED));
     let boot = job_state(INSTALL_BOOT, &boot_job);
     let installed = recorded(HARVESTER_INSTALLED);
-    let workflow = if ctx.settings.tinkerbell()
-        && owner == Owner::Booting
-        && boot != JobState::None
-        && !installed
-    {
-        tinkerbell::api(&ctx.client, &namespace, tinkerbell::Kind::Workflow)
-            .get_opt(&inventory.name_any())
-            .await?
+    // Tinkerbell mode: the Workflow as watched (a change of it wakes this Inventory).
+    let workflow = match stores.tink_listed()? {
+        Some(tink) if owner == Owner::Booting && boot != JobState::None && !installed => tink
+            .workflow(&namespace, &inventory.name_any())
             .map_or(Some(WorkflowState::Running), |w| {
                 Some(tinkerbell::workflow_state(&w))
-            })
-    } else {
-        None
+            }),
+        _ => None,
     };
     Ok(Observation {
         state: phase::Observed {

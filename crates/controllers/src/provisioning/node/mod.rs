@@ -33,6 +33,9 @@ pub struct Triggers<I, C, J> {
     pub slots: I,
     pub clusters: C,
     pub jobs: J,
+    /// Tinkerbell mode: the Inventories whose Workflow changed (Workflow `<name>` is
+    /// Inventory `<name>`'s).
+    pub workflows: Option<futures::channel::mpsc::Receiver<ObjectRef<Inventory>>>,
 }
 
 /// Installs booted but not yet seen as such in the store (their `bmcJobSubmitted` written
@@ -71,6 +74,10 @@ pub async fn run<I, C, J>(
                 Some(ObjectRef::new(&inventory).within(&job.namespace()?))
             })
             .with_config(Config::default().concurrency(64));
+    let controller = match triggers.workflows {
+        Some(workflows) => controller.reconcile_on(workflows),
+        None => controller,
+    };
     let backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(120));
     let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
     runtime::run(controller, runtime, ctx, reconcile, shutdown).await;

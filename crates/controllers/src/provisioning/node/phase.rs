@@ -48,8 +48,8 @@ pub struct Observed {
     /// How long the boot Job has been recorded (for the install timeout).
     pub booting_for: Option<Duration>,
     pub install_timeout: Duration,
-    /// Tinkerbell mode: the node's Workflow, read while it installs (`None`: not read, or
-    /// not in that mode).
+    /// Tinkerbell mode: the node's Workflow as watched, while it installs (`None`: not
+    /// looked at, or not in that mode).
     pub workflow: Option<WorkflowState>,
 }
 
@@ -107,8 +107,6 @@ pub const HARVESTER_INSTALLED: &str = "harvesterInstalled";
 pub const INSTALL_TIMED_OUT: &str = "installTimedOut";
 
 const JOB_POLL: Duration = Duration::from_secs(30);
-/// How often an install's Workflow is read (Tinkerbell mode; Workflows are not watched).
-pub const WORKFLOW_POLL: Duration = Duration::from_secs(10);
 
 pub fn phase(observed: &Observed) -> Phase {
     match observed.owner {
@@ -173,11 +171,8 @@ fn installing(observed: &Observed) -> Outcome {
         }
         _ => {}
     }
-    let poll = if observed.workflow.is_some() {
-        WORKFLOW_POLL
-    } else {
-        JOB_POLL
-    };
+    // A Workflow's change wakes the Inventory (Tinkerbell mode): no faster poll for it.
+    let poll = JOB_POLL;
     match &observed.boot {
         JobState::Failed(why) => Outcome::Wait(
             Some(Note {
@@ -260,7 +255,7 @@ mod tests {
         let mut o = observed(Owner::Booting);
         o.boot = JobState::Succeeded;
         o.workflow = Some(WorkflowState::Running);
-        assert_eq!(step(&o), Outcome::Wait(None, Some(WORKFLOW_POLL)));
+        assert_eq!(step(&o), Outcome::Wait(None, Some(JOB_POLL)));
         o.workflow = Some(WorkflowState::Succeeded);
         assert_eq!(step(&o), Outcome::WorkflowSucceeded);
         o.workflow = Some(WorkflowState::Failed {
