@@ -359,6 +359,7 @@ pub struct ProvisioningMetrics {
     pub install_boots: Counter,
     pub installs_succeeded: Counter,
     pub new_cluster_wakeups: Counter,
+    pub workflow_wakeups: Counter,
 }
 
 impl ProvisioningMetrics {
@@ -388,6 +389,12 @@ impl ProvisioningMetrics {
                 registry,
                 "provisioning_new_cluster_wakeups",
                 "Clusters reconciled because a watched Node of their new cluster changed readiness, or the watch ended",
+                Counter::default(),
+            ),
+            workflow_wakeups: registered(
+                registry,
+                "provisioning_workflow_wakeups",
+                "Inventories reconciled because their Tinkerbell Workflow changed (Tinkerbell mode)",
                 Counter::default(),
             ),
         }
@@ -792,6 +799,7 @@ mod tests {
             "ingot_provisioning_install_boots counter",
             "ingot_provisioning_installs_succeeded counter",
             "ingot_provisioning_new_cluster_wakeups counter",
+            "ingot_provisioning_workflow_wakeups counter",
             "ingot_metal_requests counter",
             "ingot_bmc_request_duration_seconds histogram",
             "ingot_pools gauge",

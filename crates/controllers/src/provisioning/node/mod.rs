@@ -75,7 +75,12 @@ pub async fn run<I, C, J>(
             })
             .with_config(Config::default().concurrency(64));
     let controller = match triggers.workflows {
-        Some(workflows) => controller.reconcile_on(workflows),
+        Some(workflows) => {
+            let taken = ctx.metrics.provisioning.workflow_wakeups.clone();
+            controller.reconcile_on(futures::StreamExt::inspect(workflows, move |_| {
+                taken.inc();
+            }))
+        }
         None => controller,
     };
     let backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(120));
