@@ -21,7 +21,14 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use std::time::{Duration, Instant};
 
-const GROUPS: [&str; 5] = ["pools", "rufio", "seeder", "provisioning", "gardener"];
+const GROUPS: [&str; 6] = [
+    "pools",
+    "rufio",
+    "seeder",
+    "provisioning",
+    "gardener",
+    "fencing",
+];
 
 fn repo_file(path: &str) -> String {
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -118,7 +125,7 @@ fn an_unknown_controller_is_refused_by_name() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(
-            "controllers: unknown [seeders]; choose among pools, rufio, seeder, provisioning, gardener"
+            "controllers: unknown [seeders]; choose among pools, rufio, seeder, provisioning, gardener, fencing"
         ),
         "{stderr}"
     );
