@@ -325,17 +325,20 @@ impl Fleet {
             self.jobs_of(node).await.is_empty().then_some(())
         })
         .await;
-        let reasons = self.event_reasons(node).await;
+        // The Events, each published once its step's writes are done.
         for reason in [
             "FencingPowerOff",
             "Fenced",
             "FencingPowerOn",
             "FencingRecovered",
         ] {
-            assert!(
-                reasons.contains(reason),
-                "{node}: no Event {reason}: {reasons:?}"
-            );
+            eventually(&format!("the Event {reason} on {node}"), || async {
+                self.event_reasons(node)
+                    .await
+                    .contains(reason)
+                    .then_some(())
+            })
+            .await;
         }
     }
 
