@@ -215,8 +215,14 @@ impl Fleet {
             .collect()
     }
 
+    /// Waits until the Node is held for `reason` (its annotation and an Event); it never gets
+    /// a power Job meanwhile.
     async fn wait_held(&self, node: &str, reason: &str) {
         eventually(&format!("{node} held: {reason}"), || async {
+            assert!(
+                self.jobs_of(node).await.is_empty(),
+                "{node}: a power Job, where it should be held ({reason})"
+            );
             (self
                 .node(node)
                 .await

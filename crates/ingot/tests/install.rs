@@ -239,37 +239,42 @@ fn with_rufio_namespace_set_secrets_are_read_through_roles_only() {
 
 #[test]
 fn the_bmc_ca_bundle_is_mounted_and_passed_to_ingot_run() {
-    let deployment = render(
-        "ingot",
-        "ingot-system",
-        &[
-            "controllers={rufio}".to_owned(),
-            "rufio.bmcCaBundle.configMap=bmc-ca".to_owned(),
-            "rufio.allowCrossNamespace[0]=a=b".to_owned(),
-            "rufio.allowCrossNamespace[1]=c=d".to_owned(),
-        ],
-        &["--show-only", "templates/deployment.yaml"],
-    );
-    let deployment: serde_yaml::Value = serde_yaml::from_str(&deployment).unwrap();
-    let pod = &deployment["spec"]["template"]["spec"];
-    let args: Vec<&str> = pod["containers"][0]["args"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
-    assert!(
-        args.contains(&"--bmc-ca-bundle=/etc/ingot/bmc-ca/ca.crt"),
-        "{args:?}"
-    );
-    assert!(
-        args.contains(&"--rufio-allow-cross-namespace=a=b,c=d"),
-        "{args:?}"
-    );
-    assert_eq!(pod["volumes"][0]["configMap"]["name"], "bmc-ca");
-    let mount = &pod["containers"][0]["volumeMounts"][0];
-    assert_eq!(mount["mountPath"], "/etc/ingot/bmc-ca");
-    assert_eq!(mount["readOnly"], true);
+    // With rufio, and with fencing, which starts the Rufio controllers too.
+    for group in ["rufio", "fencing"] {
+        let deployment = render(
+            "ingot",
+            "ingot-system",
+            &[
+                format!("controllers={{{group}}}"),
+                "rufio.bmcCaBundle.configMap=bmc-ca".to_owned(),
+                "rufio.namespace=a".to_owned(),
+                "rufio.allowCrossNamespace[0]=a=b".to_owned(),
+                "rufio.allowCrossNamespace[1]=c=d".to_owned(),
+            ],
+            &["--show-only", "templates/deployment.yaml"],
+        );
+        let deployment: serde_yaml::Value = serde_yaml::from_str(&deployment).unwrap();
+        let pod = &deployment["spec"]["template"]["spec"];
+        let args: Vec<&str> = pod["containers"][0]["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(
+            args.contains(&"--bmc-ca-bundle=/etc/ingot/bmc-ca/ca.crt"),
+            "{group}: {args:?}"
+        );
+        assert!(
+            args.contains(&"--rufio-allow-cross-namespace=a=b,c=d"),
+            "{group}: {args:?}"
+        );
+        assert!(args.contains(&"--rufio-namespace=a"), "{group}: {args:?}");
+        assert_eq!(pod["volumes"][0]["configMap"]["name"], "bmc-ca", "{group}");
+        let mount = &pod["containers"][0]["volumeMounts"][0];
+        assert_eq!(mount["mountPath"], "/etc/ingot/bmc-ca", "{group}");
+        assert_eq!(mount["readOnly"], true, "{group}");
+    }
 }
 
 #[tokio::test]
