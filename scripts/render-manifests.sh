@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$INGOT_ROOT"
 build_helm
 cp deploy/observability/prometheus-rules.yaml deploy/helm/ingot/files/prometheus-rules.yaml
-for group in pools rufio seeder provisioning gardener; do
+for group in pools rufio seeder provisioning gardener fencing; do
   {
     echo "# ingot with --controllers $group, rendered from deploy/helm/ingot by scripts/render-manifests.sh."
     echo "# Apply after creating the namespace: kubectl create namespace ingot-system"

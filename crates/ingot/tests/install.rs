@@ -21,7 +21,14 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use std::time::{Duration, Instant};
 
-const GROUPS: [&str; 5] = ["pools", "rufio", "seeder", "provisioning", "gardener"];
+const GROUPS: [&str; 6] = [
+    "pools",
+    "rufio",
+    "seeder",
+    "provisioning",
+    "gardener",
+    "fencing",
+];
 
 fn repo_file(path: &str) -> String {
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -118,7 +125,7 @@ fn an_unknown_controller_is_refused_by_name() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(
-            "controllers: unknown [seeders]; choose among pools, rufio, seeder, provisioning, gardener"
+            "controllers: unknown [seeders]; choose among pools, rufio, seeder, provisioning, gardener, fencing"
         ),
         "{stderr}"
     );
@@ -232,37 +239,42 @@ fn with_rufio_namespace_set_secrets_are_read_through_roles_only() {
 
 #[test]
 fn the_bmc_ca_bundle_is_mounted_and_passed_to_ingot_run() {
-    let deployment = render(
-        "ingot",
-        "ingot-system",
-        &[
-            "controllers={rufio}".to_owned(),
-            "rufio.bmcCaBundle.configMap=bmc-ca".to_owned(),
-            "rufio.allowCrossNamespace[0]=a=b".to_owned(),
-            "rufio.allowCrossNamespace[1]=c=d".to_owned(),
-        ],
-        &["--show-only", "templates/deployment.yaml"],
-    );
-    let deployment: serde_yaml::Value = serde_yaml::from_str(&deployment).unwrap();
-    let pod = &deployment["spec"]["template"]["spec"];
-    let args: Vec<&str> = pod["containers"][0]["args"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
-    assert!(
-        args.contains(&"--bmc-ca-bundle=/etc/ingot/bmc-ca/ca.crt"),
-        "{args:?}"
-    );
-    assert!(
-        args.contains(&"--rufio-allow-cross-namespace=a=b,c=d"),
-        "{args:?}"
-    );
-    assert_eq!(pod["volumes"][0]["configMap"]["name"], "bmc-ca");
-    let mount = &pod["containers"][0]["volumeMounts"][0];
-    assert_eq!(mount["mountPath"], "/etc/ingot/bmc-ca");
-    assert_eq!(mount["readOnly"], true);
+    // With rufio, and with fencing, which starts the Rufio controllers too.
+    for group in ["rufio", "fencing"] {
+        let deployment = render(
+            "ingot",
+            "ingot-system",
+            &[
+                format!("controllers={{{group}}}"),
+                "rufio.bmcCaBundle.configMap=bmc-ca".to_owned(),
+                "rufio.namespace=a".to_owned(),
+                "rufio.allowCrossNamespace[0]=a=b".to_owned(),
+                "rufio.allowCrossNamespace[1]=c=d".to_owned(),
+            ],
+            &["--show-only", "templates/deployment.yaml"],
+        );
+        let deployment: serde_yaml::Value = serde_yaml::from_str(&deployment).unwrap();
+        let pod = &deployment["spec"]["template"]["spec"];
+        let args: Vec<&str> = pod["containers"][0]["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(
+            args.contains(&"--bmc-ca-bundle=/etc/ingot/bmc-ca/ca.crt"),
+            "{group}: {args:?}"
+        );
+        assert!(
+            args.contains(&"--rufio-allow-cross-namespace=a=b,c=d"),
+            "{group}: {args:?}"
+        );
+        assert!(args.contains(&"--rufio-namespace=a"), "{group}: {args:?}");
+        assert_eq!(pod["volumes"][0]["configMap"]["name"], "bmc-ca", "{group}");
+        let mount = &pod["containers"][0]["volumeMounts"][0];
+        assert_eq!(mount["mountPath"], "/etc/ingot/bmc-ca", "{group}");
+        assert_eq!(mount["readOnly"], true, "{group}");
+    }
 }
 
 #[tokio::test]

@@ -6,6 +6,9 @@
 //! ClusterRole allowed it). A grant no request used is a permission that can be removed without
 //! breaking anything the tests exercise: the check fails and names it.
 //!
+//! A test that needs a control plane of its own (crates/ingot/tests/fencing_e2e.rs: the node
+//! lifecycle controller of kube-controller-manager) leaves its audit log beside the shared one.
+//!
 //! It reads what the whole suite did, so `scripts/test.sh` runs it after `cargo test --workspace`
 //! (`cargo test -p ingot --test rbac_coverage -- --ignored`); the unit tests below run always.
 
@@ -148,14 +151,27 @@ fn audited(line: &str) -> Option<Audited> {
     }))
 }
 
-fn audit_log() -> PathBuf {
+/// The shared control plane's audit log, and those the tests that need a control plane of their
+/// own (kube-controller-manager with other controllers) left beside it
+/// ([`ingot_testenv::keep_audit_log`]).
+fn audit_logs() -> Vec<PathBuf> {
     let kubeconfig = std::env::var("INGOT_TESTENV_KUBECONFIG").expect(
         "INGOT_TESTENV_KUBECONFIG: the shared control plane of the run (scripts/test.sh sets it)",
     );
-    PathBuf::from(kubeconfig)
-        .parent()
+    let dir = PathBuf::from(kubeconfig).parent().unwrap().to_owned();
+    let mut logs = vec![dir.join(ingot_testenv::AUDIT_LOG)];
+    let mut kept: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
-        .join(ingot_testenv::AUDIT_LOG)
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(ingot_testenv::KEPT_AUDIT_LOG_PREFIX))
+        })
+        .collect();
+    kept.sort();
+    logs.extend(kept);
+    logs
 }
 
 #[test]
@@ -166,7 +182,7 @@ fn every_permission_of_the_chart_was_needed_and_none_was_missing() {
         release,
         "coverage",
         &[
-            "controllers={pools,rufio,seeder,provisioning,gardener}".to_owned(),
+            "controllers={pools,rufio,seeder,provisioning,gardener,fencing}".to_owned(),
             // Tinkerbell mode's grants too (crates/ingot/tests/provisioning_tinkerbell.rs).
             "provisioning.tinkerbell=true".to_owned(),
         ],
@@ -175,10 +191,15 @@ fn every_permission_of_the_chart_was_needed_and_none_was_missing() {
     let granted = grants(&rendered, release);
     assert!(granted.len() > 20, "the chart grants {}", granted.len());
 
-    let log = std::fs::read_to_string(audit_log()).unwrap();
+    let logs: Vec<String> = audit_logs()
+        .iter()
+        .map(|path| {
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        })
+        .collect();
     let mut used = BTreeSet::new();
     let mut refused: BTreeMap<String, usize> = BTreeMap::new();
-    for line in log.lines() {
+    for line in logs.iter().flat_map(|log| log.lines()) {
         match audited(line) {
             Some(Audited::Allowed(grant)) => {
                 used.insert(grant);

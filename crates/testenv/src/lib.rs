@@ -32,6 +32,30 @@ pub use crds::{install_crds, shared_dir};
 pub use harness::operator::{Front, Operator, OperatorBuilder};
 pub use harness::wait_for;
 
+/// The audit logs of control planes other than the shared one, kept beside it
+/// ([`keep_audit_log`]) for the chart's least-privilege check (`rbac_coverage`).
+pub const KEPT_AUDIT_LOG_PREFIX: &str = "audit-kept-";
+
+/// A test that ran `ingot run` as the chart's ServiceAccount on a control plane of its own
+/// copies that plane's audit log beside the shared control plane's (the one
+/// `INGOT_TESTENV_KUBECONFIG` names), as `audit-kept-<name>.log`, so that the requests it made
+/// count as the shared plane's do. Without a shared control plane there is nothing to keep.
+pub fn keep_audit_log(plane: &ControlPlane, name: &str) -> Result<()> {
+    let Some(shared) = std::env::var_os("INGOT_TESTENV_KUBECONFIG") else {
+        return Ok(());
+    };
+    let Some(dir) = Path::new(&shared).parent() else {
+        return Ok(());
+    };
+    let from = plane.dir().join(AUDIT_LOG);
+    let to = dir.join(format!("{KEPT_AUDIT_LOG_PREFIX}{name}.log"));
+    std::fs::copy(&from, &to).map_err(|source| Error::Io {
+        what: format!("copying {} to {}", from.display(), to.display()),
+        source,
+    })?;
+    Ok(())
+}
+
 /// Errors of the test environment. Each says what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

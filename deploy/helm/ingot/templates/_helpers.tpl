@@ -29,7 +29,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and (include "ingot.enabled" (list . "seeder")) .Values.seeder.powerApi.enabled -}}true{{- end -}}
 {{- end -}}
 
-{{/* Whether the Rufio controllers trust a BMC CA bundle: rufio or seeder, with rufio.bmcCaBundle's Secret or ConfigMap. */}}
+{{/* Whether the Rufio controllers run: rufio, or seeder or fencing, which start them too. */}}
+{{- define "ingot.rufio" -}}
+{{- if or (include "ingot.enabled" (list . "rufio")) (include "ingot.enabled" (list . "seeder")) (include "ingot.enabled" (list . "fencing")) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Whether the Rufio controllers trust a BMC CA bundle: they run, with rufio.bmcCaBundle's Secret or ConfigMap. */}}
 {{- define "ingot.bmcCa" -}}
-{{- if and (or (include "ingot.enabled" (list . "rufio")) (include "ingot.enabled" (list . "seeder"))) (or .Values.rufio.bmcCaBundle.secret .Values.rufio.bmcCaBundle.configMap) -}}true{{- end -}}
+{{- if and (include "ingot.rufio" .) (or .Values.rufio.bmcCaBundle.secret .Values.rufio.bmcCaBundle.configMap) -}}true{{- end -}}
 {{- end -}}
