@@ -451,12 +451,6 @@ fn job(inventory: &Inventory, node: &Node, name: &str, action: &str) -> Result<J
         .map_err(|e| Error::Kube(kube::Error::SerdeError(e)))
 }
 
-/// Creates the Job; one of that name already there is this episode's (a pass after a crash):
-/// it is not sent again.
-async fn create_job(ctx: &FencingContext, job: &Job) -> Result<(), Error> {
-    Ok(power::create_once(&ctx.client, job).await?)
-}
-
 async fn power_off(
     node: &Node,
     ctx: &FencingContext,
@@ -466,7 +460,8 @@ async fn power_off(
         return Ok(Action::requeue(phase::POLL));
     };
     let name = &observed.power_off_job;
-    create_job(ctx, &job(inventory, node, name, "off")?).await?;
+    // One of that name already there is this episode's (a pass after a crash): not sent again.
+    power::create_once(&ctx.client, &job(inventory, node, name, "off")?).await?;
     crate::crash_point(
         ctx.settings.crash_point.as_deref(),
         "fencing-after-power-off-job",
@@ -562,7 +557,7 @@ async fn power_on(
         return Ok(Action::requeue(phase::POLL));
     };
     let name = &observed.power_on_job;
-    create_job(ctx, &job(inventory, node, name, "on")?).await?;
+    power::create_once(&ctx.client, &job(inventory, node, name, "on")?).await?;
     patch_node(
         ctx,
         node,

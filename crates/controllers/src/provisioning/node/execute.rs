@@ -399,12 +399,6 @@ fn job(inventory: &Inventory, name: &str, tasks: serde_json::Value) -> Result<Jo
         .map_err(|e| Error::Kube(kube::Error::SerdeError(e)))
 }
 
-/// Creates the Job; one of that name already there is this allocation's (a pass after a
-/// crash): it is not sent again.
-async fn create_job(ctx: &ProvisioningContext, job: &Job) -> Result<(), Error> {
-    Ok(power::create_once(&ctx.client, job).await?)
-}
-
 /// The install boot: power off, a one-time network boot (in the mode the server is in),
 /// power on — taken only within the budget of concurrent installs.
 async fn boot(
@@ -431,7 +425,11 @@ async fn boot(
         {"powerAction": "on"},
     ]);
     let created = match job(inventory, name, tasks) {
-        Ok(job) => create_job(ctx, &job).await,
+        // One of that name already there is this allocation's (a pass after a crash): it is
+        // not sent again.
+        Ok(job) => power::create_once(&ctx.client, &job)
+            .await
+            .map_err(Error::from),
         Err(e) => Err(e),
     };
     if let Err(e) = created {
@@ -475,7 +473,11 @@ async fn shut_down(
     ctx: &ProvisioningContext,
     name: &str,
 ) -> Result<Action, Error> {
-    create_job(ctx, &job(inventory, name, json!([{"powerAction": "off"}]))?).await?;
+    power::create_once(
+        &ctx.client,
+        &job(inventory, name, json!([{"powerAction": "off"}]))?,
+    )
+    .await?;
     let cluster = inventory
         .status
         .clone()
