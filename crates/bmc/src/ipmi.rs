@@ -277,10 +277,192 @@ impl Bmc for IpmiBmc {
         Ok(entries.iter().map(log_entry_from).collect())
     }
 
+    async fn sensors(&self) -> Result<Vec<Sensor>, BmcError> {
+        let records = match self.client.sdr_sensors().await {
+            Ok(r) => r,
+            // No SDR repository: no sensors, not an error.
+            Err(ipmi::Error::CompletionCode {
+                code: 0xC1 | 0xCB | 0xD5 | 0xD6,
+                ..
+            }) => Vec::new(),
+            Err(e) => return Err(map_error(e)),
+        };
+        let mut out = Vec::with_capacity(records.len().min(MAX_SENSORS));
+        for r in records.iter().take(MAX_SENSORS) {
+            out.push(self.read_sensor(r).await?);
+        }
+        Ok(out)
+    }
+
     async fn close(&self) -> Result<(), BmcError> {
         self.client.close().await;
         Ok(())
     }
+}
+
+/// The BMC's own IPMB address: sensors owned by another controller need bridging, which
+/// ingot does not do; they are listed without a reading.
+const BMC_ADDRESS: u8 = 0x20;
+
+impl IpmiBmc {
+    /// Reads one SDR sensor: its reading, and its thresholds when the record says they can
+    /// be read. A sensor the BMC refuses to read (a completion code) is listed unavailable;
+    /// a BMC that stops answering fails the whole read.
+    async fn read_sensor(&self, r: &ipmi::SensorRecord) -> Result<Sensor, BmcError> {
+        if r.owner_id != BMC_ADDRESS || r.owner_lun != 0 {
+            return Ok(sensor_from(r, None, None));
+        }
+        let reading = match self.client.sensor_reading(r.number).await {
+            Ok(v) => Some(v),
+            Err(ipmi::Error::CompletionCode { .. }) => None,
+            Err(e) => return Err(map_error(e)),
+        };
+        let thresholds = if r.is_threshold()
+            && r.conversion.is_some()
+            && matches!(r.threshold_access(), 1 | 2)
+        {
+            match self.client.sensor_thresholds(r.number).await {
+                Ok(t) => Some(t),
+                Err(ipmi::Error::CompletionCode { .. }) => None,
+                Err(e) => return Err(map_error(e)),
+            }
+        } else {
+            None
+        };
+        Ok(sensor_from(r, reading, thresholds))
+    }
+}
+
+/// What an SDR sensor measures, from its sensor type and unit.
+pub fn sensor_kind(r: &ipmi::SensorRecord) -> SensorKind {
+    match r.sensor_type {
+        0x01 => SensorKind::Temperature,
+        0x02 => SensorKind::Voltage,
+        0x03 => SensorKind::Current,
+        0x04 => SensorKind::Fan,
+        _ if r.is_threshold() && r.base_unit == 6 => SensorKind::Power,
+        0x08 => SensorKind::PowerSupply,
+        0x0D => SensorKind::Drive,
+        _ => SensorKind::Other,
+    }
+}
+
+/// The unit of an SDR sensor's reading: Redfish's unit names for the common ones, else the
+/// IPMI unit type code.
+fn sensor_unit(r: &ipmi::SensorRecord) -> Option<String> {
+    if r.units1 & 0x01 != 0 {
+        return Some("%".into());
+    }
+    Some(
+        match r.base_unit {
+            0 => return None,
+            1 => "Cel",
+            2 => "[degF]",
+            3 => "K",
+            4 => "V",
+            5 => "A",
+            6 => "W",
+            7 => "J",
+            9 => "VA",
+            17 => "[cft_i]/min",
+            18 => "RPM",
+            19 => "Hz",
+            other => return Some(format!("ipmi-unit-{other}")),
+        }
+        .into(),
+    )
+}
+
+/// An SDR sensor in the neutral form, from its record, its reading and its thresholds
+/// (Get Sensor Thresholds, or the Full record's own values when the thresholds are fixed).
+pub fn sensor_from(
+    r: &ipmi::SensorRecord,
+    reading: Option<ipmi::SensorReading>,
+    thresholds: Option<ipmi::RawThresholds>,
+) -> Sensor {
+    let kind = sensor_kind(r);
+    let source = format!("sdr:{:04x}/{:#04x}", r.record_id, r.number);
+    let name = if r.name.is_empty() {
+        format!("sensor {:#04x}", r.number)
+    } else {
+        r.name.clone()
+    };
+    let state = match reading {
+        None => SensorState::Unavailable,
+        Some(v) if !v.scanning => SensorState::Disabled,
+        Some(v) if v.unavailable => SensorState::Unavailable,
+        Some(_) => SensorState::Enabled,
+    };
+    let valid = reading.filter(|v| v.valid());
+    let mut sensor = Sensor {
+        name,
+        kind,
+        reading: None,
+        unit: None,
+        thresholds: Thresholds::default(),
+        health: None,
+        state,
+        source,
+    };
+    if r.is_threshold() {
+        let Some(c) = r.conversion else {
+            return sensor;
+        };
+        sensor.unit = sensor_unit(r);
+        let raw: [Option<u8>; 6] = match (thresholds, r.threshold_access(), r.sdr_thresholds) {
+            (Some(t), _, _) => std::array::from_fn(|i| t.get(i)),
+            (None, 3, Some(sdr)) => {
+                std::array::from_fn(|i| (r.readable_thresholds & (1 << i) != 0).then_some(sdr[i]))
+            }
+            _ => [None; 6],
+        };
+        let v = |i: usize| raw[i].and_then(|b| c.convert(b));
+        sensor.thresholds = Thresholds {
+            lower_non_critical: v(0),
+            lower_critical: v(1),
+            lower_fatal: v(2),
+            upper_non_critical: v(3),
+            upper_critical: v(4),
+            upper_fatal: v(5),
+        };
+        if let Some(v) = valid {
+            sensor.reading = c.convert(v.raw);
+            // The BMC's threshold comparison status, and the thresholds.
+            let bits = v.states & 0x3F;
+            let bmc = if bits & 0b11_0110 != 0 {
+                Health::Critical
+            } else if bits & 0b00_1001 != 0 {
+                Health::Warning
+            } else {
+                Health::Ok
+            };
+            let ours = sensor.reading.map(|x| sensor.thresholds.health_of(x));
+            sensor.health = worst_health([Some(bmc), ours]);
+        }
+        return sensor;
+    }
+    // Discrete sensors: the sensor-specific states of power supplies and drive bays.
+    if let Some(v) = valid
+        && r.event_reading_type == 0x6F
+        && matches!(r.sensor_type, 0x08 | 0x0D)
+    {
+        let s = v.states;
+        let (critical, warning) = match r.sensor_type {
+            // Failure detected, input lost (either way), configuration error; predictive
+            // failure, input out of range but present.
+            0x08 => (s & 0b0101_1010 != 0, s & 0b0010_0100 != 0),
+            // Drive fault, in failed array; predictive failure, in critical array.
+            _ => (s & 0b0100_0010 != 0, s & 0b0010_0100 != 0),
+        };
+        sensor.health = Some(if critical {
+            Health::Critical
+        } else if warning {
+            Health::Warning
+        } else {
+            Health::Ok
+        });
+    }
+    sensor
 }
 
 impl IpmiBmc {
