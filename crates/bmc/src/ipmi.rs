@@ -909,6 +909,87 @@ mod tests {
         }
     }
 
+    fn record(sensor_type: u8, event_reading_type: u8) -> ipmi::SensorRecord {
+        ipmi::SensorRecord {
+            record_id: 7,
+            record_type: 0x01,
+            owner_id: 0x20,
+            owner_lun: 0,
+            number: 0x11,
+            entity_id: 0,
+            entity_instance: 0,
+            capabilities: 3 << 2,
+            sensor_type,
+            event_reading_type,
+            readable_thresholds: 0x38,
+            units1: 0,
+            base_unit: 1,
+            conversion: None,
+            sdr_thresholds: Some([0, 0, 0, 80, 90, 100]),
+            name: "T".into(),
+        }
+    }
+
+    #[test]
+    fn sdr_sensors_in_the_neutral_form() {
+        let linear = ipmi::sdr::Conversion {
+            format: 0,
+            linearization: 0,
+            m: 1,
+            b: 0,
+            r_exp: 0,
+            b_exp: 0,
+        };
+        let reading = |raw: u8, states: u16| ipmi::SensorReading {
+            raw,
+            scanning: true,
+            unavailable: false,
+            states,
+        };
+        // Fixed thresholds (access 3) come from the record; 85 is past UNC 80: a warning even
+        // when the BMC's comparison status says nothing.
+        let r = ipmi::SensorRecord {
+            conversion: Some(linear),
+            ..record(0x01, 0x01)
+        };
+        let s = sensor_from(&r, Some(reading(85, 0)), None);
+        assert_eq!(s.thresholds.upper_non_critical, Some(80.0));
+        assert_eq!(s.thresholds.upper_fatal, Some(100.0));
+        assert_eq!((s.reading, s.health), (Some(85.0), Some(Health::Warning)));
+        assert_eq!(s.source, "sdr:0007/0x11");
+        // The BMC's comparison status alone (UC) makes it critical.
+        let s = sensor_from(&r, Some(reading(20, 0x10)), None);
+        assert_eq!(s.health, Some(Health::Critical));
+        // Owned by another controller: not read, listed unavailable.
+        let other = ipmi::SensorRecord {
+            owner_id: 0x2C,
+            ..r.clone()
+        };
+        let s = sensor_from(&other, None, None);
+        assert_eq!(
+            (s.state, s.reading, s.health),
+            (SensorState::Unavailable, None, None)
+        );
+        // Power supply states: predictive failure is a warning, input lost critical.
+        let psu = ipmi::SensorRecord {
+            conversion: None,
+            ..record(0x08, 0x6F)
+        };
+        assert_eq!(
+            sensor_from(&psu, Some(reading(0, 0b0101)), None).health,
+            Some(Health::Warning)
+        );
+        assert_eq!(
+            sensor_from(&psu, Some(reading(0, 0b1001)), None).health,
+            Some(Health::Critical)
+        );
+        assert_eq!(
+            sensor_from(&psu, Some(reading(0, 0b0001)), None).health,
+            Some(Health::Ok)
+        );
+        assert_eq!(sensor_from(&psu, None, None).kind, SensorKind::PowerSupply);
+    }
+
     #[test]
     fn sel_entry_ids_and_times() {
         let mut r = [0u8; 16];

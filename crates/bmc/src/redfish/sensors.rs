@@ -168,15 +168,19 @@ fn source(v: &Value, fallback: String) -> String {
     string(v, "@odata.id").unwrap_or(fallback)
 }
 
-/// A sensor with its health: the BMC's `Status.Health` and the thresholds, the worse of
-/// them; nothing for an absent part.
+/// A sensor with its health: the BMC's `Status.Health` and what the thresholds (if any) say
+/// of the reading, the worse of them; nothing for an absent part.
 fn finish(mut s: Sensor, status: Option<Health>) -> Sensor {
     if s.state == SensorState::Absent {
         s.health = None;
         s.reading = None;
         return s;
     }
-    let ours = s.reading.map(|r| s.thresholds.health_of(r));
+    // Without thresholds a reading says nothing of its health.
+    let ours = s
+        .reading
+        .filter(|_| !s.thresholds.is_empty())
+        .map(|r| s.thresholds.health_of(r));
     s.health = worst_health([status, ours]);
     s
 }
@@ -452,11 +456,7 @@ mod tests {
             (Some(5400.0), Some("RPM"))
         );
         assert_eq!(s[1].name, "Inlet");
-        assert_eq!(
-            s[1].health,
-            Some(Health::Ok),
-            "from the reading alone: no thresholds"
-        );
+        assert_eq!(s[1].health, None, "no status, no thresholds: unknown");
         assert_eq!(s[2].health, Some(Health::Critical));
     }
 
