@@ -259,6 +259,13 @@ async fn cli_over_ipmi_emulator_matches_the_redfish_json_shape() {
     assert_eq!(run("password", &i(&["sel"])).await["result"], j["result"]);
     same_shape(&j, &run("password", &http(r(&["sel"]))).await, "$");
 
+    // Sensors: the emulator's SDR repository (a temperature, a fan, a power supply) in the
+    // same document as the Redfish emulator's.
+    let j = run("password", &i(&["sensors"])).await;
+    assert_eq!(j["result"]["sensors"].as_array().unwrap().len(), 3, "{j}");
+    assert_eq!(j["result"]["sensors"][1]["reading"], 5600.0);
+    same_shape(&j, &run("password", &http(r(&["sensors"]))).await, "$");
+
     // Virtual media: IPMI has none, and says so.
     let (json, code) = cli(
         "password",
@@ -398,6 +405,7 @@ async fn cli_over_openipmi_ipmi_sim() {
         &["boot", "show"],
         &["inventory"],
         &["sel"],
+        &["sensors"],
     ] {
         let ours = run("password", &argv(ea, "admin", Some("ipmi"), cmd)).await;
         let theirs = run(pw, &i(cmd)).await;
