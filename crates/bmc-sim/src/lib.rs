@@ -94,6 +94,13 @@ pub struct Quirks {
     /// not: a BMC that cannot keep UEFI across a boot override (what the Supermicro profile does
     /// only to a PATCH that omits the mode).
     pub boot_mode_always_legacy: bool,
+    /// The chassis links `ThermalSubsystem` and `PowerSubsystem` (Redfish 2020.4 and later)
+    /// and no `Thermal` (which answers 404), as newer firmware does.
+    #[serde(default)]
+    pub new_thermal_schema: bool,
+    /// The chassis has no `Sensors` collection (which answers 404).
+    #[serde(default)]
+    pub no_sensors: bool,
 }
 
 /// Where a BMC with [`Quirks::sessions_elsewhere`] serves its session collection.
@@ -467,7 +474,8 @@ impl BmcState {
     }
 
     /// Sets the Redfish health (`OK`, `Warning`, `Critical`) of the named fan (`System Fan 1`
-    /// or `System Fan 2`), as the chassis' `Thermal` reports it.
+    /// or `System Fan 2`), as the chassis' `Thermal`, `ThermalSubsystem/Fans` and `Sensors`
+    /// report it (a `Critical` fan reads 0 RPM).
     pub fn set_fan_health(&self, fan: &str, health: &str) {
         for (name, h) in &mut self.lock().fans {
             if name == fan {

@@ -1,8 +1,10 @@
-//! DMTF Redfish-Service-Validator against the emulator, one run per vendor profile, with the
-//! DMTF CSDL schemas read offline (bundled by the `nv-redfish-schema` crate). No failures allowed.
+//! DMTF Redfish-Service-Validator against the emulator, one run per vendor profile and one on
+//! a profile serving the newer `ThermalSubsystem`/`PowerSubsystem` instead of `Thermal`, with
+//! the DMTF CSDL schemas read offline (bundled by the `nv-redfish-schema` crate). No failures
+//! allowed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Vendor};
+use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Quirks, Vendor};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -50,6 +52,7 @@ async fn service_validator_finds_no_failure() {
         FleetOptions::default(),
         Vendor::ALL
             .iter()
+            .chain([&Vendor::Dell])
             .map(|v| BmcSpec {
                 vendor: *v,
                 ..BmcSpec::default()
@@ -58,9 +61,15 @@ async fn service_validator_finds_no_failure() {
     )
     .await
     .expect("fleet");
-    for bmc in &fleet.bmcs {
+    if let Some(last) = fleet.bmcs.last() {
+        last.state.set_quirks(Quirks {
+            new_thermal_schema: true,
+            ..Quirks::default()
+        });
+    }
+    for (i, bmc) in fleet.bmcs.iter().enumerate() {
         let logdir = std::env::temp_dir().join(format!(
-            "ingot-rfv-{}-{}",
+            "ingot-rfv-{}-{}-{i}",
             std::process::id(),
             bmc.state.profile.vendor
         ));

@@ -117,6 +117,9 @@ pub enum BmcCommand {
     Inventory,
     /// Event log entries (Redfish LogServices / IPMI SEL).
     Sel,
+    /// Sensor readings, thresholds and health (IPMI SDR sensors; Redfish `Sensors`, the
+    /// chassis' fans, temperatures and power supplies).
+    Sensors,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -155,6 +158,7 @@ impl BmcCommand {
             BmcCommand::Media { op, .. } => format!("media {}", value_name(op)),
             BmcCommand::Inventory => "inventory".into(),
             BmcCommand::Sel => "sel".into(),
+            BmcCommand::Sensors => "sensors".into(),
         }
     }
 }
@@ -463,7 +467,91 @@ async fn dispatch(bmc: &dyn Bmc, command: &BmcCommand) -> Result<(Value, String)
             }
             (json!({"entries": entries}), text.trim_end().to_owned())
         }
+        BmcCommand::Sensors => {
+            let sensors = bmc.sensors().await?;
+            let text = sensors_text(&sensors);
+            (json!({"sensors": sensors}), text)
+        }
     })
+}
+
+/// A number as it reads best: no trailing zeros, at most three decimals.
+fn num(v: f64) -> String {
+    let s = format!("{v:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".into() } else { s.to_owned() }
+}
+
+/// One line per sensor: name, kind, reading, unit, thresholds (`lower fatal/critical/
+/// non-critical .. upper non-critical/critical/fatal`, `-` where none), health and state.
+fn sensors_text(sensors: &[Sensor]) -> String {
+    if sensors.is_empty() {
+        return "no sensors".into();
+    }
+    let o = |v: Option<f64>| v.map(num).unwrap_or_else(|| "-".into());
+    let rows: Vec<[String; 7]> = sensors
+        .iter()
+        .map(|s| {
+            let t = &s.thresholds;
+            [
+                s.name.clone(),
+                s.kind.to_string(),
+                match (s.reading, s.state) {
+                    (Some(r), _) => num(r),
+                    (None, SensorState::Enabled) => "-".into(),
+                    (None, state) => format!("{state:?}").to_lowercase(),
+                },
+                s.unit.clone().unwrap_or_else(|| "-".into()),
+                if t.is_empty() {
+                    "-".into()
+                } else {
+                    format!(
+                        "{}/{}/{} .. {}/{}/{}",
+                        o(t.lower_fatal),
+                        o(t.lower_critical),
+                        o(t.lower_non_critical),
+                        o(t.upper_non_critical),
+                        o(t.upper_critical),
+                        o(t.upper_fatal)
+                    )
+                },
+                s.health
+                    .map(|h| format!("{h:?}").to_lowercase())
+                    .unwrap_or_else(|| "-".into()),
+                s.source.clone(),
+            ]
+        })
+        .collect();
+    let header = [
+        "NAME",
+        "KIND",
+        "READING",
+        "UNIT",
+        "THRESHOLDS (LF/LC/LNC .. UNC/UC/UF)",
+        "HEALTH",
+        "SOURCE",
+    ];
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    let mut out = vec![line(header.to_vec())];
+    for r in &rows {
+        out.push(line(r.iter().map(String::as_str).collect()));
+    }
+    out.join("\n")
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> Value {

@@ -277,10 +277,192 @@ impl Bmc for IpmiBmc {
         Ok(entries.iter().map(log_entry_from).collect())
     }
 
+    async fn sensors(&self) -> Result<Vec<Sensor>, BmcError> {
+        let records = match self.client.sdr_sensors().await {
+            Ok(r) => r,
+            // No SDR repository: no sensors, not an error.
+            Err(ipmi::Error::CompletionCode {
+                code: 0xC1 | 0xCB | 0xD5 | 0xD6,
+                ..
+            }) => Vec::new(),
+            Err(e) => return Err(map_error(e)),
+        };
+        let mut out = Vec::with_capacity(records.len().min(MAX_SENSORS));
+        for r in records.iter().take(MAX_SENSORS) {
+            out.push(self.read_sensor(r).await?);
+        }
+        Ok(out)
+    }
+
     async fn close(&self) -> Result<(), BmcError> {
         self.client.close().await;
         Ok(())
     }
+}
+
+/// The BMC's own IPMB address: sensors owned by another controller need bridging, which
+/// ingot does not do; they are listed without a reading.
+const BMC_ADDRESS: u8 = 0x20;
+
+impl IpmiBmc {
+    /// Reads one SDR sensor: its reading, and its thresholds when the record says they can
+    /// be read. A sensor the BMC refuses to read (a completion code) is listed unavailable;
+    /// a BMC that stops answering fails the whole read.
+    async fn read_sensor(&self, r: &ipmi::SensorRecord) -> Result<Sensor, BmcError> {
+        if r.owner_id != BMC_ADDRESS || r.owner_lun != 0 {
+            return Ok(sensor_from(r, None, None));
+        }
+        let reading = match self.client.sensor_reading(r.number).await {
+            Ok(v) => Some(v),
+            Err(ipmi::Error::CompletionCode { .. }) => None,
+            Err(e) => return Err(map_error(e)),
+        };
+        let thresholds = if r.is_threshold()
+            && r.conversion.is_some()
+            && matches!(r.threshold_access(), 1 | 2)
+        {
+            match self.client.sensor_thresholds(r.number).await {
+                Ok(t) => Some(t),
+                Err(ipmi::Error::CompletionCode { .. }) => None,
+                Err(e) => return Err(map_error(e)),
+            }
+        } else {
+            None
+        };
+        Ok(sensor_from(r, reading, thresholds))
+    }
+}
+
+/// What an SDR sensor measures, from its sensor type and unit.
+pub fn sensor_kind(r: &ipmi::SensorRecord) -> SensorKind {
+    match r.sensor_type {
+        0x01 => SensorKind::Temperature,
+        0x02 => SensorKind::Voltage,
+        0x03 => SensorKind::Current,
+        0x04 => SensorKind::Fan,
+        _ if r.is_threshold() && r.base_unit == 6 => SensorKind::Power,
+        0x08 => SensorKind::PowerSupply,
+        0x0D => SensorKind::Drive,
+        _ => SensorKind::Other,
+    }
+}
+
+/// The unit of an SDR sensor's reading: Redfish's unit names for the common ones, else the
+/// IPMI unit type code.
+fn sensor_unit(r: &ipmi::SensorRecord) -> Option<String> {
+    if r.units1 & 0x01 != 0 {
+        return Some("%".into());
+    }
+    Some(
+        match r.base_unit {
+            0 => return None,
+            1 => "Cel",
+            2 => "[degF]",
+            3 => "K",
+            4 => "V",
+            5 => "A",
+            6 => "W",
+            7 => "J",
+            9 => "VA",
+            17 => "[cft_i]/min",
+            18 => "RPM",
+            19 => "Hz",
+            other => return Some(format!("ipmi-unit-{other}")),
+        }
+        .into(),
+    )
+}
+
+/// An SDR sensor in the neutral form, from its record, its reading and its thresholds
+/// (Get Sensor Thresholds, or the Full record's own values when the thresholds are fixed).
+pub fn sensor_from(
+    r: &ipmi::SensorRecord,
+    reading: Option<ipmi::SensorReading>,
+    thresholds: Option<ipmi::RawThresholds>,
+) -> Sensor {
+    let kind = sensor_kind(r);
+    let source = format!("sdr:{:04x}/{:#04x}", r.record_id, r.number);
+    let name = if r.name.is_empty() {
+        format!("sensor {:#04x}", r.number)
+    } else {
+        r.name.clone()
+    };
+    let state = match reading {
+        None => SensorState::Unavailable,
+        Some(v) if !v.scanning => SensorState::Disabled,
+        Some(v) if v.unavailable => SensorState::Unavailable,
+        Some(_) => SensorState::Enabled,
+    };
+    let valid = reading.filter(|v| v.valid());
+    let mut sensor = Sensor {
+        name,
+        kind,
+        reading: None,
+        unit: None,
+        thresholds: Thresholds::default(),
+        health: None,
+        state,
+        source,
+    };
+    if r.is_threshold() {
+        let Some(c) = r.conversion else {
+            return sensor;
+        };
+        sensor.unit = sensor_unit(r);
+        let raw: [Option<u8>; 6] = match (thresholds, r.threshold_access(), r.sdr_thresholds) {
+            (Some(t), _, _) => std::array::from_fn(|i| t.get(i)),
+            (None, 3, Some(sdr)) => {
+                std::array::from_fn(|i| (r.readable_thresholds & (1 << i) != 0).then_some(sdr[i]))
+            }
+            _ => [None; 6],
+        };
+        let v = |i: usize| raw[i].and_then(|b| c.convert(b));
+        sensor.thresholds = Thresholds {
+            lower_non_critical: v(0),
+            lower_critical: v(1),
+            lower_fatal: v(2),
+            upper_non_critical: v(3),
+            upper_critical: v(4),
+            upper_fatal: v(5),
+        };
+        if let Some(v) = valid {
+            sensor.reading = c.convert(v.raw);
+            // The BMC's threshold comparison status, and the thresholds.
+            let bits = v.states & 0x3F;
+            let bmc = if bits & 0b11_0110 != 0 {
+                Health::Critical
+            } else if bits & 0b00_1001 != 0 {
+                Health::Warning
+            } else {
+                Health::Ok
+            };
+            let ours = sensor.reading.map(|x| sensor.thresholds.health_of(x));
+            sensor.health = worst_health([Some(bmc), ours]);
+        }
+        return sensor;
+    }
+    // Discrete sensors: the sensor-specific states of power supplies and drive bays.
+    if let Some(v) = valid
+        && r.event_reading_type == 0x6F
+        && matches!(r.sensor_type, 0x08 | 0x0D)
+    {
+        let s = v.states;
+        let (critical, warning) = match r.sensor_type {
+            // Failure detected, input lost (either way), configuration error; predictive
+            // failure, input out of range but present.
+            0x08 => (s & 0b0101_1010 != 0, s & 0b0010_0100 != 0),
+            // Drive fault, in failed array; predictive failure, in critical array.
+            _ => (s & 0b0100_0010 != 0, s & 0b0010_0100 != 0),
+        };
+        sensor.health = Some(if critical {
+            Health::Critical
+        } else if warning {
+            Health::Warning
+        } else {
+            Health::Ok
+        });
+    }
+    sensor
 }
 
 impl IpmiBmc {
@@ -725,6 +907,87 @@ mod tests {
             let flags = ipmi::BootFlags::parse(&[1, 5, byte1, 0x04, 0, 0, 0]).unwrap();
             assert_eq!(boot_override_from(&flags).mode, None, "{byte1:#x}");
         }
+    }
+
+    fn record(sensor_type: u8, event_reading_type: u8) -> ipmi::SensorRecord {
+        ipmi::SensorRecord {
+            record_id: 7,
+            record_type: 0x01,
+            owner_id: 0x20,
+            owner_lun: 0,
+            number: 0x11,
+            entity_id: 0,
+            entity_instance: 0,
+            capabilities: 3 << 2,
+            sensor_type,
+            event_reading_type,
+            readable_thresholds: 0x38,
+            units1: 0,
+            base_unit: 1,
+            conversion: None,
+            sdr_thresholds: Some([0, 0, 0, 80, 90, 100]),
+            name: "T".into(),
+        }
+    }
+
+    #[test]
+    fn sdr_sensors_in_the_neutral_form() {
+        let linear = ipmi::sdr::Conversion {
+            format: 0,
+            linearization: 0,
+            m: 1,
+            b: 0,
+            r_exp: 0,
+            b_exp: 0,
+        };
+        let reading = |raw: u8, states: u16| ipmi::SensorReading {
+            raw,
+            scanning: true,
+            unavailable: false,
+            states,
+        };
+        // Fixed thresholds (access 3) come from the record; 85 is past UNC 80: a warning even
+        // when the BMC's comparison status says nothing.
+        let r = ipmi::SensorRecord {
+            conversion: Some(linear),
+            ..record(0x01, 0x01)
+        };
+        let s = sensor_from(&r, Some(reading(85, 0)), None);
+        assert_eq!(s.thresholds.upper_non_critical, Some(80.0));
+        assert_eq!(s.thresholds.upper_fatal, Some(100.0));
+        assert_eq!((s.reading, s.health), (Some(85.0), Some(Health::Warning)));
+        assert_eq!(s.source, "sdr:0007/0x11");
+        // The BMC's comparison status alone (UC) makes it critical.
+        let s = sensor_from(&r, Some(reading(20, 0x10)), None);
+        assert_eq!(s.health, Some(Health::Critical));
+        // Owned by another controller: not read, listed unavailable.
+        let other = ipmi::SensorRecord {
+            owner_id: 0x2C,
+            ..r.clone()
+        };
+        let s = sensor_from(&other, None, None);
+        assert_eq!(
+            (s.state, s.reading, s.health),
+            (SensorState::Unavailable, None, None)
+        );
+        // Power supply states: predictive failure is a warning, input lost critical.
+        let psu = ipmi::SensorRecord {
+            conversion: None,
+            ..record(0x08, 0x6F)
+        };
+        assert_eq!(
+            sensor_from(&psu, Some(reading(0, 0b0101)), None).health,
+            Some(Health::Warning)
+        );
+        assert_eq!(
+            sensor_from(&psu, Some(reading(0, 0b1001)), None).health,
+            Some(Health::Critical)
+        );
+        assert_eq!(
+            sensor_from(&psu, Some(reading(0, 0b0001)), None).health,
+            Some(Health::Ok)
+        );
+        assert_eq!(sensor_from(&psu, None, None).kind, SensorKind::PowerSupply);
     }
 
     #[test]

@@ -66,6 +66,11 @@ pub trait Bmc: Send + Sync {
     /// Event log entries (Redfish LogServices, IPMI SEL) with stable ids, oldest first.
     async fn event_log(&self) -> Result<Vec<LogEntry>, BmcError>;
 
+    /// Sensor readings with their thresholds and health: the IPMI SDR repository's sensors,
+    /// or Redfish `Sensors` and the chassis' fans, temperatures and power supplies (`Thermal`
+    /// and `Power`, else `ThermalSubsystem` and `PowerSubsystem`). At most [`MAX_SENSORS`].
+    async fn sensors(&self) -> Result<Vec<Sensor>, BmcError>;
+
     /// Closes the session (Redfish logout). Further calls open a new one.
     async fn close(&self) -> Result<(), BmcError>;
 }

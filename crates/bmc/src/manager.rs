@@ -717,6 +717,10 @@ impl Bmc for ManagedBmc {
         self.with("event_log", |c| async move { c.event_log().await })
             .await
     }
+    async fn sensors(&self) -> Result<Vec<Sensor>, BmcError> {
+        self.with("sensors", |c| async move { c.sensors().await })
+            .await
+    }
     async fn close(&self) -> Result<(), BmcError> {
         let client = self.entry.client.lock().await.take();
         match client {

@@ -471,3 +471,118 @@ impl LogEntry {
         format!("{}|{}", self.id, self.created.as_deref().unwrap_or(""))
     }
 }
+
+/// Most sensors read from one BMC; the rest are left out (and logged).
+pub const MAX_SENSORS: usize = 1024;
+
+/// What a sensor measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SensorKind {
+    Temperature,
+    Fan,
+    Voltage,
+    Current,
+    Power,
+    /// A power supply's own state (IPMI sensor type 0x08, Redfish `PowerSupplies`).
+    PowerSupply,
+    /// A drive bay's state (IPMI sensor type 0x0D).
+    Drive,
+    Other,
+}
+
+impl SensorKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SensorKind::Temperature => "temperature",
+            SensorKind::Fan => "fan",
+            SensorKind::Voltage => "voltage",
+            SensorKind::Current => "current",
+            SensorKind::Power => "power",
+            SensorKind::PowerSupply => "power_supply",
+            SensorKind::Drive => "drive",
+            SensorKind::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for SensorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether a sensor gave a reading.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SensorState {
+    /// Read (the reading may still be absent when the sensor has no numeric value).
+    #[default]
+    Enabled,
+    /// Scanning disabled (IPMI) or `Status.State: Disabled` (Redfish).
+    Disabled,
+    /// The BMC has no reading now (IPMI `reading unavailable`, a sensor of another
+    /// controller, Redfish `UnavailableOffline`).
+    Unavailable,
+    /// The part is not there (Redfish `Status.State: Absent`).
+    Absent,
+}
+
+/// Threshold values, in the reading's unit; `None` where the BMC gives none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Thresholds {
+    pub lower_non_critical: Option<f64>,
+    pub lower_critical: Option<f64>,
+    /// IPMI lower non-recoverable, Redfish `LowerFatal`.
+    pub lower_fatal: Option<f64>,
+    pub upper_non_critical: Option<f64>,
+    pub upper_critical: Option<f64>,
+    /// IPMI upper non-recoverable, Redfish `UpperFatal`.
+    pub upper_fatal: Option<f64>,
+}
+
+impl Thresholds {
+    pub fn is_empty(&self) -> bool {
+        *self == Thresholds::default()
+    }
+
+    /// The health a reading has against these thresholds (a value at a threshold has
+    /// crossed it, as IPMI's comparison status counts it).
+    pub fn health_of(&self, reading: f64) -> Health {
+        let at_or_below = |t: Option<f64>| t.is_some_and(|t| reading <= t);
+        let at_or_above = |t: Option<f64>| t.is_some_and(|t| reading >= t);
+        if at_or_below(self.lower_critical)
+            || at_or_below(self.lower_fatal)
+            || at_or_above(self.upper_critical)
+            || at_or_above(self.upper_fatal)
+        {
+            Health::Critical
+        } else if at_or_below(self.lower_non_critical) || at_or_above(self.upper_non_critical) {
+            Health::Warning
+        } else {
+            Health::Ok
+        }
+    }
+}
+
+/// One sensor of a BMC: an IPMI SDR sensor, a Redfish `Sensor`, or a fan, temperature or
+/// power supply of a chassis' `Thermal`/`Power` or `ThermalSubsystem`/`PowerSubsystem`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sensor {
+    pub name: String,
+    pub kind: SensorKind,
+    /// The reading in `unit`; `None` when there is none (discrete sensors, no reading now).
+    pub reading: Option<f64>,
+    /// `Cel`, `RPM`, `V`, `A`, `W`, `%` (Redfish's units) or the IPMI unit's name.
+    pub unit: Option<String>,
+    pub thresholds: Thresholds,
+    /// The worse of the BMC's own status and what the thresholds say; `None` when neither
+    /// is known.
+    pub health: Option<Health>,
+    pub state: SensorState,
+    /// Where it was read: `sdr:<record id>/<sensor number>` or the Redfish resource
+    /// (`@odata.id`, with `#/Fans/0`-style fragments for array members).
+    pub source: String,
+}

@@ -259,6 +259,13 @@ async fn cli_over_ipmi_emulator_matches_the_redfish_json_shape() {
     assert_eq!(run("password", &i(&["sel"])).await["result"], j["result"]);
     same_shape(&j, &run("password", &http(r(&["sel"]))).await, "$");
 
+    // Sensors: the emulator's SDR repository (a temperature, a fan, a power supply) in the
+    // same document as the Redfish emulator's.
+    let j = run("password", &i(&["sensors"])).await;
+    assert_eq!(j["result"]["sensors"].as_array().unwrap().len(), 3, "{j}");
+    assert_eq!(j["result"]["sensors"][1]["reading"], 5600.0);
+    same_shape(&j, &run("password", &http(r(&["sensors"]))).await, "$");
+
     // Virtual media: IPMI has none, and says so.
     let (json, code) = cli(
         "password",
@@ -398,6 +405,7 @@ async fn cli_over_openipmi_ipmi_sim() {
         &["boot", "show"],
         &["inventory"],
         &["sel"],
+        &["sensors"],
     ] {
         let ours = run("password", &argv(ea, "admin", Some("ipmi"), cmd)).await;
         let theirs = run(pw, &i(cmd)).await;
@@ -677,5 +685,236 @@ async fn ipmi_one_time_network_boot_writes_the_reported_mode() {
     );
     for b in bmcs {
         b.close().await.unwrap();
+    }
+}
+
+/// ipmi_sim emulator commands for six sensors: Full threshold records (a temperature that is
+/// fine, one past its upper non-critical threshold, a fan under its lower critical one, a
+/// 12 V rail whose conversion has M, B and R exponent), a Compact power supply status whose
+/// "failure detected" state is set, and a temperature with scanning disabled.
+fn sensor_emu() -> String {
+    use common::openipmi::{compact_sdr, full_sdr};
+    let mut e = String::new();
+    e += &full_sdr(
+        1,
+        0x01,
+        1,
+        "Inlet Temp",
+        (1, 0, 0, 0),
+        [0, 0, 0, 40, 45, 50],
+        0x38,
+    );
+    e += &full_sdr(
+        2,
+        0x01,
+        1,
+        "CPU1 Temp",
+        (1, 0, 0, 0),
+        [0, 0, 0, 85, 95, 100],
+        0x38,
+    );
+    e += &full_sdr(
+        3,
+        0x04,
+        18,
+        "Fan1",
+        (100, 0, 0, 0),
+        [8, 5, 3, 0, 0, 0],
+        0x07,
+    );
+    // y = (5x + 2) / 100 volts.
+    e += &full_sdr(
+        4,
+        0x02,
+        4,
+        "12V",
+        (5, 2, -2, 0),
+        [230, 220, 200, 250, 255, 0],
+        0x1F,
+    );
+    e += &compact_sdr(5, 0x08, "PS1 Status");
+    e += &full_sdr(
+        6,
+        0x01,
+        1,
+        "Spare Temp",
+        (1, 0, 0, 0),
+        [0, 0, 0, 40, 45, 50],
+        0x38,
+    );
+    e += "sensor_add 0x20 0 1 0x01 0x01
+sensor_set_threshold 0x20 0 1 settable 111000 50 45 40 0 0 0
+sensor_set_value 0x20 0 1 24 0
+sensor_add 0x20 0 2 0x01 0x01
+sensor_set_threshold 0x20 0 2 settable 111000 100 95 85 0 0 0
+sensor_set_value 0x20 0 2 90 0
+sensor_add 0x20 0 3 0x04 0x01
+sensor_set_threshold 0x20 0 3 settable 000111 0 0 0 3 5 8
+sensor_set_value 0x20 0 3 4 0
+sensor_add 0x20 0 4 0x02 0x01
+sensor_set_threshold 0x20 0 4 settable 011111 0 255 250 200 220 230
+sensor_set_value 0x20 0 4 240 0
+sensor_add 0x20 0 5 0x08 0x6f
+sensor_set_bit 0x20 0 5 0 1 0
+sensor_set_bit 0x20 0 5 1 1 0
+sensor_add 0x20 0 6 0x01 0x01
+sensor_set_value 0x20 0 6 30 0
+sensor_set_event_support 0x20 0 6 disable no-scanning none 000000000000000 000000000000000 000000000000000 000000000000000
+";
+    e
+}
+
+/// `ipmitool sensor` lines: name -> (reading, unit, status, [LNR, LC, LNC, UNC, UC, UNR]).
+type IpmitoolRow = (Option<f64>, String, String, [Option<f64>; 6]);
+
+fn ipmitool_sensors(addr: SocketAddr) -> std::collections::BTreeMap<String, IpmitoolRow> {
+    let bin = common::require_apt_tool("ipmitool", "ipmitool");
+    let out = std::process::Command::new(bin)
+        .args(["-I", "lanplus", "-H", &addr.ip().to_string(), "-p"])
+        .arg(addr.port().to_string())
+        .args([
+            "-U",
+            common::openipmi::USER,
+            "-P",
+            common::openipmi::PASSWORD,
+        ])
+        .args(["-C", "3", "sensor"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f = |s: &str| s.trim().parse::<f64>().ok();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let c: Vec<&str> = l.split('|').map(str::trim).collect();
+            (c.len() >= 10).then(|| {
+                (
+                    c[0].to_owned(),
+                    (
+                        f(c[1]),
+                        c[2].to_owned(),
+                        c[3].to_owned(),
+                        [f(c[4]), f(c[5]), f(c[6]), f(c[7]), f(c[8]), f(c[9])],
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn sensors_over_openipmi_ipmi_sim_match_ipmitool() {
+    let fru = FruInfo::example(3);
+    let sim = common::openipmi::start_with(&fru.encode(), &sensor_emu());
+    let a = sim.addr;
+    let user = common::openipmi::USER;
+    let pw = common::openipmi::PASSWORD;
+    let cmd = argv(a, user, Some("ipmi"), &["--cipher-suite", "3", "sensors"]);
+    let j = poll_until("ipmi_sim answers", Duration::from_secs(30), || async {
+        let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let (json, code) = cli(pw, &args).await;
+        (code == 0).then_some(json)
+    })
+    .await;
+    assert_eq!(j["command"], "sensors");
+    let sensors = j["result"]["sensors"].as_array().unwrap();
+    let by_name = |n: &str| {
+        sensors
+            .iter()
+            .find(|s| s["name"] == n)
+            .unwrap_or_else(|| panic!("no sensor {n}: {j}"))
+    };
+    assert_eq!(sensors.len(), 6, "{j}");
+
+    let inlet = by_name("Inlet Temp");
+    assert_eq!(inlet["kind"], "temperature");
+    assert_eq!(inlet["reading"], 24.0, "{j}");
+    assert_eq!(inlet["unit"], "Cel");
+    assert_eq!(inlet["thresholds"]["upperNonCritical"], 40.0);
+    assert_eq!(inlet["thresholds"]["upperCritical"], 45.0);
+    assert_eq!(inlet["thresholds"]["upperFatal"], 50.0);
+    assert_eq!(inlet["thresholds"]["lowerCritical"], Value::Null);
+    assert_eq!(inlet["health"], "ok");
+    assert_eq!(inlet["state"], "enabled");
+    assert!(
+        inlet["source"].as_str().unwrap().starts_with("sdr:"),
+        "{inlet}"
+    );
+    assert_eq!(by_name("CPU1 Temp")["health"], "warning");
+    let fan = by_name("Fan1");
+    assert_eq!(
+        (fan["kind"].as_str(), fan["reading"].as_f64()),
+        (Some("fan"), Some(400.0))
+    );
+    assert_eq!(fan["unit"], "RPM");
+    assert_eq!(fan["thresholds"]["lowerCritical"], 500.0);
+    assert_eq!(fan["health"], "critical");
+    let v12 = by_name("12V");
+    assert_eq!(
+        (v12["kind"].as_str(), v12["reading"].as_f64()),
+        (Some("voltage"), Some(12.02))
+    );
+    assert_eq!(v12["thresholds"]["lowerNonCritical"], 11.52);
+    assert_eq!(v12["thresholds"]["upperCritical"], 12.77);
+    assert_eq!(v12["health"], "ok");
+    let psu = by_name("PS1 Status");
+    assert_eq!(psu["kind"], "power_supply");
+    assert_eq!(psu["reading"], Value::Null);
+    assert_eq!(psu["health"], "critical", "failure detected is set");
+    let spare = by_name("Spare Temp");
+    assert_eq!(spare["state"], "disabled");
+    assert_eq!(spare["reading"], Value::Null);
+    assert_eq!(spare["health"], Value::Null);
+
+    // ipmitool reads the same BMC the same way: readings, thresholds and status.
+    let theirs = ipmitool_sensors(a);
+    for s in sensors {
+        let name = s["name"].as_str().unwrap();
+        let (reading, unit, status, t) = theirs
+            .get(name)
+            .unwrap_or_else(|| panic!("ipmitool has no {name}: {theirs:?}"));
+        if unit == "discrete" {
+            continue;
+        }
+        assert_eq!(s["reading"].as_f64(), *reading, "{name}");
+        let th = &s["thresholds"];
+        let ours = [
+            th["lowerFatal"].as_f64(),
+            th["lowerCritical"].as_f64(),
+            th["lowerNonCritical"].as_f64(),
+            th["upperNonCritical"].as_f64(),
+            th["upperCritical"].as_f64(),
+            th["upperFatal"].as_f64(),
+        ];
+        assert_eq!(&ours, t, "{name}");
+        let health = match status.as_str() {
+            "ok" => Value::from("ok"),
+            "nc" => Value::from("warning"),
+            "cr" | "nr" => Value::from("critical"),
+            _ => Value::Null,
+        };
+        assert_eq!(s["health"], health, "{name}: ipmitool says {status}");
+    }
+
+    // The table: a header and one line per sensor.
+    let args: Vec<String> = cmd.iter().filter(|a| *a != "--json").cloned().collect();
+    let parsed = Top::try_parse_from(std::iter::once("bmc").chain(args.iter().map(String::as_str)))
+        .unwrap()
+        .bmc;
+    let out = execute_with(parsed, Vec::new(), |n| {
+        (n == "BMC_PW").then(|| pw.to_owned())
+    })
+    .await;
+    assert_eq!(out.code, 0, "{}", out.text);
+    let lines: Vec<&str> = out.text.lines().collect();
+    assert!(lines[0].starts_with("NAME"), "{}", out.text);
+    assert_eq!(lines.len(), 7, "{}", out.text);
+    let fan_line = lines.iter().find(|l| l.starts_with("Fan1")).unwrap();
+    for cell in ["fan", "400", "RPM", "300/500/800 .. -/-/-", "critical"] {
+        assert!(fan_line.contains(cell), "{cell:?} in {fan_line:?}");
     }
 }

@@ -205,6 +205,38 @@ async fn against_sushy_emulator() {
     );
     assert_eq!(inv.vendor, "generic");
 
+    // Sensors: the fake driver serves the older `Thermal` (no `Sensors`, no `Power`): its two
+    // fans and two temperatures with their thresholds.
+    let s = c.sensors().await.unwrap();
+    let kinds: Vec<SensorKind> = s.iter().map(|x| x.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            SensorKind::Fan,
+            SensorKind::Fan,
+            SensorKind::Temperature,
+            SensorKind::Temperature
+        ],
+        "{s:#?}"
+    );
+    assert!(s[0].source.contains("/Thermal#/Fans/0"), "{:?}", s[0]);
+    assert_eq!(s[0].unit.as_deref(), Some("RPM"));
+    let cpu = s.iter().find(|x| x.name == "CPU Temp").unwrap();
+    assert_eq!(cpu.reading, Some(41.0));
+    assert_eq!(cpu.unit.as_deref(), Some("Cel"));
+    assert_eq!(
+        (
+            cpu.thresholds.upper_non_critical,
+            cpu.thresholds.upper_critical,
+            cpu.thresholds.upper_fatal
+        ),
+        (Some(42.0), Some(45.0), Some(48.0))
+    );
+    assert_eq!(cpu.health, Some(Health::Ok));
+    let intake = s.iter().find(|x| x.name == "Chassis Intake Temp").unwrap();
+    assert_eq!(intake.thresholds.lower_non_critical, Some(10.0));
+    assert_eq!(intake.thresholds.lower_critical, Some(5.0));
+
     // The CLI end to end, --json (the password comes from the named variable).
     let args = BmcArgs {
         host: sushy.url.clone(),
@@ -223,7 +255,7 @@ async fn against_sushy_emulator() {
             wait: None,
         },
     };
-    let out = execute_with(args, Vec::new(), |name| {
+    let out = execute_with(args.clone(), Vec::new(), |name| {
         (name == "INGOT_TEST_SUSHY_PW").then(|| PASS.to_owned())
     })
     .await;
@@ -231,6 +263,24 @@ async fn against_sushy_emulator() {
     assert_eq!(out.json["ok"], true);
     assert_eq!(out.json["protocol"], "redfish");
     assert_eq!(out.json["result"]["powerState"], "off");
+
+    // `ingot bmc sensors --json` on the same BMC.
+    let out = execute_with(
+        BmcArgs {
+            command: ingot_bmc::cli::BmcCommand::Sensors,
+            ..args
+        },
+        Vec::new(),
+        |name| (name == "INGOT_TEST_SUSHY_PW").then(|| PASS.to_owned()),
+    )
+    .await;
+    assert_eq!(out.code, 0, "{:?}", out.json);
+    assert_eq!(out.json["command"], "sensors");
+    let sensors = out.json["result"]["sensors"].as_array().unwrap();
+    assert_eq!(sensors.len(), 4, "{}", out.json);
+    assert_eq!(sensors[2]["name"], "CPU Temp");
+    assert_eq!(sensors[2]["thresholds"]["upperCritical"], 45.0);
+    assert_eq!(sensors[2]["health"], "ok");
 }
 
 /// sushy's own view of its CD device (its API read directly, not through ingot's client).

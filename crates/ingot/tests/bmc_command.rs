@@ -127,3 +127,92 @@ async fn ingot_bmc_over_redfish_and_ipmi() {
     assert_eq!(code, 2);
     assert_eq!(e["error"]["kind"], "usage");
 }
+
+/// `ingot bmc ... sensors`, table and `--json`, over Redfish (a profile serving `Sensors` and
+/// one serving only `ThermalSubsystem`/`PowerSubsystem`) and over IPMI (the SDR repository).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingot_bmc_sensors_over_redfish_and_ipmi() {
+    let redfish = Fleet::start(
+        FleetOptions::default(),
+        vec![BmcSpec::default(), BmcSpec::default()],
+    )
+    .await
+    .unwrap();
+    redfish.bmcs[1].state.set_quirks(ingot_bmc_sim::Quirks {
+        new_thermal_schema: true,
+        no_sensors: true,
+        ..Default::default()
+    });
+    for b in &redfish.bmcs {
+        b.state.set_fan_health("System Fan 2", "Critical");
+    }
+    for (b, count) in redfish.bmcs.iter().zip([6, 6]) {
+        let url = b.url();
+        let (j, code) = ingot(&args(&url, None, None, &["sensors"])).await;
+        assert_eq!(code, 0, "{j}");
+        assert_eq!(j["protocol"], "redfish");
+        assert_eq!(j["command"], "sensors");
+        let sensors = j["result"]["sensors"].as_array().unwrap();
+        assert_eq!(sensors.len(), count, "{j}");
+        let fan = sensors
+            .iter()
+            .find(|s| s["name"] == "System Fan 2")
+            .unwrap();
+        assert_eq!(fan["kind"], "fan");
+        assert_eq!(fan["health"], "critical");
+        // The table (no --json).
+        let mut a = args(&url, None, None, &["sensors"]);
+        a.retain(|x| x != "--json");
+        let out = Command::new(env!("CARGO_BIN_EXE_ingot"))
+            .args(&a)
+            .env("BMC_PW", "password")
+            .output()
+            .await
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut lines = text.lines();
+        assert!(lines.next().unwrap().starts_with("NAME"), "{text}");
+        let fan_line = lines.find(|l| l.starts_with("System Fan 2")).unwrap();
+        assert!(
+            fan_line.contains("critical") && fan_line.contains("RPM"),
+            "{fan_line}"
+        );
+    }
+
+    // IPMI: the emulator's SDR repository (a temperature, a fan, a power supply), with the
+    // fan read under its lower critical threshold.
+    let ipmi = ingot_ipmi_sim::serve(ingot_ipmi_sim::FleetConfig::uniform(1, "password"))
+        .await
+        .unwrap();
+    let bmc = &ipmi.bmcs()[0];
+    bmc.set_sensor_raw(0x02, 8);
+    let ia = bmc.addr();
+    let (j, code) = ingot(&args(
+        &ia.ip().to_string(),
+        Some(ia.port()),
+        Some("ipmi"),
+        &["sensors"],
+    ))
+    .await;
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["protocol"], "ipmi");
+    let sensors = j["result"]["sensors"].as_array().unwrap();
+    let names: Vec<&str> = sensors.iter().filter_map(|s| s["name"].as_str()).collect();
+    assert_eq!(names, ["Inlet Temp", "Fan1", "PS1 Status"], "{j}");
+    assert_eq!(sensors[0]["reading"], 24.0);
+    assert_eq!(sensors[0]["health"], "ok");
+    assert_eq!(sensors[1]["reading"], 800.0);
+    assert_eq!(sensors[1]["thresholds"]["lowerCritical"], 1000.0);
+    assert_eq!(sensors[1]["health"], "critical");
+    assert_eq!(sensors[2]["kind"], "power_supply");
+    assert_eq!(sensors[2]["health"], "ok");
+    // Same document layout as over Redfish.
+    let (r, _) = ingot(&args(&redfish.bmcs[0].url(), None, None, &["sensors"])).await;
+    let keys = |v: &Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+    assert_eq!(keys(&r), keys(&j));
+    assert_eq!(
+        keys(&r["result"]["sensors"][0]),
+        keys(&j["result"]["sensors"][0])
+    );
+}

@@ -395,6 +395,21 @@ async fn hardware_labels(client: &Client, node: &str) -> BTreeMap<String, String
         .collect()
 }
 
+/// The Node's `HardwareHealthy` condition: (status, reason, message).
+async fn hardware_condition(client: &Client, node: &str) -> Option<(String, String, String)> {
+    let n = Api::<Node>::all(client.clone()).get(node).await.ok()?;
+    let c = n
+        .status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "HardwareHealthy")?;
+    Some((
+        c.status,
+        c.reason.unwrap_or_default(),
+        c.message.unwrap_or_default(),
+    ))
+}
+
 /// Seeder's hardware Events on a Node, oldest first: (type, message). Each is checked to be in
 /// Seeder's shape (core Event in default, about the Node, source component boots).
 async fn hardware_events(client: &Client, node: &str) -> Vec<(String, String)> {
@@ -965,6 +980,19 @@ impl Embedded {
                 .iter()
                 .any(|(t, m)| t == "Normal" && m.contains("The system was powered on."))
         );
+        // Every Node's hardware is healthy: sushy's Thermal, ipmi_sim's empty SDR repository,
+        // the emulator's Sensors and Thermal.
+        for node in [HEP_NAME, IPMI_NAME, SIM_NAME] {
+            let c = wait_for("HardwareHealthy", Duration::from_secs(20), || async {
+                hardware_condition(client, node).await
+            })
+            .await;
+            assert_eq!(
+                (c.0.as_str(), c.1.as_str()),
+                ("True", "Healthy"),
+                "{node}: {c:?}"
+            );
+        }
         // Several cycles later, nothing said again.
         tokio::time::sleep(Duration::from_secs(4)).await;
         assert_eq!(hardware_events(client, HEP_NAME).await, hep_events);
@@ -1066,6 +1094,29 @@ impl Embedded {
         assert_eq!(
             hardware_annotations(client, SIM_NAME).await["seeder.ingot.dev/health"],
             "Critical"
+        );
+        // The condition names the kind and the part (read from the inventory's Thermal and
+        // from the Sensors: once), and is written once.
+        let c = wait_for("HardwareHealthy False", Duration::from_secs(20), || async {
+            hardware_condition(client, SIM_NAME)
+                .await
+                .filter(|c| c.0 == "False")
+        })
+        .await;
+        assert_eq!(
+            c,
+            (
+                "False".to_owned(),
+                "FanUnhealthy".to_owned(),
+                "fan System Fan 1 is Critical".to_owned()
+            )
+        );
+        let status_patches = kube_requests(self.http_port, "patch", "nodes/status").await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            kube_requests(self.http_port, "patch", "nodes/status").await,
+            status_patches,
+            "an unchanged condition was written again"
         );
         assert_eq!(&hardware_events(client, HEP_NAME).await, hep_events);
         self.said.ipmi = ipmi_after;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::wire::{self, Keys, Request, Suite};
-use crate::{BmcConfig, BootRecord, Faults};
+use crate::{BmcConfig, BootRecord, Faults, SimSensor};
 
 const PRIV_USER: u8 = 2;
 const PRIV_OPERATOR: u8 = 3;
@@ -94,6 +94,8 @@ pub(crate) struct Bmc {
     pub rejected_full: u64,
     pub controls: Vec<u8>,
     fru: Vec<u8>,
+    sensors: Vec<SimSensor>,
+    sdr_reservation: u16,
     /// Console session id and next sequence number of a session closed by
     /// the request being answered (its reply still goes out under its keys).
     closing: Option<(u32, u32)>,
@@ -143,6 +145,8 @@ impl Bmc {
             rejected_full: 0,
             controls: Vec::new(),
             fru,
+            sensors: cfg.sensors.clone(),
+            sdr_reservation: 0,
             closing: None,
             pending_power: None,
             boots: Vec::new(),
@@ -765,9 +769,57 @@ impl Bmc {
                 r.extend_from_slice(&self.fru[off..end]);
                 (0, r)
             }
-            (0x0A, 0x20) => (0, vec![0x51, 0, 0, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
-            (0x0A, 0x22) => (0, vec![1, 0]),
-            (0x0A, 0x23) => (0xCB, vec![]),
+            (0x0A, 0x20) => {
+                let mut r = vec![0x51];
+                r.extend((self.sensors.len() as u16).to_le_bytes());
+                r.extend([0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 0, 0]);
+                r.push(0x02); // reserve supported
+                (0, r)
+            }
+            (0x0A, 0x22) => {
+                self.sdr_reservation = self.sdr_reservation.wrapping_add(1).max(1);
+                (0, self.sdr_reservation.to_le_bytes().to_vec())
+            }
+            (0x0A, 0x23) => self.get_sdr(d),
+            (0x04, 0x2D) => match d.first().and_then(|n| self.sensor(*n)) {
+                Some(s) => match s.thresholds {
+                    Some(t) => {
+                        let raw = s.raw;
+                        // Comparison status: at or below LNC, LC, LNR; at or above UNC, UC, UNR.
+                        let mut bits = 0u8;
+                        for (i, v) in t.iter().enumerate() {
+                            if let Some(v) = v
+                                && ((i < 3 && raw <= *v) || (i >= 3 && raw >= *v))
+                            {
+                                bits |= 1 << i;
+                            }
+                        }
+                        (0, vec![raw, 0xC0, bits | 0xC0])
+                    }
+                    None => {
+                        let [lo, hi] = s.states.to_le_bytes();
+                        (0, vec![0, 0xC0, lo, hi | 0x80])
+                    }
+                },
+                None => (0xCB, vec![]),
+            },
+            (0x04, 0x27) => match d.first().and_then(|n| self.sensor(*n)) {
+                Some(SimSensor {
+                    thresholds: Some(t),
+                    ..
+                }) => {
+                    let mut r = vec![0u8];
+                    for (i, v) in t.iter().enumerate() {
+                        if v.is_some() {
+                            r[0] |= 1 << i;
+                        }
+                        r.push(v.unwrap_or(0));
+                    }
+                    (0, r)
+                }
+                Some(_) => (0xCD, vec![]),
+                None => (0xCB, vec![]),
+            },
             (0x0A, 0x40) => {
                 let mut r = vec![0x51];
                 r.extend((self.sel.len() as u16).to_le_bytes());
@@ -875,6 +927,106 @@ impl Bmc {
         r.extend(dev.product_id.to_le_bytes());
         r.extend(dev.aux_firmware);
         r
+    }
+
+    fn sensor(&self, number: u8) -> Option<&SimSensor> {
+        self.sensors.iter().find(|s| s.number == number)
+    }
+
+    pub fn set_sensor(&mut self, number: u8, f: impl FnOnce(&mut SimSensor)) {
+        if let Some(s) = self.sensors.iter_mut().find(|s| s.number == number) {
+            f(s);
+        }
+    }
+
+    /// The SDR record of the sensor at `index` (record id `index + 1`).
+    fn sdr_record(&self, index: usize) -> Option<Vec<u8>> {
+        let s = self.sensors.get(index)?;
+        let id = (index as u16 + 1).to_le_bytes();
+        let name = s.name.as_bytes();
+        let name = &name[..name.len().min(16)];
+        let mut r = match s.thresholds {
+            Some(t) => {
+                let mut r = vec![0u8; 48];
+                r[3] = 0x01;
+                r[10] = 0x7F;
+                r[11] = 1 << 2; // thresholds readable
+                r[13] = 0x01;
+                let mask = t
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.is_some())
+                    .fold(0u8, |m, (i, _)| m | (1 << i));
+                r[18] = mask;
+                r[19] = mask;
+                r[21] = s.unit;
+                r[24] = (s.m & 0xFF) as u8;
+                r[25] = (((s.m >> 8) & 3) as u8) << 6;
+                r[47] = 0xC0 | name.len() as u8;
+                r
+            }
+            None => {
+                let mut r = vec![0u8; 32];
+                r[3] = 0x02;
+                r[10] = 0x43;
+                r[13] = 0x6F;
+                r[31] = 0xC0 | name.len() as u8;
+                r
+            }
+        };
+        r[0] = id[0];
+        r[1] = id[1];
+        r[2] = 0x51;
+        r[5] = 0x20;
+        r[7] = s.number;
+        r[8] = 0x07;
+        r[9] = 1;
+        r[12] = s.sensor_type;
+        r.extend_from_slice(name);
+        r[4] = (r.len() - 5) as u8;
+        Some(r)
+    }
+
+    fn get_sdr(&mut self, d: &[u8]) -> (u8, Vec<u8>) {
+        if d.len() < 6 {
+            return (0xC7, vec![]);
+        }
+        let res = u16::from_le_bytes([d[0], d[1]]);
+        let id = u16::from_le_bytes([d[2], d[3]]);
+        let (off, n) = (usize::from(d[4]), d[5]);
+        if off != 0 {
+            if self.faults.sdr_cancellations > 0 {
+                self.faults.sdr_cancellations -= 1;
+                self.sdr_reservation = self.sdr_reservation.wrapping_add(1).max(1);
+                return (0xC5, vec![]);
+            }
+            if res == 0 || res != self.sdr_reservation {
+                return (0xC5, vec![]);
+            }
+        }
+        let index = if id == 0 { 0 } else { usize::from(id) - 1 };
+        let Some(rec) = self.sdr_record(index) else {
+            return (0xCB, vec![]);
+        };
+        let end = if n == 0xFF {
+            rec.len()
+        } else {
+            if usize::from(n) > self.cfg.sdr_max_read {
+                return (0xCA, vec![]);
+            }
+            (off + usize::from(n)).min(rec.len())
+        };
+        if off > end {
+            return (0xC9, vec![]);
+        }
+        let next = if index + 1 < self.sensors.len() {
+            index as u16 + 2
+        } else {
+            0xFFFF
+        };
+        let mut r = next.to_le_bytes().to_vec();
+        r.extend_from_slice(&rec[off..end]);
+        (0, r)
     }
 
     fn get_sel_entry(&self, d: &[u8]) -> (u8, Vec<u8>) {

@@ -128,6 +128,69 @@ pub struct Faults {
     /// cleared, whatever was written: a BMC that boots the override in
     /// Legacy mode and cannot keep UEFI.
     pub drop_efi_bit: bool,
+    /// Answer this many Get SDR partial reads (offset ≠ 0) with "reservation cancelled"
+    /// (0xC5), cancelling the reservation, as a BMC whose SDRs change mid-read does.
+    pub sdr_cancellations: u32,
+}
+
+/// One sensor of the SDR repository. Threshold sensors get a Full record (reading
+/// `y = M * raw` in `unit`), discrete ones a Compact record with sensor-specific states.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimSensor {
+    pub number: u8,
+    pub name: String,
+    /// IPMI sensor type (0x01 temperature, 0x04 fan, 0x08 power supply, ...).
+    pub sensor_type: u8,
+    /// IPMI base unit type code (1 °C, 18 RPM, ...); threshold sensors only.
+    pub unit: u8,
+    /// The M of the conversion; threshold sensors only.
+    pub m: i16,
+    /// The raw reading byte; threshold sensors only.
+    pub raw: u8,
+    /// Raw thresholds LNC, LC, LNR, UNC, UC, UNR (`None`: not readable); `None` for a
+    /// discrete sensor.
+    pub thresholds: Option<[Option<u8>; 6]>,
+    /// Discrete sensor states (bit 0 is offset 0).
+    pub states: u16,
+}
+
+impl SimSensor {
+    /// An inlet temperature (24 °C; 40 / 45 / 50 upper thresholds), a fan (5600 RPM;
+    /// critical under 1000) and a power supply that is present.
+    pub fn defaults() -> Vec<SimSensor> {
+        vec![
+            SimSensor {
+                number: 0x01,
+                name: "Inlet Temp".into(),
+                sensor_type: 0x01,
+                unit: 1,
+                m: 1,
+                raw: 24,
+                thresholds: Some([None, None, None, Some(40), Some(45), Some(50)]),
+                states: 0,
+            },
+            SimSensor {
+                number: 0x02,
+                name: "Fan1".into(),
+                sensor_type: 0x04,
+                unit: 18,
+                m: 100,
+                raw: 56,
+                thresholds: Some([Some(15), Some(10), None, None, None, None]),
+                states: 0,
+            },
+            SimSensor {
+                number: 0x03,
+                name: "PS1 Status".into(),
+                sensor_type: 0x08,
+                unit: 0,
+                m: 0,
+                raw: 0,
+                thresholds: None,
+                states: 0x0001,
+            },
+        ]
+    }
 }
 
 /// One simulated BMC.
@@ -181,6 +244,10 @@ pub struct BmcConfig {
     pub sel_capacity: usize,
     /// SEL records at start (bytes 2..16 of each record; ids are assigned).
     pub sel: Vec<[u8; 14]>,
+    /// The sensors of the SDR repository.
+    pub sensors: Vec<SimSensor>,
+    /// Largest Get SDR count accepted (larger, but not 0xFF at offset 0 → completion code 0xCA).
+    pub sdr_max_read: usize,
 }
 
 impl BmcConfig {
@@ -212,6 +279,8 @@ impl BmcConfig {
             boot_flags_timeout: Duration::from_secs(60),
             sel_capacity: 512,
             sel: Vec::new(),
+            sensors: SimSensor::defaults(),
+            sdr_max_read: 16,
         }
     }
 }
@@ -394,6 +463,16 @@ impl BmcHandle {
     /// Append a SEL record (bytes 2..16); returns its record id.
     pub fn add_sel(&self, body: [u8; 14]) -> u16 {
         lock(&self.state).add_sel(body)
+    }
+
+    /// Sets the raw reading of threshold sensor `number`.
+    pub fn set_sensor_raw(&self, number: u8, raw: u8) {
+        lock(&self.state).set_sensor(number, |s| s.raw = raw);
+    }
+
+    /// Sets the states of discrete sensor `number`.
+    pub fn set_sensor_states(&self, number: u8, states: u16) {
+        lock(&self.state).set_sensor(number, |s| s.states = states);
     }
 
     /// The SEL as stored (full 16-byte records).

@@ -33,6 +33,7 @@ pub mod fru;
 pub mod fuzzing;
 mod packet;
 mod rakp;
+pub mod sdr;
 mod session;
 
 pub use client::{Client, ClientStats, Config};
@@ -44,3 +45,4 @@ pub use crypto::{CipherSuite, Password};
 pub use error::{Error, Result, completion_code_text, rakp_status_text};
 pub use fru::Fru;
 pub use rakp::Privilege;
+pub use sdr::{RawThresholds, SdrInfo, SensorReading, SensorRecord};

@@ -526,3 +526,76 @@ async fn flags_without_the_valid_bit_keep_no_mode() {
     assert_eq!(f.reported_mode(), Some(BootMode::Legacy));
     assert_eq!(bmc.boot_flags()[..2], [0x80, 0x04]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdr_partial_reads_and_cancelled_reservations() {
+    let mut cfg = FleetConfig::uniform(1, PW);
+    // Reads of more than 8 bytes are refused (0xCA): the client halves its 16-byte reads.
+    cfg.bmcs[0].sdr_max_read = 8;
+    let fleet = serve(cfg).await.unwrap();
+    let bmc = &fleet.bmcs()[0];
+    let client = Client::connect(config(bmc.addr(), "admin", PW, &[CipherSuite::Suite17]))
+        .await
+        .unwrap();
+    let count = |cmd: u8| {
+        bmc.stats()
+            .commands
+            .iter()
+            .filter(|c| **c == (0x0A, cmd))
+            .count()
+    };
+    let sensors = client.sdr_sensors().await.unwrap();
+    let names: Vec<&str> = sensors.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["Inlet Temp", "Fan1", "PS1 Status"]);
+    assert_eq!(sensors[1].conversion.unwrap().convert(56), Some(5600.0));
+    assert_eq!(count(0x22), 1, "one reservation");
+    // Three records of 42 to 58 bytes: a 5-byte header each, one refused 16-byte read, then
+    // pieces of at most 8 bytes.
+    let whole = (58 - 5usize).div_ceil(8) + (52 - 5usize).div_ceil(8) + (42 - 5usize).div_ceil(8);
+    assert_eq!(count(0x23), 3 + 1 + whole, "{:?}", bmc.stats().commands);
+
+    // ipmitool reads the same repository.
+    let out = ipmitool(17, bmc.addr(), "admin", PW, &["sdr", "list"]).await;
+    assert!(
+        out.contains("Inlet Temp") && out.contains("24 degrees C"),
+        "{out}"
+    );
+    assert!(out.contains("Fan1") && out.contains("5600 RPM"), "{out}");
+
+    // The repository changes twice during the read: read again from the start, whole.
+    bmc.set_faults(ingot_ipmi_sim::Faults {
+        sdr_cancellations: 2,
+        ..Default::default()
+    });
+    let before = count(0x22);
+    assert_eq!(client.sdr_sensors().await.unwrap(), sensors);
+    assert_eq!(count(0x22) - before, 3, "two restarts");
+
+    // It never stops changing: a bounded number of restarts, then an error that says so.
+    bmc.set_faults(ingot_ipmi_sim::Faults {
+        sdr_cancellations: 1000,
+        ..Default::default()
+    });
+    let before = count(0x22);
+    let e = client.sdr_sensors().await.unwrap_err();
+    assert!(e.to_string().contains("reservation cancelled"), "{e}");
+    assert_eq!(
+        count(0x22) - before,
+        ingot_ipmi::sdr::MAX_SDR_RESTARTS as usize + 1
+    );
+    bmc.set_faults(ingot_ipmi_sim::Faults::default());
+
+    // Readings and thresholds; a sensor that is not there is a completion code.
+    let r = client.sensor_reading(0x01).await.unwrap();
+    assert!(r.valid());
+    assert_eq!(r.raw, 24);
+    let t = client.sensor_thresholds(0x02).await.unwrap();
+    assert_eq!((t.get(0), t.get(1), t.get(3)), (Some(15), Some(10), None));
+    bmc.set_sensor_raw(0x02, 8);
+    let r = client.sensor_reading(0x02).await.unwrap();
+    assert_eq!(r.states & 0x3F, 0b11, "at or below LNC and LC");
+    assert!(matches!(
+        client.sensor_reading(0x77).await,
+        Err(Error::CompletionCode { code: 0xCB, .. })
+    ));
+}

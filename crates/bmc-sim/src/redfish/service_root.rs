@@ -93,6 +93,24 @@ const SCHEMAS: &[(&str, &[&str])] = &[
     ("ChassisCollection", &["ChassisCollection"]),
     ("Chassis", &["Chassis", "Chassis.v1_22_0"]),
     ("Thermal", &["Thermal", "Thermal.v1_7_0"]),
+    ("SensorCollection", &["SensorCollection"]),
+    ("Sensor", &["Sensor", "Sensor.v1_7_0"]),
+    (
+        "ThermalSubsystem",
+        &["ThermalSubsystem", "ThermalSubsystem.v1_3_0"],
+    ),
+    (
+        "ThermalMetrics",
+        &["ThermalMetrics", "ThermalMetrics.v1_3_0"],
+    ),
+    ("FanCollection", &["FanCollection"]),
+    ("Fan", &["Fan", "Fan.v1_5_0"]),
+    (
+        "PowerSubsystem",
+        &["PowerSubsystem", "PowerSubsystem.v1_1_0"],
+    ),
+    ("PowerSupplyCollection", &["PowerSupplyCollection"]),
+    ("PowerSupply", &["PowerSupply", "PowerSupply.v1_5_0"]),
     ("ManagerCollection", &["ManagerCollection"]),
     ("Manager", &["Manager", "Manager.v1_17_0"]),
     (

@@ -39,6 +39,16 @@ impl RedfishClient {
     /// with only a link are fetched. A member that cannot be read is skipped (one failing
     /// DIMM must not empty the list); after `MAX_PAGES` pages what was read is returned.
     pub(super) async fn members(&self, path: &str) -> Result<Vec<Value>, BmcError> {
+        self.members_up_to(path, usize::MAX).await
+    }
+
+    /// [`RedfishClient::members`], stopping once `limit` members were read (no member past
+    /// it is fetched).
+    pub(super) async fn members_up_to(
+        &self,
+        path: &str,
+        limit: usize,
+    ) -> Result<Vec<Value>, BmcError> {
         let mut out = Vec::new();
         let mut next = Some(path.to_owned());
         let mut pages = 0;
@@ -59,6 +69,9 @@ impl RedfishClient {
             };
             let members = page_members(&coll, &p)?;
             for m in members {
+                if out.len() >= limit {
+                    return Ok(out);
+                }
                 let Some(id) = string(m, "@odata.id") else {
                     continue;
                 };

@@ -25,6 +25,7 @@ mod logs;
 mod media;
 mod options;
 mod power;
+mod sensors;
 mod sessions;
 mod tls;
 mod transport;
@@ -184,6 +185,10 @@ impl Bmc for RedfishClient {
 
     async fn event_log(&self) -> Result<Vec<LogEntry>, BmcError> {
         self.read_event_log().await
+    }
+
+    async fn sensors(&self) -> Result<Vec<Sensor>, BmcError> {
+        self.read_sensors().await
     }
 
     async fn virtual_media(&self) -> Result<Vec<MediaSlot>, BmcError> {

@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use ingot_bmc::{Health, Inventory as Facts, LogEntry, worst_health};
+use ingot_bmc::{Health, Inventory as Facts, LogEntry, Sensor, SensorKind, worst_health};
 use serde_json::{Map, Value, json};
 
 /// Seeder's Event reason on the Node.
@@ -246,6 +246,133 @@ fn part_groups(facts: &Facts) -> [(&'static str, &'static str, Vec<Part>); 7] {
                 .collect(),
         ),
     ]
+}
+
+/// The Node condition summarising the hardware's health.
+pub const HARDWARE_HEALTHY: &str = "HardwareHealthy";
+
+/// The component kinds the condition names, in the order the worst one is picked by (at the
+/// same health): `(kind in messages, reason when it is the worst)`.
+const CONDITION_KINDS: [(&str, &str); 6] = [
+    ("fan", "FanUnhealthy"),
+    ("temperature", "TemperatureUnhealthy"),
+    ("power supply", "PowerSupplyUnhealthy"),
+    ("drive", "DriveUnhealthy"),
+    ("voltage", "VoltageUnhealthy"),
+    ("current", "CurrentUnhealthy"),
+];
+
+/// `HardwareHealthy` as it should read: `(status, reason, message)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HardwareCondition {
+    pub healthy: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+/// `HardwareHealthy` from the inventory's fans, temperatures, power supplies and drives and
+/// from the sensors (fans, temperatures, power supplies and their power, drive bays, voltages,
+/// currents; a part read both ways counts once, at its worse health): `False` with the reason
+/// naming the kind of the worst part (`FanUnhealthy`, `TemperatureUnhealthy`,
+/// `PowerSupplyUnhealthy`, `DriveUnhealthy`, `VoltageUnhealthy`, `CurrentUnhealthy`; critical
+/// before warning, then in that order) and a message naming every unhealthy part, worst first
+/// (cut at 1 KiB); else `True` (`Healthy`). Parts of unknown health count as healthy.
+pub fn hardware_condition(facts: &Facts, sensors: &[Sensor]) -> HardwareCondition {
+    // (kind index, name) -> worst health.
+    let mut parts: BTreeMap<(usize, String), Option<Health>> = BTreeMap::new();
+    let mut add = |kind: usize, name: &str, h: Option<Health>| {
+        let e = parts.entry((kind, name.to_owned())).or_insert(None);
+        *e = worst_health([*e, h]);
+    };
+    for f in &facts.fans {
+        add(0, &f.name, f.health);
+    }
+    for t in &facts.temperatures {
+        add(1, &t.name, t.health);
+    }
+    for p in &facts.power_supplies {
+        add(2, &p.name, p.health);
+    }
+    for d in &facts.disks {
+        add(3, d.name.as_deref().unwrap_or(&d.id), d.health);
+    }
+    for s in sensors {
+        let kind = match s.kind {
+            SensorKind::Fan => 0,
+            SensorKind::Temperature => 1,
+            SensorKind::PowerSupply | SensorKind::Power => 2,
+            SensorKind::Drive => 3,
+            SensorKind::Voltage => 4,
+            SensorKind::Current => 5,
+            SensorKind::Other => continue,
+        };
+        add(kind, &s.name, s.health);
+    }
+    let rank = |h: Health| match h {
+        Health::Critical => 0,
+        Health::Warning => 1,
+        Health::Ok => 2,
+    };
+    let mut bad: Vec<(Health, usize, String)> = parts
+        .into_iter()
+        .filter_map(|((kind, name), h)| Some((unhealthy(h)?, kind, name)))
+        .collect();
+    bad.sort_by_key(|b| (rank(b.0), b.1));
+    let Some((_, worst_kind, _)) = bad.first() else {
+        return HardwareCondition {
+            healthy: true,
+            reason: "Healthy".into(),
+            message:
+                "no fan, temperature, power supply, drive, voltage or current reports a problem"
+                    .into(),
+        };
+    };
+    let message = bad
+        .iter()
+        .map(|(h, kind, name)| {
+            format!("{} {name} is {}", CONDITION_KINDS[*kind].0, health_word(*h))
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    HardwareCondition {
+        healthy: false,
+        reason: CONDITION_KINDS[*worst_kind].1.into(),
+        message: cut(&message),
+    }
+}
+
+/// The strategic merge patch of the Node's status that sets `HardwareHealthy` to `wanted`,
+/// or `None` when the Node's condition already reads so (status, reason and message): the
+/// condition is written only on change. `now` is an RFC 3339 time.
+pub fn hardware_condition_patch(
+    current: Option<&k8s_openapi::api::core::v1::NodeCondition>,
+    wanted: &HardwareCondition,
+    now: &str,
+) -> Option<Value> {
+    let status = if wanted.healthy { "True" } else { "False" };
+    if let Some(c) = current
+        && c.status == status
+        && c.reason.as_deref() == Some(wanted.reason.as_str())
+        && c.message.as_deref() == Some(wanted.message.as_str())
+    {
+        return None;
+    }
+    let transition = match current {
+        Some(c) if c.status == status => c
+            .last_transition_time
+            .as_ref()
+            .and_then(|t| serde_json::to_value(t).ok())
+            .unwrap_or_else(|| json!(now)),
+        _ => json!(now),
+    };
+    Some(json!({"status": {"conditions": [{
+        "type": HARDWARE_HEALTHY,
+        "status": status,
+        "reason": wanted.reason,
+        "message": wanted.message,
+        "lastTransitionTime": transition,
+        "lastHeartbeatTime": now,
+    }]}}))
 }
 
 fn parts(list: &[ingot_bmc::Component]) -> Vec<Part> {
@@ -646,6 +773,88 @@ mod tests {
             health: Some(h),
             reading: None,
         }
+    }
+
+    fn sensor(name: &str, kind: SensorKind, h: Option<Health>) -> Sensor {
+        Sensor {
+            name: name.into(),
+            kind,
+            reading: None,
+            unit: None,
+            thresholds: Default::default(),
+            health: h,
+            state: Default::default(),
+            source: "x".into(),
+        }
+    }
+
+    #[test]
+    fn hardware_healthy_names_the_worst_kind_and_every_part() {
+        let mut facts = Facts {
+            fans: vec![part("Fan1", Health::Ok)],
+            temperatures: vec![temp("Inlet", 20.0)],
+            ..Facts::default()
+        };
+        let ok = hardware_condition(&facts, &[sensor("12V", SensorKind::Voltage, None)]);
+        assert!(ok.healthy);
+        assert_eq!(ok.reason, "Healthy");
+
+        // A warning temperature from the sensors, a critical power supply from the inventory,
+        // the same fan read both ways (critical once), a drive bay, an "other" sensor ignored.
+        facts.power_supplies = vec![part("PSU 2", Health::Critical)];
+        let sensors = [
+            sensor("CPU1 Temp", SensorKind::Temperature, Some(Health::Warning)),
+            sensor("Fan1", SensorKind::Fan, Some(Health::Critical)),
+            sensor("Bay 3", SensorKind::Drive, Some(Health::Warning)),
+            sensor("Watchdog", SensorKind::Other, Some(Health::Critical)),
+        ];
+        let c = hardware_condition(&facts, &sensors);
+        assert!(!c.healthy);
+        assert_eq!(
+            c.reason, "FanUnhealthy",
+            "critical first, fans before power supplies"
+        );
+        assert_eq!(
+            c.message,
+            "fan Fan1 is Critical; power supply PSU 2 is Critical; \
+             temperature CPU1 Temp is Warning; drive Bay 3 is Warning"
+        );
+        let only_psu = hardware_condition(
+            &Facts {
+                power_supplies: vec![part("PSU 2", Health::Warning)],
+                ..Facts::default()
+            },
+            &[],
+        );
+        assert_eq!(only_psu.reason, "PowerSupplyUnhealthy");
+
+        // Written only on change; the transition time kept while the status stays.
+        let patch = hardware_condition_patch(None, &c, "2026-01-01T00:00:00Z").unwrap();
+        let cond = &patch["status"]["conditions"][0];
+        assert_eq!(cond["type"], "HardwareHealthy");
+        assert_eq!(cond["status"], "False");
+        assert_eq!(cond["reason"], "FanUnhealthy");
+        let current: k8s_openapi::api::core::v1::NodeCondition =
+            serde_json::from_value(cond.clone()).unwrap();
+        assert_eq!(
+            hardware_condition_patch(Some(&current), &c, "2026-01-01T01:00:00Z"),
+            None
+        );
+        let worse = HardwareCondition {
+            message: "fan Fan1 is Critical".into(),
+            ..c.clone()
+        };
+        let p = hardware_condition_patch(Some(&current), &worse, "2026-01-01T01:00:00Z").unwrap();
+        assert_eq!(
+            p["status"]["conditions"][0]["lastTransitionTime"],
+            "2026-01-01T00:00:00Z"
+        );
+        let p = hardware_condition_patch(Some(&current), &ok, "2026-01-01T02:00:00Z").unwrap();
+        assert_eq!(p["status"]["conditions"][0]["status"], "True");
+        assert_eq!(
+            p["status"]["conditions"][0]["lastTransitionTime"],
+            "2026-01-01T02:00:00Z"
+        );
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //! - the Node annotations `seeder.ingot.dev/{cpu,memory,bios-version,bmc-firmware-version,
 //!   nic-macs,disks,health}` ([`super::health::fact_annotations`]),
 //! - Events on the Node in Seeder's format for readings that changed and for new event-log
-//!   entries ([`super::health`]).
+//!   entries ([`super::health`]),
+//! - the Node condition `HardwareHealthy` from the inventory and the BMC's sensors
+//!   ([`super::health::hardware_condition`]), written only when it changes; not touched when
+//!   the sensors could not be read.
 //!
 //! Labels, annotations and the de-duplication state go in one merge patch of the Node, only
 //! when something differs, before the Events are written (so an entry is never emitted twice,
@@ -19,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ingot_api::seeder::{INVENTORY_NODE_READY, Inventory};
-use ingot_bmc::{Bmc, BmcError, LogEntry, Scheme};
+use ingot_bmc::{Bmc, BmcError, LogEntry, Scheme, Sensor};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -118,7 +121,7 @@ async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result
 
 /// One read of the BMC and what follows from it.
 async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result<(), Error> {
-    let (facts, log) = match read_bmc(inventory, ctx).await {
+    let (facts, log, sensors) = match read_bmc(inventory, ctx).await {
         Ok(read) => read,
         Err(message) => {
             ctx.hardware_events
@@ -176,6 +179,26 @@ async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result
         ctx.node_written(&written);
         info!(node = %node.name_any(), changed = ?metadata.keys().collect::<Vec<_>>(), "hardware facts written");
     }
+    if let Some(sensors) = sensors {
+        let wanted = health::hardware_condition(&facts, &sensors);
+        let current = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == health::HARDWARE_HEALTHY));
+        let now = Timestamp::now().to_string();
+        if let Some(patch) = health::hardware_condition_patch(current, &wanted, &now) {
+            let written = Api::<Node>::all(ctx.client.clone())
+                .patch_status(
+                    &node.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Strategic(patch),
+                )
+                .await?;
+            ctx.node_written(&written);
+            info!(node = %node.name_any(), healthy = wanted.healthy, reason = %wanted.reason, "hardware condition written");
+        }
+    }
     for r in fresh {
         node_event(node, &r.message, r.warning, ctx).await;
     }
@@ -208,11 +231,12 @@ pub fn redfish_port_label(inventory: &Inventory) -> Result<Option<u16>, String> 
         })
 }
 
-/// The BMC's inventory and event log (a BMC without one has an empty log).
+/// The BMC's inventory, event log (a BMC without one has an empty log) and sensors (none for
+/// a BMC without them; `None` when they could not be read).
 async fn read_bmc(
     inventory: &Inventory,
     ctx: &SeederContext,
-) -> Result<(ingot_bmc::Inventory, Vec<LogEntry>), String> {
+) -> Result<(ingot_bmc::Inventory, Vec<LogEntry>, Option<Vec<Sensor>>), String> {
     let redfish_port = redfish_port_label(inventory)?;
     let mut target = ctx
         .rufio
@@ -242,7 +266,15 @@ async fn read_bmc(
             Vec::new()
         }
     };
-    Ok((facts, log))
+    let sensors = match bmc.sensors().await {
+        Ok(s) => Some(s),
+        Err(BmcError::Unsupported(_)) => Some(Vec::new()),
+        Err(e) => {
+            warn!(inventory = %inventory.name_any(), error = %bmcs::error_chain(&e), "reading the sensors failed; the hardware condition is left as it is");
+            None
+        }
+    };
+    Ok((facts, log, sensors))
 }
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);

@@ -224,6 +224,36 @@ fn sensors(parts: &ChassisParts, inv: &mut Inventory) {
         .extend(parts.network_adapters.iter().map(component));
 }
 
+/// `ThermalSubsystem`'s fans (`Fan` resources) and `ThermalMetrics` in the shape of the
+/// older `Thermal`: fans with their `Reading` (RPM, else percent) and temperatures with
+/// their `ReadingCelsius` (named by `DeviceName`, else the sensor the reading comes from).
+pub(crate) fn thermal_from_subsystem(fans: &[Value], metrics: Option<&Value>) -> Value {
+    let fans: Vec<Value> = fans
+        .iter()
+        .map(|f| {
+            let rpm = f.pointer("/SpeedPercent/SpeedRPM").and_then(Value::as_f64);
+            let percent = f.pointer("/SpeedPercent/Reading").and_then(Value::as_f64);
+            serde_json::json!({
+                "Name": string(f, "Name").or_else(|| string(f, "Id")),
+                "Reading": rpm.or(percent),
+                "ReadingUnits": if rpm.is_some() { "RPM" } else { "Percent" },
+                "Status": f.get("Status").cloned().unwrap_or(Value::Null),
+            })
+        })
+        .collect();
+    let temperatures: Vec<Value> = metrics
+        .into_iter()
+        .flat_map(|m| array(m, "TemperatureReadingsCelsius"))
+        .map(|t| {
+            let name = string(t, "DeviceName").or_else(|| {
+                string(t, "DataSourceUri").and_then(|u| u.rsplit('/').next().map(str::to_owned))
+            });
+            serde_json::json!({"Name": name, "ReadingCelsius": t.get("Reading").cloned().unwrap_or(Value::Null)})
+        })
+        .collect();
+    serde_json::json!({"Fans": fans, "Temperatures": temperatures})
+}
+
 /// The elements of an array property (none when it is missing or not an array).
 fn array<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
     v.get(key).and_then(Value::as_array).into_iter().flatten()

@@ -106,11 +106,11 @@ impl RedfishClient {
             };
             let thermal = match link(&ch, "Thermal") {
                 Some(t) => self.get(&t).await.ok(),
-                None => None,
+                None => self.thermal_subsystem(&ch).await,
             };
             let power = match link(&ch, "Power") {
                 Some(p) => self.get(&p).await.ok(),
-                None => None,
+                None => self.power_subsystem(&ch).await,
             };
             let network_adapters = self.optional_members(&ch, "NetworkAdapters").await;
             parts.push(ChassisParts {
@@ -120,6 +120,25 @@ impl RedfishClient {
             });
         }
         parts
+    }
+
+    /// Without `Thermal`: the fans and temperatures of `ThermalSubsystem` (its `Fans` and
+    /// `ThermalMetrics`), in the shape of `Thermal`.
+    async fn thermal_subsystem(&self, ch: &Value) -> Option<Value> {
+        let ts = self.get(&link(ch, "ThermalSubsystem")?).await.ok()?;
+        let fans = self.optional_members(&ts, "Fans").await;
+        let metrics = match link(&ts, "ThermalMetrics") {
+            Some(m) => self.get(&m).await.ok(),
+            None => None,
+        };
+        Some(map::thermal_from_subsystem(&fans, metrics.as_ref()))
+    }
+
+    /// Without `Power`: the power supplies of `PowerSubsystem`, in the shape of `Power`.
+    async fn power_subsystem(&self, ch: &Value) -> Option<Value> {
+        let ps = self.get(&link(ch, "PowerSubsystem")?).await.ok()?;
+        let supplies = self.optional_members(&ps, "PowerSupplies").await;
+        Some(serde_json::json!({ "PowerSupplies": supplies }))
     }
 
     /// The system's first manager (`Links.ManagedBy`, else the first of the root's
