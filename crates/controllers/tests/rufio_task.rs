@@ -34,6 +34,17 @@ async fn setup_with(action: &str, power_delay: Duration) -> Setup {
 }
 
 async fn setup_task(action: serde_json::Value, power_delay: Duration) -> Setup {
+    setup_bmc(
+        action,
+        BmcSpec {
+            power_delay,
+            ..BmcSpec::default()
+        },
+    )
+    .await
+}
+
+async fn setup_bmc(action: serde_json::Value, spec: BmcSpec) -> Setup {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     let ns = env.namespace("rufio-task").await.unwrap();
@@ -46,8 +57,7 @@ async fn setup_task(action: serde_json::Value, power_delay: Duration) -> Setup {
         BmcSpec {
             username: "admin".into(),
             password: "pw".into(),
-            power_delay,
-            ..BmcSpec::default()
+            ..spec
         },
     )
     .await
@@ -89,6 +99,38 @@ async fn run(s: &Setup, task: &Task) {
     reconcile(Arc::new(task.clone()), s.ctx.clone())
         .await
         .unwrap();
+}
+
+/// A repeatable action (power on) is not sent twice by one process either: the copy a
+/// reconcile is woken with right after the Task's own `startTime` write does not show the
+/// `sent` mark yet, and the Task is read again instead of sending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_copy_does_not_send_a_power_on_again() {
+    let s = setup_bmc(
+        json!({"powerAction": "on"}),
+        BmcSpec {
+            power_delay: Duration::from_secs(2),
+            initial_power_on: false,
+            ..BmcSpec::default()
+        },
+    )
+    .await;
+    let bmc = &s.fleet.bmcs[0].state;
+    let stale = s.tasks.get("j-task-0").await.unwrap();
+    run(&s, &stale).await;
+    assert_eq!(bmc.reset_requests(), ["On"]);
+    let fresh = s.tasks.get("j-task-0").await.unwrap();
+    assert_eq!(
+        fresh.annotations().get(SENT_ANNOTATION).map(String::as_str),
+        Some("sent")
+    );
+    // Handed the copy from before the send (not started, nothing sent) while the BMC is
+    // still powering on: nothing is sent again.
+    run(&s, &stale).await;
+    let mut started = stale.clone();
+    started.status = fresh.status.clone();
+    run(&s, &started).await;
+    assert_eq!(bmc.reset_requests(), ["On"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

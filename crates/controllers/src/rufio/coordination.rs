@@ -14,6 +14,9 @@
 //! - **Own writes** (Job): a Task created or a `Running` written by this process that the
 //!   caches do not show yet, so that the Job neither creates the Task again nor moves its
 //!   `startTime`.
+//! - **Own sends** (Task): the Tasks whose action this process sent, so that a reconcile on a
+//!   cached copy that does not show the `sent` mark yet (woken by the Task's own `startTime`
+//!   write) reads the Task again instead of sending the action a second time.
 //!
 //! Every table is bounded by [`MAX_ENTRIES`]: a table of hints that would grow past it starts
 //! again from empty (a Machine read a little early, a refresh at the next interval); a table
@@ -55,6 +58,7 @@ pub struct Coordination {
     task_retries: Backoff,
     sent_ahead: Mutex<HashMap<String, (Instant, SendAhead)>>,
     own_writes: Mutex<HashMap<String, (Instant, String)>>,
+    own_sends: Mutex<HashMap<String, Instant>>,
 }
 
 impl Default for Coordination {
@@ -65,6 +69,7 @@ impl Default for Coordination {
             task_retries: Backoff::new(Duration::from_secs(1), Duration::from_secs(30)),
             sent_ahead: Mutex::default(),
             own_writes: Mutex::default(),
+            own_sends: Mutex::default(),
         }
     }
 }
@@ -112,9 +117,10 @@ impl Coordination {
         self.task_retries.failed(task)
     }
 
-    /// The Task ended (or its BMC answered): its next failure starts the backoff again.
+    /// The Task ended: its retries and its send are forgotten.
     pub fn task_settled(&self, task: &str) {
         self.task_retries.succeeded(task);
+        self.forget_send(task);
     }
 
     /// Forgets the retries of Tasks for which `going_on` is false (ended or gone: they are
@@ -180,6 +186,26 @@ impl Coordination {
     pub fn forget_stale(&self, older_than: Duration) {
         lock(&self.sent_ahead).retain(|_, (at, _)| at.elapsed() < older_than);
         lock(&self.own_writes).retain(|_, (at, _)| at.elapsed() < older_than);
+        lock(&self.own_sends).retain(|_, at| at.elapsed() < older_than);
+    }
+
+    /// This process sends the action of Task `task` (not recorded when the table is full: a
+    /// stale copy may then send it again, which a repeatable action allows).
+    pub fn sending(&self, task: &str) {
+        let mut sends = lock(&self.own_sends);
+        if sends.len() < MAX_ENTRIES || sends.contains_key(task) {
+            sends.insert(task.to_owned(), Instant::now());
+        }
+    }
+
+    /// Whether this process sent the action of Task `task` (and the Task has not ended since).
+    pub fn sent_here(&self, task: &str) -> bool {
+        lock(&self.own_sends).contains_key(task)
+    }
+
+    /// The Task's action did not go out, or the Task ended: nothing more to remember of it.
+    pub fn forget_send(&self, task: &str) {
+        lock(&self.own_sends).remove(task);
     }
 }
 
@@ -187,6 +213,19 @@ impl Coordination {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_send_is_remembered_until_forgotten_or_stale() {
+        let c = Coordination::default();
+        assert!(!c.sent_here("ns/t"));
+        c.sending("ns/t");
+        assert!(c.sent_here("ns/t"));
+        c.forget_send("ns/t");
+        assert!(!c.sent_here("ns/t"));
+        c.sending("ns/t");
+        c.forget_stale(Duration::ZERO);
+        assert!(!c.sent_here("ns/t"));
+    }
 
     #[test]
     fn a_refresh_is_taken_once() {

@@ -252,7 +252,19 @@ async fn reconcile_inner(task: &Task, ctx: &RufioContext) -> Result<Action, Erro
     if let Some(message) = task.annotations().get(FAILED_AHEAD_ANNOTATION) {
         return fail_unparsable(&api, task, ctx, message.clone()).await;
     }
-    let decided = phase(task, &op, Timestamp::now(), ctx.settings.task_timeout);
+    let mut decided = phase(task, &op, Timestamp::now(), ctx.settings.task_timeout);
+    // A copy that does not show the `sent` mark of an action this process sent is behind
+    // (woken by the Task's own `startTime` write): the Task as stored decides.
+    let fresh;
+    let task = if matches!(decided, Phase::Send | Phase::StartAndSend)
+        && ctx.coordination.sent_here(&key_of(task))
+    {
+        fresh = api.get(&task.name_any()).await?;
+        decided = phase(&fresh, &op, Timestamp::now(), ctx.settings.task_timeout);
+        &fresh
+    } else {
+        task
+    };
     match decided {
         Phase::StartAndSend => return start_and_send(&api, task, &op, ctx).await,
         Phase::StartSentAhead if complete_if_shown(&api, task, &op, ctx).await? => {
@@ -404,10 +416,12 @@ async fn send_phase(
             Err(e) => transient_or_fail(ctx, &key, "get power state", &e),
         });
     }
-    // Only a reboot needs the mark: sending anything else twice is harmless.
+    // Only a reboot needs the mark: sending anything else twice is harmless (and this
+    // process does not, see `Coordination::sending`).
     if op.destructive() && !mark_sending(api, &name, task.resource_version()).await? {
         return Ok(Outcome::Again(Duration::from_millis(200)));
     }
+    ctx.coordination.sending(&key);
     Ok(match send(&bmc, op).await {
         Ok(()) => {
             if op.destructive() {
@@ -426,6 +440,7 @@ async fn send_phase(
             error_chain(&e)
         )),
         Err(e) if surely_not_sent(&e) || (!op.destructive() && e.is_transient()) => {
+            ctx.coordination.forget_send(&key);
             mark(api, &name, "").await?;
             transient_or_fail(ctx, &key, describe(op), &e)
         }
