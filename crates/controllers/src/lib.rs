@@ -11,6 +11,7 @@ pub mod duration;
 pub mod fencing;
 pub mod gardener;
 pub mod metrics;
+pub mod onprem;
 pub mod pools;
 pub mod provisioning;
 pub mod rufio;
