@@ -717,6 +717,12 @@ impl Bmc for ManagedBmc {
         self.with("event_log", |c| async move { c.event_log().await })
             .await
     }
+    async fn pushed_events(&self, last_event_id: Option<String>) -> Result<PushedEvents, BmcError> {
+        self.with("pushed_events", |c| async move {
+            c.pushed_events(last_event_id).await
+        })
+        .await
+    }
     async fn close(&self) -> Result<(), BmcError> {
         let client = self.entry.client.lock().await.take();
         match client {
