@@ -31,6 +31,11 @@ pub const MAX_SEEN: usize = 100_000;
 /// (and every drop with no event in between), up to [`MAX_BACKOFF`].
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The wait after `backoff`: twice as long, at most [`MAX_BACKOFF`].
+fn next_backoff(backoff: Duration) -> Duration {
+    (backoff * 2).min(MAX_BACKOFF)
+}
 /// Records of one pushed event printed at most (an event of up to 1 MiB could list many).
 const MAX_RECORDS_PER_EVENT: usize = 1000;
 /// Characters of one printed field at most.
@@ -349,7 +354,7 @@ async fn follow_pushed(
         );
         stream = loop {
             tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            backoff = next_backoff(backoff);
             match bmc.pushed_events(last_id.clone()).await {
                 Ok(s) => {
                     match &last_id {
@@ -439,6 +444,31 @@ mod tests {
         assert_eq!(s.set.len(), 2);
         assert!(s.insert("a".into()), "the oldest was forgotten");
         assert!(!s.insert("c".into()));
+    }
+
+    #[test]
+    fn the_backoff_doubles_up_to_thirty_seconds() {
+        let mut d = FIRST_BACKOFF;
+        let mut waits = vec![d.as_secs()];
+        for _ in 0..6 {
+            d = next_backoff(d);
+            waits.push(d.as_secs());
+        }
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30]);
+    }
+
+    #[test]
+    fn records_and_fields_are_bounded() {
+        let long = "x".repeat(MAX_FIELD_CHARS + 10);
+        let record = json!({"Message": long, "MessageId": long});
+        let event = PushedEvent {
+            id: None,
+            data: json!({"Events": vec![record; MAX_RECORDS_PER_EVENT + 5]}),
+        };
+        let r = records_of(&event);
+        assert_eq!(r.len(), 1000);
+        assert_eq!(r[0].message.chars().count(), 4096);
+        assert_eq!(r[0].message_id.as_ref().unwrap().chars().count(), 4096);
     }
 
     #[test]

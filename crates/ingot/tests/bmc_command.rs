@@ -297,6 +297,7 @@ async fn events_follow_server_sent_events_and_reconnect_after_a_drop() {
     assert_eq!(next["result"]["message"], "PSU 2 input restored");
     assert!(f.stderr().contains("reconnected"), "{}", f.stderr());
     f.stop(nix::sys::signal::Signal::SIGINT).await;
+    assert_eq!(b.state.open_sessions(), 0, "the session was logged out");
 
     // --since-now: the log's entries are not printed, only what the BMC pushes afterwards;
     // without --json, one line of text per event.
@@ -359,6 +360,38 @@ async fn events_poll_the_log_of_a_bmc_without_server_sent_events() {
     f.prints_nothing_for(Duration::from_secs(5)).await;
     assert_eq!(b.state.event_stream_opens(), Vec::<Option<String>>::new());
     f.stop(nix::sys::signal::Signal::SIGINT).await;
+
+    // An unset password variable is a usage error (exit 2); refused credentials end it with
+    // exit 1 and the failure document.
+    let (j, code) = ingot(
+        &events_args(&b.url(), None, &[])
+            .iter()
+            .map(|a| {
+                if a == "BMC_PW" {
+                    "NO_SUCH_PW".to_string()
+                } else {
+                    a.clone()
+                }
+            })
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(code, 2, "{j}");
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new(env!("CARGO_BIN_EXE_ingot"))
+            .args(events_args(&b.url(), None, &[]))
+            .env("BMC_PW", "wrong-password")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{j}");
+    assert_eq!(j["command"], "events");
+    assert_eq!(j["error"]["kind"], "unauthorized", "{j}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -275,12 +275,17 @@ mod tests {
     fn the_last_event_id_is_kept() {
         let mut framer = Framer::default();
         framer.push(b"id: 7\ndata: 1\n\ndata: 2\n\nid: 9\n\nid: \x01\ndata: 3\n\n");
+        let long = format!("id: {}\ndata: 4\n\n", "8".repeat(MAX_EVENT_ID_BYTES + 1));
+        framer.push(long.as_bytes());
         assert_eq!(framer.next_message().unwrap().unwrap(), 1);
         assert_eq!(framer.last_id().as_deref(), Some("7"));
         assert_eq!(framer.next_message().unwrap().unwrap(), 2);
         assert_eq!(framer.last_id().as_deref(), Some("7"));
         // An id-only block changes the id; a control character in an id is not kept.
         assert_eq!(framer.next_message().unwrap().unwrap(), 3);
+        assert_eq!(framer.last_id().as_deref(), Some("9"));
+        // An id longer than 256 bytes is not kept either.
+        assert_eq!(framer.next_message().unwrap().unwrap(), 4);
         assert_eq!(framer.last_id().as_deref(), Some("9"));
     }
 
