@@ -52,7 +52,8 @@ pub struct BmcArgs {
     /// IPMI cipher suite; by default 17 (SHA-256), then 3 (SHA-1) if the BMC refuses or ignores 17.
     #[arg(long, value_enum, value_name = "SUITE")]
     pub cipher_suite: Option<CipherSuiteArg>,
-    /// Print one JSON document (stable schema) instead of text.
+    /// Print one JSON document (stable schema) instead of text (`events`: one per event, one a
+    /// line).
     #[arg(long)]
     pub json: bool,
     #[command(subcommand)]

@@ -8,10 +8,11 @@
 use crate::Bmc;
 use crate::Endpoint;
 use crate::cli::{
-    BmcArgs, EXIT_BMC_ERROR, JSON_SCHEMA_VERSION, error_message, failure, host_of, prepare,
-    print_outcome,
+    BmcArgs, EXIT_BMC_ERROR, JSON_SCHEMA_VERSION, error_message, failure, host_of, ipmi_options,
+    prepare, print_outcome,
 };
 use crate::error::BmcError;
+use crate::ipmi::{IpmiConnector, IpmiOptions};
 use crate::manager::{Connector, ManagedBmc};
 use crate::types::{LogEntry, Protocol, PushedEvent, PushedEvents};
 use futures::StreamExt;
@@ -231,6 +232,15 @@ pub(crate) async fn run(
             return Ok(ExitCode::from(out.code));
         }
     };
+    // The IPMI session lives as long as the command: kept alive between polls (as the library
+    // does by default), where a one-shot command needs no keep-alive.
+    let mut connectors = connectors;
+    if !connectors.iter().any(|c| c.protocol() == Protocol::Ipmi) {
+        connectors.push(Arc::new(IpmiConnector::new(IpmiOptions {
+            keepalive: IpmiOptions::default().keepalive,
+            ..ipmi_options(args.cipher_suite)
+        })));
+    }
     let (manager, bmc, endpoint) = match prepare(&args, connectors, |n| std::env::var(n).ok()) {
         Ok(p) => p,
         Err(out) => {
