@@ -53,8 +53,8 @@ pub struct BmcArgs {
     #[arg(long, value_enum, value_name = "SUITE")]
     pub cipher_suite: Option<CipherSuiteArg>,
     /// Print one JSON document (stable schema) instead of text (`events`: one per event, one a
-    /// line).
-    #[arg(long)]
+    /// line). May also follow the command (`events --json`).
+    #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
     pub command: BmcCommand,

@@ -404,6 +404,9 @@ async fn events_poll_the_sel_of_openipmi_ipmi_sim() {
         argv.len() - 3..argv.len() - 3,
         ["--protocol", "ipmi", "--cipher-suite", "3"].map(String::from),
     );
+    // --json after the command, as well as before it.
+    argv.retain(|s| s != "--json");
+    argv.push("--json".into());
     argv.iter_mut()
         .filter(|s| s.as_str() == "admin")
         .for_each(|s| *s = common::openipmi::USER.into());
