@@ -97,6 +97,8 @@ pub struct Quirks {
     /// The EventService has no `ServerSentEventUri` and the stream's URI answers 404: a BMC
     /// without server-sent events (clients poll the log instead).
     pub no_server_sent_events: bool,
+    /// The EventService reads `ServiceEnabled: false` (its stream is still served).
+    pub event_service_disabled: bool,
 }
 
 /// Where a BMC with [`Quirks::sessions_elsewhere`] serves its session collection.

@@ -457,6 +457,21 @@ mod tests {
     }
 
     #[test]
+    fn only_a_bmc_without_the_stream_is_polled() {
+        let http = BmcError::Http {
+            status: 404,
+            method: "GET".into(),
+            path: "/redfish/v1/EventService/SSE".into(),
+            message: None,
+        };
+        assert!(pushes_none(&http));
+        assert!(pushes_none(&BmcError::Unavailable { status: 503 }));
+        assert!(pushes_none(&BmcError::Unsupported("x".into())));
+        assert!(!pushes_none(&BmcError::Unauthorized));
+        assert!(!pushes_none(&BmcError::Timeout(Duration::from_secs(1))));
+    }
+
+    #[test]
     fn the_backoff_doubles_up_to_thirty_seconds() {
         let mut d = FIRST_BACKOFF;
         let mut waits = vec![d.as_secs()];

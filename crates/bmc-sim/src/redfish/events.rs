@@ -10,7 +10,10 @@ use std::time::Duration;
 use tokio_stream::wrappers::BroadcastStream;
 
 pub(super) fn route(r: &Req) -> Option<Response> {
-    let no_sse = r.b.lock().quirks.no_server_sent_events;
+    let (no_sse, disabled) = {
+        let q = &r.b.lock().quirks;
+        (q.no_server_sent_events, q.event_service_disabled)
+    };
     Some(match r.path {
         "/redfish/v1/EventService" if no_sse => ok(json!({
             "@odata.id": "/redfish/v1/EventService",
@@ -27,7 +30,7 @@ pub(super) fn route(r: &Req) -> Option<Response> {
             "@odata.type": "#EventService.v1_10_0.EventService",
             "Id": "EventService",
             "Name": "Event Service",
-            "ServiceEnabled": true,
+            "ServiceEnabled": !disabled,
             "DeliveryRetryAttempts": 3,
             "DeliveryRetryIntervalSeconds": 30,
             "ServerSentEventUri": "/redfish/v1/EventService/SSE",
