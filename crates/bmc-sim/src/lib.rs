@@ -101,6 +101,13 @@ pub struct Quirks {
     /// The chassis has no `Sensors` collection (which answers 404).
     #[serde(default)]
     pub no_sensors: bool,
+    /// The EventService has no `ServerSentEventUri` and the stream's URI answers 404: a BMC
+    /// without server-sent events (clients poll the log instead).
+    #[serde(default)]
+    pub no_server_sent_events: bool,
+    /// The EventService reads `ServiceEnabled: false` (its stream is still served).
+    #[serde(default)]
+    pub event_service_disabled: bool,
 }
 
 /// Where a BMC with [`Quirks::sessions_elsewhere`] serves its session collection.
@@ -253,6 +260,8 @@ pub(crate) struct Inner {
     pub boots: Vec<BootRecord>,
     /// The body of every PATCH of the system, as received, in order.
     pub system_patches: Vec<serde_json::Value>,
+    /// The `Last-Event-ID` header of every event stream opened, in order (`None`: absent).
+    pub stream_opens: Vec<Option<String>>,
 }
 
 fn now_rfc3339() -> String {
@@ -338,6 +347,8 @@ pub struct BmcState {
     pub counters: BmcCounters,
     pub(crate) inner: Mutex<Inner>,
     pub(crate) events: broadcast::Sender<String>,
+    /// Bumped to end every open event stream ([`BmcState::drop_event_streams`]).
+    pub(crate) stream_epoch: tokio::sync::watch::Sender<u64>,
     /// Shared by every BMC of the fleet (peak: the client's fleet-wide concurrency).
     pub fleet_in_flight: Arc<InFlight>,
 }
@@ -420,11 +431,13 @@ impl BmcState {
                     Vec::new()
                 },
                 system_patches: Vec::new(),
+                stream_opens: Vec::new(),
             }),
             spec,
             profile,
             counters: BmcCounters::default(),
             events,
+            stream_epoch: tokio::sync::watch::Sender::new(0),
             fleet_in_flight,
         })
     }
@@ -525,6 +538,22 @@ impl BmcState {
         self.counters
             .sessions_deleted
             .fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Ends every open event stream (the connection closes, as when a BMC's web server
+    /// restarts); streams opened afterwards carry on.
+    pub fn drop_event_streams(&self) {
+        self.stream_epoch.send_modify(|n| *n += 1);
+    }
+
+    /// Event streams open now.
+    pub fn event_streams_open(&self) -> usize {
+        self.events.receiver_count()
+    }
+
+    /// The `Last-Event-ID` header of every event stream opened so far, in order.
+    pub fn event_stream_opens(&self) -> Vec<Option<String>> {
+        self.lock().stream_opens.clone()
     }
 
     /// Appends an event-log entry and announces it on the event stream.

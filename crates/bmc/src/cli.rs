@@ -52,8 +52,9 @@ pub struct BmcArgs {
     /// IPMI cipher suite; by default 17 (SHA-256), then 3 (SHA-1) if the BMC refuses or ignores 17.
     #[arg(long, value_enum, value_name = "SUITE")]
     pub cipher_suite: Option<CipherSuiteArg>,
-    /// Print one JSON document (stable schema) instead of text.
-    #[arg(long)]
+    /// Print one JSON document (stable schema) instead of text (`events`: one per event, one a
+    /// line). May also follow the command (`events --json`).
+    #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
     pub command: BmcCommand,
@@ -120,6 +121,20 @@ pub enum BmcCommand {
     /// Sensor readings, thresholds and health (IPMI SDR sensors; Redfish `Sensors`, the
     /// chassis' fans, temperatures and power supplies).
     Sensors,
+    /// Follow the BMC's events until interrupted (SIGINT or SIGTERM end it with exit 0): Redfish
+    /// server-sent events when the EventService offers them (reconnecting after a drop), else
+    /// the event log polled; over IPMI the SEL polled. One line per event; with --json, one JSON
+    /// document per line.
+    Events {
+        /// Print only events that come after the start (by default the log's existing entries
+        /// are printed first).
+        #[arg(long)]
+        since_now: bool,
+        /// Seconds between two reads of the event log or SEL when polling (1 to 3600).
+        #[arg(long, value_name = "SECS", default_value_t = 10,
+              value_parser = clap::value_parser!(u64).range(1..=3600))]
+        poll_seconds: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -159,6 +174,7 @@ impl BmcCommand {
             BmcCommand::Inventory => "inventory".into(),
             BmcCommand::Sel => "sel".into(),
             BmcCommand::Sensors => "sensors".into(),
+            BmcCommand::Events { .. } => "events".into(),
         }
     }
 }
@@ -192,8 +208,21 @@ pub async fn run_with(
     args: BmcArgs,
     connectors: Vec<Arc<dyn Connector>>,
 ) -> anyhow::Result<ExitCode> {
+    if let BmcCommand::Events {
+        since_now,
+        poll_seconds,
+    } = args.command
+    {
+        return crate::follow::run(args, connectors, since_now, poll_seconds).await;
+    }
     let json = args.json;
     let out = execute(args, connectors).await;
+    print_outcome(json, &out)?;
+    Ok(ExitCode::from(out.code))
+}
+
+/// Prints a command's outcome: its JSON document, or its text (on stderr for an error).
+pub(crate) fn print_outcome(json: bool, out: &Outcome) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(&out.json)?);
     } else if out.code == 0 {
@@ -201,7 +230,7 @@ pub async fn run_with(
     } else {
         eprintln!("error: {}", out.text);
     }
-    Ok(ExitCode::from(out.code))
+    Ok(())
 }
 
 /// Runs the command and returns its output without printing.
@@ -216,18 +245,72 @@ pub async fn execute_with(
     env: impl Fn(&str) -> Option<String>,
 ) -> Outcome {
     let command = args.command.name();
-    let host = args.host.clone();
-    let fail = |code: u8, kind: &str, message: String| Outcome {
+    let (manager, bmc, endpoint) = match prepare(&args, connectors, env) {
+        Ok(p) => p,
+        Err(out) => return out,
+    };
+    let result = dispatch(&bmc, &args.command).await;
+    let protocol = bmc.protocol_detected();
+    manager.shutdown().await;
+    match result {
+        Ok((value, text)) => Outcome {
+            json: json!({
+                "schemaVersion": JSON_SCHEMA_VERSION,
+                "host": host_of(&endpoint, protocol),
+                "protocol": protocol,
+                "command": command,
+                "ok": true,
+                "result": value,
+            }),
+            text,
+            code: 0,
+        },
+        Err(e) => failure(&args, EXIT_BMC_ERROR, e.kind(), error_message(&e)),
+    }
+}
+
+/// `host` of a JSON document: the Redfish base URL, or the IPMI socket.
+pub(crate) fn host_of(endpoint: &Endpoint, protocol: Option<Protocol>) -> String {
+    match protocol {
+        Some(Protocol::Ipmi) => ipmi_address(endpoint),
+        _ => endpoint.to_string(),
+    }
+}
+
+/// An error with its sources, on one line.
+pub(crate) fn error_message(e: &BmcError) -> String {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        message.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    message
+}
+
+/// The failure document of a command.
+pub(crate) fn failure(args: &BmcArgs, code: u8, kind: &str, message: String) -> Outcome {
+    Outcome {
         json: json!({
             "schemaVersion": JSON_SCHEMA_VERSION,
-            "host": host,
-            "command": command,
+            "host": args.host,
+            "command": args.command.name(),
             "ok": false,
             "error": {"kind": kind, "message": message},
         }),
         text: message,
         code,
-    };
+    }
+}
+
+/// The session manager and the BMC the arguments name, or the usage error.
+#[allow(clippy::result_large_err)]
+pub(crate) fn prepare(
+    args: &BmcArgs,
+    connectors: Vec<Arc<dyn Connector>>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<(Arc<SessionManager>, crate::manager::ManagedBmc, Endpoint), Outcome> {
+    let fail = |code: u8, kind: &str, message: String| Err(failure(args, code, kind, message));
     let endpoint = match Endpoint::parse(&args.host, args.port) {
         Ok(e) => e,
         Err(e) => return fail(EXIT_USAGE, "usage", e.to_string()),
@@ -302,35 +385,7 @@ pub async fn execute_with(
         system_name: None,
         basic_auth: false,
     });
-    let result = dispatch(&bmc, &args.command).await;
-    let protocol = bmc.protocol_detected();
-    manager.shutdown().await;
-    match result {
-        Ok((value, text)) => Outcome {
-            json: json!({
-                "schemaVersion": JSON_SCHEMA_VERSION,
-                "host": match protocol {
-                    Some(Protocol::Ipmi) => ipmi_address(&endpoint),
-                    _ => endpoint.to_string(),
-                },
-                "protocol": protocol,
-                "command": command,
-                "ok": true,
-                "result": value,
-            }),
-            text,
-            code: 0,
-        },
-        Err(e) => {
-            let mut message = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                message.push_str(&format!(": {s}"));
-                source = s.source();
-            }
-            fail(EXIT_BMC_ERROR, e.kind(), message)
-        }
-    }
+    Ok((manager, bmc, endpoint))
 }
 
 /// IPMI settings for one command: each exchange waits a second and is sent up to four times
@@ -449,6 +504,11 @@ async fn dispatch(bmc: &dyn Bmc, command: &BmcCommand) -> Result<(Value, String)
             let inv = bmc.inventory().await?;
             let text = inventory_text(&inv);
             (to_json(&inv), text)
+        }
+        BmcCommand::Events { .. } => {
+            return Err(BmcError::Config(
+                "events follows the BMC and is run by cli::run, not execute".into(),
+            ));
         }
         BmcCommand::Sel => {
             let entries = bmc.event_log().await?;

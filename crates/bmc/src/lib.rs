@@ -9,6 +9,7 @@
 pub mod cli;
 pub mod endpoint;
 pub mod error;
+mod follow;
 pub mod ipmi;
 pub mod manager;
 pub mod pinned;
@@ -70,6 +71,15 @@ pub trait Bmc: Send + Sync {
     /// or Redfish `Sensors` and the chassis' fans, temperatures and power supplies (`Thermal`
     /// and `Power`, else `ThermalSubsystem` and `PowerSubsystem`). At most [`MAX_SENSORS`].
     async fn sensors(&self) -> Result<Vec<Sensor>, BmcError>;
+
+    /// The events the BMC pushes (Redfish server-sent events), sending `Last-Event-ID` when
+    /// given; the stream holds its own connection and ends with an error when it drops or stays
+    /// silent too long. [`BmcError::Unsupported`] where the BMC pushes none (IPMI, a Redfish
+    /// service without `ServerSentEventUri` or with its EventService disabled).
+    async fn pushed_events(&self, last_event_id: Option<String>) -> Result<PushedEvents, BmcError> {
+        let _ = last_event_id;
+        Err(BmcError::Unsupported("pushed events".into()))
+    }
 
     /// Closes the session (Redfish logout). Further calls open a new one.
     async fn close(&self) -> Result<(), BmcError>;

@@ -721,6 +721,13 @@ impl Bmc for ManagedBmc {
         self.with("sensors", |c| async move { c.sensors().await })
             .await
     }
+
+    async fn pushed_events(&self, last_event_id: Option<String>) -> Result<PushedEvents, BmcError> {
+        self.with("pushed_events", |c| async move {
+            c.pushed_events(last_event_id).await
+        })
+        .await
+    }
     async fn close(&self) -> Result<(), BmcError> {
         let client = self.entry.client.lock().await.take();
         match client {

@@ -586,3 +586,16 @@ pub struct Sensor {
     /// (`@odata.id`, with `#/Fans/0`-style fragments for array members).
     pub source: String,
 }
+
+/// One event a BMC pushed (Redfish server-sent events): the event's SSE id (the last one the
+/// stream gave, if any) and its JSON document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PushedEvent {
+    pub id: Option<String>,
+    pub data: serde_json::Value,
+}
+
+/// A stream of pushed events, holding its own connection.
+pub type PushedEvents = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<PushedEvent, crate::error::BmcError>> + Send>,
+>;

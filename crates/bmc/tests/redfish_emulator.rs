@@ -496,6 +496,33 @@ async fn ipv6_loopback_with_tls() {
 }
 
 #[tokio::test]
+async fn an_event_service_disabled_or_without_a_stream_is_unsupported() {
+    let fleet = fleet_of(&[Vendor::Dell], false).await;
+    let b = &fleet.bmcs[0];
+    for quirks in [
+        Quirks {
+            event_service_disabled: true,
+            ..Quirks::default()
+        },
+        Quirks {
+            no_server_sent_events: true,
+            ..Quirks::default()
+        },
+    ] {
+        b.state.set_quirks(quirks.clone());
+        let c = client(b, options());
+        match c.event_stream(Duration::from_secs(30)).await {
+            Err(BmcError::Unsupported(what)) => {
+                assert!(what.contains("server-sent events"), "{what}")
+            }
+            Err(e) => panic!("{quirks:?}: {e}"),
+            Ok(_) => panic!("{quirks:?}: a stream was opened"),
+        }
+    }
+    assert_eq!(b.state.event_stream_opens(), Vec::<Option<String>>::new());
+}
+
+#[tokio::test]
 async fn event_stream_reports_power_changes() {
     use futures::StreamExt;
     let fleet = fleet_of(&[Vendor::Dell], false).await;

@@ -38,11 +38,13 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Print the CustomResourceDefinitions ingot generates, as YAML (apply them with kubectl).
     Crds,
-    /// Talk to one BMC over Redfish or IPMI: power, boot override, inventory, event log.
+    /// Talk to one BMC over Redfish or IPMI: power, boot override, inventory, event log, and its
+    /// events followed as they come (`events`).
     ///
     /// Example: `BMC_PASSWORD=... ingot bmc --host 10.0.0.5 --user admin --password-env
     /// BMC_PASSWORD power status`. The protocol is detected (Redfish first, then IPMI) unless
-    /// --protocol is given; --json prints one stable JSON document (see docs/bmc.md).
+    /// --protocol is given; --json prints one stable JSON document (`events`: one per line; see
+    /// docs/bmc.md).
     Bmc(ingot_bmc::cli::BmcArgs),
     /// Request a power action on a Harvester Node through its Inventory, as Harvester's node
     /// action does: allowed when you hold the power permission on the Node (create on

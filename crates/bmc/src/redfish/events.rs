@@ -5,6 +5,7 @@ use super::json::string;
 use super::sessions::{Auth, token_header};
 use super::transport::{Response, check_status};
 use crate::error::BmcError;
+use crate::types::PushedEvent;
 use futures::{Stream, StreamExt};
 use reqwest::Method;
 use serde_json::Value;
@@ -15,6 +16,20 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Largest event (all its lines) read: a Redfish event is a few KiB. A stream that sends
 /// more without ending the event ends with an error rather than growing the buffer.
 pub const MAX_EVENT_BYTES: usize = 1 << 20;
+
+/// Longest event id kept for `Last-Event-ID` (a longer one is not sent back).
+pub const MAX_EVENT_ID_BYTES: usize = 256;
+
+/// The `id` field of an SSE message, if it has one fit to send back as `Last-Event-ID`.
+fn message_id(block: &str) -> Option<String> {
+    let id = block
+        .lines()
+        .filter_map(|l| l.strip_prefix("id:"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .next_back()?;
+    (id.len() <= MAX_EVENT_ID_BYTES && !id.contains('\0') && !id.chars().any(char::is_control))
+        .then(|| id.to_owned())
+}
 
 /// One SSE message's `data`, parsed as JSON.
 fn parse_message(block: &str) -> Option<Result<Value, BmcError>> {
@@ -38,12 +53,19 @@ fn parse_message(block: &str) -> Option<Result<Value, BmcError>> {
 #[derive(Default)]
 pub(super) struct Framer {
     buf: Vec<u8>,
+    /// The last `id` a message carried (SSE's "last event ID").
+    last_id: Option<String>,
 }
 
 impl Framer {
     /// Bytes as one read of the stream returned them.
     pub(super) fn push(&mut self, chunk: &[u8]) {
         self.buf.extend_from_slice(chunk);
+    }
+
+    /// The id of the last message that carried one.
+    pub(super) fn last_id(&self) -> Option<String> {
+        self.last_id.clone()
     }
 
     /// Bytes held that do not yet make a complete message.
@@ -59,6 +81,9 @@ impl Framer {
                 .replace("\r\n", "\n")
                 .replace('\r', "\n");
             self.buf.drain(..consumed);
+            if let Some(id) = message_id(&block) {
+                self.last_id = Some(id);
+            }
             if let Some(item) = parse_message(&block) {
                 return Some(item);
             }
@@ -100,19 +125,40 @@ impl RedfishClient {
         &self,
         idle_timeout: Duration,
     ) -> Result<impl Stream<Item = Result<Value, BmcError>> + Send + 'static, BmcError> {
+        Ok(self
+            .event_stream_from(idle_timeout, None)
+            .await?
+            .map(|r| r.map(|e| e.data)))
+    }
+
+    /// As [`RedfishClient::event_stream`], each event with the SSE id it carried (or the last
+    /// one before it), sending `Last-Event-ID: last_event_id` when given (a reconnection). An
+    /// EventService with `ServiceEnabled: false` or without `ServerSentEventUri` is
+    /// [`BmcError::Unsupported`].
+    pub async fn event_stream_from(
+        &self,
+        idle_timeout: Duration,
+        last_event_id: Option<String>,
+    ) -> Result<impl Stream<Item = Result<PushedEvent, BmcError>> + Send + 'static, BmcError> {
         let root = self.root().await?;
         let service = root
             .event_service
             .clone()
             .ok_or_else(|| BmcError::Unsupported("EventService".into()))?;
         let service = self.get(&service).await?;
+        if service.get("ServiceEnabled").and_then(Value::as_bool) == Some(false) {
+            return Err(BmcError::Unsupported(
+                "server-sent events (the EventService is disabled)".into(),
+            ));
+        }
         let uri = string(&service, "ServerSentEventUri")
             .ok_or_else(|| BmcError::Unsupported("server-sent events".into()))?;
+        let last = last_event_id.as_deref();
         let mut auth = self.current_auth().await?;
-        let mut resp = self.open_stream(&uri, &auth).await?;
+        let mut resp = self.open_stream(&uri, &auth, last).await?;
         if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
             auth = self.relogin(&auth).await?;
-            resp = self.open_stream(&uri, &auth).await?;
+            resp = self.open_stream(&uri, &auth, last).await?;
         }
         if !resp.status().is_success() {
             let status = resp.status();
@@ -140,6 +186,8 @@ impl RedfishClient {
                 }
                 loop {
                     if let Some(item) = buf.next_message() {
+                        let id = buf.last_id();
+                        let item = item.map(|data| PushedEvent { id, data });
                         return Some((item, (bytes, buf, false)));
                     }
                     // Complete messages are taken above; what is left is one unfinished event.
@@ -176,13 +224,21 @@ impl RedfishClient {
         ))
     }
 
-    async fn open_stream(&self, uri: &str, auth: &Auth) -> Result<reqwest::Response, BmcError> {
+    async fn open_stream(
+        &self,
+        uri: &str,
+        auth: &Auth,
+        last_event_id: Option<&str>,
+    ) -> Result<reqwest::Response, BmcError> {
         let mut req = self
             .http
             .request(Method::GET, self.url(uri))
             .header("Accept", "text/event-stream")
             // The stream is long-lived: no overall deadline, only the idle timeout above.
             .timeout(Duration::from_secs(365 * 24 * 3600));
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id);
+        }
         match auth {
             Auth::Session { token, .. } => req = req.header("X-Auth-Token", token_header(token)),
             Auth::Basic => req = req.basic_auth(&self.user, Some(self.password.expose())),
@@ -213,6 +269,24 @@ mod tests {
             parse_message("data: nope"),
             Some(Err(BmcError::Malformed(_)))
         ));
+    }
+
+    #[test]
+    fn the_last_event_id_is_kept() {
+        let mut framer = Framer::default();
+        framer.push(b"id: 7\ndata: 1\n\ndata: 2\n\nid: 9\n\nid: \x01\ndata: 3\n\n");
+        let long = format!("id: {}\ndata: 4\n\n", "8".repeat(MAX_EVENT_ID_BYTES + 1));
+        framer.push(long.as_bytes());
+        assert_eq!(framer.next_message().unwrap().unwrap(), 1);
+        assert_eq!(framer.last_id().as_deref(), Some("7"));
+        assert_eq!(framer.next_message().unwrap().unwrap(), 2);
+        assert_eq!(framer.last_id().as_deref(), Some("7"));
+        // An id-only block changes the id; a control character in an id is not kept.
+        assert_eq!(framer.next_message().unwrap().unwrap(), 3);
+        assert_eq!(framer.last_id().as_deref(), Some("9"));
+        // An id longer than 256 bytes is not kept either.
+        assert_eq!(framer.next_message().unwrap().unwrap(), 4);
+        assert_eq!(framer.last_id().as_deref(), Some("9"));
     }
 
     #[test]

@@ -191,6 +191,13 @@ impl Bmc for RedfishClient {
         self.read_sensors().await
     }
 
+    async fn pushed_events(&self, last_event_id: Option<String>) -> Result<PushedEvents, BmcError> {
+        let s = self
+            .event_stream_from(events::DEFAULT_IDLE_TIMEOUT, last_event_id)
+            .await?;
+        Ok(Box::pin(s))
+    }
+
     async fn virtual_media(&self) -> Result<Vec<MediaSlot>, BmcError> {
         self.media_slots().await
     }
