@@ -403,8 +403,9 @@ impl Follower {
             }
             Ok(WatchEvent::Deleted(node)) => self.counted.remove(&node.name_any()) == Some(true),
             Ok(WatchEvent::Bookmark(_)) => false,
-            // Most often 410 Gone: the version is too old, list again.
-            Ok(WatchEvent::Error(_)) => return Some(Ended::Expired),
+            // 410 Gone: the version is too old, list again; any other: polled for a while.
+            Ok(WatchEvent::Error(e)) if e.code == 410 => return Some(Ended::Expired),
+            Ok(WatchEvent::Error(e)) => return Some(Ended::Failed(format!("a watch error: {e}"))),
             Err(e) => return Some(Ended::Failed(format!("a watch event: {e}"))),
         };
         if self.counted.len() > MAX_NODES {
