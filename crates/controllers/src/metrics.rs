@@ -792,7 +792,7 @@ mod tests {
     fn every_family_is_served_before_its_first_sample() {
         let text = Metrics::default().encode().unwrap_or_default();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
-        assert_eq!(types, 32, "{text}");
+        assert_eq!(types, 34, "{text}");
         for family in [
             "ingot_reconcile_errors counter",
             "ingot_provisioning_cluster_phase_reached_seconds histogram",
