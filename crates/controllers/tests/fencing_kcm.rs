@@ -25,21 +25,6 @@ use serde_json::json;
 
 const DEADLINE: Duration = Duration::from_secs(180);
 
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 fn now() -> String {
     k8s_openapi::jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -172,13 +157,17 @@ async fn kube_controller_manager_deletes_the_pods_of_a_node_fenced_out_of_servic
 
     // No kubelet renews it: the node lifecycle controller marks it NotReady, and fencing sends
     // the power-off.
-    eventually("the node lifecycle controller's NotReady", || async {
-        (ready(&nodes.get(&name).await.unwrap()).as_deref() == Some("Unknown")).then_some(())
-    })
+    ingot_testenv::wait_for(
+        "the node lifecycle controller's NotReady",
+        DEADLINE,
+        || async {
+            (ready(&nodes.get(&name).await.unwrap()).as_deref() == Some("Unknown")).then_some(())
+        },
+    )
     .await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let selector = ListParams::default().labels(&format!("{JOB_NODE_LABEL}={name}"));
-    let off = eventually("the power-off Job", || async {
+    let off = ingot_testenv::wait_for("the power-off Job", DEADLINE, || async {
         jobs.list(&selector)
             .await
             .unwrap()
@@ -188,10 +177,14 @@ async fn kube_controller_manager_deletes_the_pods_of_a_node_fenced_out_of_servic
     })
     .await;
     // The node lifecycle controller's taints, before ingot's.
-    let before = eventually("the node lifecycle controller's taints", || async {
-        let t = taints(&nodes.get(&name).await.unwrap());
-        (!t.is_empty()).then_some(t)
-    })
+    let before = ingot_testenv::wait_for(
+        "the node lifecycle controller's taints",
+        DEADLINE,
+        || async {
+            let t = taints(&nodes.get(&name).await.unwrap());
+            (!t.is_empty()).then_some(t)
+        },
+    )
     .await;
     assert!(pods.get_opt("app").await.unwrap().is_some());
     jobs.patch_status(
@@ -202,7 +195,7 @@ async fn kube_controller_manager_deletes_the_pods_of_a_node_fenced_out_of_servic
     .await
     .unwrap();
     set_power("off").await;
-    let after = eventually("the out-of-service taint", || async {
+    let after = ingot_testenv::wait_for("the out-of-service taint", DEADLINE, || async {
         let t = taints(&nodes.get(&name).await.unwrap());
         t.contains(&(OUT_OF_SERVICE.to_owned(), "NoExecute".to_owned()))
             .then_some(t)
@@ -214,12 +207,14 @@ async fn kube_controller_manager_deletes_the_pods_of_a_node_fenced_out_of_servic
     );
     // kube-controller-manager deletes the pod (taint eviction, then the pod GC's force delete
     // of a terminating pod on an out-of-service Node).
-    eventually("the pod deleted by kube-controller-manager", || async {
-        pods.get_opt("app").await.unwrap().is_none().then_some(())
-    })
+    ingot_testenv::wait_for(
+        "the pod deleted by kube-controller-manager",
+        DEADLINE,
+        || async { pods.get_opt("app").await.unwrap().is_none().then_some(()) },
+    )
     .await;
     // Its pods gone: powered on.
-    eventually("the power-on Job", || async {
+    ingot_testenv::wait_for("the power-on Job", DEADLINE, || async {
         nodes
             .get(&name)
             .await
@@ -232,7 +227,7 @@ async fn kube_controller_manager_deletes_the_pods_of_a_node_fenced_out_of_servic
     set_power("on").await;
     // The kubelet is back: the taint goes.
     post_ready(&client, &name).await;
-    eventually("the out-of-service taint removed", || async {
+    ingot_testenv::wait_for("the out-of-service taint removed", DEADLINE, || async {
         let t = taints(&nodes.get(&name).await.unwrap());
         (!t.iter().any(|(k, _)| k == OUT_OF_SERVICE)).then_some(())
     })

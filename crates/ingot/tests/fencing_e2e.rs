@@ -48,21 +48,6 @@ const PASSWORD: &str = "t0p-Secret";
 /// that Nodes that stop together are all NotReady before the first of them is a candidate.
 const AFTER_SECONDS: u64 = 4;
 
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn now() -> String {
     k8s_openapi::jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -218,7 +203,7 @@ impl Fleet {
     /// Waits until the Node is held for `reason` (its annotation and an Event); it never gets
     /// a power Job meanwhile.
     async fn wait_held(&self, node: &str, reason: &str) {
-        eventually(&format!("{node} held: {reason}"), || async {
+        ingot_testenv::wait_for(&format!("{node} held: {reason}"), DEADLINE, || async {
             assert!(
                 self.jobs_of(node).await.is_empty(),
                 "{node}: a power Job, where it should be held ({reason})"
@@ -233,18 +218,23 @@ impl Fleet {
             .then_some(())
         })
         .await;
-        eventually(&format!("the Event {reason} on {node}"), || async {
-            self.event_reasons(node)
-                .await
-                .contains(reason)
-                .then_some(())
-        })
+        ingot_testenv::wait_for(
+            &format!("the Event {reason} on {node}"),
+            DEADLINE,
+            || async {
+                self.event_reasons(node)
+                    .await
+                    .contains(reason)
+                    .then_some(())
+            },
+        )
         .await;
     }
 
     async fn wait_ready_and_clean(&self, node: &str) {
-        eventually(
+        ingot_testenv::wait_for(
             &format!("{node} Ready, nothing of fencing left on it"),
+            DEADLINE,
             || async {
                 let n = self.node(node).await;
                 let clean = !tainted(&n)
@@ -272,8 +262,9 @@ impl Fleet {
             .unwrap();
         assert_eq!(peer.power().await.as_deref(), Some("On"), "{node}");
         self.kubelets.stop(node);
-        eventually(
+        ingot_testenv::wait_for(
             &format!("kube-controller-manager's NotReady on {node}"),
+            DEADLINE,
             || async {
                 (ready(&self.node(node).await).as_deref() == Some("Unknown")).then_some(())
             },
@@ -281,32 +272,37 @@ impl Fleet {
         .await;
         // Until the taint: the pod stays (kube-controller-manager's own taints tolerated for
         // 300 s); once it shows, the peer reads off and the power-off Job completed.
-        eventually(&format!("{node} tainted out of service"), || async {
-            let n = self.node(node).await;
-            let power = peer.power().await;
-            if !tainted(&n) {
-                assert!(
-                    self.pods.get_opt(node).await.unwrap().is_some(),
-                    "{node}: its pod went before the taint"
+        ingot_testenv::wait_for(
+            &format!("{node} tainted out of service"),
+            DEADLINE,
+            || async {
+                let n = self.node(node).await;
+                let power = peer.power().await;
+                if !tainted(&n) {
+                    assert!(
+                        self.pods.get_opt(node).await.unwrap().is_some(),
+                        "{node}: its pod went before the taint"
+                    );
+                    return None;
+                }
+                assert_eq!(
+                    power.as_deref(),
+                    Some("Off"),
+                    "{node} tainted while its BMC reads {power:?}"
                 );
-                return None;
-            }
-            assert_eq!(
-                power.as_deref(),
-                Some("Off"),
-                "{node} tainted while its BMC reads {power:?}"
-            );
-            let jobs = self.jobs_of(node).await;
-            assert_eq!(jobs.len(), 1, "{node}: one power-off Job");
-            assert!(
-                completed(&jobs[0]),
-                "{node} tainted before its power-off Job completed"
-            );
-            Some(())
-        })
+                let jobs = self.jobs_of(node).await;
+                assert_eq!(jobs.len(), 1, "{node}: one power-off Job");
+                assert!(
+                    completed(&jobs[0]),
+                    "{node} tainted before its power-off Job completed"
+                );
+                Some(())
+            },
+        )
         .await;
-        eventually(
+        ingot_testenv::wait_for(
             &format!("kube-controller-manager deleting {node}'s pod"),
+            DEADLINE,
             || async {
                 self.pods
                     .get_opt(node)
@@ -317,9 +313,11 @@ impl Fleet {
             },
         )
         .await;
-        eventually(&format!("{node}'s BMC powered on again"), || async {
-            (peer.power().await.as_deref() == Some("On")).then_some(())
-        })
+        ingot_testenv::wait_for(
+            &format!("{node}'s BMC powered on again"),
+            DEADLINE,
+            || async { (peer.power().await.as_deref() == Some("On")).then_some(()) },
+        )
         .await;
         assert!(
             tainted(&self.node(node).await),
@@ -327,7 +325,7 @@ impl Fleet {
         );
         self.kubelets.resume(node);
         self.wait_ready_and_clean(node).await;
-        eventually(&format!("{node}'s Jobs deleted"), || async {
+        ingot_testenv::wait_for(&format!("{node}'s Jobs deleted"), DEADLINE, || async {
             self.jobs_of(node).await.is_empty().then_some(())
         })
         .await;
@@ -338,12 +336,16 @@ impl Fleet {
             "FencingPowerOn",
             "FencingRecovered",
         ] {
-            eventually(&format!("the Event {reason} on {node}"), || async {
-                self.event_reasons(node)
-                    .await
-                    .contains(reason)
-                    .then_some(())
-            })
+            ingot_testenv::wait_for(
+                &format!("the Event {reason} on {node}"),
+                DEADLINE,
+                || async {
+                    self.event_reasons(node)
+                        .await
+                        .contains(reason)
+                        .then_some(())
+                },
+            )
             .await;
         }
     }
@@ -494,7 +496,7 @@ async fn dead_nodes_are_fenced_through_sushy_and_ipmi_sim_and_held_when_they_mus
 
     let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
     for i in 1..=5 {
-        eventually(&format!("inv{i} read on"), || async {
+        ingot_testenv::wait_for(&format!("inv{i} read on"), DEADLINE, || async {
             let status = machines.get(&format!("inv{i}")).await.unwrap().status?;
             (status.power_state.as_deref() == Some("on")).then_some(())
         })
@@ -515,7 +517,7 @@ async fn dead_nodes_are_fenced_through_sushy_and_ipmi_sim_and_held_when_they_mus
         },
         None => Peer::Ipmi(&sim),
     };
-    eventually("every Node Ready", || async {
+    ingot_testenv::wait_for("every Node Ready", DEADLINE, || async {
         for name in &names {
             if ready(&fleet.node(name).await).as_deref() != Some("True") {
                 return None;
@@ -562,7 +564,7 @@ async fn dead_nodes_are_fenced_through_sushy_and_ipmi_sim_and_held_when_they_mus
         .await
         .unwrap();
     sim.lock().unwrap().stop();
-    eventually("the IPMI Machine not contactable", || async {
+    ingot_testenv::wait_for("the IPMI Machine not contactable", DEADLINE, || async {
         let status = machines.get("inv5").await.unwrap().status?;
         let contactable = status
             .conditions
