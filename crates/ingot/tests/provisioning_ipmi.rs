@@ -26,7 +26,9 @@ use ingot_testenv::harness::wait_for;
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use provisioning_support::{VIP, WAIT, free_port, object, service_account, target};
+use provisioning_support::{
+    VIP, WAIT, cluster_manifest, free_port, object, service_account, target,
+};
 use serde_json::{Value, json};
 
 const NODE_CIDR: &str = "127.0.26.0/24";
@@ -188,29 +190,10 @@ async fn a_cluster_is_provisioned_through_ipmi_bmcs_in_each_server_s_boot_mode()
         .await;
         names.push(name);
     }
-    let target_url = plane.api_url();
-    let target_port = target_url.rsplit(':').next().unwrap().trim_end_matches('/');
-    let nodes: Vec<Value> = names
-        .iter()
-        .map(|n| {
-            json!({"inventoryReference": {"name": n, "namespace": ns},
-                "addressPoolReference": {"name": "nodes", "namespace": ns}})
-        })
-        .collect();
     create(
         &client,
         &ns,
-        json!({
-            "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": "first", "labels": {"clusterPort.harvesterhci.io": target_port}},
-            "spec": {
-                "version": "v1.7.1",
-                "imageURL": "http://127.0.0.1:9/iso",
-                "clusterConfig": {"nameservers": ["127.0.26.53"], "sshKeys": ["ssh-ed25519 AAAAC3Nz ops"]},
-                "nodes": nodes,
-                "vipConfig": {"addressPoolReference": {"name": "vip", "namespace": ns}}
-            }
-        }),
+        cluster_manifest(&ns, &names, plane.api_url(), "127.0.26.53"),
     )
     .await;
 

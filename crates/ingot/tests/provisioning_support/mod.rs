@@ -67,6 +67,35 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The Cluster `first` over these Inventories (each with an address from the pool `nodes`), its
+/// VIP from the pool `vip`, to be installed into the API server at `target_url`.
+pub fn cluster_manifest(
+    ns: &str,
+    inventories: &[String],
+    target_url: &str,
+    nameserver: &str,
+) -> Value {
+    let target_port = target_url.rsplit(':').next().unwrap().trim_end_matches('/');
+    let nodes: Vec<Value> = inventories
+        .iter()
+        .map(|n| {
+            json!({"inventoryReference": {"name": n, "namespace": ns},
+                "addressPoolReference": {"name": "nodes", "namespace": ns}})
+        })
+        .collect();
+    json!({
+        "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "first", "labels": {"clusterPort.harvesterhci.io": target_port}},
+        "spec": {
+            "version": "v1.7.1",
+            "imageURL": "http://127.0.0.1:9/iso",
+            "clusterConfig": {"nameservers": [nameserver], "sshKeys": ["ssh-ed25519 AAAAC3Nz ops"]},
+            "nodes": nodes,
+            "vipConfig": {"addressPoolReference": {"name": "vip", "namespace": ns}}
+        }
+    })
+}
+
 pub fn object<T: serde::de::DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).unwrap()
 }
@@ -287,7 +316,6 @@ impl Provisioned {
 
     pub async fn create_objects(&mut self, target_url: &str, options: &Options) {
         let ns = &self.ns;
-        let target_port = target_url.rsplit(':').next().unwrap().trim_end_matches('/');
         self.create(json!({
             "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "AddressPool",
             "metadata": {"name": "nodes"},
@@ -324,26 +352,8 @@ impl Provisioned {
             .await;
             self.names.push(name);
         }
-        let nodes: Vec<Value> = self
-            .names
-            .iter()
-            .map(|n| {
-                json!({"inventoryReference": {"name": n, "namespace": ns},
-                    "addressPoolReference": {"name": "nodes", "namespace": ns}})
-            })
-            .collect();
-        self.create(json!({
-            "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": "first", "labels": {"clusterPort.harvesterhci.io": target_port}},
-            "spec": {
-                "version": "v1.7.1",
-                "imageURL": "http://127.0.0.1:9/iso",
-                "clusterConfig": {"nameservers": ["127.0.20.53"], "sshKeys": ["ssh-ed25519 AAAAC3Nz ops"]},
-                "nodes": nodes,
-                "vipConfig": {"addressPoolReference": {"name": "vip", "namespace": ns}}
-            }
-        }))
-        .await;
+        self.create(cluster_manifest(ns, &self.names, target_url, "127.0.20.53"))
+            .await;
     }
 
     pub async fn create(&self, value: Value) {
