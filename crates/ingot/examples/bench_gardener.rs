@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use ingot_api::gardener::Machine;
 use ingot_boot_sim::{Booter, BooterConfig, Expected};
 use ingot_metal_sim::{SimConfig, SimServer, Timings};
+use ingot_testenv::harness::bench::proc_status_kib;
 use ingot_testenv::mcm::Mcm;
 use ingot_testenv::{ControlPlane, Options};
 use kube::Api;
@@ -47,14 +48,7 @@ async fn main() {
         .unwrap();
 
     let mut config = SimConfig::single(TOKEN, PROJECT);
-    let real = Timings::realistic();
-    config.timings = Timings {
-        queued_ms: real.queued_ms / 10,
-        provisioning_ms: real.provisioning_ms / 10,
-        reinstalling_ms: real.reinstalling_ms / 10,
-        deprovisioning_ms: real.deprovisioning_ms / 10,
-        power_ms: real.power_ms / 10,
-    };
+    config.timings = Timings::realistic().faster(10);
     let sim = SimServer::start(config, "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
@@ -159,7 +153,7 @@ async fn main() {
     let machines: Api<Machine> = Api::namespaced(client.clone(), &namespace);
     let mut peak_rss_kb = 0;
     loop {
-        peak_rss_kb = peak_rss_kb.max(proc_status_kb(operator.id(), "VmRSS:"));
+        peak_rss_kb = peak_rss_kb.max(proc_status_kib(operator.id(), "VmRSS:"));
         let list = machines.list(&ListParams::default()).await.unwrap().items;
         let running = list
             .iter()
@@ -175,7 +169,7 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let took = started.elapsed();
-    peak_rss_kb = peak_rss_kb.max(proc_status_kb(operator.id(), "VmHWM:"));
+    peak_rss_kb = peak_rss_kb.max(proc_status_kib(operator.id(), "VmHWM:"));
     let metrics = sim.sim().metrics();
     let calls = metrics.total_requests;
     println!(
@@ -195,15 +189,4 @@ async fn main() {
     );
     operator.kill().unwrap();
     operator.wait().unwrap();
-}
-
-fn proc_status_kb(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }

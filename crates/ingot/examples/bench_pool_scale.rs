@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use ingot_api::equinix::InstancePool;
 use ingot_boot_sim::{Booter, BooterConfig, Expected};
 use ingot_metal_sim::{SimConfig, SimServer, Timings};
+use ingot_testenv::harness::bench::proc_status_kib;
 use ingot_testenv::{ControlPlane, Options};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -66,15 +67,8 @@ async fn run(plane: &ControlPlane, count: i64, single_boot: bool) {
         .await
         .unwrap();
 
-    let realistic = Timings::realistic();
     let mut config = SimConfig::single(TOKEN, PROJECT);
-    config.timings = Timings {
-        queued_ms: realistic.queued_ms / 10,
-        provisioning_ms: realistic.provisioning_ms / 10,
-        reinstalling_ms: realistic.reinstalling_ms / 10,
-        deprovisioning_ms: realistic.deprovisioning_ms / 10,
-        power_ms: realistic.power_ms / 10,
-    };
+    config.timings = Timings::realistic().faster(10);
     let sim = SimServer::start(config, "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
@@ -190,21 +184,10 @@ async fn run(plane: &ControlPlane, count: i64, single_boot: bool) {
     }
 }
 
-fn proc_status_kb(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn rss_kb(pid: u32) -> u64 {
-    proc_status_kb(pid, "VmRSS:")
+    proc_status_kib(pid, "VmRSS:")
 }
 
 fn hwm_kb(pid: u32) -> u64 {
-    proc_status_kb(pid, "VmHWM:")
+    proc_status_kib(pid, "VmHWM:")
 }

@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,7 @@ use ingot_api::rufio::Job;
 use ingot_api::seeder::{AddressPool, Cluster, INVENTORY_NODE_READY, Inventory};
 use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Vendor};
 use ingot_boot_sim::servers::{ServerFleet, ServerFleetConfig};
+use ingot_testenv::harness::bench::{ProcessGroup, ingot_binary};
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, PostParams};
@@ -47,54 +48,6 @@ const NS: &str = "bench-provisioning";
 const VIP: &str = "127.0.11.1";
 const NODE_CIDR: &str = "127.0.31.0/24";
 const GATEWAY: &str = "127.0.31.1";
-
-/// The operator process, stopped by its PID when the benchmark ends.
-struct Operator(Child);
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(format!("-{}", self.0.id()))
-            .status();
-        for _ in 0..300 {
-            if matches!(self.0.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Operator {
-    /// Peak resident set size, in MiB.
-    fn peak_rss_mib(&self) -> f64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
-    }
-}
-
-fn ingot_binary() -> std::path::PathBuf {
-    if let Some(binary) = std::env::var_os("INGOT_BENCH_BINARY") {
-        return binary.into();
-    }
-    let exe = std::env::current_exe().unwrap();
-    let binary = exe.parent().unwrap().parent().unwrap().join("ingot");
-    assert!(
-        binary.is_file(),
-        "{} is missing: run `cargo build -p ingot` first",
-        binary.display()
-    );
-    binary
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -371,7 +324,7 @@ async fn main() {
         Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
         None => Stdio::null(),
     };
-    let operator = Operator(
+    let operator = ProcessGroup(
         Command::new(ingot_binary())
             .process_group(0)
             .arg("run")
@@ -427,7 +380,7 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let counters_before = Counters::read(http_port).await;
     let bmc_before = bmc_requests(&fleet);
-    let cpu_before = cpu_seconds(operator.0.id());
+    let cpu_before = cpu_seconds(operator.id());
 
     let nodes: Vec<Value> = (0..n)
         .map(|i| {
@@ -498,8 +451,8 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let running = applied.elapsed().as_secs_f64();
-    let peak_rss = operator.peak_rss_mib();
-    let cpu = cpu_seconds(operator.0.id()) - cpu_before;
+    let peak_rss = operator.rss_mib().0;
+    let cpu = cpu_seconds(operator.id()) - cpu_before;
     let counted = Counters::read(http_port).await.since(&counters_before);
     let bmc = bmc_requests(&fleet) - bmc_before;
 

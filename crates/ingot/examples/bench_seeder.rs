@@ -15,12 +15,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use ingot_api::seeder::{INVENTORY_NODE_READY, Inventory, LOCAL_CLUSTER_NAMESPACE};
 use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions};
+use ingot_testenv::harness::bench::{ProcessGroup, ingot_binary};
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -30,60 +31,6 @@ use serde_json::json;
 const USER: &str = "admin";
 const PASSWORD: &str = "bench-password";
 const NS: &str = LOCAL_CLUSTER_NAMESPACE;
-
-/// The operator process, stopped by its PID when the benchmark ends.
-struct Operator(Child);
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        // A SIGTERM to its process group: the operator logs out and exits, and a profiler
-        // wrapping it (`INGOT_BENCH_WRAP=heaptrack`) writes its data.
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(format!("-{}", self.0.id()))
-            .status();
-        for _ in 0..300 {
-            if matches!(self.0.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Operator {
-    /// Peak and current resident set size, in MiB.
-    fn rss_mib(&self) -> (f64, f64) {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap_or_default();
-        let kib = |key: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        (kib("VmHWM:") / 1024.0, kib("VmRSS:") / 1024.0)
-    }
-}
-
-/// The `ingot` binary built beside this example (`target/<profile>/ingot`), or
-/// `INGOT_BENCH_BINARY` (a release build: its RSS is what a cluster runs).
-fn ingot_binary() -> std::path::PathBuf {
-    if let Some(binary) = std::env::var_os("INGOT_BENCH_BINARY") {
-        return binary.into();
-    }
-    let exe = std::env::current_exe().unwrap();
-    let binary = exe.parent().unwrap().parent().unwrap().join("ingot");
-    assert!(
-        binary.is_file(),
-        "{} is missing: run `cargo build -p ingot` first",
-        binary.display()
-    );
-    binary
-}
 
 fn inventory_name(i: usize) -> String {
     format!("node-{i:05}")
@@ -259,7 +206,7 @@ async fn main() {
         }
         None => Command::new(ingot_binary()),
     };
-    let operator = Operator(
+    let operator = ProcessGroup(
         command
             .process_group(0)
             .arg("run")

@@ -9,6 +9,7 @@
 // A failure of the harness is the failure of the test that uses it: it panics, with the cause.
 #![allow(clippy::expect_used)]
 
+pub mod bench;
 pub mod operator;
 pub mod peers;
 pub mod scenario;
