@@ -332,7 +332,20 @@ async fn servers_are_claimed_booted_once_and_released_confirmed_off() {
     let again = rack_a.create_server(&request("h1")).await.unwrap();
     assert_eq!(again.id, h1.id);
     assert_eq!(again.addresses, h1.addresses);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every Job sent under a claim has run (one the adopt had sent would show at sushy).
+    wait_for("every claim's Job to end", WAIT, || async {
+        let jobs = claim_jobs(client, ns).await;
+        jobs.iter()
+            .all(|j| {
+                j.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Completed" && c.status == "True")
+                })
+            })
+            .then_some(())
+    })
+    .await;
     let patches_adopted: Vec<usize> = site.sushy.iter().map(boot_patches).collect();
     assert_eq!(
         patches_adopted, patches_booted,
