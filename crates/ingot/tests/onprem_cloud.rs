@@ -17,7 +17,8 @@ use ingot_controllers::onprem::claims::{
     self, CLAIMED_LABEL, HOSTNAME_ANNOTATION, OWNER_ANNOTATION,
 };
 use ingot_controllers::onprem::cloud::{
-    ADDRESS_ANNOTATION, BOOTS_ANNOTATION, CLAIM_JOB_LABEL, InventoryCloud, Settings,
+    ADDRESS_ANNOTATION, BOOT_JOB_ANNOTATION, BOOTS_ANNOTATION, CLAIM_JOB_LABEL, InventoryCloud,
+    Settings,
 };
 use ingot_controllers::provisioning::addresses::PoolRef;
 use ingot_metal::{BareMetalCloud, Boot, CreateServer, Error, NetworkMode, ServerState, Shortage};
@@ -26,7 +27,7 @@ use ingot_testenv::harness::operator::Operator;
 use ingot_testenv::harness::peers::{Sushy, start_sushy_tls};
 use ingot_testenv::wait_for;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -334,16 +335,7 @@ async fn servers_are_claimed_booted_once_and_released_confirmed_off() {
     assert_eq!(again.addresses, h1.addresses);
     // Every Job sent under a claim has run (one the adopt had sent would show at sushy).
     wait_for("every claim's Job to end", WAIT, || async {
-        let jobs = claim_jobs(client, ns).await;
-        jobs.iter()
-            .all(|j| {
-                j.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Completed" && c.status == "True")
-                })
-            })
-            .then_some(())
+        all_completed(&claim_jobs(client, ns).await).then_some(())
     })
     .await;
     let patches_adopted: Vec<usize> = site.sushy.iter().map(boot_patches).collect();
@@ -352,6 +344,33 @@ async fn servers_are_claimed_booted_once_and_released_confirmed_off() {
         "an adopted claim was booted again"
     );
     let h1_name = h1.id.split_once('/').unwrap().1;
+    assert_eq!(
+        inventory(client, ns, h1_name).await.annotations()[BOOTS_ANNOTATION],
+        "1"
+    );
+    // A create that stopped after sending its boot and before recording it (the records
+    // removed by hand): the next create sends the Job of the same name, which is already
+    // there, and records it; the BMC sees nothing more.
+    Api::<Inventory>::namespaced(client.clone(), ns)
+        .patch(
+            h1_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                BOOTS_ANNOTATION: null, BOOT_JOB_ANNOTATION: null}}})),
+        )
+        .await
+        .unwrap();
+    let resumed = rack_a.create_server(&request("h1")).await.unwrap();
+    assert_eq!(resumed.id, h1.id);
+    wait_for("every claim's Job to end", WAIT, || async {
+        all_completed(&claim_jobs(client, ns).await).then_some(())
+    })
+    .await;
+    assert_eq!(
+        site.sushy.iter().map(boot_patches).collect::<Vec<_>>(),
+        patches_booted,
+        "a boot sent but not recorded was sent again"
+    );
     assert_eq!(
         inventory(client, ns, h1_name).await.annotations()[BOOTS_ANNOTATION],
         "1"
@@ -427,6 +446,16 @@ async fn servers_are_claimed_booted_once_and_released_confirmed_off() {
         "2"
     );
     site.operator.terminate();
+}
+
+fn all_completed(jobs: &[Job]) -> bool {
+    jobs.iter().all(|j| {
+        j.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Completed" && c.status == "True")
+        })
+    })
 }
 
 fn h1_name_index(name: &str) -> usize {
