@@ -302,7 +302,7 @@ async fn servers_are_claimed_booted_once_and_released_confirmed_off() {
         })
         .await;
         // sushy's fake driver keeps the target and always reports `Continuous`: the override
-        // sent (`Once`, in the mode the server is in) is Rufio's, tested in docs/bmc.md's tests.
+        // sent (`Once`, in the mode the server is in) is checked in crates/bmc/tests/redfish_emulator.rs.
         assert_eq!(s["Boot"]["BootSourceOverrideTarget"], "Pxe", "{s}");
         assert!(
             requests(bmc, "ComputerSystem.Reset") >= 2,
@@ -445,6 +445,32 @@ async fn servers_are_claimed_booted_once_and_released_confirmed_off() {
             .annotations()[BOOTS_ANNOTATION],
         "2"
     );
+
+    // Power through the same Jobs: off read back at sushy and as the server's state, then on.
+    wait_for("the reinstall's Job to end", WAIT, || async {
+        all_completed(&claim_jobs(client, ns).await).then_some(())
+    })
+    .await;
+    rack_a
+        .power(&h2.id, ingot_metal::PowerAction::Off)
+        .await
+        .unwrap();
+    wait_for("h2 off", WAIT, || async {
+        let off = system(bmc2).await["PowerState"] == "Off"
+            && rack_a.get_server(&h2.id).await.unwrap().state == ServerState::Off;
+        off.then_some(())
+    })
+    .await;
+    rack_a
+        .power(&h2.id, ingot_metal::PowerAction::On)
+        .await
+        .unwrap();
+    wait_for("h2 on", WAIT, || async {
+        let on = system(bmc2).await["PowerState"] == "On"
+            && rack_a.get_server(&h2.id).await.unwrap().state == ServerState::Active;
+        on.then_some(())
+    })
+    .await;
     site.operator.terminate();
 }
 

@@ -443,24 +443,19 @@ impl InventoryCloud {
         let namespace = inventory.namespace().unwrap_or_default();
         let name = inventory.name_any();
         let claim = claims::claim_of(inventory);
-        let state = if annotation(inventory, OFF_CONFIRMED_ANNOTATION).is_some() {
-            ServerState::Deprovisioning
-        } else {
-            match annotation(inventory, BOOT_JOB_ANNOTATION) {
-                None => ServerState::Queued,
-                Some(job) => match power::job_outcome(self.job(&namespace, job).await?.as_ref()) {
-                    JobOutcome::Running => ServerState::Provisioning,
-                    JobOutcome::Failed(_) => ServerState::Failed,
-                    // Done (or cleaned up after it ran): the BMC's power says the rest.
-                    JobOutcome::Completed | JobOutcome::Missing => {
-                        match self.machine_power(inventory).await?.as_deref() {
-                            Some("off") => ServerState::Off,
-                            _ => ServerState::Active,
-                        }
-                    }
-                },
-            }
+        let off_confirmed = annotation(inventory, OFF_CONFIRMED_ANNOTATION).is_some();
+        let boot = match annotation(inventory, BOOT_JOB_ANNOTATION) {
+            Some(job) if !off_confirmed => Some(power::job_outcome(
+                self.job(&namespace, job).await?.as_ref(),
+            )),
+            _ => None,
         };
+        let machine = if matches!(boot, Some(JobOutcome::Completed | JobOutcome::Missing)) {
+            self.machine_power(inventory).await?
+        } else {
+            None
+        };
+        let state = state_of(off_confirmed, boot.as_ref(), machine.as_deref());
         let ports = inventory
             .spec
             .management_interface_mac_address
@@ -622,6 +617,7 @@ impl BareMetalCloud for InventoryCloud {
         let claim = claims::claim_of(&inventory).ok_or_else(|| Error::NotFound {
             message: format!("Inventory {id} is not claimed"),
         })?;
+        not_releasing(&inventory)?;
         let inventory = match &reinstall.ipxe_script_url {
             Some(url) => {
                 self.record(
@@ -644,6 +640,7 @@ impl BareMetalCloud for InventoryCloud {
         let claim = claims::claim_of(&inventory).ok_or_else(|| Error::NotFound {
             message: format!("Inventory {id} is not claimed"),
         })?;
+        not_releasing(&inventory)?;
         let (word, tasks) = match action {
             PowerAction::On => ("on", json!([{"powerAction": "on"}])),
             PowerAction::Off => ("off", json!([{"powerAction": "off"}])),
@@ -773,6 +770,37 @@ impl BareMetalCloud for InventoryCloud {
     }
 }
 
+/// A server's state: released (confirmed off by a delete), else from its last install boot's
+/// Job, and once that ran, from the power its Machine reads.
+fn state_of(off_confirmed: bool, boot: Option<&JobOutcome>, machine: Option<&str>) -> ServerState {
+    if off_confirmed {
+        return ServerState::Deprovisioning;
+    }
+    match boot {
+        None => ServerState::Queued,
+        Some(JobOutcome::Running) => ServerState::Provisioning,
+        Some(JobOutcome::Failed(_)) => ServerState::Failed,
+        // Done (or cleaned up after it ran): the BMC's power says the rest.
+        Some(JobOutcome::Completed | JobOutcome::Missing) => match machine {
+            Some("off") => ServerState::Off,
+            _ => ServerState::Active,
+        },
+    }
+}
+
+/// Refuses to act on a claim a delete is releasing.
+fn not_releasing(inventory: &Inventory) -> Result<()> {
+    if annotation(inventory, OFF_CONFIRMED_ANNOTATION).is_some() {
+        return Err(Error::Conflict {
+            message: format!(
+                "Inventory {} is being released (confirmed off); finish the delete first",
+                key(inventory)
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn not_on_premises(what: &str) -> Error {
     Error::NotOnPremises {
         message: format!(
@@ -890,6 +918,31 @@ mod tests {
         let mut long = i.clone();
         long.metadata.name = Some("n".repeat(80));
         assert!(job_name(&long, &claim, "release-off").len() <= 63);
+    }
+
+    #[test]
+    fn the_state_follows_the_boot_job_then_the_power() {
+        assert_eq!(state_of(false, None, None), ServerState::Queued);
+        assert_eq!(
+            state_of(false, Some(&JobOutcome::Running), None),
+            ServerState::Provisioning
+        );
+        assert_eq!(
+            state_of(false, Some(&JobOutcome::Failed("x".into())), None),
+            ServerState::Failed
+        );
+        assert_eq!(
+            state_of(false, Some(&JobOutcome::Completed), Some("on")),
+            ServerState::Active
+        );
+        assert_eq!(
+            state_of(false, Some(&JobOutcome::Missing), Some("off")),
+            ServerState::Off
+        );
+        assert_eq!(
+            state_of(true, Some(&JobOutcome::Completed), Some("off")),
+            ServerState::Deprovisioning
+        );
     }
 
     #[test]
