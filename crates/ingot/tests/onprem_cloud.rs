@@ -90,21 +90,21 @@ async fn claim_jobs(client: &Client, ns: &str) -> Vec<Job> {
         .items
 }
 
-fn cloud(client: &Client, ns: &str, labels: Value) -> InventoryCloud {
-    InventoryCloud::new(
-        client.clone(),
-        Settings {
-            namespaces: vec![ns.to_owned()],
-            selector: object(json!({"matchLabels": labels})),
-            address_pool: PoolRef {
-                namespace: ns.to_owned(),
-                name: "nodes".to_owned(),
-            },
-            off_wait: Duration::from_secs(90),
-            poll: Duration::from_millis(250),
+fn settings(ns: &str, labels: Value) -> Settings {
+    Settings {
+        namespaces: vec![ns.to_owned()],
+        selector: object(json!({"matchLabels": labels})),
+        address_pool: PoolRef {
+            namespace: ns.to_owned(),
+            name: "nodes".to_owned(),
         },
-    )
-    .unwrap()
+        off_wait: Duration::from_secs(90),
+        poll: Duration::from_millis(250),
+    }
+}
+
+fn cloud(client: &Client, ns: &str, labels: Value) -> InventoryCloud {
+    InventoryCloud::new(client.clone(), settings(ns, labels)).unwrap()
 }
 
 fn request(hostname: &str) -> CreateServer {
@@ -261,6 +261,52 @@ async fn servers_are_claimed_booted_once_and_released_confirmed_off() {
         "{unready}"
     );
     assert!(unready.to_string().contains("server-2"), "{unready}");
+
+    // A selector the API server would refuse is refused when the cloud is made, naming it.
+    let bad = InventoryCloud::new(
+        client.clone(),
+        Settings {
+            selector: object(json!({"matchExpressions": [
+                {"key": "rack", "operator": "Sideways", "values": ["a"]}]})),
+            ..settings(ns, json!({}))
+        },
+    )
+    .err()
+    .expect("an invalid selector was accepted");
+    assert!(
+        matches!(bad, Error::InvalidRequest(_)) && bad.to_string().contains("Sideways"),
+        "{bad}"
+    );
+
+    // Only the allowed namespaces are looked in: rack a elsewhere is nothing, and an id
+    // outside them is refused, naming the namespace.
+    let elsewhere = InventoryCloud::new(
+        client.clone(),
+        Settings {
+            namespaces: vec!["default".to_owned()],
+            ..settings(ns, json!({"rack": "a"}))
+        },
+    )
+    .unwrap();
+    let nothing = elsewhere.create_server(&request("h0")).await.unwrap_err();
+    assert!(
+        matches!(
+            nothing,
+            Error::NoServer {
+                why: Shortage::NoneMatching,
+                ..
+            }
+        ),
+        "{nothing}"
+    );
+    let outside = elsewhere
+        .get_server(&format!("{ns}/server-0"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(outside, Error::InvalidRequest(_)) && outside.to_string().contains(ns),
+        "{outside}"
+    );
 
     // Two creates at once over the two servers: one each.
     let patches_before: Vec<usize> = site.sushy.iter().map(boot_patches).collect();
