@@ -37,6 +37,36 @@ pub enum Error {
         #[source]
         source: Option<BoxError>,
     },
+    /// On premises: no server could be taken, for the reason `why` (the message names the
+    /// selector and what was found).
+    #[error("no server to take: {message}")]
+    NoServer { why: Shortage, message: String },
+    /// An operation that exists only on a cloud (network modes and VLANs of its port API,
+    /// plans, locations, capacity, its iPXE URL): servers on premises have none.
+    #[error("not on premises: {message}")]
+    NotOnPremises { message: String },
+}
+
+/// Why no server on premises could be taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shortage {
+    /// No server matches the selector at all.
+    NoneMatching,
+    /// Some match, and are free, but none is ready (its BMC not reached yet).
+    NotReady,
+    /// Every server that matches is taken (claimed, in a provisioned Cluster, being deleted).
+    NoneFree,
+}
+
+impl Shortage {
+    /// A short stable name, for conditions (`NoneMatching`, `NotReady`, `NoneFree`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shortage::NoneMatching => "NoneMatching",
+            Shortage::NotReady => "NotReady",
+            Shortage::NoneFree => "NoneFree",
+        }
+    }
 }
 
 impl Error {
@@ -62,6 +92,8 @@ impl Error {
             Error::Transient { .. } => "transient",
             Error::InvalidRequest(_) => "invalid_request",
             Error::Protocol { .. } => "protocol",
+            Error::NoServer { .. } => "no_server",
+            Error::NotOnPremises { .. } => "not_on_premises",
         }
     }
 }

@@ -10,7 +10,7 @@ pub mod observe;
 pub mod provider;
 pub mod secret;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, Shortage};
 pub use observe::{MetalObserver, Observer};
 pub use provider::*;
 pub use secret::ApiToken;

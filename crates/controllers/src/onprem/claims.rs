@@ -200,13 +200,25 @@ pub async fn release(
     inventory: &Inventory,
     claim: &Claim,
 ) -> Result<bool, kube::Error> {
+    release_with(api, inventory, claim, &[]).await
+}
+
+/// [`release`], removing these annotations of the claim's holder in the same write (what it
+/// recorded about the server while it held it), so that none outlives the claim.
+pub async fn release_with(
+    api: &Api<Inventory>,
+    inventory: &Inventory,
+    claim: &Claim,
+    annotations: &[&str],
+) -> Result<bool, kube::Error> {
     if claim_of(inventory).as_ref() != Some(claim) {
         return Ok(false);
     }
-    let unset: BTreeMap<&str, Option<&str>> =
-        [(OWNER_ANNOTATION, None), (HOSTNAME_ANNOTATION, None)]
-            .into_iter()
-            .collect();
+    let unset: BTreeMap<&str, Option<&str>> = [OWNER_ANNOTATION, HOSTNAME_ANNOTATION]
+        .iter()
+        .chain(annotations)
+        .map(|a| (*a, None))
+        .collect();
     let patch = json!({"metadata": {
         "resourceVersion": inventory.resource_version(),
         "labels": {CLAIMED_LABEL: null},

@@ -570,6 +570,8 @@ fn metal_reason(error: &ingot_metal::Error) -> &'static str {
         }
         ingot_metal::Error::NotFound { .. } => "NotFound",
         ingot_metal::Error::Conflict { .. } => "Conflict",
+        ingot_metal::Error::NoServer { why, .. } => why.as_str(),
+        ingot_metal::Error::NotOnPremises { .. } => "NotOnPremises",
         _ => "MetalError",
     }
 }

@@ -1,0 +1,960 @@
+//! [`InventoryCloud`]: a [`BareMetalCloud`] whose servers are Inventories, taken with
+//! [`claims`] and reached through their BMCs by rufio Jobs, as provisioning reaches them.
+//!
+//! One `InventoryCloud` serves one owner's request shape: it is made with the Inventories'
+//! label selector, the namespaces it may take them from, and the provisioning AddressPool its
+//! servers' addresses come from ([`Settings`]). `CreateServer.plan` and `location` are not read
+//! (a cloud's plan and metro have no meaning here); the owner tag and the hostname are the
+//! claim, and an iPXE `Boot` URL is recorded on the Inventory.
+//!
+//! What a create does, each step recorded on the Inventory before the next, so that a create
+//! repeated after a crash or a lost answer finds what the first did:
+//!
+//! 1. The claim ([`claims::claim`]): the owner tag and hostname written under the
+//!    `resourceVersion` read. A claim already held by (owner, hostname) is adopted instead.
+//! 2. The address: [`allocate_address`] in the AddressPool, owner `{kind: inventory}` as
+//!    provisioning writes it (idempotent for that owner), then recorded
+//!    ([`ADDRESS_ANNOTATION`]).
+//! 3. The install boot: a rufio Job (power off, one-time PXE boot in the mode the server is in,
+//!    power on; provisioning's boot tasks) named after the claim and the boot's number,
+//!    created with [`power::create_once`] (one of that name already there is this boot, not
+//!    sent again), then recorded ([`BOOTS_ANNOTATION`]). Once recorded it is never created
+//!    again for that number: a create that adopts a booted claim sends nothing. Rufio's Task
+//!    controller sends each action once and confirms it by reading the power state back.
+//!
+//! A delete powers the server off the same way (a Job named after the claim), waits until
+//! that Job completed (its power off read back from the BMC) and the Machine reads `off`, and
+//! records it ([`OFF_CONFIRMED_ANNOTATION`]); only then is the address freed, the claim's Jobs
+//! deleted and the claim released ([`claims::release_with`], its annotations removed in the
+//! same write). Nothing wipes the disks: the wipe policy is `none`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use ingot_api::rufio::{Job, Machine};
+use ingot_api::seeder::{Cluster, Inventory, JOB_INVENTORY_LABEL};
+use ingot_metal::{
+    Address, BareMetalCloud, BootUpdate, CapacityLevel, CreateServer, Error, Location, NetworkMode,
+    PlanInfo, Port, PortKind, PowerAction, Reinstall, Result, Server, ServerState, Shortage, Vlan,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::{Selector, SelectorExt};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use super::claims::{self, Claim, Claimed};
+use crate::provisioning::addresses::{PoolRef, allocate_address, release_address};
+use crate::provisioning::allocation::inventory_owner;
+use crate::seeder::power::{self, JobOutcome};
+
+/// The server's address, while claimed.
+pub const ADDRESS_ANNOTATION: &str = "onprem.ingot.dev/address";
+/// The AddressPool (`namespace/name`) the address was taken from.
+pub const ADDRESS_POOL_ANNOTATION: &str = "onprem.ingot.dev/address-pool";
+/// How many install boots were sent under this claim (the Jobs `<...>-boot-<n>`).
+pub const BOOTS_ANNOTATION: &str = "onprem.ingot.dev/boots";
+/// The last install boot's Job.
+pub const BOOT_JOB_ANNOTATION: &str = "onprem.ingot.dev/boot-job";
+/// The iPXE script URL the owner asked the server to boot.
+pub const IPXE_URL_ANNOTATION: &str = "onprem.ingot.dev/ipxe-script-url";
+/// `true` once the release's power off was read back: the server is never sent it again.
+pub const OFF_CONFIRMED_ANNOTATION: &str = "onprem.ingot.dev/off-confirmed";
+/// On every Job sent under a claim: a hash of the claim, so its release deletes them all.
+pub const CLAIM_JOB_LABEL: &str = "onprem.ingot.dev/claim";
+
+/// Every annotation this cloud writes besides the claim's own: removed with the claim.
+const RECORDS: [&str; 5] = [
+    ADDRESS_ANNOTATION,
+    ADDRESS_POOL_ANNOTATION,
+    BOOTS_ANNOTATION,
+    BOOT_JOB_ANNOTATION,
+    IPXE_URL_ANNOTATION,
+];
+
+/// The provider id's scheme: `inventory://<namespace>/<name>`.
+pub const PROVIDER_SCHEME: &str = "inventory://";
+
+/// What one `InventoryCloud` takes its servers from.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The namespaces whose Inventories may be taken; empty: every namespace.
+    pub namespaces: Vec<String>,
+    /// Which Inventories (their labels).
+    pub selector: LabelSelector,
+    /// Where the servers' addresses come from.
+    pub address_pool: PoolRef,
+    /// How long one delete waits for the power off to be read back before it answers
+    /// "not yet" (a transient error; the next delete goes on waiting, sending nothing).
+    pub off_wait: Duration,
+    /// How often that wait reads the Job and the Machine.
+    pub poll: Duration,
+}
+
+/// A [`BareMetalCloud`] over Inventories (see the module's documentation).
+pub struct InventoryCloud {
+    client: Client,
+    settings: Settings,
+}
+
+impl InventoryCloud {
+    /// Refuses a selector the API server would refuse, naming it.
+    pub fn new(client: Client, settings: Settings) -> Result<Self> {
+        if let Err(e) = Selector::try_from(settings.selector.clone()) {
+            return Err(Error::InvalidRequest(format!(
+                "the Inventory selector {:?} is not a valid label selector ({e}); use matchLabels or matchExpressions with In, NotIn, Exists, DoesNotExist",
+                settings.selector
+            )));
+        }
+        Ok(Self { client, settings })
+    }
+
+    fn inventories(&self, namespace: &str) -> Api<Inventory> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn allowed(&self, namespace: &str) -> bool {
+        self.settings.namespaces.is_empty()
+            || self.settings.namespaces.iter().any(|n| n == namespace)
+    }
+
+    /// Every Inventory and Cluster of the allowed namespaces.
+    async fn list(&self) -> Result<(Vec<Arc<Inventory>>, Vec<Arc<Cluster>>)> {
+        let lp = ListParams::default();
+        let mut inventories = Vec::new();
+        let mut clusters = Vec::new();
+        if self.settings.namespaces.is_empty() {
+            inventories.extend(
+                Api::<Inventory>::all(self.client.clone())
+                    .list(&lp)
+                    .await
+                    .map_err(kube_error)?
+                    .items,
+            );
+            clusters.extend(
+                Api::<Cluster>::all(self.client.clone())
+                    .list(&lp)
+                    .await
+                    .map_err(kube_error)?
+                    .items,
+            );
+        } else {
+            for ns in &self.settings.namespaces {
+                inventories.extend(
+                    self.inventories(ns)
+                        .list(&lp)
+                        .await
+                        .map_err(kube_error)?
+                        .items,
+                );
+                clusters.extend(
+                    Api::<Cluster>::namespaced(self.client.clone(), ns)
+                        .list(&lp)
+                        .await
+                        .map_err(kube_error)?
+                        .items,
+                );
+            }
+        }
+        Ok((
+            inventories.into_iter().map(Arc::new).collect(),
+            clusters.into_iter().map(Arc::new).collect(),
+        ))
+    }
+
+    /// The Inventory of a server id (`<namespace>/<name>`), `None` when it does not exist.
+    async fn read(&self, id: &str) -> Result<Option<Inventory>> {
+        let (namespace, name) = parse_id(id)?;
+        if !self.allowed(namespace) {
+            return Err(Error::InvalidRequest(format!(
+                "server {id}: namespace {namespace} is not one this cloud takes Inventories from ({})",
+                self.settings.namespaces.join(", ")
+            )));
+        }
+        self.inventories(namespace)
+            .get_opt(name)
+            .await
+            .map_err(kube_error)
+    }
+
+    /// Why nothing could be claimed, for the caller's condition.
+    fn shortage(&self, inventories: &[Arc<Inventory>], clusters: &[Arc<Cluster>]) -> Error {
+        let selector = Selector::try_from(self.settings.selector.clone()).unwrap_or_default();
+        let matching: Vec<&Arc<Inventory>> = inventories
+            .iter()
+            .filter(|i| selector.matches(i.labels()))
+            .collect();
+        let where_ = if self.settings.namespaces.is_empty() {
+            "any namespace".to_owned()
+        } else {
+            format!("namespaces {}", self.settings.namespaces.join(", "))
+        };
+        let shown = selector.to_string();
+        if matching.is_empty() {
+            return Error::NoServer {
+                why: Shortage::NoneMatching,
+                message: format!(
+                    "no Inventory in {where_} matches the selector {shown:?}; label Inventories to match it, or change the selector"
+                ),
+            };
+        }
+        let not_ready: Vec<String> = matching
+            .iter()
+            .filter(|i| claims::why_taken(i, clusters) == Some(claims::Taken::NotReady))
+            .map(|i| key(i))
+            .collect();
+        if !not_ready.is_empty() {
+            return Error::NoServer {
+                why: Shortage::NotReady,
+                message: format!(
+                    "of the {} Inventories matching {shown:?}, none is free and ready; not ready (their BMC not reached): {}",
+                    matching.len(),
+                    not_ready.join(", ")
+                ),
+            };
+        }
+        Error::NoServer {
+            why: Shortage::NoneFree,
+            message: format!(
+                "all {} Inventories matching {shown:?} are taken (claimed, in a provisioned Cluster, or being deleted); add Inventories or free one",
+                matching.len()
+            ),
+        }
+    }
+
+    /// Claims a free Inventory for `claim`, or finds the one it holds.
+    async fn claim(&self, claim: &Claim) -> Result<Inventory> {
+        // A claimer that lost every race on one list reads again: each 409 is a change (often
+        // a status write) since the list.
+        for _ in 0..3 {
+            let (inventories, clusters) = self.list().await?;
+            if let Some(held) = claims::find(&inventories, &claim.owner, &claim.hostname) {
+                return Ok((**held).clone());
+            }
+            let candidates = claims::candidates(
+                &inventories,
+                &clusters,
+                &self.settings.selector,
+                &claim.hostname,
+            );
+            if candidates.is_empty() {
+                return Err(self.shortage(&inventories, &clusters));
+            }
+            for candidate in candidates.iter().take(claims::MAX_ATTEMPTS) {
+                let api = self.inventories(&candidate.namespace().unwrap_or_default());
+                match claims::claim(&api, std::slice::from_ref(candidate), claim)
+                    .await
+                    .map_err(kube_error)?
+                {
+                    Claimed::Took(inventory) => return Ok(*inventory),
+                    Claimed::NoneLeft { .. } => continue,
+                }
+            }
+        }
+        Err(Error::Transient {
+            message: format!(
+                "every Inventory tried for {}/{} changed before it could be claimed; try again",
+                claim.owner, claim.hostname
+            ),
+            source: None,
+        })
+    }
+
+    /// Writes (or removes, `None`) annotations of a claimed Inventory under the
+    /// `resourceVersion` read, reading again on a conflict; refused when the claim is no longer
+    /// `claim`'s.
+    async fn record(
+        &self,
+        inventory: &Inventory,
+        claim: &Claim,
+        values: &[(&str, Option<String>)],
+    ) -> Result<Inventory> {
+        let api = self.inventories(&inventory.namespace().unwrap_or_default());
+        let mut current = inventory.clone();
+        for _ in 0..10 {
+            if claims::claim_of(&current).as_ref() != Some(claim) {
+                return Err(Error::Conflict {
+                    message: format!(
+                        "Inventory {} is no longer claimed by {} for {}",
+                        key(&current),
+                        claim.owner,
+                        claim.hostname
+                    ),
+                });
+            }
+            let annotations: BTreeMap<&str, &Option<String>> =
+                values.iter().map(|(k, v)| (*k, v)).collect();
+            let patch = json!({"metadata": {
+                "resourceVersion": current.resource_version(),
+                "annotations": annotations,
+            }});
+            match api
+                .patch(
+                    &current.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(written) => return Ok(written),
+                Err(e) if crate::runtime::is_conflict(&e) => {
+                    current = api.get(&current.name_any()).await.map_err(kube_error)?;
+                }
+                Err(e) => return Err(kube_error(e)),
+            }
+        }
+        Err(Error::Transient {
+            message: format!(
+                "Inventory {} kept changing under ten writes",
+                key(inventory)
+            ),
+            source: None,
+        })
+    }
+
+    /// The claim's address: taken (or found: the pool gives an owner the address it holds),
+    /// then recorded.
+    async fn ensure_address(
+        &self,
+        inventory: Inventory,
+        claim: &Claim,
+        spec: &CreateServer,
+    ) -> Result<Inventory> {
+        let recorded = annotation(&inventory, ADDRESS_ANNOTATION).is_some();
+        let url = match &spec.boot {
+            ingot_metal::Boot::Ipxe { script_url, .. } => script_url.clone(),
+            ingot_metal::Boot::Os(_) => None,
+        };
+        if recorded && annotation(&inventory, IPXE_URL_ANNOTATION) == url.as_deref() {
+            return Ok(inventory);
+        }
+        let pool = &self.settings.address_pool;
+        let address = match annotation(&inventory, ADDRESS_ANNOTATION) {
+            Some(a) => a.to_owned(),
+            None => {
+                let owner = inventory_owner(
+                    &inventory.namespace().unwrap_or_default(),
+                    &inventory.name_any(),
+                );
+                allocate_address(&self.client, pool, &owner, None)
+                    .await
+                    .map_err(|e| {
+                        if e.is_exhausted() {
+                            Error::NoCapacity {
+                                message: e.to_string(),
+                            }
+                        } else if e.is_retryable() {
+                            Error::Transient {
+                                message: e.to_string(),
+                                source: None,
+                            }
+                        } else {
+                            Error::Validation {
+                                message: e.to_string(),
+                            }
+                        }
+                    })?
+                    .to_string()
+            }
+        };
+        self.record(
+            &inventory,
+            claim,
+            &[
+                (ADDRESS_ANNOTATION, Some(address)),
+                (
+                    ADDRESS_POOL_ANNOTATION,
+                    Some(format!("{}/{}", pool.namespace, pool.name)),
+                ),
+                (IPXE_URL_ANNOTATION, url),
+            ],
+        )
+        .await
+    }
+
+    /// Sends install boot number `n` (once), then records it.
+    async fn boot(&self, inventory: Inventory, claim: &Claim, n: u32) -> Result<Inventory> {
+        let name = job_name(&inventory, claim, &format!("boot-{n}"));
+        let tasks = json!([
+            {"powerAction": "off"},
+            {"oneTimeBootDeviceAction": {"device": ["pxe"]}},
+            {"powerAction": "on"},
+        ]);
+        self.send(&inventory, claim, &name, tasks).await?;
+        self.record(
+            &inventory,
+            claim,
+            &[
+                (BOOTS_ANNOTATION, Some(n.to_string())),
+                (BOOT_JOB_ANNOTATION, Some(name)),
+            ],
+        )
+        .await
+    }
+
+    /// Creates the Job of this name once (one already there is the same action, not sent
+    /// again).
+    async fn send(
+        &self,
+        inventory: &Inventory,
+        claim: &Claim,
+        name: &str,
+        tasks: serde_json::Value,
+    ) -> Result<()> {
+        let mut job = power::inventory_job(
+            inventory,
+            name,
+            (JOB_INVENTORY_LABEL, inventory.name_any()),
+            tasks,
+        )
+        .map_err(|e| Error::InvalidRequest(format!("bmc job {name}: {e}")))?;
+        job.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(CLAIM_JOB_LABEL.to_owned(), claim_hash(inventory, claim));
+        power::create_once(&self.client, &job)
+            .await
+            .map_err(kube_error)
+    }
+
+    async fn job(&self, namespace: &str, name: &str) -> Result<Option<Job>> {
+        Api::<Job>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(kube_error)
+    }
+
+    /// The power state the Inventory's Machine last read from its BMC.
+    async fn machine_power(&self, inventory: &Inventory) -> Result<Option<String>> {
+        let machine = Api::<Machine>::namespaced(
+            self.client.clone(),
+            &inventory.namespace().unwrap_or_default(),
+        )
+        .get_opt(&inventory.name_any())
+        .await
+        .map_err(kube_error)?;
+        Ok(machine.and_then(|m| m.status).and_then(|s| s.power_state))
+    }
+
+    /// The server as reported: its state from the last boot Job and the Machine's power.
+    async fn server(&self, inventory: &Inventory) -> Result<Server> {
+        let namespace = inventory.namespace().unwrap_or_default();
+        let name = inventory.name_any();
+        let claim = claims::claim_of(inventory);
+        let off_confirmed = annotation(inventory, OFF_CONFIRMED_ANNOTATION).is_some();
+        let boot = match annotation(inventory, BOOT_JOB_ANNOTATION) {
+            Some(job) if !off_confirmed => Some(power::job_outcome(
+                self.job(&namespace, job).await?.as_ref(),
+            )),
+            _ => None,
+        };
+        let machine = if matches!(boot, Some(JobOutcome::Completed | JobOutcome::Missing)) {
+            self.machine_power(inventory).await?
+        } else {
+            None
+        };
+        let state = state_of(off_confirmed, boot.as_ref(), machine.as_deref());
+        let ports = inventory
+            .spec
+            .management_interface_mac_address
+            .iter()
+            .map(|mac| Port {
+                id: format!("{namespace}/{name}/0"),
+                name: "eth0".to_owned(),
+                kind: PortKind::Physical,
+                mac: Some(crate::provisioning::boot::normal_mac(mac)),
+                bonded: false,
+                mode: None,
+                vlans: Vec::new(),
+            })
+            .collect();
+        let addresses = annotation(inventory, ADDRESS_ANNOTATION)
+            .map(|a| Address {
+                address: a.to_owned(),
+                family: 4,
+                public: false,
+                management: true,
+            })
+            .into_iter()
+            .collect();
+        Ok(Server {
+            id: format!("{namespace}/{name}"),
+            provider_id: format!("{PROVIDER_SCHEME}{namespace}/{name}"),
+            hostname: claim
+                .as_ref()
+                .map(|c| c.hostname.clone())
+                .unwrap_or_default(),
+            state,
+            plan: String::new(),
+            location: namespace,
+            tags: claim.map(|c| vec![c.owner]).unwrap_or_default(),
+            ports,
+            addresses,
+            ipxe_script_url: annotation(inventory, IPXE_URL_ANNOTATION).map(str::to_owned),
+            always_pxe: false,
+            network_mode: None,
+        })
+    }
+
+    async fn create(&self, spec: &CreateServer) -> Result<Server> {
+        let claim = Claim {
+            owner: spec.owner_tag.clone(),
+            hostname: spec.hostname.clone(),
+        };
+        let inventory = self.claim(&claim).await?;
+        if annotation(&inventory, OFF_CONFIRMED_ANNOTATION).is_some() {
+            return Err(Error::Conflict {
+                message: format!(
+                    "Inventory {} held for {} is being released; create it again once it is",
+                    key(&inventory),
+                    claim.hostname
+                ),
+            });
+        }
+        let inventory = self.ensure_address(inventory, &claim, spec).await?;
+        let inventory = if boots(&inventory) == 0 {
+            self.boot(inventory, &claim, 1).await?
+        } else {
+            inventory
+        };
+        self.server(&inventory).await
+    }
+
+    /// Waits (up to `off_wait`) for the release's power off to be read back.
+    async fn confirm_off(&self, inventory: &Inventory, job: &str) -> Result<()> {
+        let namespace = inventory.namespace().unwrap_or_default();
+        let deadline = Instant::now() + self.settings.off_wait;
+        loop {
+            match power::job_outcome(self.job(&namespace, job).await?.as_ref()) {
+                JobOutcome::Completed
+                    if self.machine_power(inventory).await?.as_deref() == Some("off") =>
+                {
+                    return Ok(());
+                }
+                JobOutcome::Failed(why) => {
+                    return Err(Error::Validation {
+                        message: format!(
+                            "power off of Inventory {} (bmc job {namespace}/{job}) failed: {why}; its claim and address are kept: check its BMC, then delete that Job to send the power off again",
+                            key(inventory)
+                        ),
+                    });
+                }
+                _ => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Transient {
+                    message: format!(
+                        "Inventory {} is not confirmed off yet (bmc job {namespace}/{job}); its claim and address are kept until it is",
+                        key(inventory)
+                    ),
+                    source: None,
+                });
+            }
+            tokio::time::sleep(self.settings.poll).await;
+        }
+    }
+}
+
+#[async_trait]
+impl BareMetalCloud for InventoryCloud {
+    fn name(&self) -> &'static str {
+        "inventory"
+    }
+
+    async fn create_server(&self, spec: &CreateServer) -> Result<Server> {
+        self.create(spec).await
+    }
+
+    /// As `create_server`: the claim is found by owner and hostname before anything is taken,
+    /// which is what makes a repeated create safe here.
+    async fn create_missing_server(&self, spec: &CreateServer) -> Result<Server> {
+        self.create(spec).await
+    }
+
+    async fn get_server(&self, id: &str) -> Result<Server> {
+        match self.read(id).await? {
+            Some(inventory) if claims::claim_of(&inventory).is_some() => {
+                self.server(&inventory).await
+            }
+            _ => Err(Error::NotFound {
+                message: format!("no claimed Inventory {id}"),
+            }),
+        }
+    }
+
+    async fn find_server(&self, owner_tag: &str, hostname: &str) -> Result<Option<Server>> {
+        let (inventories, _) = self.list().await?;
+        match claims::find(&inventories, owner_tag, hostname) {
+            Some(i) if annotation(i, OFF_CONFIRMED_ANNOTATION).is_none() => {
+                Ok(Some(self.server(i).await?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn list_servers(&self, owner_tag: &str) -> Result<Vec<Server>> {
+        let (inventories, _) = self.list().await?;
+        let mut servers = Vec::new();
+        for inventory in claims::held_by(&inventories, owner_tag) {
+            servers.push(self.server(inventory).await?);
+        }
+        Ok(servers)
+    }
+
+    async fn update_boot(&self, _id: &str, _update: &BootUpdate) -> Result<Server> {
+        Err(not_on_premises(
+            "changing a server's iPXE URL or userdata (update_boot)",
+        ))
+    }
+
+    /// One more install boot (PXE once, power cycle); each call sends one.
+    async fn reinstall(&self, id: &str, reinstall: &Reinstall) -> Result<()> {
+        let inventory = self.read(id).await?.ok_or_else(|| Error::NotFound {
+            message: format!("no Inventory {id}"),
+        })?;
+        let claim = claims::claim_of(&inventory).ok_or_else(|| Error::NotFound {
+            message: format!("Inventory {id} is not claimed"),
+        })?;
+        not_releasing(&inventory)?;
+        let inventory = match &reinstall.ipxe_script_url {
+            Some(url) => {
+                self.record(
+                    &inventory,
+                    &claim,
+                    &[(IPXE_URL_ANNOTATION, Some(url.clone()))],
+                )
+                .await?
+            }
+            None => inventory,
+        };
+        let n = boots(&inventory) + 1;
+        self.boot(inventory, &claim, n).await.map(drop)
+    }
+
+    async fn power(&self, id: &str, action: PowerAction) -> Result<()> {
+        let inventory = self.read(id).await?.ok_or_else(|| Error::NotFound {
+            message: format!("no Inventory {id}"),
+        })?;
+        let claim = claims::claim_of(&inventory).ok_or_else(|| Error::NotFound {
+            message: format!("Inventory {id} is not claimed"),
+        })?;
+        not_releasing(&inventory)?;
+        let (word, tasks) = match action {
+            PowerAction::On => ("on", json!([{"powerAction": "on"}])),
+            PowerAction::Off => ("off", json!([{"powerAction": "off"}])),
+            PowerAction::Reboot => (
+                "reboot",
+                json!([{"powerAction": "off"}, {"powerAction": "on"}]),
+            ),
+        };
+        let unique = uuid::Uuid::new_v4().simple().to_string();
+        let name = job_name(
+            &inventory,
+            &claim,
+            &format!("power-{word}-{}", &unique[..8]),
+        );
+        self.send(&inventory, &claim, &name, tasks).await
+    }
+
+    async fn delete_server(&self, id: &str) -> Result<()> {
+        let Some(inventory) = self.read(id).await? else {
+            return Ok(());
+        };
+        let Some(claim) = claims::claim_of(&inventory) else {
+            return Ok(());
+        };
+        let namespace = inventory.namespace().unwrap_or_default();
+        let inventory = if annotation(&inventory, OFF_CONFIRMED_ANNOTATION).is_none() {
+            let job = job_name(&inventory, &claim, "release-off");
+            self.send(&inventory, &claim, &job, json!([{"powerAction": "off"}]))
+                .await?;
+            self.confirm_off(&inventory, &job).await?;
+            self.record(
+                &inventory,
+                &claim,
+                &[(OFF_CONFIRMED_ANNOTATION, Some("true".to_owned()))],
+            )
+            .await?
+        } else {
+            inventory
+        };
+        if let Some((pool_ns, pool_name)) =
+            annotation(&inventory, ADDRESS_POOL_ANNOTATION).and_then(|p| p.split_once('/'))
+        {
+            let pool = PoolRef {
+                namespace: pool_ns.to_owned(),
+                name: pool_name.to_owned(),
+            };
+            release_address(
+                &self.client,
+                &pool,
+                &inventory_owner(&namespace, &inventory.name_any()),
+            )
+            .await
+            .map_err(|e| Error::Transient {
+                message: e.to_string(),
+                source: None,
+            })?;
+        }
+        let jobs: Api<Job> = Api::namespaced(self.client.clone(), &namespace);
+        let selector = format!("{CLAIM_JOB_LABEL}={}", claim_hash(&inventory, &claim));
+        jobs.delete_collection(
+            &DeleteParams::background(),
+            &ListParams::default().labels(&selector),
+        )
+        .await
+        .map_err(kube_error)?;
+        let mut annotations: Vec<&str> = RECORDS.to_vec();
+        annotations.push(OFF_CONFIRMED_ANNOTATION);
+        let api = self.inventories(&namespace);
+        let mut current = inventory;
+        for _ in 0..10 {
+            match claims::release_with(&api, &current, &claim, &annotations).await {
+                Ok(_) => return Ok(()),
+                Err(e) if crate::runtime::is_conflict(&e) => {
+                    current = api.get(&current.name_any()).await.map_err(kube_error)?;
+                }
+                Err(e) => return Err(kube_error(e)),
+            }
+        }
+        Err(Error::Transient {
+            message: format!("Inventory {id} kept changing under ten releases"),
+            source: None,
+        })
+    }
+
+    async fn set_network_mode(&self, _id: &str, _mode: NetworkMode) -> Result<Server> {
+        Err(not_on_premises(
+            "network modes (bonds and VLAN ids on interfaces come from the install config)",
+        ))
+    }
+
+    async fn assign_vlans(&self, _port_id: &str, _vlans: &[String]) -> Result<Port> {
+        Err(not_on_premises(
+            "VLAN assignment to ports (VLAN ids on interfaces come from the install config)",
+        ))
+    }
+
+    async fn unassign_vlans(&self, _port_id: &str, _vlans: &[String]) -> Result<Port> {
+        Err(not_on_premises(
+            "VLAN assignment to ports (VLAN ids on interfaces come from the install config)",
+        ))
+    }
+
+    async fn list_vlans(&self, _location: &str) -> Result<Vec<Vlan>> {
+        Err(not_on_premises("the cloud's VLANs"))
+    }
+
+    async fn ensure_vlan(&self, _location: &str, _vxlan: u32, _description: &str) -> Result<Vlan> {
+        Err(not_on_premises("the cloud's VLANs"))
+    }
+
+    async fn plans(&self) -> Result<Vec<PlanInfo>> {
+        Err(not_on_premises(
+            "plans (servers are chosen by the Inventory selector)",
+        ))
+    }
+
+    async fn locations(&self) -> Result<Vec<Location>> {
+        Err(not_on_premises(
+            "locations (servers are chosen by the Inventory selector)",
+        ))
+    }
+
+    async fn capacity(&self, _plan: &str, _location: &str) -> Result<CapacityLevel> {
+        Err(not_on_premises(
+            "capacity (servers are chosen by the Inventory selector)",
+        ))
+    }
+}
+
+/// A server's state: released (confirmed off by a delete), else from its last install boot's
+/// Job, and once that ran, from the power its Machine reads.
+fn state_of(off_confirmed: bool, boot: Option<&JobOutcome>, machine: Option<&str>) -> ServerState {
+    if off_confirmed {
+        return ServerState::Deprovisioning;
+    }
+    match boot {
+        None => ServerState::Queued,
+        Some(JobOutcome::Running) => ServerState::Provisioning,
+        Some(JobOutcome::Failed(_)) => ServerState::Failed,
+        // Done (or cleaned up after it ran): the BMC's power says the rest.
+        Some(JobOutcome::Completed | JobOutcome::Missing) => match machine {
+            Some("off") => ServerState::Off,
+            _ => ServerState::Active,
+        },
+    }
+}
+
+/// Refuses to act on a claim a delete is releasing.
+fn not_releasing(inventory: &Inventory) -> Result<()> {
+    if annotation(inventory, OFF_CONFIRMED_ANNOTATION).is_some() {
+        return Err(Error::Conflict {
+            message: format!(
+                "Inventory {} is being released (confirmed off); finish the delete first",
+                key(inventory)
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn not_on_premises(what: &str) -> Error {
+    Error::NotOnPremises {
+        message: format!(
+            "{what} exists only on a cloud, not for servers on premises (Inventories)"
+        ),
+    }
+}
+
+fn kube_error(e: kube::Error) -> Error {
+    match e {
+        kube::Error::Api(r) if r.code == 404 => Error::NotFound { message: r.message },
+        kube::Error::Api(r) if r.code == 409 => Error::Conflict { message: r.message },
+        kube::Error::Api(r) if r.code == 403 => Error::Forbidden { message: r.message },
+        kube::Error::Api(r) if r.code == 422 || r.code == 400 => {
+            Error::Validation { message: r.message }
+        }
+        other => Error::Transient {
+            message: format!("Kubernetes API: {other}"),
+            source: Some(Box::new(other)),
+        },
+    }
+}
+
+fn parse_id(id: &str) -> Result<(&str, &str)> {
+    let id = id.strip_prefix(PROVIDER_SCHEME).unwrap_or(id);
+    match id.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns, name))
+        }
+        _ => Err(Error::InvalidRequest(format!(
+            "server id {id:?} is not <namespace>/<name> of an Inventory (or inventory://<namespace>/<name>)"
+        ))),
+    }
+}
+
+fn annotation<'a>(inventory: &'a Inventory, key: &str) -> Option<&'a str> {
+    inventory.annotations().get(key).map(String::as_str)
+}
+
+fn boots(inventory: &Inventory) -> u32 {
+    annotation(inventory, BOOTS_ANNOTATION)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn key(inventory: &Inventory) -> String {
+    format!(
+        "{}/{}",
+        inventory.namespace().unwrap_or_default(),
+        inventory.name_any()
+    )
+}
+
+/// FNV-1a of the Inventory's uid and the claim: stable across builds and restarts.
+fn claim_hash(inventory: &Inventory, claim: &Claim) -> String {
+    let text = format!(
+        "{}/{}/{}",
+        inventory.uid().unwrap_or_default(),
+        claim.owner,
+        claim.hostname
+    );
+    format!("{:016x}", fnv(&text))
+}
+
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A Job's name fixed by the Inventory, the claim and what it does: a second create of it is
+/// "already exists".
+pub fn job_name(inventory: &Inventory, claim: &Claim, what: &str) -> String {
+    let hash = fnv(&format!("{}/{what}", claim_hash(inventory, claim)));
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let suffix: String = (0..5)
+        .map(|i| char::from(ALPHABET[((hash >> (i * 8)) % ALPHABET.len() as u64) as usize]))
+        .collect();
+    let mut prefix = format!("{}-{what}", inventory.name_any());
+    prefix.truncate(56);
+    let prefix = prefix.trim_end_matches('-');
+    format!("{prefix}-{suffix}")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn inventory() -> Inventory {
+        serde_json::from_value(json!({
+            "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+            "metadata": {"name": "server-1", "namespace": "site", "uid": "u1",
+                "annotations": {claims::OWNER_ANNOTATION: "pool-a", claims::HOSTNAME_ANNOTATION: "h1"}},
+            "spec": {"managementInterfaceMacAddress": "AA:BB:CC:DD:EE:01",
+                     "baseboardSpec": {"connection": {"host": "10.0.0.1", "port": 623, "insecureTLS": true,
+                        "authSecretRef": {"name": "bmc", "namespace": "site"}}}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn job_names_are_fixed_by_the_claim_and_what_they_do() {
+        let i = inventory();
+        let claim = claims::claim_of(&i).unwrap();
+        let boot = job_name(&i, &claim, "boot-1");
+        assert_eq!(boot, job_name(&i, &claim, "boot-1"));
+        assert!(boot.starts_with("server-1-boot-1-"), "{boot}");
+        assert_ne!(boot, job_name(&i, &claim, "boot-2"));
+        let other = Claim {
+            owner: "pool-a".into(),
+            hostname: "h2".into(),
+        };
+        assert_ne!(boot, job_name(&i, &other, "boot-1"));
+        let mut long = i.clone();
+        long.metadata.name = Some("n".repeat(80));
+        assert!(job_name(&long, &claim, "release-off").len() <= 63);
+    }
+
+    #[test]
+    fn the_state_follows_the_boot_job_then_the_power() {
+        assert_eq!(state_of(false, None, None), ServerState::Queued);
+        assert_eq!(
+            state_of(false, Some(&JobOutcome::Running), None),
+            ServerState::Provisioning
+        );
+        assert_eq!(
+            state_of(false, Some(&JobOutcome::Failed("x".into())), None),
+            ServerState::Failed
+        );
+        assert_eq!(
+            state_of(false, Some(&JobOutcome::Completed), Some("on")),
+            ServerState::Active
+        );
+        assert_eq!(
+            state_of(false, Some(&JobOutcome::Missing), Some("off")),
+            ServerState::Off
+        );
+        assert_eq!(
+            state_of(true, Some(&JobOutcome::Completed), Some("off")),
+            ServerState::Deprovisioning
+        );
+    }
+
+    #[test]
+    fn ids_are_namespace_and_name() {
+        assert_eq!(parse_id("site/server-1").unwrap(), ("site", "server-1"));
+        assert_eq!(
+            parse_id("inventory://site/server-1").unwrap(),
+            ("site", "server-1")
+        );
+        for bad in ["server-1", "/x", "a/", "a/b/c"] {
+            let e = parse_id(bad).unwrap_err().to_string();
+            assert!(e.contains("<namespace>/<name>"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,535 @@
+//! `onprem::cloud::InventoryCloud` (a `BareMetalCloud` over Inventories) on the real API server,
+//! each Inventory's BMC a sushy-tools emulator over TLS, with `ingot run --controllers
+//! provisioning` carrying out the BMC Jobs (Rufio) and keeping the Inventories ready and the
+//! AddressPool accepted (Seeder, AddressPool controllers). What the tests assert is read from
+//! the peers: boot overrides, power states and requests at sushy, claims and allocations at the
+//! API server.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ingot_api::rufio::Job;
+use ingot_api::seeder::{AddressPool, INVENTORY_NODE_READY, Inventory};
+use ingot_controllers::onprem::claims::{
+    self, CLAIMED_LABEL, HOSTNAME_ANNOTATION, OWNER_ANNOTATION,
+};
+use ingot_controllers::onprem::cloud::{
+    ADDRESS_ANNOTATION, BOOT_JOB_ANNOTATION, BOOTS_ANNOTATION, CLAIM_JOB_LABEL, InventoryCloud,
+    Settings,
+};
+use ingot_controllers::provisioning::addresses::PoolRef;
+use ingot_metal::{BareMetalCloud, Boot, CreateServer, Error, NetworkMode, ServerState, Shortage};
+use ingot_testenv::harness::closed_port;
+use ingot_testenv::harness::operator::Operator;
+use ingot_testenv::harness::peers::{Sushy, start_sushy_tls};
+use ingot_testenv::wait_for;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+const USER: &str = "admin";
+const PASSWORD: &str = "sushy-password";
+const OWNER: &str = "pool-a";
+const WAIT: Duration = Duration::from_secs(120);
+
+fn object<T: serde::de::DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).unwrap()
+}
+
+/// The requests of this method on the System that sushy logged (Werkzeug's access log).
+fn requests(sushy: &Sushy, needle: &str) -> usize {
+    std::fs::read_to_string(sushy.dir.join("sushy.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .count()
+}
+
+fn boot_patches(sushy: &Sushy) -> usize {
+    requests(sushy, "\"PATCH /redfish/v1/Systems/")
+}
+
+async fn system(sushy: &Sushy) -> Value {
+    wait_for("sushy's system", Duration::from_secs(30), || async {
+        sushy.system(USER, PASSWORD).await
+    })
+    .await
+}
+
+async fn inventory(client: &Client, ns: &str, name: &str) -> Inventory {
+    Api::<Inventory>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap()
+}
+
+async fn allocations(client: &Client, ns: &str) -> Vec<(String, String)> {
+    let pool = Api::<AddressPool>::namespaced(client.clone(), ns)
+        .get("nodes")
+        .await
+        .unwrap();
+    pool.status
+        .map(|s| {
+            s.address_allocation
+                .into_iter()
+                .map(|(address, owner)| (address, owner.name))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn claim_jobs(client: &Client, ns: &str) -> Vec<Job> {
+    Api::<Job>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(CLAIM_JOB_LABEL))
+        .await
+        .unwrap()
+        .items
+}
+
+fn settings(ns: &str, labels: Value) -> Settings {
+    Settings {
+        namespaces: vec![ns.to_owned()],
+        selector: object(json!({"matchLabels": labels})),
+        address_pool: PoolRef {
+            namespace: ns.to_owned(),
+            name: "nodes".to_owned(),
+        },
+        off_wait: Duration::from_secs(90),
+        poll: Duration::from_millis(250),
+    }
+}
+
+fn cloud(client: &Client, ns: &str, labels: Value) -> InventoryCloud {
+    InventoryCloud::new(client.clone(), settings(ns, labels)).unwrap()
+}
+
+fn request(hostname: &str) -> CreateServer {
+    CreateServer::new(
+        hostname,
+        "ignored-plan",
+        "ignored-metro",
+        OWNER,
+        Boot::Ipxe {
+            script_url: Some(format!("http://127.0.0.1:9/ipxe/{hostname}.ipxe")),
+            always: false,
+        },
+    )
+}
+
+struct Site {
+    client: Client,
+    ns: String,
+    /// The BMCs of `server-0` and `server-1` (rack `a`).
+    sushy: Vec<Sushy>,
+    operator: Operator,
+}
+
+impl Site {
+    async fn start() -> Self {
+        let env = ingot_testenv::shared().await;
+        let client = env.client().unwrap();
+        let ns = env.namespace("onprem-cloud").await.unwrap();
+        let sushy: Vec<Sushy> = (0..2).map(|_| start_sushy_tls(USER, PASSWORD)).collect();
+        for s in &sushy {
+            system(s).await;
+        }
+        let secret: Secret = object(json!({"metadata": {"name": "bmc"},
+            "stringData": {"username": USER, "password": PASSWORD}}));
+        Api::<Secret>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let pool: AddressPool = object(json!({
+            "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "AddressPool",
+            "metadata": {"name": "nodes"},
+            "spec": {"cidr": "10.31.0.0/29", "gateway": "10.31.0.1"}
+        }));
+        Api::<AddressPool>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &pool)
+            .await
+            .unwrap();
+        // Two servers in rack a behind sushy; one in rack c whose BMC never answers.
+        let hosts = [
+            (
+                "server-0",
+                "a",
+                format!("https://127.0.0.1:{}", sushy[0].port),
+                "52:54:00:00:00:10",
+            ),
+            (
+                "server-1",
+                "a",
+                format!("https://127.0.0.1:{}", sushy[1].port),
+                "52:54:00:00:00:11",
+            ),
+            (
+                "server-2",
+                "c",
+                format!("https://127.0.0.1:{}", closed_port()),
+                "52:54:00:00:00:12",
+            ),
+        ];
+        for (name, rack, host, mac) in hosts {
+            let inventory: Inventory = object(json!({
+                "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+                "metadata": {"name": name, "labels": {"rack": rack}},
+                "spec": {"primaryDisk": "/dev/sda", "managementInterfaceMacAddress": mac,
+                    "baseboardSpec": {"connection": {"host": host, "port": 623, "insecureTLS": true,
+                        "authSecretRef": {"name": "bmc", "namespace": ns}}}}
+            }));
+            Api::<Inventory>::namespaced(client.clone(), &ns)
+                .create(&PostParams::default(), &inventory)
+                .await
+                .unwrap();
+        }
+        let operator = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+            .tag("onprem-cloud")
+            .kubeconfig(Path::new(env.kubeconfig_path()))
+            .arg(format!("--lease-namespace={ns}"))
+            .arg(format!("--lease-name=ingot-{ns}"))
+            .arg("--lease-duration-seconds=3")
+            .controllers("provisioning")
+            .arg(format!("--provisioning-namespace={ns}"))
+            .arg(format!("--seeder-namespace={ns}"))
+            .arg(format!("--rufio-namespace={ns}"))
+            .arg("--rufio-machine-interval-seconds=1")
+            .arg("--rufio-task-poll-seconds=0.3")
+            .env("RUST_LOG", "info,ingot_controllers=debug")
+            .start();
+        let site = Site {
+            client,
+            ns,
+            sushy,
+            operator,
+        };
+        for name in ["server-0", "server-1"] {
+            wait_for(&format!("{name} ready"), WAIT, || async {
+                let i = inventory(&site.client, &site.ns, name).await;
+                (i.status.and_then(|s| s.status).as_deref() == Some(INVENTORY_NODE_READY))
+                    .then_some(())
+            })
+            .await;
+        }
+        site
+    }
+
+    /// The sushy of a server (`<ns>/server-<i>`).
+    fn bmc(&self, id: &str) -> &Sushy {
+        let index: usize = id.rsplit('-').next().unwrap().parse().unwrap();
+        &self.sushy[index]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_are_claimed_booted_once_and_released_confirmed_off() {
+    let site = Site::start().await;
+    let (client, ns) = (&site.client, site.ns.as_str());
+    let rack_a = Arc::new(cloud(client, ns, json!({"rack": "a"})));
+
+    // Why nothing can be taken, typed: nothing matches; matches but not ready.
+    let none = cloud(client, ns, json!({"rack": "z"}))
+        .create_server(&request("h0"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            none,
+            Error::NoServer {
+                why: Shortage::NoneMatching,
+                ..
+            }
+        ),
+        "{none}"
+    );
+    assert!(none.to_string().contains("rack=z"), "{none}");
+    let unready = cloud(client, ns, json!({"rack": "c"}))
+        .create_server(&request("h0"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            unready,
+            Error::NoServer {
+                why: Shortage::NotReady,
+                ..
+            }
+        ),
+        "{unready}"
+    );
+    assert!(unready.to_string().contains("server-2"), "{unready}");
+
+    // A selector the API server would refuse is refused when the cloud is made, naming it.
+    let bad = InventoryCloud::new(
+        client.clone(),
+        Settings {
+            selector: object(json!({"matchExpressions": [
+                {"key": "rack", "operator": "Sideways", "values": ["a"]}]})),
+            ..settings(ns, json!({}))
+        },
+    )
+    .err()
+    .expect("an invalid selector was accepted");
+    assert!(
+        matches!(bad, Error::InvalidRequest(_)) && bad.to_string().contains("Sideways"),
+        "{bad}"
+    );
+
+    // Only the allowed namespaces are looked in: rack a elsewhere is nothing, and an id
+    // outside them is refused, naming the namespace.
+    let elsewhere = InventoryCloud::new(
+        client.clone(),
+        Settings {
+            namespaces: vec!["default".to_owned()],
+            ..settings(ns, json!({"rack": "a"}))
+        },
+    )
+    .unwrap();
+    let nothing = elsewhere.create_server(&request("h0")).await.unwrap_err();
+    assert!(
+        matches!(
+            nothing,
+            Error::NoServer {
+                why: Shortage::NoneMatching,
+                ..
+            }
+        ),
+        "{nothing}"
+    );
+    let outside = elsewhere
+        .get_server(&format!("{ns}/server-0"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(outside, Error::InvalidRequest(_)) && outside.to_string().contains(ns),
+        "{outside}"
+    );
+
+    // Two creates at once over the two servers: one each.
+    let patches_before: Vec<usize> = site.sushy.iter().map(boot_patches).collect();
+    let (r1, r2) = (request("h1"), request("h2"));
+    let (a, b) = tokio::join!(rack_a.create_server(&r1), rack_a.create_server(&r2));
+    let (h1, h2) = (a.unwrap(), b.unwrap());
+    assert_ne!(h1.id, h2.id, "two hostnames, one server");
+    for server in [&h1, &h2] {
+        assert!(server.provider_id.starts_with("inventory://"), "{server:?}");
+        assert_eq!(server.provider_id, format!("inventory://{}", server.id));
+        assert_eq!(server.tags, [OWNER]);
+        assert_eq!(server.addresses.len(), 1, "{server:?}");
+        let name = server.id.split_once('/').unwrap().1;
+        let i = inventory(client, ns, name).await;
+        assert_eq!(i.annotations()[OWNER_ANNOTATION], OWNER);
+        assert_eq!(i.annotations()[HOSTNAME_ANNOTATION], server.hostname);
+        assert_eq!(i.labels()[CLAIMED_LABEL], "true");
+        assert_eq!(
+            Some(server.macs()),
+            i.spec.management_interface_mac_address.map(|m| vec![m])
+        );
+        assert!(
+            allocations(client, ns)
+                .await
+                .contains(&(server.addresses[0].address.clone(), name.to_owned())),
+            "{:?}",
+            allocations(client, ns).await
+        );
+    }
+    // The boot reached each BMC: PXE once, and the server on again, read back from sushy.
+    for server in [&h1, &h2] {
+        let bmc = site.bmc(&server.id);
+        let s = wait_for(&format!("{} booted", server.id), WAIT, || async {
+            let s = system(bmc).await;
+            let booted = s["Boot"]["BootSourceOverrideTarget"] == "Pxe"
+                && s["PowerState"] == "On"
+                && rack_a.get_server(&server.id).await.unwrap().state == ServerState::Active;
+            booted.then_some(s)
+        })
+        .await;
+        // sushy's fake driver keeps the target and always reports `Continuous`: the override
+        // sent (`Once`, in the mode the server is in) is checked in crates/bmc/tests/redfish_emulator.rs.
+        assert_eq!(s["Boot"]["BootSourceOverrideTarget"], "Pxe", "{s}");
+        assert!(
+            requests(bmc, "ComputerSystem.Reset") >= 2,
+            "off then on: {}",
+            site.operator.log_tail()
+        );
+    }
+    let patches_booted: Vec<usize> = site.sushy.iter().map(boot_patches).collect();
+    for (before, after) in patches_before.iter().zip(&patches_booted) {
+        assert_eq!(after - before, 1, "one boot override per server");
+    }
+
+    // None left for a third hostname.
+    let full = rack_a.create_server(&request("h3")).await.unwrap_err();
+    assert!(
+        matches!(
+            full,
+            Error::NoServer {
+                why: Shortage::NoneFree,
+                ..
+            }
+        ),
+        "{full}"
+    );
+
+    // The same owner and hostname again (a restart, a lost answer): the same server, no second
+    // boot sent.
+    let again = rack_a.create_server(&request("h1")).await.unwrap();
+    assert_eq!(again.id, h1.id);
+    assert_eq!(again.addresses, h1.addresses);
+    // Every Job sent under a claim has run (one the adopt had sent would show at sushy).
+    wait_for("every claim's Job to end", WAIT, || async {
+        all_completed(&claim_jobs(client, ns).await).then_some(())
+    })
+    .await;
+    let patches_adopted: Vec<usize> = site.sushy.iter().map(boot_patches).collect();
+    assert_eq!(
+        patches_adopted, patches_booted,
+        "an adopted claim was booted again"
+    );
+    let h1_name = h1.id.split_once('/').unwrap().1;
+    assert_eq!(
+        inventory(client, ns, h1_name).await.annotations()[BOOTS_ANNOTATION],
+        "1"
+    );
+    // A create that stopped after sending its boot and before recording it (the records
+    // removed by hand): the next create sends the Job of the same name, which is already
+    // there, and records it; the BMC sees nothing more.
+    Api::<Inventory>::namespaced(client.clone(), ns)
+        .patch(
+            h1_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                BOOTS_ANNOTATION: null, BOOT_JOB_ANNOTATION: null}}})),
+        )
+        .await
+        .unwrap();
+    let resumed = rack_a.create_server(&request("h1")).await.unwrap();
+    assert_eq!(resumed.id, h1.id);
+    wait_for("every claim's Job to end", WAIT, || async {
+        all_completed(&claim_jobs(client, ns).await).then_some(())
+    })
+    .await;
+    assert_eq!(
+        site.sushy.iter().map(boot_patches).collect::<Vec<_>>(),
+        patches_booted,
+        "a boot sent but not recorded was sent again"
+    );
+    assert_eq!(
+        inventory(client, ns, h1_name).await.annotations()[BOOTS_ANNOTATION],
+        "1"
+    );
+    let found = rack_a.find_server(OWNER, "h1").await.unwrap().unwrap();
+    assert_eq!(found.id, h1.id);
+    let listed = rack_a.list_servers(OWNER).await.unwrap();
+    assert_eq!(listed.len(), 2);
+
+    // Operations of a cloud's port API are refused, typed.
+    let refused = rack_a
+        .set_network_mode(&h1.id, NetworkMode::Layer2Bonded)
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, Error::NotOnPremises { .. }), "{refused}");
+
+    // Delete: off, read back, before the claim and the address go.
+    let bmc = site.bmc(&h1.id);
+    rack_a.delete_server(&h1.id).await.unwrap();
+    let released = inventory(client, ns, h1_name).await;
+    assert_eq!(
+        system(bmc).await["PowerState"],
+        "Off",
+        "released before the power off was read back"
+    );
+    assert!(
+        claims::claim_of(&released).is_none(),
+        "{:?}",
+        released.annotations()
+    );
+    assert!(!released.labels().contains_key(CLAIMED_LABEL));
+    assert!(!released.annotations().contains_key(ADDRESS_ANNOTATION));
+    assert!(
+        !allocations(client, ns)
+            .await
+            .iter()
+            .any(|(_, owner)| owner == h1_name),
+        "the address of {h1_name} is still held"
+    );
+    let jobs = claim_jobs(client, ns).await;
+    assert!(
+        jobs.iter().all(|j| !j.name_any().starts_with(h1_name)),
+        "{:?}",
+        jobs.iter().map(|j| j.name_any()).collect::<Vec<_>>()
+    );
+    // Deleted again: already released, a success.
+    rack_a.delete_server(&h1.id).await.unwrap();
+    assert!(matches!(
+        rack_a.get_server(&h1.id).await.unwrap_err(),
+        Error::NotFound { .. }
+    ));
+
+    // Back in the free set: the third hostname takes it, and it is booted for it.
+    let h3 = rack_a.create_server(&request("h3")).await.unwrap();
+    assert_eq!(h3.id, h1.id);
+    wait_for("h3 booted", WAIT, || async {
+        (boot_patches(bmc) == patches_booted[h1_name_index(h1_name)] + 1).then_some(())
+    })
+    .await;
+
+    // Reinstall: one more boot, and only one.
+    let bmc2 = site.bmc(&h2.id);
+    let before = boot_patches(bmc2);
+    rack_a.reinstall(&h2.id, &Default::default()).await.unwrap();
+    wait_for("h2 booted again", WAIT, || async {
+        (boot_patches(bmc2) == before + 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        inventory(client, ns, h2.id.split_once('/').unwrap().1)
+            .await
+            .annotations()[BOOTS_ANNOTATION],
+        "2"
+    );
+
+    // Power through the same Jobs: off read back at sushy and as the server's state, then on.
+    wait_for("the reinstall's Job to end", WAIT, || async {
+        all_completed(&claim_jobs(client, ns).await).then_some(())
+    })
+    .await;
+    rack_a
+        .power(&h2.id, ingot_metal::PowerAction::Off)
+        .await
+        .unwrap();
+    wait_for("h2 off", WAIT, || async {
+        let off = system(bmc2).await["PowerState"] == "Off"
+            && rack_a.get_server(&h2.id).await.unwrap().state == ServerState::Off;
+        off.then_some(())
+    })
+    .await;
+    rack_a
+        .power(&h2.id, ingot_metal::PowerAction::On)
+        .await
+        .unwrap();
+    wait_for("h2 on", WAIT, || async {
+        let on = system(bmc2).await["PowerState"] == "On"
+            && rack_a.get_server(&h2.id).await.unwrap().state == ServerState::Active;
+        on.then_some(())
+    })
+    .await;
+    site.operator.terminate();
+}
+
+fn all_completed(jobs: &[Job]) -> bool {
+    jobs.iter().all(|j| {
+        j.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Completed" && c.status == "True")
+        })
+    })
+}
+
+fn h1_name_index(name: &str) -> usize {
+    name.rsplit('-').next().unwrap().parse().unwrap()
+}
