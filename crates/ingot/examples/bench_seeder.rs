@@ -257,13 +257,24 @@ async fn main() {
         println!("operator RSS: peak {peak:.0} MiB, now {now:.0} MiB");
         return;
     }
-    // Power actions: every Inventory asked to shut down at once, as Harvester writes it.
+    // Power actions: every Node put in maintenance (ingot refuses a shutdown of a Node that is
+    // not), then every Inventory asked to shut down at once, as Harvester writes it.
     let api: Api<Inventory> = Api::namespaced(client.clone(), NS);
+    let nodes: Api<Node> = Api::all(client.clone());
     let asked: HashMap<String, Instant> = futures::stream::iter(0..n)
         .map(|i| {
-            let api = api.clone();
+            let (api, nodes) = (api.clone(), nodes.clone());
             async move {
                 let name = inventory_name(i);
+                nodes
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"annotations": {
+                            "harvesterhci.io/maintain-status": "completed"}}})),
+                    )
+                    .await
+                    .unwrap();
                 let at = Instant::now();
                 api.patch(
                     &name,
@@ -285,10 +296,12 @@ async fn main() {
         .buffer_unordered(64)
         .collect()
         .await;
+    // An answer is `complete` or `failed` of the shutdown's Job; a failure is counted, not
+    // waited on.
     let answered = until_each(&client, n, Duration::from_secs(1800), |i| {
         let pa = i.status.as_ref().map(|s| &s.power_action);
         pa.is_some_and(|pa| {
-            pa.action_status.as_deref() == Some("complete")
+            matches!(pa.action_status.as_deref(), Some("complete" | "failed"))
                 && pa
                     .last_job_name
                     .as_deref()
@@ -296,6 +309,22 @@ async fn main() {
         })
     })
     .await;
+    let failed = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|i| {
+            i.status
+                .as_ref()
+                .and_then(|s| s.power_action.action_status.as_deref())
+                == Some("failed")
+        })
+        .count();
+    if failed > 0 {
+        println!("{failed} of {n} shutdowns failed");
+    }
     let mut latency: Vec<f64> = answered
         .iter()
         .filter_map(|(name, t)| Some(t.duration_since(*asked.get(name)?).as_secs_f64()))
