@@ -641,6 +641,16 @@ impl BmcState {
             .collect()
     }
 
+    /// The `HttpHeaders` a subscription was created with, values included (what the BMC sends
+    /// with each delivery; a GET never shows them).
+    pub fn subscription_headers(&self, id: u64) -> Vec<(String, String)> {
+        self.lock()
+            .subscriptions
+            .get(&id)
+            .map(|s| s.headers.clone())
+            .unwrap_or_default()
+    }
+
     /// Subscriptions the BMC deleted after failed deliveries so far.
     pub fn terminated_subscriptions(&self) -> u64 {
         self.lock().terminated_subscriptions

@@ -304,7 +304,8 @@ struct SeederArgs {
     events_addr: Option<SocketAddr>,
 
     /// The receiver's URL as the BMCs reach it (https://<address or name>:<port>/<path>),
-    /// the Destination of every subscription.
+    /// the Destination of every subscription. The receiver serves HTTPS with a self-signed
+    /// certificate made at start for the URL's host (BMCs do not verify it).
     #[arg(long, requires = "events_addr")]
     events_url: Option<String>,
 
@@ -313,20 +314,6 @@ struct SeederArgs {
     /// the same on every replica and every start.
     #[arg(long, requires = "events_addr")]
     events_key_file: Option<PathBuf>,
-
-    /// Serve the receiver over plain HTTP (the events' secret header then crosses the network
-    /// in clear text): for tests. Default: HTTPS.
-    #[arg(long, requires = "events_addr")]
-    events_plain_http: bool,
-
-    /// The receiver's certificate (PEM chain); without it, a self-signed certificate for the
-    /// host of --events-url is made at start (BMCs do not verify the receiver's certificate).
-    #[arg(long, requires_all = ["events_addr", "events_tls_key"])]
-    events_tls_cert: Option<PathBuf>,
-
-    /// The private key (PEM) of --events-tls-cert.
-    #[arg(long, requires = "events_tls_cert")]
-    events_tls_key: Option<PathBuf>,
 
     /// Connections open at once on --events-addr; one more is closed at once.
     #[arg(long, default_value_t = 256)]
@@ -347,20 +334,9 @@ impl SeederArgs {
         let parsed = url::Url::parse(url).map_err(|e| {
             anyhow::anyhow!("--events-url {url:?} is not a URL ({e}): give the receiver's address as the BMCs reach it, e.g. https://10.0.0.5:8443/events")
         })?;
-        let want = if self.events_plain_http {
-            "http"
-        } else {
-            "https"
-        };
-        if parsed.scheme() != want || parsed.host_str().is_none() {
+        if parsed.scheme() != "https" || parsed.host_str().is_none() {
             anyhow::bail!(
-                "--events-url {url:?} must be a {want}:// URL with a host (the receiver serves {}{})",
-                want.to_uppercase(),
-                if self.events_plain_http {
-                    " with --events-plain-http"
-                } else {
-                    ""
-                }
+                "--events-url {url:?} must be an https:// URL with a host (the receiver serves HTTPS)"
             );
         }
         let key = std::fs::read(key_file)
@@ -1176,26 +1152,14 @@ async fn serve_events(
     let addr = seeder
         .events_addr
         .context("--events-addr is set with the push settings")?;
-    let tls = if seeder.events_plain_http {
-        None
-    } else {
-        let certificate = match (&seeder.events_tls_cert, &seeder.events_tls_key) {
-            (Some(cert), Some(key)) => power_api::Certificate::Files {
-                cert: cert.clone(),
-                key: key.clone(),
-            },
-            _ => {
-                let host = url::Url::parse(&receiver.settings.url)
-                    .ok()
-                    .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_owned()))
-                    .unwrap_or_else(|| "localhost".to_owned());
-                power_api::Certificate::SelfSigned(vec![host, addr.ip().to_string()])
-            }
-        };
-        let mut config = power_api::server_config(certificate, client).await?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Some(Arc::new(config))
-    };
+    let host = url::Url::parse(&receiver.settings.url)
+        .ok()
+        .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_owned()))
+        .unwrap_or_else(|| "localhost".to_owned());
+    let certificate = power_api::Certificate::SelfSigned(vec![host, addr.ip().to_string()]);
+    let mut config = power_api::server_config(certificate, client).await?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tls = Some(Arc::new(config));
     crate::events::serve(
         addr,
         receiver,

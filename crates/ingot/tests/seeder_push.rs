@@ -225,7 +225,7 @@ async fn pushed_events_end_to_end() {
         .await
         .unwrap();
     inventories
-        .create(&PostParams::default(), &inventory(REFUSING, refusing, "1h"))
+        .create(&PostParams::default(), &inventory(REFUSING, refusing, "1s"))
         .await
         .unwrap();
 
@@ -260,8 +260,26 @@ async fn pushed_events_end_to_end() {
     )
     .await;
     assert!(refused[0].contains("disabled"), "{refused:?}");
-    assert!(refused[0].contains("every 1h"), "{refused:?}");
+    assert!(refused[0].contains("every 1s"), "{refused:?}");
     assert!(refusing.state.subscriptions().is_empty());
+    // Polled every second, refused the same way each time: said once, not at each poll.
+    let reads = refusing.state.snapshot().requests;
+    wait_for(
+        "more polls of the refusing BMC",
+        Duration::from_secs(20),
+        || async { (refusing.state.snapshot().requests >= reads + 60).then_some(()) },
+    )
+    .await;
+    let said = Api::<Event>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.name={REFUSING},reason=EventSubscriptionRefused"
+        )))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].count.unwrap_or(1) <= 1, "{said:?}");
+    assert!(said[0].series.is_none(), "said again: {said:?}");
 
     // A hardware event at the BMC: a Node Event within seconds (the poll is hourly).
     let before = node_events(&client, NAME).await;
@@ -330,6 +348,29 @@ async fn pushed_events_end_to_end() {
         off.elapsed()
     );
 
+    // The secret: taken from the BMC's side; written nowhere in the cluster or the log.
+    let headers = bmc.state.subscription_headers(subs[0].id);
+    let secret = headers[0].1.clone();
+    assert_eq!(secret.len(), 64);
+    let mut seen = serde_json::to_string(&inventories.get(NAME).await.unwrap()).unwrap();
+    seen +=
+        &serde_json::to_string(&Api::<Node>::all(client.clone()).get(NAME).await.unwrap()).unwrap();
+    for ns in [NS, "default"] {
+        seen += &serde_json::to_string(
+            &Api::<Event>::namespaced(client.clone(), ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items,
+        )
+        .unwrap();
+    }
+    seen += &ingot.log();
+    assert!(!seen.contains(&secret), "the secret was written out");
+    // The genuine secret is taken.
+    let genuine = json!({"Context": context, "Events": []});
+    assert_eq!(post_event(&url, Some(&secret), &genuine).await, 204);
+
     // Forged events: refused and counted, by reason.
     let forged = json!({"Context": context, "Events": [{"MessageId": "Platform.1.0.PlatformEvent", "Message": "forged"}]});
     assert_eq!(post_event(&url, None, &forged).await, 401);
@@ -340,6 +381,11 @@ async fn pushed_events_end_to_end() {
     let unknown = json!({"Context": "ingot:harvester-system/nobody:00000000", "Events": []});
     assert_eq!(post_event(&url, Some("x"), &unknown).await, 404);
     assert_eq!(post_event(&url, None, &json!({"Events": []})).await, 400);
+    let http = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    assert_eq!(http.get(&url).send().await.unwrap().status().as_u16(), 405);
     let huge = json!({"Context": context, "Pad": "x".repeat(70_000)});
     assert_eq!(post_event(&url, None, &huge).await, 413);
     let refused_count = |reason: &'static str| {
@@ -361,7 +407,7 @@ async fn pushed_events_end_to_end() {
         ingot
             .metric_sum("ingot_seeder_events_accepted_total", &[])
             .await
-            >= 1.0
+            >= 3.0
     );
     assert!(
         node_events(&client, NAME)
@@ -369,6 +415,40 @@ async fn pushed_events_end_to_end() {
             .iter()
             .all(|m| !m.contains("forged"))
     );
+
+    // A replica that does not lead (the same Lease) answers 503, so that the BMC retries.
+    let standby_port = closed_port();
+    let standby_url = format!("https://127.0.0.1:{standby_port}/redfish-events");
+    let standby =
+        rufio_support::ingot_seeder_with_machine_interval(&kubeconfig, "ingot-push-test", 600)
+            .arg(format!("--events-addr=127.0.0.1:{standby_port}"))
+            .arg(format!("--events-url={standby_url}"))
+            .arg(format!("--events-key-file={}", key_file.display()))
+            .start();
+    let standby_status = wait_for(
+        "the standby's receiver",
+        Duration::from_secs(30),
+        || async {
+            let http = reqwest::Client::builder()
+                .tls_danger_accept_invalid_certs(true)
+                .build()
+                .unwrap();
+            let r = http.post(&standby_url).json(&forged).send().await.ok()?;
+            Some(r.status().as_u16())
+        },
+    )
+    .await;
+    assert_eq!(standby_status, 503, "{}", standby.log_tail());
+    assert_eq!(
+        standby
+            .metric_sum(
+                "ingot_seeder_events_refused_total",
+                &["reason=\"not_leading\""]
+            )
+            .await,
+        1.0
+    );
+    standby.kill();
 
     // A BMC reset loses the subscription: the next poll makes it again.
     set_events(
@@ -382,6 +462,16 @@ async fn pushed_events_end_to_end() {
     let again = wait_subscriptions(bmc, "the subscription made again", 1).await;
     assert_eq!(again[0].context.as_deref(), Some(context.as_str()));
     assert_eq!(again[0].destination, url);
+
+    // Read every 2 s since: the pushed entry was still said once.
+    let said = node_events(&client, NAME).await;
+    assert_eq!(
+        said.iter()
+            .filter(|m| m.contains("CPU 2 machine check error"))
+            .count(),
+        1,
+        "{said:?}"
+    );
 
     // Events disabled: the subscription goes.
     set_events(
@@ -417,4 +507,41 @@ async fn pushed_events_end_to_end() {
 
     ingot.kill();
     clean(&client).await;
+}
+
+/// Bad push settings stop the start with an error naming the flag and the fix.
+#[test]
+fn bad_push_settings_are_refused_at_start() {
+    let dir = temp_dir("push-flags");
+    let short = dir.join("short.key");
+    std::fs::write(&short, "too short").unwrap();
+    let good = dir.join("good.key");
+    std::fs::write(&good, "k".repeat(48)).unwrap();
+    let run = |url: &str, key: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ingot"))
+            .args([
+                "run",
+                "--controllers=seeder",
+                "--events-addr=127.0.0.1:0",
+                &format!("--events-url={url}"),
+                &format!("--events-key-file={}", key.display()),
+            ])
+            .env("INGOT_KUBECONFIG", dir.join("absent.kubeconfig"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run("https://10.0.0.5:8443/events", &short);
+    assert!(
+        e.contains("--events-key-file") && e.contains("at least 32"),
+        "{e}"
+    );
+    let e = run("http://10.0.0.5:8443/events", &good);
+    assert!(e.contains("--events-url") && e.contains("https://"), "{e}");
+    let e = run("not a url", &good);
+    assert!(
+        e.contains("--events-url") && e.contains("is not a URL"),
+        "{e}"
+    );
 }
