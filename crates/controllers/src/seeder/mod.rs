@@ -130,12 +130,19 @@ impl SeederContext {
         }
     }
 
-    /// An Inventory from the controller's store (`None` before the store is filled).
-    pub(crate) fn inventory(&self, namespace: &str, name: &str) -> Option<Arc<Inventory>> {
-        self.caches
-            .get()?
-            .inventories
-            .get(&ObjectRef::new(name).within(namespace))
+    /// An Inventory from the controller's store; `Err` until the store holds its first list
+    /// (a missing Inventory may then only be not yet seen).
+    pub(crate) fn inventory(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<Inventory>>, ()> {
+        use futures::FutureExt;
+        let store = &self.caches.get().ok_or(())?.inventories;
+        if !matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            return Err(());
+        }
+        Ok(store.get(&ObjectRef::new(name).within(namespace)))
     }
 
     /// Reads the Inventory's hardware now (a pushed event): at most once per

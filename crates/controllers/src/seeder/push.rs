@@ -143,7 +143,8 @@ pub enum Refused {
     UnknownContext,
     /// The secret header is missing or wrong.
     Unauthenticated,
-    /// This replica does not lead: the Seeder controller does not run here.
+    /// This replica does not lead (the Seeder controller does not run here), or has not read
+    /// the Inventories yet.
     NotLeading,
 }
 
@@ -237,8 +238,11 @@ impl Receiver {
             return Err(Refused::UnknownContext);
         }
         let seeder = self.seeder.get().ok_or(Refused::NotLeading)?;
+        // Until the Inventories are read, an unknown one may only be not yet seen: the BMC
+        // retries.
         let inventory = seeder
             .inventory(namespace, name)
+            .map_err(|()| Refused::NotLeading)?
             .ok_or(Refused::UnknownContext)?;
         let uid = inventory.uid().ok_or(Refused::UnknownContext)?;
         let expected = self.settings.secret(&uid);
