@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use ingot_api::rufio::Machine;
 use ingot_api::seeder::Inventory;
-use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, SimBmc, SubscriptionView};
+use ingot_bmc_sim::{BmcSpec, EventKnobs, Fleet, FleetOptions, SimBmc, SubscriptionView};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -211,7 +211,7 @@ async fn pushed_events_end_to_end() {
     let url = format!("https://127.0.0.1:{port}/redfish-events");
 
     let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "seeder");
-    let ingot =
+    let mut ingot =
         rufio_support::ingot_seeder_with_machine_interval(&kubeconfig, "ingot-push-test", 600)
             .arg(format!("--events-addr=127.0.0.1:{port}"))
             .arg(format!("--events-url={url}"))
@@ -462,6 +462,41 @@ async fn pushed_events_end_to_end() {
     let again = wait_subscriptions(bmc, "the subscription made again", 1).await;
     assert_eq!(again[0].context.as_deref(), Some(context.as_str()));
     assert_eq!(again[0].destination, url);
+
+    // The operator down, the BMC's deliveries fail: after its retries it terminates the
+    // subscription. The event is not lost (the poll reads the log), and the next poll after the
+    // restart makes the subscription again.
+    bmc.state.set_event_knobs(EventKnobs {
+        delivery_retry_attempts: 1,
+        delivery_retry_interval: Duration::from_millis(200),
+        ..EventKnobs::default()
+    });
+    ingot.kill();
+    bmc.state.add_log("Warning", "PSU 1 lost input power");
+    wait_for(
+        "the subscription terminated",
+        Duration::from_secs(30),
+        || async {
+            (bmc.state.terminated_subscriptions() == 1 && bmc.state.subscriptions().is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+    ingot.restart(None);
+    let back = wait_subscriptions(bmc, "the subscription made again after termination", 1).await;
+    assert_eq!(back[0].context.as_deref(), Some(context.as_str()));
+    wait_for(
+        "the missed event from the poll",
+        Duration::from_secs(30),
+        || async {
+            node_events(&client, NAME)
+                .await
+                .iter()
+                .any(|m| m.contains("PSU 1 lost input power"))
+                .then_some(())
+        },
+    )
+    .await;
 
     // Read every 2 s since: the pushed entry was still said once.
     let said = node_events(&client, NAME).await;
