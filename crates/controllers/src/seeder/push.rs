@@ -175,7 +175,10 @@ impl Refused {
             Refused::Malformed(why) => why.clone(),
             Refused::UnknownContext => "no subscription of this operator has this Context".into(),
             Refused::Unauthenticated => format!("the {SECRET_HEADER} header is missing or wrong"),
-            Refused::NotLeading => "this replica does not lead; the BMC retries".into(),
+            Refused::NotLeading => {
+                "this replica does not lead, or has not read the Inventories yet; the BMC retries"
+                    .into()
+            }
         }
     }
 }
