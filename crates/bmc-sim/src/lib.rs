@@ -8,9 +8,11 @@
 //!
 //! Per BMC: SessionService with a max-sessions limit, power with transition delays, boot
 //! override (Once is consumed by the next boot), a boot record per power-on ([`BootRecord`]), inventory in four vendor shapes, LogServices
-//! entries, EventService with server-sent events, and faults on demand ([`Fault`]) set in
+//! entries, EventService with server-sent events and push subscriptions (delivery with retries,
+//! termination, loss on [`BmcState::reset`]), and faults on demand ([`Fault`]) set in
 //! process or over `PUT /_sim/fault`.
 
+mod delivery;
 mod image;
 mod media;
 mod profile;
@@ -108,6 +110,57 @@ pub struct Quirks {
     /// The EventService reads `ServiceEnabled: false` (its stream is still served).
     #[serde(default)]
     pub event_service_disabled: bool,
+}
+
+/// How the EventService delivers to push subscriptions, switched per BMC with
+/// [`BmcState::set_event_knobs`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventKnobs {
+    /// Subscriptions the BMC holds at most; a create beyond answers 400
+    /// `CreateLimitReachedForResource` (Dell OME: 8).
+    pub max_subscriptions: usize,
+    /// Retries of a failed delivery before the subscription is terminated (deleted).
+    pub delivery_retry_attempts: u32,
+    /// Time between those retries.
+    pub delivery_retry_interval: Duration,
+    /// Time a delivery may take (connecting included) before it counts as failed.
+    pub delivery_timeout: Duration,
+}
+
+impl Default for EventKnobs {
+    fn default() -> Self {
+        EventKnobs {
+            max_subscriptions: 8,
+            delivery_retry_attempts: 3,
+            delivery_retry_interval: Duration::from_secs(30),
+            delivery_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One push subscription as the BMC keeps it.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    pub destination: String,
+    pub context: Option<String>,
+    /// Sent with every delivery; never read back.
+    pub headers: Vec<(String, String)>,
+    pub format: Option<String>,
+    pub registry_prefixes: Option<Vec<String>>,
+    /// The delivery task's queue (dropped with the subscription, which ends the task).
+    pub queue: tokio::sync::mpsc::Sender<String>,
+}
+
+/// A push subscription as a test sees it ([`BmcState::subscriptions`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SubscriptionView {
+    pub id: u64,
+    pub destination: String,
+    pub context: Option<String>,
+    /// The names of its `HttpHeaders` (the values are the subscriber's secrets).
+    pub header_names: Vec<String>,
+    pub event_format_type: Option<String>,
+    pub registry_prefixes: Option<Vec<String>>,
 }
 
 /// Where a BMC with [`Quirks::sessions_elsewhere`] serves its session collection.
@@ -262,6 +315,12 @@ pub(crate) struct Inner {
     pub system_patches: Vec<serde_json::Value>,
     /// The `Last-Event-ID` header of every event stream opened, in order (`None`: absent).
     pub stream_opens: Vec<Option<String>>,
+    /// Push subscriptions by id.
+    pub subscriptions: BTreeMap<u64, Subscription>,
+    pub next_subscription: u64,
+    /// Subscriptions deleted by the BMC after failed deliveries.
+    pub terminated_subscriptions: u64,
+    pub event_knobs: EventKnobs,
 }
 
 fn now_rfc3339() -> String {
@@ -336,6 +395,10 @@ pub struct BmcCounters {
     pub logins_refused: AtomicU64,
     /// TCP connections the client holds open to this BMC now.
     pub connections_open: AtomicU64,
+    /// Events a push subscription's destination accepted (2xx).
+    pub events_delivered: AtomicU64,
+    /// Push deliveries that failed (each retry counts).
+    pub event_delivery_failures: AtomicU64,
 }
 
 /// One emulated BMC (shared by its listener and the test that owns the fleet).
@@ -432,6 +495,10 @@ impl BmcState {
                 },
                 system_patches: Vec::new(),
                 stream_opens: Vec::new(),
+                subscriptions: BTreeMap::new(),
+                next_subscription: 1,
+                terminated_subscriptions: 0,
+                event_knobs: EventKnobs::default(),
             }),
             spec,
             profile,
@@ -546,6 +613,49 @@ impl BmcState {
         self.stream_epoch.send_modify(|n| *n += 1);
     }
 
+    /// The BMC resets: it loses its push subscriptions, its sessions and its event streams.
+    pub fn reset(&self) {
+        self.lock().subscriptions.clear();
+        self.expire_sessions();
+        self.drop_event_streams();
+    }
+
+    /// Switches how the EventService delivers ([`EventKnobs`]).
+    pub fn set_event_knobs(&self, knobs: EventKnobs) {
+        self.lock().event_knobs = knobs;
+    }
+
+    /// The push subscriptions the BMC holds now, by id.
+    pub fn subscriptions(&self) -> Vec<SubscriptionView> {
+        self.lock()
+            .subscriptions
+            .iter()
+            .map(|(id, s)| SubscriptionView {
+                id: *id,
+                destination: s.destination.clone(),
+                context: s.context.clone(),
+                header_names: s.headers.iter().map(|(k, _)| k.clone()).collect(),
+                event_format_type: s.format.clone(),
+                registry_prefixes: s.registry_prefixes.clone(),
+            })
+            .collect()
+    }
+
+    /// The `HttpHeaders` a subscription was created with, values included (what the BMC sends
+    /// with each delivery; a GET never shows them).
+    pub fn subscription_headers(&self, id: u64) -> Vec<(String, String)> {
+        self.lock()
+            .subscriptions
+            .get(&id)
+            .map(|s| s.headers.clone())
+            .unwrap_or_default()
+    }
+
+    /// Subscriptions the BMC deleted after failed deliveries so far.
+    pub fn terminated_subscriptions(&self) -> u64 {
+        self.lock().terminated_subscriptions
+    }
+
     /// Event streams open now.
     pub fn event_streams_open(&self) -> usize {
         self.events.receiver_count()
@@ -623,8 +733,11 @@ impl BmcState {
         format!("4c4c4544-0000-4000-8000-{:012x}", self.index)
     }
 
+    /// Announces an event on the event streams and to every push subscription whose
+    /// `RegistryPrefixes` (if any) take its `MessageId`, with the subscription's `Context`.
     pub(crate) fn emit(&self, kind: &str, message_id: &str, message: &str, origin: &str) {
-        if self.events.receiver_count() == 0 {
+        let pushed = !self.lock().subscriptions.is_empty();
+        if self.events.receiver_count() == 0 && !pushed {
             return;
         }
         let n = self.counters.requests.load(Ordering::Relaxed);
@@ -641,7 +754,26 @@ impl BmcState {
                 "OriginOfCondition": {"@odata.id": origin},
             }],
         });
-        let _ = self.events.send(event.to_string());
+        if pushed {
+            let g = self.lock();
+            for s in g.subscriptions.values() {
+                let wanted = s.registry_prefixes.as_ref().is_none_or(|p| {
+                    p.is_empty() || p.iter().any(|p| message_id.starts_with(p.as_str()))
+                });
+                if !wanted {
+                    continue;
+                }
+                let mut body = event.clone();
+                if let Some(c) = &s.context {
+                    body["Context"] = serde_json::json!(c);
+                }
+                // A full queue drops the event, as a BMC's bounded queue does.
+                let _ = s.queue.try_send(body.to_string());
+            }
+        }
+        if self.events.receiver_count() > 0 {
+            let _ = self.events.send(event.to_string());
+        }
     }
 }
 

@@ -81,6 +81,29 @@ pub trait Bmc: Send + Sync {
         Err(BmcError::Unsupported("pushed events".into()))
     }
 
+    /// Makes sure the BMC holds the push subscription `subscription` (Redfish EventService,
+    /// found by `Destination` + `Context`, created when missing). [`BmcError::Unsupported`]
+    /// where the BMC takes none (IPMI, no EventService or subscriptions, EventService
+    /// disabled); a refusal (full, rejected) is the BMC's [`BmcError::Http`].
+    async fn ensure_event_subscription(
+        &self,
+        subscription: &EventSubscription,
+    ) -> Result<Subscribed, BmcError> {
+        let _ = subscription;
+        Err(BmcError::Unsupported("push subscriptions".into()))
+    }
+
+    /// Deletes every push subscription with this `Destination` and `Context`; how many there
+    /// were.
+    async fn remove_event_subscription(
+        &self,
+        destination: &str,
+        context: &str,
+    ) -> Result<usize, BmcError> {
+        let _ = (destination, context);
+        Err(BmcError::Unsupported("push subscriptions".into()))
+    }
+
     /// Closes the session (Redfish logout). Further calls open a new one.
     async fn close(&self) -> Result<(), BmcError>;
 }

@@ -728,6 +728,25 @@ impl Bmc for ManagedBmc {
         })
         .await
     }
+    async fn ensure_event_subscription(
+        &self,
+        subscription: &EventSubscription,
+    ) -> Result<Subscribed, BmcError> {
+        self.with("ensure_event_subscription", |c| async move {
+            c.ensure_event_subscription(subscription).await
+        })
+        .await
+    }
+    async fn remove_event_subscription(
+        &self,
+        destination: &str,
+        context: &str,
+    ) -> Result<usize, BmcError> {
+        self.with("remove_event_subscription", |c| async move {
+            c.remove_event_subscription(destination, context).await
+        })
+        .await
+    }
     async fn close(&self) -> Result<(), BmcError> {
         let client = self.entry.client.lock().await.take();
         match client {

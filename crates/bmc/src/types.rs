@@ -599,3 +599,25 @@ pub struct PushedEvent {
 pub type PushedEvents = std::pin::Pin<
     Box<dyn futures::Stream<Item = Result<PushedEvent, crate::error::BmcError>> + Send>,
 >;
+
+/// A push subscription ingot keeps on a BMC's EventService: found again by `destination` and
+/// `context` (many BMCs leave `EventFormatType` out of what they read back), created with
+/// `headers` (write-only on the BMC; a header value is a secret, never printed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventSubscription {
+    /// Where the BMC POSTs its events (`https://...`).
+    pub destination: String,
+    /// Echoed by the BMC in every event: says whose event it is.
+    pub context: String,
+    /// Sent by the BMC with every event (`Debug` redacts the values).
+    pub headers: Vec<(String, crate::secret::Password)>,
+}
+
+/// What ensuring a push subscription did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Subscribed {
+    /// Ours was there already (its URI).
+    Found(String),
+    /// It was missing and is now created (its URI).
+    Created(String),
+}

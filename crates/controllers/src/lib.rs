@@ -17,6 +17,7 @@ pub mod provisioning;
 pub mod rufio;
 pub mod runtime;
 pub mod seeder;
+pub mod wakes;
 
 use kube::Client;
 

@@ -177,6 +177,11 @@ pub struct Metrics {
     pub pool: PoolMetrics,
     pub provisioning: ProvisioningMetrics,
     pub fencing: FencingMetrics,
+    /// Pushed hardware events the receiver took (secret and Context right).
+    pub seeder_events_accepted: Counter,
+    /// Pushed hardware events refused, by reason (too_large, malformed, unknown_context,
+    /// unauthenticated, not_leading).
+    pub seeder_events_refused: Family<ReasonLabels, Counter>,
     /// Run before every scrape: gauges read from a live source (caches, the BMC fleet limit).
     samplers: Mutex<Vec<Sampler>>,
 }
@@ -501,6 +506,18 @@ impl Default for Metrics {
             pool: PoolMetrics::register(&mut registry),
             provisioning: ProvisioningMetrics::register(&mut registry),
             fencing: FencingMetrics::register(&mut registry),
+            seeder_events_accepted: registered(
+                &mut registry,
+                "seeder_events_accepted",
+                "Hardware events pushed by BMCs and taken (the Inventory's secret and Context right): each wakes the Inventory's hardware read",
+                Counter::default(),
+            ),
+            seeder_events_refused: registered(
+                &mut registry,
+                "seeder_events_refused",
+                "Hardware events pushed to the receiver and refused, by reason (too_large, malformed, unknown_context, unauthenticated, not_leading)",
+                Family::<ReasonLabels, Counter>::default(),
+            ),
             registry,
             samplers: Mutex::default(),
         }
@@ -792,7 +809,7 @@ mod tests {
     fn every_family_is_served_before_its_first_sample() {
         let text = Metrics::default().encode().unwrap_or_default();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
-        assert_eq!(types, 34, "{text}");
+        assert_eq!(types, 36, "{text}");
         for family in [
             "ingot_reconcile_errors counter",
             "ingot_provisioning_cluster_phase_reached_seconds histogram",
@@ -808,6 +825,8 @@ mod tests {
             "ingot_fencing_fenced counter",
             "ingot_fencing_recovered counter",
             "ingot_fencing_held counter",
+            "ingot_seeder_events_accepted counter",
+            "ingot_seeder_events_refused counter",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {family}\n")),

@@ -4,6 +4,7 @@ mod allocator;
 mod boot;
 #[cfg(feature = "crash-points")]
 mod crash;
+mod events;
 mod gardener;
 mod http;
 mod leader;

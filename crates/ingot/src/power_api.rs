@@ -97,7 +97,7 @@ pub async fn serve(
     ))
 }
 
-async fn server_config(
+pub(crate) async fn server_config(
     certificate: Certificate,
     client: &Client,
 ) -> anyhow::Result<rustls::ServerConfig> {

@@ -295,9 +295,66 @@ struct SeederArgs {
     /// The private key (PEM) of --power-api-tls-cert.
     #[arg(long, requires = "power_api_tls_cert")]
     power_api_tls_key: Option<PathBuf>,
+
+    /// Receive the BMCs' pushed Redfish events on this address (with `seeder`): each local
+    /// Inventory with spec.events.enabled gets an EventService subscription on its BMC
+    /// pointing at --events-url, and each event it pushes reads the Inventory's hardware at
+    /// once (a power event its power too). Polling at spec.events.pollingInterval goes on.
+    #[arg(long, requires_all = ["events_url", "events_key_file"])]
+    events_addr: Option<SocketAddr>,
+
+    /// The receiver's URL as the BMCs reach it (https://<address or name>:<port>/<path>),
+    /// the Destination of every subscription. The receiver serves HTTPS with a self-signed
+    /// certificate made at start for the URL's host (BMCs do not verify it).
+    #[arg(long, requires = "events_addr")]
+    events_url: Option<String>,
+
+    /// A file holding the key (at least 32 bytes, e.g. from a Secret) each Inventory's
+    /// subscription secret is derived from (HMAC-SHA256 of the key and the Inventory's uid):
+    /// the same on every replica and every start.
+    #[arg(long, requires = "events_addr")]
+    events_key_file: Option<PathBuf>,
+
+    /// Connections open at once on --events-addr; one more is closed at once.
+    #[arg(long, default_value_t = 256)]
+    events_max_connections: usize,
 }
 
+/// The smallest key --events-key-file may hold.
+const MIN_EVENTS_KEY_BYTES: usize = 32;
+
 impl SeederArgs {
+    /// The push events' settings (`None` without --events-addr), checked.
+    fn push(&self) -> anyhow::Result<Option<Arc<seeder::push::PushSettings>>> {
+        let (Some(_), Some(url), Some(key_file)) =
+            (&self.events_addr, &self.events_url, &self.events_key_file)
+        else {
+            return Ok(None);
+        };
+        let parsed = url::Url::parse(url).map_err(|e| {
+            anyhow::anyhow!("--events-url {url:?} is not a URL ({e}): give the receiver's address as the BMCs reach it, e.g. https://10.0.0.5:8443/events")
+        })?;
+        if parsed.scheme() != "https" || parsed.host_str().is_none() {
+            anyhow::bail!(
+                "--events-url {url:?} must be an https:// URL with a host (the receiver serves HTTPS)"
+            );
+        }
+        let key = std::fs::read(key_file)
+            .with_context(|| format!("reading --events-key-file {}", key_file.display()))?;
+        let key: Vec<u8> = key.trim_ascii().to_vec();
+        if key.len() < MIN_EVENTS_KEY_BYTES {
+            anyhow::bail!(
+                "--events-key-file {} holds {} bytes: the key must be at least {MIN_EVENTS_KEY_BYTES} (e.g. 48 random bytes, base64-encoded)",
+                key_file.display(),
+                key.len()
+            );
+        }
+        Ok(Some(Arc::new(seeder::push::PushSettings::new(
+            url.clone(),
+            key,
+        ))))
+    }
+
     fn settings(&self) -> seeder::Settings {
         seeder::Settings {
             namespace: self.seeder_namespace.clone().filter(|n| !n.is_empty()),
@@ -599,6 +656,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // A bad fencing setting stops the start, before any controller runs.
     args.fencing.settings(&rufio_settings)?;
     args.provisioning.check()?;
+    let push = args.seeder.push()?;
+    if push.is_some() && !controllers.contains(&ControllerKind::Seeder) {
+        anyhow::bail!(
+            "--events-addr receives the Inventories' pushed events: add seeder to --controllers"
+        );
+    }
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     info!(version = env!("CARGO_PKG_VERSION"), %identity, controllers = ?controllers, "starting ingot");
 
@@ -609,7 +672,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let ready = Arc::new(AtomicBool::new(true));
     let stop = Stop::new();
-    let servers = Servers::start(&args, &controllers, &parts, &ready, &stop).await?;
+    let receiver = push.map(|p| seeder::push::Receiver::new(p, metrics.clone()));
+    let servers = Servers::start(
+        &args,
+        &controllers,
+        &parts,
+        &ready,
+        receiver.as_ref(),
+        &stop,
+    )
+    .await?;
 
     let mut elector = LeaderElector::new(client.clone(), lease_config(&args, &parts.identity));
     let shutdown_signal = termination_signal()?;
@@ -634,7 +706,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         parts.identity.clone(),
         rufio_settings,
     ));
-    let tasks = parts.start_controllers(&args, &controllers, &rufio_ctx, &stop)?;
+    let tasks =
+        parts.start_controllers(&args, &controllers, &rufio_ctx, receiver.as_ref(), &stop)?;
 
     let outcome = tokio::select! {
         lost = elector.hold() => Err(anyhow::Error::new(lost).context("lost leadership; exiting so that no two replicas reconcile")),
@@ -733,24 +806,30 @@ impl Parts {
         args: &RunArgs,
         controllers: &HashSet<ControllerKind>,
         rufio_ctx: &Arc<rufio::RufioContext>,
+        receiver: Option<&Arc<seeder::push::Receiver>>,
     ) -> Arc<seeder::SeederContext> {
         let embedded = controllers.contains(&ControllerKind::Seeder);
         let mut settings = seeder::Settings {
             embedded,
             provisioning: controllers.contains(&ControllerKind::Provisioning),
+            push: receiver.map(|r| r.settings.clone()),
             ..args.seeder.settings()
         };
         // Without embedded mode, the Inventories are provisioning's: in its namespace.
         if !embedded && settings.namespace.is_none() {
             settings.namespace = args.provisioning.namespace();
         }
-        Arc::new(seeder::SeederContext::new(
+        let ctx = Arc::new(seeder::SeederContext::new(
             self.client.clone(),
             self.metrics.clone(),
             self.identity.clone(),
             settings,
             rufio_ctx.clone(),
-        ))
+        ));
+        if let Some(receiver) = receiver {
+            receiver.attach(ctx.clone());
+        }
+        ctx
     }
 
     /// Starts each chosen controller as its own task, all stopping on `stop`.
@@ -759,6 +838,7 @@ impl Parts {
         args: &RunArgs,
         controllers: &HashSet<ControllerKind>,
         rufio_ctx: &Arc<rufio::RufioContext>,
+        receiver: Option<&Arc<seeder::push::Receiver>>,
         stop: &Stop,
     ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
         let ctx = Arc::new(pools::PoolsContext::new(
@@ -786,7 +866,7 @@ impl Parts {
                 ),
                 ControllerKind::Rufio => tokio::spawn(rufio::run(rufio_ctx.clone(), shutdown)),
                 ControllerKind::Seeder => tokio::spawn(seeder::run(
-                    self.seeder_context(args, controllers, rufio_ctx),
+                    self.seeder_context(args, controllers, rufio_ctx, receiver),
                     shutdown,
                 )),
                 ControllerKind::Provisioning => {
@@ -800,7 +880,7 @@ impl Parts {
                     // embedded mode, its Inventory controller runs for provisioning alone.
                     let seeder = (!controllers.contains(&ControllerKind::Seeder)).then(|| {
                         seeder::run(
-                            self.seeder_context(args, controllers, rufio_ctx),
+                            self.seeder_context(args, controllers, rufio_ctx, None),
                             shutdown.clone(),
                         )
                     });
@@ -859,6 +939,7 @@ fn termination_signal()
 struct Servers {
     http: tokio::task::JoinHandle<()>,
     power_api: Option<tokio::task::JoinHandle<()>>,
+    events: Option<tokio::task::JoinHandle<()>>,
     boot: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -868,6 +949,7 @@ impl Servers {
         controllers: &HashSet<ControllerKind>,
         parts: &Parts,
         ready: &Arc<AtomicBool>,
+        receiver: Option<&Arc<seeder::push::Receiver>>,
         stop: &Stop,
     ) -> anyhow::Result<Self> {
         let health = Health {
@@ -880,6 +962,12 @@ impl Servers {
         };
         let power_api = serve_power_api(args, controllers, &parts.client, stop).await?;
         let boot = serve_boot(args, controllers, parts, stop).await?;
+        let events = match receiver {
+            Some(receiver) => {
+                Some(serve_events(args, receiver.clone(), &parts.client, stop).await?)
+            }
+            None => None,
+        };
         let http = http::serve(
             args.http_addr,
             health,
@@ -890,6 +978,7 @@ impl Servers {
         Ok(Self {
             http,
             power_api,
+            events,
             boot,
         })
     }
@@ -899,6 +988,9 @@ impl Servers {
         let _ = self.http.await;
         if let Some(power_api) = self.power_api {
             let _ = power_api.await;
+        }
+        if let Some(events) = self.events {
+            let _ = events.await;
         }
         if let Some(boot) = self.boot {
             let _ = boot.await;
@@ -1046,6 +1138,36 @@ fn server_limits(args: &RunArgs, max_connections: usize) -> crate::serve::Limits
         header_timeout: Duration::from_secs_f64(args.request_header_timeout_seconds.max(0.1)),
         connection_lifetime: Duration::from_secs_f64(args.connection_lifetime_seconds.max(1.0)),
     }
+}
+
+/// The push events receiver (`--events-addr`), serving on every replica until the process
+/// stops (a replica that does not lead answers 503: the BMC retries).
+async fn serve_events(
+    args: &RunArgs,
+    receiver: Arc<seeder::push::Receiver>,
+    client: &Client,
+    stop: &Stop,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let seeder = &args.seeder;
+    let addr = seeder
+        .events_addr
+        .context("--events-addr is set with the push settings")?;
+    let host = url::Url::parse(&receiver.settings.url)
+        .ok()
+        .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_owned()))
+        .unwrap_or_else(|| "localhost".to_owned());
+    let certificate = power_api::Certificate::SelfSigned(vec![host, addr.ip().to_string()]);
+    let mut config = power_api::server_config(certificate, client).await?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tls = Some(Arc::new(config));
+    crate::events::serve(
+        addr,
+        receiver,
+        tls,
+        server_limits(args, seeder.events_max_connections),
+        stop.signal(),
+    )
+    .await
 }
 
 /// Seeder's power API (`--power-api-addr`), serving until the process stops; it needs the

@@ -1512,7 +1512,7 @@ async fn the_mcm_guide_checks_gardeners_machines_by_their_full_name() {
 
 /// Every `--flag` README.md, docs/install.md and the migration guides name is a flag of `ingot
 /// run`, `ingot bmc` or `ingot power` (or of the kubectl, helm and cargo commands they show),
-/// and the defaults docs/install.md gives are those `ingot run --help` prints.
+/// and the defaults docs/install.md and docs/seeder.md give are those `ingot run --help` prints.
 #[test]
 fn every_ingot_flag_the_docs_name_is_in_its_help() {
     const OTHER_COMMANDS: &[&str] = &[
@@ -1577,6 +1577,7 @@ fn every_ingot_flag_the_docs_name_is_in_its_help() {
         ("--connection-lifetime-seconds", "120"),
         ("--power-api-max-connections", "64"),
         ("--http-max-connections", "256"),
+        ("--events-max-connections", "256"),
         ("--http-addr", "0.0.0.0:8080"),
         ("--rufio-machine-interval-seconds", "180"),
     ] {

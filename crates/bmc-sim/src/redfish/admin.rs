@@ -1,4 +1,5 @@
-//! The `/_sim/` admin endpoints: state, boot records, faults, session expiry and log entries.
+//! The `/_sim/` admin endpoints: state, boot records, faults, session expiry, a BMC reset and log
+//! entries.
 
 use super::{Bmc, ok};
 use crate::Fault;
@@ -24,6 +25,10 @@ pub(super) async fn handle(b: &Bmc, method: Method, path: &str, req: Request) ->
         },
         (Method::DELETE, "fault") => {
             b.set_fault(None);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        (Method::POST, "reset") => {
+            b.reset();
             StatusCode::NO_CONTENT.into_response()
         }
         (Method::POST, "expire-sessions") => {

@@ -1,6 +1,6 @@
-//! The event service, its (empty) subscriptions and its server-sent event stream.
+//! The event service and its server-sent event stream (its subscriptions: `subscriptions`).
 
-use super::{Bmc, Req, collection, ok, status_ok};
+use super::{Bmc, Req, ok, status_ok};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -10,9 +10,13 @@ use std::time::Duration;
 use tokio_stream::wrappers::BroadcastStream;
 
 pub(super) fn route(r: &Req) -> Option<Response> {
-    let (no_sse, disabled) = {
-        let q = &r.b.lock().quirks;
-        (q.no_server_sent_events, q.event_service_disabled)
+    let (no_sse, disabled, knobs) = {
+        let g = r.b.lock();
+        (
+            g.quirks.no_server_sent_events,
+            g.quirks.event_service_disabled,
+            g.event_knobs.clone(),
+        )
     };
     Some(match r.path {
         "/redfish/v1/EventService" if no_sse => ok(json!({
@@ -21,6 +25,8 @@ pub(super) fn route(r: &Req) -> Option<Response> {
             "Id": "EventService",
             "Name": "Event Service",
             "ServiceEnabled": true,
+            "DeliveryRetryAttempts": knobs.delivery_retry_attempts,
+            "DeliveryRetryIntervalSeconds": knobs.delivery_retry_interval.as_secs(),
             "Status": status_ok(),
             "Subscriptions": {"@odata.id": "/redfish/v1/EventService/Subscriptions"},
         })),
@@ -31,18 +37,12 @@ pub(super) fn route(r: &Req) -> Option<Response> {
             "Id": "EventService",
             "Name": "Event Service",
             "ServiceEnabled": !disabled,
-            "DeliveryRetryAttempts": 3,
-            "DeliveryRetryIntervalSeconds": 30,
+            "DeliveryRetryAttempts": knobs.delivery_retry_attempts,
+            "DeliveryRetryIntervalSeconds": knobs.delivery_retry_interval.as_secs(),
             "ServerSentEventUri": "/redfish/v1/EventService/SSE",
             "Status": status_ok(),
             "Subscriptions": {"@odata.id": "/redfish/v1/EventService/Subscriptions"},
         })),
-        "/redfish/v1/EventService/Subscriptions" => ok(collection(
-            r.path,
-            "EventDestinationCollection",
-            "Event Subscriptions",
-            vec![],
-        )),
         "/redfish/v1/EventService/SSE" => {
             let last = r
                 .headers

@@ -12,6 +12,7 @@ mod logs;
 mod managers;
 mod service_root;
 mod sessions;
+mod subscriptions;
 mod system_parts;
 mod systems;
 mod virtual_media;
@@ -172,6 +173,7 @@ const ROUTES: &[Route] = &[
     sessions::route,
     systems::route,
     virtual_media::route,
+    subscriptions::route,
     read_only,
     system_parts::route,
     logs::route,

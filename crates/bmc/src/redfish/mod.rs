@@ -8,8 +8,8 @@
 //! HTTP exchange, its bounds and errors), `hedging` (copies of slow reads), `sessions` (login,
 //! re-login, logout, authenticated requests), `discovery` (service root, system, vendor),
 //! `collections` (members and pages), the calls of [`Bmc`] in `power`, `boot`, `media`, `logs`
-//! and `inventory` (fetching, and a pure mapping of the documents), and `events` (server-sent
-//! events).
+//! and `inventory` (fetching, and a pure mapping of the documents), `events` (server-sent
+//! events) and `subscriptions` (push subscriptions).
 
 mod boot;
 mod collections;
@@ -27,6 +27,7 @@ mod options;
 mod power;
 mod sensors;
 mod sessions;
+mod subscriptions;
 mod tls;
 mod transport;
 mod vendor;
@@ -208,6 +209,21 @@ impl Bmc for RedfishClient {
         image: Option<String>,
     ) -> Result<(), BmcError> {
         self.attach_media(kind, image).await
+    }
+
+    async fn ensure_event_subscription(
+        &self,
+        subscription: &EventSubscription,
+    ) -> Result<Subscribed, BmcError> {
+        self.ensure_subscription(subscription).await
+    }
+
+    async fn remove_event_subscription(
+        &self,
+        destination: &str,
+        context: &str,
+    ) -> Result<usize, BmcError> {
+        self.remove_subscription(destination, context).await
     }
 
     async fn close(&self) -> Result<(), BmcError> {

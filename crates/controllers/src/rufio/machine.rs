@@ -58,6 +58,8 @@ pub async fn run(
                 ObjectRef::<Machine>::new(&name).within(&namespace)
             })
         })
+        // A pushed power event reads the power now.
+        .reconcile_on(ctx.machine_wakes.stream())
         .with_config(Config::default().concurrency(ctx.settings.machine_concurrency));
     let backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
     let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);

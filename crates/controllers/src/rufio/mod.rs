@@ -115,6 +115,8 @@ pub struct RufioContext {
     /// The Machine and Task controllers' caches: which objects still exist.
     machines: OnceLock<Store<Machine>>,
     tasks: OnceLock<Store<Task>>,
+    /// Machines to read again now (a pushed power event).
+    pub(crate) machine_wakes: crate::wakes::Wakes<Machine>,
 }
 
 impl RufioContext {
@@ -169,7 +171,20 @@ impl RufioContext {
             coordination: Coordination::default(),
             machines: OnceLock::new(),
             tasks: OnceLock::new(),
+            machine_wakes: crate::wakes::Wakes::default(),
         }
+    }
+
+    /// Reads the Machine's power from its BMC now, whatever its interval (a pushed power
+    /// event).
+    pub fn wake_machine(&self, machine: ObjectRef<Machine>) {
+        let key = format!(
+            "{}/{}",
+            machine.namespace.as_deref().unwrap_or_default(),
+            machine.name
+        );
+        self.coordination.request_refresh(key);
+        self.machine_wakes.wake(machine);
     }
 
     /// Aborts the process here if the tests asked for it (see [`Settings::crash_point`]).

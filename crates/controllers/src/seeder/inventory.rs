@@ -860,6 +860,9 @@ async fn finalize(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, 
     // whichever finalizer is left.
     if is_local(inventory) {
         leave_local_cluster(inventory, ctx).await?;
+        if inventory.spec.events.enabled {
+            super::push::unsubscribe(inventory, ctx).await;
+        }
     }
     let inventory = finalizer::remove(&api, inventory, MEMBERSHIP_FINALIZER)
         .await?

@@ -11,6 +11,7 @@
 //! - [`health`]: hardware health and event-log entries → Seeder's Node Events (de-duplicated),
 //!   hardware facts → Node annotations (pure decisions).
 //! - [`node_health`]: the poller that reads the BMC once per `spec.events.pollingInterval`.
+//! - [`push`]: the Inventories' Redfish event subscriptions and what a pushed event wakes.
 //!
 //! Power and readiness go through the Rufio controllers (which `ingot run` starts with this
 //! one): a slow or dead BMC holds its own Machine and Job. The only BMC calls made here are the
@@ -27,6 +28,7 @@ pub mod inventory;
 pub mod node_api;
 pub mod node_health;
 pub mod power;
+pub mod push;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -58,6 +60,8 @@ pub struct Settings {
     /// Provisioning (Seeder's full mode) runs: Inventories that are not local get the common
     /// chain (Machine, readiness, power actions) too.
     pub provisioning: bool,
+    /// Push events: the receiver's URL and key (`None`: polling only).
+    pub push: Option<Arc<push::PushSettings>>,
 }
 
 /// What the Seeder controller needs, built by `ingot run`.
@@ -88,6 +92,13 @@ pub struct SeederContext {
     caches: OnceLock<caches::Caches>,
     /// The Nodes as the hardware poller last wrote them.
     node_writes: caches::NodeWrites,
+    /// Inventories whose hardware a pushed event asked to read now.
+    hardware_woken: Mutex<std::collections::HashSet<String>>,
+    pub(crate) hardware_wakes: crate::wakes::Wakes<Inventory>,
+    /// Per Inventory with push events: what its last subscription ensure said (`None`: it
+    /// holds), so that an unchanged refusal is not written again; and whose subscription was
+    /// made or found by this process.
+    pub(crate) subscriptions: Mutex<HashMap<String, Option<String>>>,
 }
 
 impl SeederContext {
@@ -113,7 +124,57 @@ impl SeederContext {
             pending_joins: Mutex::default(),
             caches: OnceLock::new(),
             node_writes: caches::NodeWrites::default(),
+            hardware_woken: Mutex::default(),
+            hardware_wakes: crate::wakes::Wakes::default(),
+            subscriptions: Mutex::default(),
         }
+    }
+
+    /// An Inventory from the controller's store; `Err` until the store holds its first list
+    /// (a missing Inventory may then only be not yet seen).
+    pub(crate) fn inventory(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<Inventory>>, ()> {
+        use futures::FutureExt;
+        let store = &self.caches.get().ok_or(())?.inventories;
+        if !matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            return Err(());
+        }
+        Ok(store.get(&ObjectRef::new(name).within(namespace)))
+    }
+
+    /// Reads the Inventory's hardware now (a pushed event): at most once per
+    /// [`MIN_WOKEN_READ`], whatever its polling interval.
+    pub(crate) fn wake_hardware(&self, inventory: &Inventory) {
+        let key = format!(
+            "{}/{}",
+            inventory.metadata.namespace.as_deref().unwrap_or_default(),
+            inventory.metadata.name.as_deref().unwrap_or_default()
+        );
+        if let Ok(mut woken) = self.hardware_woken.lock() {
+            if woken.len() >= 100_000 {
+                woken.clear();
+            }
+            woken.insert(key);
+        }
+        self.hardware_wakes.wake(ObjectRef::from_obj(inventory));
+    }
+
+    /// Keeps the Inventory's read asked for (it waits for [`MIN_WOKEN_READ`]).
+    pub(crate) fn keep_hardware_wake(&self, key: &str) {
+        if let Ok(mut woken) = self.hardware_woken.lock() {
+            woken.insert(key.to_owned());
+        }
+    }
+
+    /// Whether a pushed event asked for the Inventory's read (and takes the request).
+    pub(crate) fn take_hardware_wake(&self, key: &str) -> bool {
+        self.hardware_woken
+            .lock()
+            .map(|mut w| w.remove(key))
+            .unwrap_or(false)
     }
 
     /// The Inventory's Machine (same namespace and name), from the cache or else the API
@@ -260,6 +321,9 @@ pub async fn run(
         } => {}
     }
 }
+
+/// The shortest time between two hardware reads of one Inventory that pushed events ask for.
+pub const MIN_WOKEN_READ: Duration = Duration::from_secs(1);
 
 /// Inventory changes a controller may fall behind by before the watch waits for it.
 const INVENTORY_FEED_BUFFER: usize = 1024;

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ingot_api::seeder::{INVENTORY_NODE_READY, Inventory};
+use ingot_bmc::manager::ManagedBmc;
 use ingot_bmc::{Bmc, BmcError, LogEntry, Scheme, Sensor};
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -38,7 +39,7 @@ use tracing::{debug, info, warn};
 use crate::runtime::{self, Backoff, ControllerRuntime};
 
 use super::inventory::{is_local, node_name};
-use super::{Error, SeederContext, hardware, health};
+use super::{Error, SeederContext, hardware, health, push};
 use crate::rufio::bmcs;
 use crate::rufio::tenancy::ConnectionField;
 
@@ -60,6 +61,8 @@ pub async fn run(
         // As many at once as Rufio's Machines: each read waits on its own BMC only (a dead one
         // holds one slot for its timeout), and the BMC calls share the fleet limit anyway. No
         // bound would start a fleet's reads at once, each with its own API connection.
+        // A pushed event reads the hardware now.
+        .reconcile_on(ctx.hardware_wakes.stream())
         .with_config(Config::default().concurrency(ctx.rufio.settings.machine_concurrency));
     let backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
     let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
@@ -92,10 +95,22 @@ async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result
         || !ready
     {
         ctx.forget_hardware(&key);
+        if !inventory.spec.events.enabled && inventory.metadata.deletion_timestamp.is_none() {
+            push::unsubscribe_if_ours(&inventory, &ctx).await;
+        }
         return Ok(Action::await_change());
     }
     let (interval, invalid) = interval_of(&inventory);
-    if let Err(wait) = ctx.take_hardware_turn(&key, interval) {
+    let woken = ctx.take_hardware_wake(&key);
+    let turn = if woken {
+        super::MIN_WOKEN_READ
+    } else {
+        interval
+    };
+    if let Err(wait) = ctx.take_hardware_turn(&key, turn) {
+        if woken {
+            ctx.keep_hardware_wake(&key);
+        }
         return Ok(Action::requeue(wait));
     }
     if let Some(why) = invalid {
@@ -115,12 +130,17 @@ async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result
     let Some(node) = ctx.node_to_poll(node_name).await? else {
         return Ok(Action::requeue(interval));
     };
-    poll(&inventory, &node, &ctx).await?;
+    let read = poll(&inventory, &node, &ctx).await?;
+    // The subscription is ensured at each poll (not at a woken read: the event came through
+    // it), so that a BMC reset or a termination is repaired at the next one.
+    if read && !woken {
+        push::ensure(&inventory, interval, &ctx).await;
+    }
     Ok(Action::requeue(interval))
 }
 
-/// One read of the BMC and what follows from it.
-async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result<(), Error> {
+/// One read of the BMC and what follows from it; whether the BMC could be read.
+async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result<bool, Error> {
     let (facts, log, sensors) = match read_bmc(inventory, ctx).await {
         Ok(read) => read,
         Err(message) => {
@@ -133,7 +153,7 @@ async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result
                     format!("reading the hardware facts: {message}"),
                 )
                 .await;
-            return Ok(());
+            return Ok(false);
         }
     };
     let annotations = node.annotations();
@@ -206,7 +226,7 @@ async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result
         let (message, warning) = health::log_entry_event(e);
         node_event(node, &message, warning, ctx).await;
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Seeder's label on the Inventory that sets the port of the hardware reads over Redfish.
@@ -231,12 +251,11 @@ pub fn redfish_port_label(inventory: &Inventory) -> Result<Option<u16>, String> 
         })
 }
 
-/// The BMC's inventory, event log (a BMC without one has an empty log) and sensors (none for
-/// a BMC without them; `None` when they could not be read).
-async fn read_bmc(
+/// The Inventory's BMC for the hardware reads (through the Rufio controllers' session).
+pub(crate) async fn reach(
     inventory: &Inventory,
     ctx: &SeederContext,
-) -> Result<(ingot_bmc::Inventory, Vec<LogEntry>, Option<Vec<Sensor>>), String> {
+) -> Result<ManagedBmc, String> {
     let redfish_port = redfish_port_label(inventory)?;
     let mut target = ctx
         .rufio
@@ -256,7 +275,17 @@ async fn read_bmc(
         }
         None => ctx.rufio.bmcs.reach(&target).await.map_err(|e| e.0)?.bmc,
     };
-    debug!(inventory = %inventory.name_any(), redfish = %target.redfish.endpoint, labelled = redfish_port.is_some(), "reading the hardware");
+    debug!(inventory = %inventory.name_any(), redfish = %target.redfish.endpoint, labelled = redfish_port.is_some(), "reaching the BMC");
+    Ok(bmc)
+}
+
+/// The BMC's inventory, event log (a BMC without one has an empty log) and sensors (none for
+/// a BMC without them; `None` when they could not be read).
+async fn read_bmc(
+    inventory: &Inventory,
+    ctx: &SeederContext,
+) -> Result<(ingot_bmc::Inventory, Vec<LogEntry>, Option<Vec<Sensor>>), String> {
+    let bmc = reach(inventory, ctx).await?;
     let facts = bmc.inventory().await.map_err(|e| bmcs::error_chain(&e))?;
     let log = match bmc.event_log().await {
         Ok(log) => log,

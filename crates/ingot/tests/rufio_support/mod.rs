@@ -313,6 +313,15 @@ pub async fn delete_all(client: &Client, ns: &str) {
 /// the plain manifests (`kubeconfig` holds their ServiceAccount's token, the Lease is in their
 /// namespace), with scaled intervals.
 pub fn ingot_seeder(kubeconfig: &Path, lease_name: &str) -> OperatorBuilder {
+    ingot_seeder_with_machine_interval(kubeconfig, lease_name, 2)
+}
+
+/// [`ingot_seeder`], the Machines' power read every `seconds`.
+pub fn ingot_seeder_with_machine_interval(
+    kubeconfig: &Path,
+    lease_name: &str,
+    seconds: u64,
+) -> OperatorBuilder {
     Operator::builder(env!("CARGO_BIN_EXE_ingot"))
         .tag("seeder")
         .kubeconfig(kubeconfig)
@@ -325,7 +334,7 @@ pub fn ingot_seeder(kubeconfig: &Path, lease_name: &str) -> OperatorBuilder {
         .controllers("seeder")
         .arg("--seeder-namespace=harvester-system")
         .arg("--rufio-namespace=harvester-system")
-        .arg("--rufio-machine-interval-seconds=2")
+        .arg(format!("--rufio-machine-interval-seconds={seconds}"))
         .arg("--rufio-redfish-timeout-seconds=10")
         .env("RUST_LOG", "info,ingot_controllers=debug")
 }

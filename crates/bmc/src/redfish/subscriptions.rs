@@ -1,0 +1,130 @@
+//! Push subscriptions (Redfish `EventDestination`): ours found by `Destination` + `Context`,
+//! created when missing, deleted. The create sends only what every vendor takes: no
+//! `DeliveryRetryPolicy` and no empty `ResourceTypes` (iLO and iDRAC refuse them).
+
+use super::RedfishClient;
+use super::json::{link, string};
+use crate::error::BmcError;
+use crate::types::{EventSubscription, Subscribed};
+use reqwest::Method;
+use serde_json::{Map, Value, json};
+
+/// Subscriptions read at most when looking for ours (BMCs hold a handful; Dell OME 8).
+pub const MAX_SUBSCRIPTIONS_READ: usize = 64;
+
+impl RedfishClient {
+    /// The subscription collection's URI; [`BmcError::Unsupported`] without an EventService,
+    /// with one disabled, or without subscriptions.
+    async fn subscriptions_uri(&self) -> Result<String, BmcError> {
+        let root = self.root().await?;
+        let service = root
+            .event_service
+            .clone()
+            .ok_or_else(|| BmcError::Unsupported("EventService".into()))?;
+        let service = self.get(&service).await?;
+        if service.get("ServiceEnabled").and_then(Value::as_bool) == Some(false) {
+            return Err(BmcError::Unsupported(
+                "push subscriptions (the EventService is disabled)".into(),
+            ));
+        }
+        link(&service, "Subscriptions")
+            .ok_or_else(|| BmcError::Unsupported("push subscriptions".into()))
+    }
+
+    /// The URIs of the subscriptions with this destination and context.
+    async fn matching(
+        &self,
+        uri: &str,
+        destination: &str,
+        context: &str,
+    ) -> Result<Vec<String>, BmcError> {
+        let members = self.members_up_to(uri, MAX_SUBSCRIPTIONS_READ).await?;
+        Ok(members
+            .iter()
+            .filter(|m| {
+                string(m, "Destination").as_deref() == Some(destination)
+                    && string(m, "Context").as_deref() == Some(context)
+            })
+            .filter_map(|m| string(m, "@odata.id"))
+            .collect())
+    }
+
+    pub(super) async fn ensure_subscription(
+        &self,
+        s: &EventSubscription,
+    ) -> Result<Subscribed, BmcError> {
+        let uri = self.subscriptions_uri().await?;
+        if let Some(found) = self
+            .matching(&uri, &s.destination, &s.context)
+            .await?
+            .into_iter()
+            .next()
+        {
+            return Ok(Subscribed::Found(found));
+        }
+        let headers: Map<String, Value> = s
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.expose().to_owned())))
+            .collect();
+        let body = json!({
+            "Destination": s.destination,
+            "Protocol": "Redfish",
+            "Context": s.context,
+            "EventFormatType": "Event",
+            "HttpHeaders": headers,
+        });
+        let resp = self
+            .request(Method::POST, &uri, Some(&body), &[])
+            .await
+            .map_err(|e| scrub(e, s))?;
+        let created = resp
+            .header("Location")
+            .or_else(|| resp.json().ok().and_then(|v| string(&v, "@odata.id")))
+            .unwrap_or(uri);
+        Ok(Subscribed::Created(created))
+    }
+
+    pub(super) async fn remove_subscription(
+        &self,
+        destination: &str,
+        context: &str,
+    ) -> Result<usize, BmcError> {
+        let uri = self.subscriptions_uri().await?;
+        let ours = self.matching(&uri, destination, context).await?;
+        for m in &ours {
+            match self.request(Method::DELETE, m, None, &[]).await {
+                Ok(_) | Err(BmcError::Http { status: 404, .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(ours.len())
+    }
+}
+
+/// A refused create's error without the header values, should the BMC quote the request.
+fn scrub(e: BmcError, s: &EventSubscription) -> BmcError {
+    match e {
+        BmcError::Http {
+            status,
+            method,
+            path,
+            message,
+        } => BmcError::Http {
+            status,
+            method,
+            path,
+            message: message.map(|m| {
+                if s.headers
+                    .iter()
+                    .any(|(_, v)| !v.is_empty() && m.contains(v.expose()))
+                {
+                    "(the BMC's message quoted the request; not shown)".to_owned()
+                } else {
+                    m
+                }
+            }),
+        },
+        e => e,
+    }
+}

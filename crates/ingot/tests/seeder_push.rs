@@ -1,0 +1,582 @@
+//! Push events end to end on the real control plane: `ingot run --controllers seeder` with the
+//! events receiver (HTTPS, self-signed), a local Inventory whose BMC is ingot's Redfish
+//! emulator. The subscription is made on the BMC and read back there; an event the BMC pushes
+//! becomes the Node Event within seconds although the Inventory is polled hourly; a power event
+//! refreshes the Machine's power although it is read every ten minutes; forged events are
+//! refused and counted; a BMC reset is repaired by the next poll; disabling the events and
+//! deleting the Inventory remove the subscription; a BMC that refuses subscriptions is said
+//! once on the Inventory.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod chart_support;
+mod rufio_support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use ingot_api::rufio::Machine;
+use ingot_api::seeder::Inventory;
+use ingot_bmc_sim::{BmcSpec, EventKnobs, Fleet, FleetOptions, SimBmc, SubscriptionView};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use rufio_support::*;
+use serde_json::{Value, json};
+
+const NS: &str = "harvester-system";
+const NAME: &str = "harvester-push";
+const REFUSING: &str = "harvester-push-refused";
+const USER: &str = "admin";
+const PASSWORD: &str = "push-test-password";
+const SECRET_HEADER: &str = "X-Ingot-Event-Secret";
+
+fn inventory(name: &str, bmc: &SimBmc, interval: &str) -> Inventory {
+    serde_json::from_value(json!({
+        "apiVersion": "metal.harvesterhci.io/v1alpha1",
+        "kind": "Inventory",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "annotations": {
+                "metal.harvesterhci.io/localInventory": "true",
+                "metal.harvesterhci.io/localNodeName": name,
+            },
+        },
+        "spec": {
+            "baseboardSpec": {"connection": {
+                "host": format!("https://127.0.0.1:{}", bmc.addr.port()),
+                "port": 623,
+                "insecureTLS": true,
+                "authSecretRef": {"name": name, "namespace": NS},
+            }},
+            "events": {"enabled": true, "pollingInterval": interval},
+        }
+    }))
+    .unwrap()
+}
+
+fn secret(name: &str) -> Secret {
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            ("username".into(), ByteString(USER.as_bytes().to_vec())),
+            ("password".into(), ByteString(PASSWORD.as_bytes().to_vec())),
+        ])),
+        ..Default::default()
+    }
+}
+
+fn node(name: &str) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"addresses": [{"type": "InternalIP", "address": "172.19.110.10"}]}
+    }))
+    .unwrap()
+}
+
+async fn clean(client: &Client) {
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+        )
+        .await;
+    let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
+    let dp = DeleteParams::default();
+    for name in [NAME, REFUSING] {
+        let _ = inventories
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+        let _ = inventories.delete(name, &dp).await;
+        let _ = Api::<Node>::all(client.clone()).delete(name, &dp).await;
+        let _ = Api::<Secret>::namespaced(client.clone(), NS)
+            .delete(name, &dp)
+            .await;
+    }
+}
+
+/// Seeder's hardware Events on the Node: their messages.
+async fn node_events(client: &Client, node: &str) -> Vec<String> {
+    Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.name={node},reason=HarvesterHardwareDiscovery"
+        )))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| e.message.unwrap_or_default())
+        .collect()
+}
+
+/// The Events on an Inventory with this reason: their messages.
+async fn inventory_events(client: &Client, name: &str, reason: &str) -> Vec<String> {
+    Api::<Event>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.name={name},involvedObject.kind=Inventory,reason={reason}"
+        )))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| e.message.unwrap_or_default())
+        .collect()
+}
+
+async fn set_events(client: &Client, name: &str, events: Value) {
+    Api::<Inventory>::namespaced(client.clone(), NS)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"events": events}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn wait_subscriptions(bmc: &SimBmc, what: &str, n: usize) -> Vec<SubscriptionView> {
+    wait_for(what, Duration::from_secs(30), || async {
+        let s = bmc.state.subscriptions();
+        (s.len() == n).then_some(s)
+    })
+    .await
+}
+
+/// A POST to the receiver as a forger would send it; the answer's status.
+async fn post_event(url: &str, secret: Option<&str>, body: &Value) -> u16 {
+    let http = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let mut req = http.post(url).json(body);
+    if let Some(s) = secret {
+        req = req.header(SECRET_HEADER, s);
+    }
+    req.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test]
+async fn pushed_events_end_to_end() {
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    clean(&client).await;
+
+    let fleet = Fleet::start(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        vec![
+            BmcSpec {
+                username: USER.into(),
+                password: PASSWORD.into(),
+                power_delay: Duration::from_millis(100),
+                ..BmcSpec::default()
+            };
+            2
+        ],
+    )
+    .await
+    .unwrap();
+    let bmc = &fleet.bmcs[0];
+    let refusing = &fleet.bmcs[1];
+    let mut q = refusing.state.quirks();
+    q.event_service_disabled = true;
+    refusing.state.set_quirks(q);
+
+    for name in [NAME, REFUSING] {
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node(name))
+            .await
+            .unwrap();
+        Api::<Secret>::namespaced(client.clone(), NS)
+            .create(&PostParams::default(), &secret(name))
+            .await
+            .unwrap();
+    }
+    let key_file = temp_dir("push").join("events.key");
+    std::fs::write(&key_file, "k".repeat(48)).unwrap();
+    let port = closed_port();
+    let url = format!("https://127.0.0.1:{port}/redfish-events");
+
+    let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "seeder");
+    let mut ingot =
+        rufio_support::ingot_seeder_with_machine_interval(&kubeconfig, "ingot-push-test", 600)
+            .arg(format!("--events-addr=127.0.0.1:{port}"))
+            .arg(format!("--events-url={url}"))
+            .arg(format!("--events-key-file={}", key_file.display()))
+            .start();
+
+    // Polled hourly: after the first read, only a push can bring the hardware news quickly.
+    let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
+    inventories
+        .create(&PostParams::default(), &inventory(NAME, bmc, "1h"))
+        .await
+        .unwrap();
+    inventories
+        .create(&PostParams::default(), &inventory(REFUSING, refusing, "1s"))
+        .await
+        .unwrap();
+
+    // The subscription, read back at the BMC.
+    let subs = wait_subscriptions(bmc, "the subscription on the BMC", 1).await;
+    assert_eq!(subs[0].destination, url);
+    let context = subs[0].context.clone().unwrap();
+    assert!(
+        context.starts_with(&format!("ingot:{NS}/{NAME}:")),
+        "{context}"
+    );
+    assert_eq!(subs[0].header_names, [SECRET_HEADER]);
+    let created = wait_for(
+        "the EventSubscriptionCreated Event",
+        Duration::from_secs(20),
+        || async {
+            let e = inventory_events(&client, NAME, "EventSubscriptionCreated").await;
+            (!e.is_empty()).then_some(e)
+        },
+    )
+    .await;
+    assert!(created[0].contains(&url), "{created:?}");
+
+    // The BMC that refuses subscriptions: said once on its Inventory, its polling goes on.
+    let refused = wait_for(
+        "the EventSubscriptionRefused Event",
+        Duration::from_secs(30),
+        || async {
+            let e = inventory_events(&client, REFUSING, "EventSubscriptionRefused").await;
+            (!e.is_empty()).then_some(e)
+        },
+    )
+    .await;
+    assert!(refused[0].contains("disabled"), "{refused:?}");
+    assert!(refused[0].contains("every 1s"), "{refused:?}");
+    assert!(refusing.state.subscriptions().is_empty());
+    // Polled every second, refused the same way each time: said once, not at each poll.
+    let reads = refusing.state.snapshot().requests;
+    wait_for(
+        "more polls of the refusing BMC",
+        Duration::from_secs(20),
+        || async { (refusing.state.snapshot().requests >= reads + 60).then_some(()) },
+    )
+    .await;
+    let said = Api::<Event>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.name={REFUSING},reason=EventSubscriptionRefused"
+        )))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].count.unwrap_or(1) <= 1, "{said:?}");
+    assert!(said[0].series.is_none(), "said again: {said:?}");
+
+    // A hardware event at the BMC: a Node Event within seconds (the poll is hourly).
+    let before = node_events(&client, NAME).await;
+    let sent = Instant::now();
+    bmc.state.add_log("Critical", "CPU 2 machine check error");
+    let after = wait_for(
+        "the pushed event's Node Event",
+        Duration::from_secs(15),
+        || async {
+            let now = node_events(&client, NAME).await;
+            now.iter()
+                .any(|m| m.contains("CPU 2 machine check error"))
+                .then_some(now)
+        },
+    )
+    .await;
+    let latency = sent.elapsed();
+    eprintln!("event at the BMC to Node Event: {latency:?}");
+    assert_eq!(
+        after
+            .iter()
+            .filter(|m| m.contains("CPU 2 machine check error"))
+            .count(),
+        1,
+        "{after:?}"
+    );
+    assert!(after.len() > before.len());
+    assert!(
+        bmc.state
+            .counters
+            .events_delivered
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
+
+    // A power change at the BMC (not through ingot): the Machine reads off within seconds,
+    // although its power is read every ten minutes.
+    let machines: Api<Machine> = Api::namespaced(client.clone(), NS);
+    let r = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .build()
+        .unwrap()
+        .post(format!(
+            "{}/redfish/v1/Systems/{}/Actions/ComputerSystem.Reset",
+            bmc.url(),
+            bmc.state.profile.system_id
+        ))
+        .basic_auth(USER, Some(PASSWORD))
+        .json(&json!({"ResetType": "ForceOff"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let off = Instant::now();
+    wait_for(
+        "the Machine's power off",
+        Duration::from_secs(15),
+        || async {
+            let m = machines.get(NAME).await.ok()?;
+            (m.status?.power_state.as_deref() == Some("off")).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "power off at the BMC to the Machine's status: {:?}",
+        off.elapsed()
+    );
+
+    // The secret: taken from the BMC's side; written nowhere in the cluster or the log.
+    let headers = bmc.state.subscription_headers(subs[0].id);
+    let secret = headers[0].1.clone();
+    assert_eq!(secret.len(), 64);
+    let mut seen = serde_json::to_string(&inventories.get(NAME).await.unwrap()).unwrap();
+    seen +=
+        &serde_json::to_string(&Api::<Node>::all(client.clone()).get(NAME).await.unwrap()).unwrap();
+    for ns in [NS, "default"] {
+        seen += &serde_json::to_string(
+            &Api::<Event>::namespaced(client.clone(), ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items,
+        )
+        .unwrap();
+    }
+    seen += &ingot.log();
+    assert!(!seen.contains(&secret), "the secret was written out");
+    // The genuine secret is taken.
+    let genuine = json!({"Context": context, "Events": []});
+    assert_eq!(post_event(&url, Some(&secret), &genuine).await, 204);
+
+    // Forged events: refused and counted, by reason.
+    let forged = json!({"Context": context, "Events": [{"MessageId": "Platform.1.0.PlatformEvent", "Message": "forged"}]});
+    assert_eq!(post_event(&url, None, &forged).await, 401);
+    assert_eq!(
+        post_event(&url, Some("0123456789abcdef"), &forged).await,
+        401
+    );
+    let unknown = json!({"Context": "ingot:harvester-system/nobody:00000000", "Events": []});
+    assert_eq!(post_event(&url, Some("x"), &unknown).await, 404);
+    assert_eq!(post_event(&url, None, &json!({"Events": []})).await, 400);
+    let http = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    assert_eq!(http.get(&url).send().await.unwrap().status().as_u16(), 405);
+    let huge = json!({"Context": context, "Pad": "x".repeat(70_000)});
+    assert_eq!(post_event(&url, None, &huge).await, 413);
+    let refused_count = |reason: &'static str| {
+        let ingot = &ingot;
+        async move {
+            ingot
+                .metric_sum(
+                    "ingot_seeder_events_refused_total",
+                    &[&format!("reason=\"{reason}\"")],
+                )
+                .await
+        }
+    };
+    assert_eq!(refused_count("unauthenticated").await, 2.0);
+    assert_eq!(refused_count("unknown_context").await, 1.0);
+    assert_eq!(refused_count("malformed").await, 1.0);
+    assert_eq!(refused_count("too_large").await, 1.0);
+    assert!(
+        ingot
+            .metric_sum("ingot_seeder_events_accepted_total", &[])
+            .await
+            >= 3.0
+    );
+    assert!(
+        node_events(&client, NAME)
+            .await
+            .iter()
+            .all(|m| !m.contains("forged"))
+    );
+
+    // A replica that does not lead (the same Lease) answers 503, so that the BMC retries.
+    let standby_port = closed_port();
+    let standby_url = format!("https://127.0.0.1:{standby_port}/redfish-events");
+    let standby =
+        rufio_support::ingot_seeder_with_machine_interval(&kubeconfig, "ingot-push-test", 600)
+            .arg(format!("--events-addr=127.0.0.1:{standby_port}"))
+            .arg(format!("--events-url={standby_url}"))
+            .arg(format!("--events-key-file={}", key_file.display()))
+            .start();
+    let standby_status = wait_for(
+        "the standby's receiver",
+        Duration::from_secs(30),
+        || async {
+            let http = reqwest::Client::builder()
+                .tls_danger_accept_invalid_certs(true)
+                .build()
+                .unwrap();
+            let r = http.post(&standby_url).json(&forged).send().await.ok()?;
+            Some(r.status().as_u16())
+        },
+    )
+    .await;
+    assert_eq!(standby_status, 503, "{}", standby.log_tail());
+    assert_eq!(
+        standby
+            .metric_sum(
+                "ingot_seeder_events_refused_total",
+                &["reason=\"not_leading\""]
+            )
+            .await,
+        1.0
+    );
+    standby.kill();
+
+    // A BMC reset loses the subscription: the next poll makes it again.
+    set_events(
+        &client,
+        NAME,
+        json!({"enabled": true, "pollingInterval": "2s"}),
+    )
+    .await;
+    bmc.state.reset();
+    assert!(bmc.state.subscriptions().is_empty());
+    let again = wait_subscriptions(bmc, "the subscription made again", 1).await;
+    assert_eq!(again[0].context.as_deref(), Some(context.as_str()));
+    assert_eq!(again[0].destination, url);
+
+    // The operator down, the BMC's deliveries fail: after its retries it terminates the
+    // subscription. The event is not lost (the poll reads the log), and the next poll after the
+    // restart makes the subscription again.
+    bmc.state.set_event_knobs(EventKnobs {
+        delivery_retry_attempts: 1,
+        delivery_retry_interval: Duration::from_millis(200),
+        ..EventKnobs::default()
+    });
+    ingot.kill();
+    bmc.state.add_log("Warning", "PSU 1 lost input power");
+    wait_for(
+        "the subscription terminated",
+        Duration::from_secs(30),
+        || async {
+            (bmc.state.terminated_subscriptions() == 1 && bmc.state.subscriptions().is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+    ingot.restart(None);
+    let back = wait_subscriptions(bmc, "the subscription made again after termination", 1).await;
+    assert_eq!(back[0].context.as_deref(), Some(context.as_str()));
+    wait_for(
+        "the missed event from the poll",
+        Duration::from_secs(30),
+        || async {
+            node_events(&client, NAME)
+                .await
+                .iter()
+                .any(|m| m.contains("PSU 1 lost input power"))
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Read every 2 s since: the pushed entry was still said once.
+    let said = node_events(&client, NAME).await;
+    assert_eq!(
+        said.iter()
+            .filter(|m| m.contains("CPU 2 machine check error"))
+            .count(),
+        1,
+        "{said:?}"
+    );
+
+    // Events disabled: the subscription goes.
+    set_events(
+        &client,
+        NAME,
+        json!({"enabled": false, "pollingInterval": "2s"}),
+    )
+    .await;
+    wait_subscriptions(bmc, "the subscription removed (events disabled)", 0).await;
+    set_events(
+        &client,
+        NAME,
+        json!({"enabled": true, "pollingInterval": "2s"}),
+    )
+    .await;
+    wait_subscriptions(bmc, "the subscription back", 1).await;
+
+    // The Inventory deleted: the subscription goes with it.
+    inventories
+        .delete(NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_subscriptions(bmc, "the subscription removed (Inventory deleted)", 0).await;
+    wait_for("the Inventory gone", Duration::from_secs(30), || async {
+        inventories
+            .get_opt(NAME)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    ingot.kill();
+    clean(&client).await;
+}
+
+/// Bad push settings stop the start with an error naming the flag and the fix.
+#[test]
+fn bad_push_settings_are_refused_at_start() {
+    let dir = temp_dir("push-flags");
+    let short = dir.join("short.key");
+    std::fs::write(&short, "too short").unwrap();
+    let good = dir.join("good.key");
+    std::fs::write(&good, "k".repeat(48)).unwrap();
+    let run = |url: &str, key: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ingot"))
+            .args([
+                "run",
+                "--controllers=seeder",
+                "--events-addr=127.0.0.1:0",
+                &format!("--events-url={url}"),
+                &format!("--events-key-file={}", key.display()),
+            ])
+            .env("INGOT_KUBECONFIG", dir.join("absent.kubeconfig"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run("https://10.0.0.5:8443/events", &short);
+    assert!(
+        e.contains("--events-key-file") && e.contains("at least 32"),
+        "{e}"
+    );
+    let e = run("http://10.0.0.5:8443/events", &good);
+    assert!(e.contains("--events-url") && e.contains("https://"), "{e}");
+    let e = run("not a url", &good);
+    assert!(
+        e.contains("--events-url") && e.contains("is not a URL"),
+        "{e}"
+    );
+}
