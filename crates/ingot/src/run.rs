@@ -118,6 +118,12 @@ struct FencingArgs {
         default_value = "power-on"
     )]
     fencing_recovery: FencingRecovery,
+
+    /// Fence only the Nodes a BMCRemediation names (medik8s NodeHealthCheck decides, through
+    /// its external remediation template BMCRemediationTemplate); without it, ingot's own
+    /// NotReady delay decides too.
+    #[arg(long, env = "INGOT_FENCING_REMEDIATIONS_ONLY")]
+    fencing_remediations_only: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -138,6 +144,7 @@ impl FencingArgs {
                 FencingRecovery::PowerOn => fencing::Recovery::PowerOn,
                 FencingRecovery::StayOff => fencing::Recovery::StayOff,
             },
+            remediations_only: self.fencing_remediations_only,
             crash_point: rufio.crash_point.clone(),
         })
     }
