@@ -252,6 +252,7 @@ async fn dead_nodes_are_fenced_through_their_bmc_within_the_budget_only() {
             // The default: 2 of the 5 Nodes.
             max_unhealthy: MaxUnhealthy::Percent(40),
             recovery: Recovery::PowerOn,
+            remediations_only: false,
             crash_point: None,
         },
     ));
