@@ -57,7 +57,8 @@ pub struct Remediations {
     pub driver: Option<Arc<BMCRemediation>>,
     /// One allowed and deleted, with no driver: the Node is released.
     pub released: Option<Arc<BMCRemediation>>,
-    /// Allowed, given up by NHC before ingot powered anything off.
+    /// Allowed, given up by NHC before ingot powered anything off (or a younger one beside the
+    /// driver).
     pub stopped: Vec<Arc<BMCRemediation>>,
     /// From a namespace that may not act on the Node.
     pub refused: Vec<Arc<BMCRemediation>>,
@@ -268,7 +269,7 @@ pub async fn report_others(
         }
     }
     for r in &remediations.stopped {
-        let message = "NodeHealthCheck stopped waiting for this remediation before ingot powered anything off: nothing is done for it".to_owned();
+        let message = "nothing is done for this remediation: NodeHealthCheck stopped waiting for it (remediation.medik8s.io/nhc-timed-out) before ingot powered anything off, or an older remediation of the same Node drives".to_owned();
         let succeeded_false = r
             .status
             .as_ref()
