@@ -491,7 +491,7 @@ struct PoolsArgs {
     /// gardener-during-drain, gardener-during-delete; rufio-after-send-ahead,
     /// rufio-after-destructive-send; seeder-after-job-create; provisioning-after-allocation,
     /// provisioning-after-boot-job, provisioning-after-webhook; fencing-after-power-off-job,
-    /// fencing-after-taint).
+    /// fencing-after-taint, fencing-after-power-on-job).
     /// Compiled into test builds only (the `crash-points` feature).
     #[cfg(feature = "crash-points")]
     #[arg(long, env = "INGOT_CRASH_POINT", hide = true)]

@@ -610,6 +610,10 @@ async fn power_on(
     };
     let name = &observed.power_on_job;
     power::create_once(&ctx.client, &job(inventory, node, name, "on")?).await?;
+    crate::crash_point(
+        ctx.settings.crash_point.as_deref(),
+        "fencing-after-power-on-job",
+    );
     patch_node(
         ctx,
         node,
