@@ -19,7 +19,9 @@
 //! 3. refusals: a Node in maintenance, a Node whose BMC does not answer, and a remediation from
 //!    a namespace other than its Inventory's: `Succeeded=False` with the reason, no Job, no
 //!    taint, the servers still on; a Node NotReady past `--fencing-after-seconds` without a
-//!    remediation is never fenced (`--fencing-remediations-only`).
+//!    remediation is never fenced (`--fencing-remediations-only`);
+//! 4. the budget counts the Nodes NHC remediates: remediations for two Ready Nodes, beyond
+//!    `--fencing-max-unhealthy`, are held (`FencingHeldPartitionSuspected`), nothing powered off.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -568,6 +570,34 @@ async fn nodehealthchecks_remediations_fence_through_the_bmc_and_are_refused_whe
     assert!(world.jobs_of(&n5).await.is_empty(), "n5: a power Job");
     assert!(!tainted(&world.node(&n5).await), "n5: tainted");
     assert_eq!(world.power(system(5)).await.as_deref(), Some("On"));
+
+    // 5. The budget counts NHC's unhealthy Nodes: remediations for two Ready Nodes (NHC
+    // judging by another condition), beside n2, n3 (remediated) and n5 (NotReady), make five
+    // unhealthy of five, more than --fencing-max-unhealthy=3: neither is powered off.
+    nhc_remediate(ns.clone(), n1.clone()).await;
+    nhc_remediate(ns.clone(), n4.clone()).await;
+    for node in [&n1, &n4] {
+        eventually(
+            &format!("{node}: Succeeded=False over the budget"),
+            || async {
+                let r = remediations(&ns).get(node).await.unwrap();
+                (condition(&r, "Succeeded")
+                    == Some(("False".into(), "FencingHeldPartitionSuspected".into())))
+                .then_some(())
+            },
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (i, node) in [(1, &n1), (4, &n4)] {
+        assert!(world.jobs_of(node).await.is_empty(), "{node}: a power Job");
+        assert!(!tainted(&world.node(node).await), "{node}: tainted");
+        assert_eq!(
+            world.power(system(i)).await.as_deref(),
+            Some("On"),
+            "{node}"
+        );
+    }
 
     assert!(ingot.is_running(), "ingot exited:\n{}", ingot.log_tail());
     ingot.kill();
