@@ -600,6 +600,12 @@ async fn nodehealthchecks_remediations_fence_through_the_bmc_and_are_refused_whe
     }
 
     assert!(ingot.is_running(), "ingot exited:\n{}", ingot.log_tail());
+    // The manifests' RBAC let ingot do all of it.
+    assert!(
+        !ingot.log().to_lowercase().contains("forbidden"),
+        "a request refused:\n{}",
+        ingot.log_tail()
+    );
     ingot.kill();
     ingot_testenv::keep_audit_log(&plane, "nhc-remediation").unwrap();
     println!(
