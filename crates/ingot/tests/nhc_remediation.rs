@@ -1,6 +1,7 @@
 //! ingot as medik8s NodeHealthCheck's fence agent, end to end: `ingot run --controllers fencing
 //! --fencing-remediations-only` as its own process, with the token of the ServiceAccount
-//! deploy/manifests/fencing.yaml installs, against a control plane of its own. The test plays
+//! deploy/manifests/fencing.yaml installs and the flags the chart renders from its `fencing`
+//! values (`remediationsOnly: true`), against a control plane of its own. The test plays
 //! NodeHealthCheck exactly as its controller does (node-healthcheck-operator,
 //! controllers/resources/manager.go): it reads the BMCRemediationTemplate, creates a
 //! BMCRemediation of the template's kind without `Template`, in the template's namespace, named
@@ -330,6 +331,37 @@ async fn nodehealthchecks_remediations_fence_through_the_bmc_and_are_refused_whe
         }
     };
 
+    // The flags, as the chart renders them from its values.
+    let deployment: serde_yaml::Value = serde_yaml::from_str(&chart_support::render(
+        "ingot",
+        chart_support::MANIFESTS_NAMESPACE,
+        &[
+            "controllers={fencing}".to_owned(),
+            format!("fencing.afterSeconds={AFTER_SECONDS}"),
+            "fencing.maxUnhealthy=3".to_owned(),
+            "fencing.remediationsOnly=true".to_owned(),
+            "rufio.machineIntervalSeconds=1".to_owned(),
+        ],
+        &["--show-only", "templates/deployment.yaml"],
+    ))
+    .unwrap();
+    let flags: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .filter(|a| a.starts_with("--fencing-") || a.starts_with("--rufio-"))
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            "--rufio-machine-interval-seconds=1".to_owned(),
+            format!("--fencing-after-seconds={AFTER_SECONDS}"),
+            "--fencing-max-unhealthy=3".to_owned(),
+            "--fencing-recovery=power-on".to_owned(),
+            "--fencing-remediations-only".to_owned(),
+        ]
+    );
     let ingot = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
         .tag("nhc")
         .kubeconfig(&service_account)
@@ -340,12 +372,9 @@ async fn nodehealthchecks_remediations_fence_through_the_bmc_and_are_refused_whe
         .arg("--lease-name=ingot")
         .arg("--lease-duration-seconds=3")
         .controllers("fencing")
-        .arg("--rufio-machine-interval-seconds=1")
+        .args(flags)
         .arg("--rufio-task-poll-seconds=0.3")
         .arg("--rufio-redfish-timeout-seconds=3")
-        .arg(format!("--fencing-after-seconds={AFTER_SECONDS}"))
-        .arg("--fencing-max-unhealthy=3")
-        .arg("--fencing-remediations-only")
         .env("RUST_LOG", "info,ingot_controllers=debug")
         .start();
 
