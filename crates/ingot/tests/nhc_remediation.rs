@@ -22,7 +22,9 @@
 //!    taint, the servers still on; a Node NotReady past `--fencing-after-seconds` without a
 //!    remediation is never fenced (`--fencing-remediations-only`);
 //! 4. the budget counts the Nodes NHC remediates: remediations for two Ready Nodes, beyond
-//!    `--fencing-max-unhealthy`, are held (`FencingHeldPartitionSuspected`), nothing powered off.
+//!    `--fencing-max-unhealthy`, are held (`FencingHeldPartitionSuspected`), nothing powered off;
+//! 5. NHC's timeout annotation on a held remediation: `Processing=False`
+//!    (`RemediationStoppedByNHC`), `Succeeded` keeping its reason.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -627,6 +629,30 @@ async fn nodehealthchecks_remediations_fence_through_the_bmc_and_are_refused_whe
             "{node}"
         );
     }
+
+    // 6. NHC gives up on n2's remediation (its timeout annotation): nothing is started for
+    // it, Processing=False says so, and Succeeded keeps the reason it failed for.
+    remediations(&ns)
+        .patch(
+            &n2,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "remediation.medik8s.io/nhc-timed-out": now()}}})),
+        )
+        .await
+        .unwrap();
+    eventually("n2: Processing=False RemediationStoppedByNHC", || async {
+        let r = remediations(&ns).get(&n2).await.unwrap();
+        (condition(&r, "Processing") == Some(("False".into(), "RemediationStoppedByNHC".into())))
+            .then_some(r)
+    })
+    .await;
+    let r = remediations(&ns).get(&n2).await.unwrap();
+    assert_eq!(
+        condition(&r, "Succeeded"),
+        Some(("False".into(), "FencingHeldMaintenance".into()))
+    );
+    assert!(world.jobs_of(&n2).await.is_empty());
 
     assert!(ingot.is_running(), "ingot exited:\n{}", ingot.log_tail());
     // The manifests' RBAC let ingot do all of it.
