@@ -6,7 +6,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{equinix, refused, rufio, seeder};
+use crate::{equinix, refused, remediation, rufio, seeder};
 
 /// Every CRD ingot generates, in a stable order.
 pub fn generated() -> Vec<CustomResourceDefinition> {
@@ -21,6 +21,8 @@ pub fn generated() -> Vec<CustomResourceDefinition> {
         rufio::Machine::crd(),
         rufio::Job::crd(),
         rufio::Task::crd(),
+        remediation::BMCRemediation::crd(),
+        remediation::BMCRemediationTemplate::crd(),
     ]
 }
 

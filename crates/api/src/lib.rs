@@ -6,6 +6,7 @@
 //! | [`seeder`] | `metal.harvesterhci.io/v1alpha1` | Harvester Seeder | generated here |
 //! | [`refused`] | `metal.harvesterhci.io/v1alpha1` (InventoryTemplate, NestedCluster) | Harvester Seeder | generated here; every create refused |
 //! | [`rufio`] | `bmc.tinkerbell.org/v1alpha1` | Tinkerbell Rufio | generated here |
+//! | [`remediation`] | `fencing.ingot.dev/v1alpha1` (BMCRemediation, BMCRemediationTemplate) | medik8s NodeHealthCheck's external remediation contract | generated here |
 //! | [`gardener`] | `machine.sapcloud.io/v1alpha1` | Gardener machine-controller-manager | Gardener's own files |
 //!
 //! Field names keep the upstream casing exactly, odd ones included (`managementInterface` on a
@@ -19,6 +20,7 @@ pub mod crds;
 pub mod equinix;
 pub mod gardener;
 pub mod refused;
+pub mod remediation;
 pub mod rufio;
 pub mod seeder;
 

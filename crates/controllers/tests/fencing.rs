@@ -252,6 +252,7 @@ async fn dead_nodes_are_fenced_through_their_bmc_within_the_budget_only() {
             // The default: 2 of the 5 Nodes.
             max_unhealthy: MaxUnhealthy::Percent(40),
             recovery: Recovery::PowerOn,
+            remediations_only: false,
             crash_point: None,
         },
     ));
@@ -454,7 +455,11 @@ async fn dead_nodes_are_fenced_through_their_bmc_within_the_budget_only() {
         "type": "Ready", "status": "Unknown", "lastTransitionTime": since}))
         .unwrap(),
     ]);
-    let name = ingot_controllers::fencing::execute::job_name(&f.inventory(4), &node, "off");
+    let name = ingot_controllers::fencing::execute::job_name(
+        &f.inventory(4),
+        &ingot_controllers::fencing::execute::episode(&node),
+        "off",
+    );
     let job: Job = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {JOB_NODE_LABEL: f.node(4)}},
         "spec": {"machineRef": {"name": f.inventory(4), "namespace": ns},

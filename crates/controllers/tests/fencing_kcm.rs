@@ -147,6 +147,7 @@ async fn kube_controller_manager_deletes_the_pods_of_a_node_fenced_out_of_servic
             after: Duration::from_secs(2),
             max_unhealthy: MaxUnhealthy::Count(1),
             recovery: Recovery::PowerOn,
+            remediations_only: false,
             crash_point: None,
         },
     ));

@@ -118,6 +118,12 @@ struct FencingArgs {
         default_value = "power-on"
     )]
     fencing_recovery: FencingRecovery,
+
+    /// Fence only the Nodes a BMCRemediation names (medik8s NodeHealthCheck decides, through
+    /// its external remediation template BMCRemediationTemplate); without it, ingot's own
+    /// NotReady delay decides too.
+    #[arg(long, env = "INGOT_FENCING_REMEDIATIONS_ONLY")]
+    fencing_remediations_only: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -138,6 +144,7 @@ impl FencingArgs {
                 FencingRecovery::PowerOn => fencing::Recovery::PowerOn,
                 FencingRecovery::StayOff => fencing::Recovery::StayOff,
             },
+            remediations_only: self.fencing_remediations_only,
             crash_point: rufio.crash_point.clone(),
         })
     }
@@ -541,7 +548,7 @@ struct PoolsArgs {
     /// gardener-during-drain, gardener-during-delete; rufio-after-send-ahead,
     /// rufio-after-destructive-send; seeder-after-job-create; provisioning-after-allocation,
     /// provisioning-after-boot-job, provisioning-after-webhook; fencing-after-power-off-job,
-    /// fencing-after-taint).
+    /// fencing-after-taint, fencing-after-power-on-job).
     /// Compiled into test builds only (the `crash-points` feature).
     #[cfg(feature = "crash-points")]
     #[arg(long, env = "INGOT_CRASH_POINT", hide = true)]

@@ -208,3 +208,180 @@ async fn a_crash_after_the_power_off_job_or_the_taint_sends_nothing_twice() {
     );
     ingot.kill();
 }
+
+/// NodeHealthCheck's remediation deleted while the server is off (its pod still bound): the
+/// release powers it on, and the operator dies right after creating that power-on Job (not yet
+/// recorded on the Node). Started again: the same Job is taken up (its name is fixed by the
+/// remediation's uid), the taint goes once it ran, the remediation is let go: one power-on Job,
+/// the BMC powered on once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_release_power_on_job_powers_on_once() {
+    use ingot_api::remediation::BMCRemediation;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::DeleteParams;
+
+    let env = ingot_testenv::shared().await;
+    let client = env.client().unwrap();
+    let ns = env.namespace("fencing-crashes-nhc").await.unwrap();
+    let fleet = Fleet::uniform(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        1,
+        BmcSpec::default(),
+    )
+    .await
+    .unwrap();
+    let bmc = &fleet.bmcs[0];
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "auth"},
+        "stringData": {"username": bmc.state.spec.username, "password": bmc.state.spec.password}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let node_name = format!("{ns}-node");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": node_name}})).unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    nodes
+        .patch_status(
+            &node_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{
+                "type": "Ready", "status": "Unknown", "reason": "Test",
+                "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
+        )
+        .await
+        .unwrap();
+    let inventory: Inventory = serde_json::from_value(json!({
+        "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+        "metadata": {"name": "inv", "annotations": {
+            "metal.harvesterhci.io/local-inventory": "true",
+            "metal.harvesterhci.io/local-node-name": node_name}},
+        "spec": {"baseboardSpec": {"connection": {"host": bmc.url(), "port": 623, "insecureTLS": true,
+            "authSecretRef": {"name": "auth", "namespace": ns}}},
+            "events": {"enabled": false, "pollingInterval": "1h"}}
+    }))
+    .unwrap();
+    Api::<Inventory>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &inventory)
+        .await
+        .unwrap();
+    let machine: Machine = serde_json::from_value(json!({
+        "metadata": {"name": "inv"},
+        "spec": {"connection": {"host": bmc.url(), "port": 623, "insecureTLS": true,
+            "authSecretRef": {"name": "auth", "namespace": ns}}}
+    }))
+    .unwrap();
+    let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
+    machines
+        .create(&PostParams::default(), &machine)
+        .await
+        .unwrap();
+    // A pod that stays: the server is not powered on before the release.
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+        "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "x"}]}}))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+
+    let mut ingot = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+        .tag("fencing-nhc")
+        .kubeconfig(env.kubeconfig_path())
+        .arg(format!("--lease-namespace={ns}"))
+        .arg(format!("--lease-name=ingot-{ns}"))
+        .arg("--lease-duration-seconds=3")
+        .controllers("fencing")
+        .arg(format!("--rufio-namespace={ns}"))
+        .arg("--rufio-machine-interval-seconds=1")
+        .arg("--rufio-task-poll-seconds=0.3")
+        .arg("--fencing-max-unhealthy=1")
+        .arg("--fencing-remediations-only")
+        .crash_point(Some("fencing-after-power-on-job"))
+        .env("RUST_LOG", "info,ingot_controllers=debug")
+        .start();
+    wait_for("the BMC read on", WAIT, || async {
+        let power = machines.get("inv").await.unwrap().status?.power_state;
+        (power.as_deref() == Some("on")).then_some(())
+    })
+    .await;
+
+    // NodeHealthCheck's remediation for the Node: fenced.
+    let remediations: Api<BMCRemediation> = Api::namespaced(client.clone(), &ns);
+    let remediation: BMCRemediation = serde_json::from_value(json!({
+        "apiVersion": "fencing.ingot.dev/v1alpha1", "kind": "BMCRemediation",
+        "metadata": {"name": node_name,
+            "labels": {"app.kubernetes.io/part-of": "node-healthcheck-controller"}},
+        "spec": {"strategy": "OutOfServiceTaint", "powerOnAfterRecovery": true}
+    }))
+    .unwrap();
+    remediations
+        .create(&PostParams::default(), &remediation)
+        .await
+        .unwrap();
+    wait_for("the Node fenced", WAIT, || async {
+        let node = nodes.get(&node_name).await.unwrap();
+        (tainted(&node) && bmc.state.snapshot().power_state == "Off").then_some(())
+    })
+    .await;
+    // Released while off: dies right after creating the power-on Job.
+    remediations
+        .delete(&node_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    ingot.wait_crashed("fencing-after-power-on-job", WAIT).await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let power_ons = || async {
+        jobs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|j| j.name_any())
+            .filter(|n| n.contains("-fence-on-"))
+            .collect::<Vec<_>>()
+    };
+    let created = power_ons().await;
+    assert_eq!(created.len(), 1, "{created:?}");
+    let node = nodes.get(&node_name).await.unwrap();
+    assert!(
+        !node
+            .annotations()
+            .contains_key("fencing.ingot.dev/power-on-job")
+    );
+    assert!(tainted(&node), "untainted before the power-on ran");
+
+    // Started again, unarmed: the same Job taken up; untainted; the remediation let go.
+    ingot.restart(None);
+    let seen = std::sync::Mutex::new(std::collections::BTreeSet::from_iter(created));
+    wait_for("the Node released", WAIT, || async {
+        let now = power_ons().await;
+        seen.lock().unwrap().extend(now);
+        let node = nodes.get(&node_name).await.unwrap();
+        let gone = remediations.get_opt(&node_name).await.unwrap().is_none();
+        (!tainted(&node) && gone).then_some(())
+    })
+    .await;
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(seen.len(), 1, "one power-on Job in all: {seen:?}");
+    assert_eq!(bmc.state.snapshot().power_state, "On");
+    let resets = bmc.state.reset_requests();
+    let count = |action: &str| resets.iter().filter(|r| *r == action).count();
+    // The power-on at most once per process (the Rufio controllers re-send an idempotent
+    // action their process died sending), from one Job.
+    assert!(
+        (1..=2).contains(&count("On")) && resets.len() == count("On") + count("ForceOff"),
+        "{resets:?}"
+    );
+    assert_eq!(count("ForceOff"), 1, "{resets:?}");
+    ingot.kill();
+}

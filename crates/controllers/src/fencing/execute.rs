@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ingot_api::remediation::{BMCRemediation, NHC_TIMED_OUT_ANNOTATION};
 use ingot_api::rufio::{Job, Machine};
 use ingot_api::seeder::{Inventory, InventoryStatus};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
@@ -24,6 +25,7 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use super::phase::{self, Hold, JobState, Outcome, Power, Readiness, Recovery};
+use super::remediation::{self as nhc, Remediations};
 use super::{Error, FencingContext, JOB_NODE_LABEL, Stores};
 use crate::seeder::inventory::node_name;
 use crate::seeder::{conditions, power};
@@ -103,11 +105,13 @@ pub struct Observation {
     pub inventory: Option<Arc<Inventory>>,
     pub power_off_job: String,
     pub power_on_job: String,
+    /// The Node's BMCRemediations (medik8s NodeHealthCheck), sorted.
+    pub remediations: Remediations,
 }
 
-/// The Job of this episode doing `action` (`off`, `on`) on the Inventory's Machine: a name
-/// fixed by the Node's uid and the time its `Ready` condition last changed.
-pub fn job_name(inventory: &str, node: &Node, action: &str) -> String {
+/// What fixes an episode decided by fencing itself: the Node's uid and the time its `Ready`
+/// condition last changed. (One a BMCRemediation decided is fixed by that object's uid.)
+pub fn episode(node: &Node) -> String {
     let since = node
         .status
         .as_ref()
@@ -116,7 +120,12 @@ pub fn job_name(inventory: &str, node: &Node, action: &str) -> String {
         .and_then(|c| c.last_transition_time.as_ref())
         .map(|t| t.0.to_string())
         .unwrap_or_default();
-    let key = format!("{}/{since}", node.uid().unwrap_or_default());
+    format!("{}/{since}", node.uid().unwrap_or_default())
+}
+
+/// The Job of this episode doing `action` (`off`, `on`) on the Inventory's Machine: a name
+/// fixed by the episode ([`episode`], or a BMCRemediation's uid).
+pub fn job_name(inventory: &str, key: &str, action: &str) -> String {
     // FNV-1a: stable across builds, unlike std's hasher.
     let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
@@ -183,6 +192,7 @@ pub async fn observe(
     record: &Record,
     ctx: &FencingContext,
     stores: &Stores,
+    remediations: Vec<Arc<BMCRemediation>>,
 ) -> Result<Observation, Error> {
     let name = node.name_any();
     let settings = &ctx.settings;
@@ -203,14 +213,35 @@ pub async fn observe(
         .and_then(|i| i.namespace())
         .unwrap_or_default();
     let inventory_name = inventory.as_ref().map(|i| i.name_any()).unwrap_or_default();
+    // NodeHealthCheck's decision, when a BMCRemediation in the Inventory's namespace names the
+    // Node: a candidate now (the delay is NHC's), or released once that object is deleted.
+    let remediations = Remediations::sort(
+        remediations,
+        inventory.as_ref().and_then(|i| i.namespace()).as_deref(),
+        record.power_off_job.is_some(),
+    );
+    let readiness = if remediations.driver.is_some() {
+        match readiness {
+            Readiness::NotReady(since) => Readiness::NotReady(since.max(settings.after)),
+            _ => Readiness::NotReady(settings.after),
+        }
+    } else if remediations.released.is_some() || settings.remediations_only {
+        Readiness::Ready
+    } else {
+        readiness
+    };
+    let key = remediations
+        .current()
+        .and_then(|r| r.uid())
+        .unwrap_or_else(|| episode(node));
     let power_off_job = record
         .power_off_job
         .clone()
-        .unwrap_or_else(|| job_name(&inventory_name, node, "off"));
+        .unwrap_or_else(|| job_name(&inventory_name, &key, "off"));
     let power_on_job = record
         .power_on_job
         .clone()
-        .unwrap_or_else(|| job_name(&inventory_name, node, "on"));
+        .unwrap_or_else(|| job_name(&inventory_name, &key, "on"));
     let (power_off, power_on) = if inventory.is_some() {
         (
             job_state(
@@ -254,6 +285,26 @@ pub async fn observe(
         .iter()
         .filter(|n| names.contains(&n.name_any()))
         .collect();
+    // NodeHealthCheck's unhealthy Nodes (a BMCRemediation from their Inventory's namespace)
+    // count against the budget as the NotReady ones do.
+    let inventory_namespaces: std::collections::BTreeSet<(String, String)> = stores
+        .inventories
+        .state()
+        .iter()
+        .filter_map(|i| Some((node_name(i)?.to_owned(), i.namespace()?)))
+        .collect();
+    let remediated: std::collections::BTreeSet<String> = stores
+        .remediations
+        .state()
+        .iter()
+        .filter(|r| {
+            r.metadata.deletion_timestamp.is_none()
+                && !r.annotations().contains_key(NHC_TIMED_OUT_ANNOTATION)
+                && inventory_namespaces
+                    .contains(&(nhc::node_of(r), r.namespace().unwrap_or_default()))
+        })
+        .map(|r| nhc::node_of(r))
+        .collect();
     let node_ready = |n: &Node| self::readiness(n) == Readiness::Ready;
     let control_plane = |n: &Node| n.labels().contains_key(CONTROL_PLANE_LABEL);
     let tainted = record.taint.is_some();
@@ -287,7 +338,10 @@ pub async fn observe(
                 .unwrap_or(false),
             unhealthy: fleet
                 .iter()
-                .filter(|n| matches!(self::readiness(n), Readiness::NotReady(_)))
+                .filter(|n| {
+                    matches!(self::readiness(n), Readiness::NotReady(_))
+                        || remediated.contains(&n.name_any())
+                })
                 .count(),
             nodes: fleet.len(),
             max_unhealthy: settings.max_unhealthy,
@@ -305,11 +359,13 @@ pub async fn observe(
             recovery: settings.recovery,
             power_on,
             held_before: record.held.is_some(),
+            released: remediations.released.is_some(),
         },
         record: record.clone(),
         inventory,
         power_off_job,
         power_on_job,
+        remediations,
     })
 }
 
@@ -378,15 +434,17 @@ async fn write_inventory(
     Ok(())
 }
 
-/// An Event on the Node and on its Inventory (when there is one).
+/// An Event on the Node, on its Inventory (when there is one) and on the BMCRemediation the
+/// episode is for (when there is one).
 async fn tell(
     ctx: &FencingContext,
     node: &Node,
-    inventory: Option<&Inventory>,
+    observed: &Observation,
     warning: bool,
     reason: &str,
     message: &str,
 ) {
+    let inventory = observed.inventory.as_deref();
     let kind = if warning {
         EventType::Warning
     } else {
@@ -398,6 +456,17 @@ async fn tell(
     if let Some(inventory) = inventory {
         ctx.events
             .publish(inventory, kind, reason, "Fence", message.to_owned())
+            .await;
+    }
+    if let Some(remediation) = observed.remediations.current() {
+        ctx.events
+            .publish(
+                remediation.as_ref(),
+                kind,
+                reason,
+                "Fence",
+                message.to_owned(),
+            )
             .await;
     }
 }
@@ -432,15 +501,7 @@ async fn held(
     )
     .await?;
     ctx.metrics.fencing_held(hold.reason());
-    tell(
-        ctx,
-        node,
-        observed.inventory.as_deref(),
-        hold.warning(),
-        hold.reason(),
-        message,
-    )
-    .await;
+    tell(ctx, node, observed, hold.warning(), hold.reason(), message).await;
     Ok(())
 }
 
@@ -473,19 +534,18 @@ async fn power_off(
     )
     .await?;
     ctx.metrics.fencing_power_action("off");
+    let why = match &observed.remediations.driver {
+        Some(r) => format!(
+            "BMCRemediation {}/{} (medik8s NodeHealthCheck) asks for it",
+            r.namespace().unwrap_or_default(),
+            r.name_any()
+        ),
+        None => format!("NotReady for {}s or longer", ctx.settings.after.as_secs()),
+    };
     let message = format!(
-        "NotReady for {}s or longer: powering the server off through its BMC (bmc job {name}); the Node is tainted out of service once the BMC confirms it off",
-        ctx.settings.after.as_secs()
+        "{why}: powering the server off through its BMC (bmc job {name}); the Node is tainted out of service once the BMC confirms it off"
     );
-    tell(
-        ctx,
-        node,
-        Some(inventory),
-        true,
-        "FencingPowerOff",
-        &message,
-    )
-    .await;
+    tell(ctx, node, observed, true, "FencingPowerOff", &message).await;
     Ok(Action::requeue(phase::POLL))
 }
 
@@ -536,15 +596,7 @@ async fn taint(node: &Node, ctx: &FencingContext, observed: &Observation) -> Res
     let message = format!(
         "the BMC confirmed the power off: tainted {OUT_OF_SERVICE}={OUT_OF_SERVICE_VALUE}:NoExecute so that its volumes detach and its pods move"
     );
-    tell(
-        ctx,
-        node,
-        observed.inventory.as_deref(),
-        true,
-        "Fenced",
-        &message,
-    )
-    .await;
+    tell(ctx, node, observed, true, "Fenced", &message).await;
     Ok(Action::requeue(phase::POLL))
 }
 
@@ -558,6 +610,10 @@ async fn power_on(
     };
     let name = &observed.power_on_job;
     power::create_once(&ctx.client, &job(inventory, node, name, "on")?).await?;
+    crate::crash_point(
+        ctx.settings.crash_point.as_deref(),
+        "fencing-after-power-on-job",
+    );
     patch_node(
         ctx,
         node,
@@ -568,15 +624,7 @@ async fn power_on(
     let message = format!(
         "the fenced Node's pods are gone: powering the server on again (bmc job {name}); the taint is removed once the Node is Ready"
     );
-    tell(
-        ctx,
-        node,
-        Some(inventory),
-        false,
-        "FencingPowerOn",
-        &message,
-    )
-    .await;
+    tell(ctx, node, observed, false, "FencingPowerOn", &message).await;
     Ok(Action::await_change())
 }
 
@@ -637,15 +685,7 @@ async fn recover(
         } else {
             "the Node is Ready again: fencing's record removed".to_owned()
         };
-        tell(
-            ctx,
-            node,
-            observed.inventory.as_deref(),
-            false,
-            "FencingRecovered",
-            &message,
-        )
-        .await;
+        tell(ctx, node, observed, false, "FencingRecovered", &message).await;
     }
     Ok(Action::await_change())
 }
@@ -686,21 +726,16 @@ mod tests {
                     "lastTransitionTime": since}]}}))
             .unwrap()
         };
-        let a = job_name("inv", &node("u1", "2026-01-01T00:00:00Z"), "off");
-        assert_eq!(
-            a,
-            job_name("inv", &node("u1", "2026-01-01T00:00:00Z"), "off")
-        );
+        let name =
+            |inventory: &str, node: &Node, action| job_name(inventory, &episode(node), action);
+        let a = name("inv", &node("u1", "2026-01-01T00:00:00Z"), "off");
+        assert_eq!(a, name("inv", &node("u1", "2026-01-01T00:00:00Z"), "off"));
         assert!(a.starts_with("inv-fence-off-"), "{a}");
-        assert_ne!(
-            a,
-            job_name("inv", &node("u1", "2026-01-01T00:05:00Z"), "off")
-        );
-        assert_ne!(
-            a,
-            job_name("inv", &node("u2", "2026-01-01T00:00:00Z"), "off")
-        );
-        let long = job_name(&"x".repeat(80), &node("u1", "2026-01-01T00:00:00Z"), "off");
+        assert_ne!(a, name("inv", &node("u1", "2026-01-01T00:05:00Z"), "off"));
+        assert_ne!(a, name("inv", &node("u2", "2026-01-01T00:00:00Z"), "off"));
+        // A BMCRemediation's episode: its uid.
+        assert_ne!(job_name("inv", "r1", "off"), job_name("inv", "r2", "off"));
+        let long = name(&"x".repeat(80), &node("u1", "2026-01-01T00:00:00Z"), "off");
         assert!(long.len() <= 63, "{long}");
     }
 }

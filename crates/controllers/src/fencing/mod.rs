@@ -14,13 +14,17 @@
 //!   after a crash gets "already exists" and adopts the Job), the taint and ingot's record of
 //!   it on the Node (one write, guarded by `resourceVersion`), a condition on the Inventory and
 //!   an Event on the Node and the Inventory for every decision.
+//! - [`remediation`]: medik8s NodeHealthCheck as the decider: a BMCRemediation makes its Node a
+//!   candidate now, its deletion releases the Node; its conditions say how it went.
 
 pub mod execute;
 pub mod phase;
+pub mod remediation;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use ingot_api::remediation::BMCRemediation;
 use ingot_api::rufio::{Job, Machine};
 use ingot_api::seeder::Inventory;
 use k8s_openapi::api::core::v1::Node;
@@ -52,6 +56,9 @@ pub struct Settings {
     pub max_unhealthy: MaxUnhealthy,
     /// `--fencing-recovery`.
     pub recovery: Recovery,
+    /// `--fencing-remediations-only`: only Nodes a BMCRemediation (medik8s NodeHealthCheck)
+    /// names are fenced; ingot's own NotReady delay decides nothing.
+    pub remediations_only: bool,
     /// Test builds: the armed crash points.
     pub crash_point: Option<String>,
 }
@@ -63,6 +70,7 @@ impl Default for Settings {
             after: Duration::from_secs(300),
             max_unhealthy: MaxUnhealthy::Percent(40),
             recovery: Recovery::PowerOn,
+            remediations_only: false,
             crash_point: None,
         }
     }
@@ -75,6 +83,7 @@ pub struct Stores {
     pub inventories: Store<Inventory>,
     pub machines: Store<Machine>,
     pub jobs: Store<Job>,
+    pub remediations: Store<BMCRemediation>,
 }
 
 /// What the fencing controller needs, built by `ingot run`.
@@ -150,11 +159,18 @@ pub async fn run(
         ctx.api_in::<Job>(),
         watcher::Config::default().labels(JOB_NODE_LABEL),
     );
+    // BMCRemediations in every namespace: one from a namespace that may not act on its Node is
+    // refused with a condition, so it must be seen.
+    let (remediations, remediation_events) = crate::lean_reflector(
+        Api::<BMCRemediation>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    );
     let stores = Stores {
         nodes: nodes.clone(),
         inventories: inventories.clone(),
         machines,
         jobs,
+        remediations,
     };
     let _ = ctx.stores.set(stores.clone());
     let by_machine = inventories.clone();
@@ -172,6 +188,9 @@ pub async fn run(
         .watches_stream(job_events.applied_objects(), |job: Job| {
             job.labels().get(JOB_NODE_LABEL).map(|n| ObjectRef::new(n))
         })
+        .watches_stream(remediation_events.applied_objects(), |r: BMCRemediation| {
+            Some(ObjectRef::new(&remediation::node_of(&r)))
+        })
         .with_config(Config::default().concurrency(16));
     let backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(120));
     let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
@@ -180,13 +199,49 @@ pub async fn run(
 
 async fn reconcile(node: Arc<Node>, ctx: Arc<FencingContext>) -> Result<Action, Error> {
     let stores = ctx.stores.get().ok_or(Error::NotStarted)?.clone();
+    let name = node.name_any();
     let readiness = execute::readiness(&node);
     let record = execute::Record::read(&node);
-    // A Ready Node with nothing of fencing on it: no API call, no store walk.
-    if !matches!(readiness, phase::Readiness::NotReady(_)) && record.is_empty() {
+    let remediations: Vec<Arc<BMCRemediation>> = stores
+        .remediations
+        .state()
+        .into_iter()
+        .filter(|r| remediation::node_of(r) == name)
+        .collect();
+    // A Node with nothing of fencing on it that fencing would not take up: no API call.
+    let not_due =
+        ctx.settings.remediations_only || !matches!(readiness, phase::Readiness::NotReady(_));
+    if not_due && record.is_empty() && remediations.is_empty() {
         return Ok(Action::await_change());
     }
-    let observed = execute::observe(&node, readiness, &record, &ctx, &stores).await?;
+    let observed = execute::observe(&node, readiness, &record, &ctx, &stores, remediations).await?;
+    let inventory_namespace = observed.inventory.as_ref().and_then(|i| i.namespace());
+    remediation::report_others(
+        &ctx,
+        &name,
+        inventory_namespace.as_deref(),
+        &observed.remediations,
+    )
+    .await?;
+    // The finalizer before anything is done for it: its deletion must release the Node.
+    if let Some(driver) = &observed.remediations.driver
+        && remediation::hold(&ctx, driver).await?
+    {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let phase = phase::phase(&observed.state);
     let outcome = phase::step(&observed.state);
-    execute::execute(&node, &ctx, &observed, outcome).await
+    let action = execute::execute(&node, &ctx, &observed, outcome.clone()).await?;
+    if let Some(driver) = &observed.remediations.driver
+        && let Some(changes) = remediation::conditions_for(phase, &outcome)
+    {
+        remediation::write_status(&ctx, driver, &changes).await?;
+    }
+    // Released: ingot lets go once nothing of the episode is left on the Node.
+    if let Some(released) = &observed.remediations.released
+        && (outcome == phase::Outcome::Recover || phase == phase::Phase::Healthy)
+    {
+        remediation::let_go(&ctx, released).await?;
+    }
+    Ok(action)
 }

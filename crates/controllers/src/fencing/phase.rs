@@ -108,6 +108,9 @@ pub struct Observed {
     pub power_on: JobState,
     /// A hold is recorded on the Node (its Event told once).
     pub held_before: bool,
+    /// The BMCRemediation that made the Node a candidate was deleted (NodeHealthCheck found
+    /// the Node healthy, or a person gave it up): the Node is released.
+    pub released: bool,
 }
 
 /// Where a Node is.
@@ -311,6 +314,15 @@ fn fenced(o: &Observed) -> Outcome {
 }
 
 fn recovered(o: &Observed) -> Outcome {
+    if o.released && o.tainted && o.recovery == Recovery::PowerOn {
+        // Released while off: the one power-on of the episode first (never a second), and
+        // the taint goes once it has ended.
+        match o.power_on {
+            JobState::None => return Outcome::PowerOn,
+            JobState::Running => return Outcome::Wait(Some(POLL)),
+            JobState::Succeeded | JobState::Failed(_) => {}
+        }
+    }
     if o.power_off == JobState::Running && !o.tainted {
         // The power-off still runs: the record stays until it ends, so it is not lost. (Once
         // tainted, the power-off was confirmed: whatever its Job shows now, the taint goes.)
@@ -347,6 +359,7 @@ mod tests {
             recovery: Recovery::PowerOn,
             power_on: JobState::None,
             held_before: false,
+            released: false,
         }
     }
 
@@ -538,6 +551,32 @@ mod tests {
         assert_eq!(step(&o), Outcome::Recover);
         o.held_before = false;
         assert_eq!(step(&o), Outcome::Wait(None));
+    }
+
+    #[test]
+    fn a_released_node_is_powered_on_once_then_untainted() {
+        let mut o = candidate();
+        o.readiness = Readiness::Ready;
+        o.released = true;
+        o.power_off = JobState::Succeeded;
+        o.tainted = true;
+        assert_eq!(step(&o), Outcome::PowerOn);
+        o.power_on = JobState::Running;
+        assert_eq!(step(&o), Outcome::Wait(Some(POLL)));
+        o.power_on = JobState::Succeeded;
+        assert_eq!(step(&o), Outcome::Recover);
+        o.power_on = JobState::Failed("x".into());
+        assert_eq!(step(&o), Outcome::Recover);
+        // Left off (powerOnAfterRecovery: false): only the taint goes.
+        o.power_on = JobState::None;
+        o.recovery = Recovery::StayOff;
+        assert_eq!(step(&o), Outcome::Recover);
+        // Never powered off (held): nothing to power on.
+        o.recovery = Recovery::PowerOn;
+        o.tainted = false;
+        o.power_off = JobState::None;
+        o.held_before = true;
+        assert_eq!(step(&o), Outcome::Recover);
     }
 
     #[test]
