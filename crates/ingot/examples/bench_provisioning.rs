@@ -140,23 +140,6 @@ impl Counters {
     }
 }
 
-/// The operator's CPU time (user and system), in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 fn bmc_requests(fleet: &Fleet) -> u64 {
     fleet
         .bmcs
@@ -380,7 +363,7 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let counters_before = Counters::read(http_port).await;
     let bmc_before = bmc_requests(&fleet);
-    let cpu_before = cpu_seconds(operator.id());
+    let cpu_before = operator.cpu_seconds();
 
     let nodes: Vec<Value> = (0..n)
         .map(|i| {
@@ -452,7 +435,7 @@ async fn main() {
     }
     let running = applied.elapsed().as_secs_f64();
     let peak_rss = operator.rss_mib().0;
-    let cpu = cpu_seconds(operator.id()) - cpu_before;
+    let cpu = operator.cpu_seconds() - cpu_before;
     let counted = Counters::read(http_port).await.since(&counters_before);
     let bmc = bmc_requests(&fleet) - bmc_before;
 

@@ -5,9 +5,14 @@
 //! nothing changes, and the latency of N power actions requested at once (Harvester's two
 //! writes → `actionStatus: complete`).
 //!
+//! With `push`, the operator runs its events receiver instead, and the last step is a hardware
+//! event at a sample of the BMCs (a log entry, pushed to the receiver): the time from the event
+//! at the BMC to its Node Event (p50 / p99), the operator's CPU and memory meanwhile, and the
+//! BMC requests it cost against the polls that would bring the news as soon.
+//!
 //! Run by hand (not a test):
 //!   source scripts/lib.sh; build_control_plane
-//!   cargo build -p ingot && cargo run -p ingot --example bench_seeder -- [N=1000] [latency_ms=50] [power|no-power]
+//!   cargo build -p ingot && cargo run -p ingot --example bench_seeder -- [N=1000] [latency_ms=50] [power|no-power|push] [events=min(N,500)]
 //! With `INGOT_BENCH_BINARY=target/release/ingot` (after `cargo build --release -p ingot`) the
 //! operator measured is a release build, as a cluster runs it.
 
@@ -89,6 +94,94 @@ async fn create_objects(client: &Client, fleet: &Fleet) {
         .await;
 }
 
+/// Hardware events at `k` of the BMCs, 20 a second: the time from each (a log entry added at
+/// the BMC, which pushes it) to its Node Event, read from a watch of the Events.
+async fn pushed_events(client: &Client, fleet: &Fleet, operator: &ProcessGroup, k: usize) {
+    let subscribed = Instant::now();
+    while fleet
+        .bmcs
+        .iter()
+        .any(|b| b.state.subscriptions().len() != 1)
+    {
+        assert!(
+            subscribed.elapsed() < Duration::from_secs(600),
+            "not every BMC has one subscription after 10 min"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!(
+        "every BMC subscribed {:.1} s after all were ready",
+        subscribed.elapsed().as_secs_f64()
+    );
+    let requests = || -> u64 { fleet.bmcs.iter().map(|b| b.state.snapshot().requests).sum() };
+    let (cpu_before, requests_before) = (operator.cpu_seconds(), requests());
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let seen = tokio::spawn(async move {
+        let mut seen: HashMap<String, Instant> = HashMap::new();
+        let config = watcher::Config::default().fields("reason=HarvesterHardwareDiscovery");
+        let mut stream = std::pin::pin!(watcher(events, config).applied_objects());
+        while seen.len() < k {
+            match tokio::time::timeout(Duration::from_secs(600), stream.next()).await {
+                Ok(Some(Ok(event))) => {
+                    let message = event.message.unwrap_or_default();
+                    if let Some(marker) = message
+                        .split_whitespace()
+                        .find(|w| w.starts_with("bench-event-"))
+                    {
+                        seen.entry(marker.trim_end_matches('.').to_owned())
+                            .or_insert_with(Instant::now);
+                    }
+                }
+                Ok(Some(Err(_))) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        seen
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    let mut sent = HashMap::new();
+    let stride = (fleet.bmcs.len() / k.max(1)).max(1);
+    for i in 0..k {
+        let bmc = &fleet.bmcs[(i * stride) % fleet.bmcs.len()];
+        let marker = format!("bench-event-{i}");
+        sent.insert(marker.clone(), Instant::now());
+        bmc.state.add_log(
+            "Warning",
+            &format!("Fan 2 below its lower threshold {marker}"),
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seen = seen.await.unwrap();
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = operator.cpu_seconds() - cpu_before;
+    let spent = requests() - requests_before;
+    let mut latency: Vec<f64> = sent
+        .iter()
+        .filter_map(|(m, at)| Some(seen.get(m)?.duration_since(*at).as_secs_f64()))
+        .collect();
+    latency.sort_by(f64::total_cmp);
+    if latency.is_empty() {
+        println!("no pushed event became a Node Event");
+        return;
+    }
+    let q = |p: f64| latency[((latency.len() as f64 * p) as usize).min(latency.len() - 1)];
+    let (p50, p99) = (q(0.5), q(0.99));
+    println!(
+        "{} of {k} events at the BMC became Node Events: p50 {p50:.2} s, p99 {p99:.2} s",
+        latency.len()
+    );
+    println!("operator CPU over the {elapsed:.1} s of events: {cpu:.1} s");
+    let per_event = spent as f64 / k as f64;
+    // Polling alone brings an event within p99 only if each BMC is read every p99 seconds.
+    let n = fleet.bmcs.len() as f64;
+    let polls = n * elapsed / p99.max(0.001);
+    println!(
+        "BMC requests during the events: {spent} ({per_event:.1} per event); polling every {p99:.1} s instead: {polls:.0} hardware reads of {n:.0} BMCs in that time ({:.0} requests at {per_event:.1} each)",
+        polls * per_event
+    );
+}
+
 /// Polls the Inventories until `done` holds for each, returning when each first did.
 async fn until_each(
     client: &Client,
@@ -162,7 +255,11 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
     let latency_ms: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(50);
-    let power = args.get(3).is_none_or(|a| a != "no-power");
+    let mode = args.get(3).map(String::as_str).unwrap_or("power");
+    let events: usize = args
+        .get(4)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(n.min(500));
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     let spec = BmcSpec {
@@ -206,6 +303,18 @@ async fn main() {
         }
         None => Command::new(ingot_binary()),
     };
+    // The events receiver's flags, after `run`.
+    let mut receiver = Vec::new();
+    if mode == "push" {
+        let key = ingot_testenv::harness::temp_dir("bench-push").join("events.key");
+        std::fs::write(&key, "bench-events-key-".repeat(4)).unwrap();
+        let port = ingot_testenv::harness::closed_port();
+        receiver = vec![
+            format!("--events-addr=127.0.0.1:{port}"),
+            format!("--events-url=https://127.0.0.1:{port}/redfish-events"),
+            format!("--events-key-file={}", key.display()),
+        ];
+    }
     let operator = ProcessGroup(
         command
             .process_group(0)
@@ -216,6 +325,7 @@ async fn main() {
             .arg(format!("--lease-namespace={NS}"))
             .arg(format!("--seeder-namespace={NS}"))
             .arg(format!("--rufio-namespace={NS}"))
+            .args(&receiver)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -252,7 +362,10 @@ async fn main() {
         steady.values().sum::<f64>()
     );
 
-    if !power {
+    if mode == "push" {
+        pushed_events(&client, &fleet, &operator, events).await;
+    }
+    if mode != "power" {
         let (peak, now) = operator.rss_mib();
         println!("operator RSS: peak {peak:.0} MiB, now {now:.0} MiB");
         return;

@@ -14,6 +14,23 @@ impl ProcessGroup {
         self.0.id()
     }
 
+    /// CPU time the process has used so far (user and system), in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.id())).unwrap_or_default();
+        // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (ticks(11) + ticks(12)) / 100.0
+    }
+
     /// Peak and current resident set size, in MiB.
     pub fn rss_mib(&self) -> (f64, f64) {
         let mib = |key| proc_status_kib(self.id(), key) as f64 / 1024.0;
