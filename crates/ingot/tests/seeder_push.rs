@@ -1,7 +1,8 @@
 //! Push events end to end on the real control plane: `ingot run --controllers seeder` with the
 //! events receiver (HTTPS, self-signed), a local Inventory whose BMC is ingot's Redfish
 //! emulator. The subscription is made on the BMC and read back there; an event the BMC pushes
-//! becomes the Node Event within seconds although the Inventory is polled hourly; a power event
+//! becomes the Node Event within seconds although the Inventory is polled hourly (and before the
+//! rest of a slow BMC's hardware is read); a power event
 //! refreshes the Machine's power although it is read every ten minutes; forged events are
 //! refused and counted; a BMC reset is repaired by the next poll; disabling the events and
 //! deleting the Inventory remove the subscription; a BMC that refuses subscriptions is said
@@ -314,6 +315,27 @@ async fn pushed_events_end_to_end() {
             .load(std::sync::atomic::Ordering::Relaxed)
             >= 1
     );
+
+    // A slow BMC (500 ms an answer): the log is read before the inventory and the sensors (40
+    // requests more, 20 s at this pace), so the pushed entry is a Node Event within seconds.
+    bmc.state
+        .set_fault(Some(ingot_bmc_sim::Fault::Slow { delay_ms: 500 }));
+    let sent = Instant::now();
+    bmc.state
+        .add_log("Warning", "DIMM A1 correctable ECC errors over threshold");
+    wait_for(
+        "the slow BMC's pushed event's Node Event",
+        Duration::from_secs(10),
+        || async {
+            let now = node_events(&client, NAME).await;
+            now.iter()
+                .any(|m| m.contains("DIMM A1 correctable ECC"))
+                .then_some(())
+        },
+    )
+    .await;
+    eprintln!("event at a slow BMC to Node Event: {:?}", sent.elapsed());
+    bmc.state.set_fault(None);
 
     // A power change at the BMC (not through ingot): the Machine reads off within seconds,
     // although its power is read every ten minutes.

@@ -141,29 +141,43 @@ async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result
 
 /// One read of the BMC and what follows from it; whether the BMC could be read.
 async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result<bool, Error> {
-    let (facts, log, sensors) = match read_bmc(inventory, ctx).await {
-        Ok(read) => read,
-        Err(message) => {
-            ctx.hardware_events
-                .publish(
-                    inventory,
-                    EventType::Warning,
-                    "HardwareReadFailed",
-                    "HardwareReadFailed",
-                    format!("reading the hardware facts: {message}"),
-                )
-                .await;
-            return Ok(false);
-        }
+    let bmc = match reach(inventory, ctx).await {
+        Ok(bmc) => bmc,
+        Err(message) => return read_failed(inventory, &message, ctx).await,
     };
+    // The event log first: its new entries are the news a pushed event brings, so they are
+    // said before the inventory and the sensors are read (tens of requests more). The cursor
+    // is written before the Events, so an Event lost to an API error is never said twice.
+    let log = read_log(&bmc, inventory).await;
     let annotations = node.annotations();
-    let readings = health::readings(&facts);
-    let (fresh, fingerprints) =
-        health::fresh_readings(&readings, &health::stored_fingerprints(annotations));
     let cursor = annotations
         .get(health::EVENT_LOG_CURSOR_ANNOTATION)
         .map(String::as_str);
     let (entries, new_cursor) = health::new_log_entries(&log, cursor);
+    if let Some(c) = new_cursor.filter(|c| Some(c.as_str()) != cursor) {
+        let written = Api::<Node>::all(ctx.client.clone())
+            .patch(
+                &node.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    health::EVENT_LOG_CURSOR_ANNOTATION: c}}})),
+            )
+            .await?;
+        ctx.node_written(&written);
+    }
+    for e in entries {
+        let (message, warning) = health::log_entry_event(e);
+        node_event(node, &message, warning, ctx).await;
+    }
+
+    let facts = match bmc.inventory().await {
+        Ok(facts) => facts,
+        Err(e) => return read_failed(inventory, &bmcs::error_chain(&e), ctx).await,
+    };
+    let sensors = read_sensors(&bmc, inventory).await;
+    let readings = health::readings(&facts);
+    let (fresh, fingerprints) =
+        health::fresh_readings(&readings, &health::stored_fingerprints(annotations));
 
     let (mut wanted, too_long) = health::fact_annotations(&facts);
     for fact in too_long {
@@ -178,9 +192,6 @@ async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result
             .await;
     }
     wanted.insert(health::READINGS_ANNOTATION, fingerprints);
-    if let Some(c) = new_cursor {
-        wanted.insert(health::EVENT_LOG_CURSOR_ANNOTATION, c);
-    }
     let mut metadata = Map::new();
     if let Some(p) = health::annotation_patch(annotations, &wanted, &health::FACT_ANNOTATIONS) {
         metadata.insert("annotations".into(), Value::Object(p));
@@ -222,11 +233,25 @@ async fn poll(inventory: &Inventory, node: &Node, ctx: &SeederContext) -> Result
     for r in fresh {
         node_event(node, &r.message, r.warning, ctx).await;
     }
-    for e in entries {
-        let (message, warning) = health::log_entry_event(e);
-        node_event(node, &message, warning, ctx).await;
-    }
     Ok(true)
+}
+
+/// Says on the Inventory that its BMC could not be read; the poll did not read it.
+async fn read_failed(
+    inventory: &Inventory,
+    message: &str,
+    ctx: &SeederContext,
+) -> Result<bool, Error> {
+    ctx.hardware_events
+        .publish(
+            inventory,
+            EventType::Warning,
+            "HardwareReadFailed",
+            "HardwareReadFailed",
+            format!("reading the hardware facts: {message}"),
+        )
+        .await;
+    Ok(false)
 }
 
 /// Seeder's label on the Inventory that sets the port of the hardware reads over Redfish.
@@ -279,31 +304,28 @@ pub(crate) async fn reach(
     Ok(bmc)
 }
 
-/// The BMC's inventory, event log (a BMC without one has an empty log) and sensors (none for
-/// a BMC without them; `None` when they could not be read).
-async fn read_bmc(
-    inventory: &Inventory,
-    ctx: &SeederContext,
-) -> Result<(ingot_bmc::Inventory, Vec<LogEntry>, Option<Vec<Sensor>>), String> {
-    let bmc = reach(inventory, ctx).await?;
-    let facts = bmc.inventory().await.map_err(|e| bmcs::error_chain(&e))?;
-    let log = match bmc.event_log().await {
+/// The BMC's event log; a BMC without one, or one that could not be read, gives an empty log.
+async fn read_log(bmc: &ManagedBmc, inventory: &Inventory) -> Vec<LogEntry> {
+    match bmc.event_log().await {
         Ok(log) => log,
         Err(BmcError::Unsupported(_)) => Vec::new(),
         Err(e) => {
             warn!(inventory = %inventory.name_any(), error = %bmcs::error_chain(&e), "reading the event log failed");
             Vec::new()
         }
-    };
-    let sensors = match bmc.sensors().await {
+    }
+}
+
+/// The BMC's sensors: none for a BMC without them, `None` when they could not be read.
+async fn read_sensors(bmc: &ManagedBmc, inventory: &Inventory) -> Option<Vec<Sensor>> {
+    match bmc.sensors().await {
         Ok(s) => Some(s),
         Err(BmcError::Unsupported(_)) => Some(Vec::new()),
         Err(e) => {
             warn!(inventory = %inventory.name_any(), error = %bmcs::error_chain(&e), "reading the sensors failed; the hardware condition is left as it is");
             None
         }
-    };
-    Ok((facts, log, sensors))
+    }
 }
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
