@@ -245,6 +245,11 @@ pub struct InstancePoolSpec {
         default,
         skip_serializing_if = "Option::is_none"
     )]
+    #[x_kube(validation = kube::core::Rule::new(
+        "!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn'] ? (has(e.values) && size(e.values) > 0) : (e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0)))"
+    ).message(
+        "each matchExpressions entry needs operator In or NotIn with values, or Exists or DoesNotExist without values"
+    ))]
     pub inventory_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     /// The namespace of the Inventories an inventorySelector pool draws from (required with
     /// it: an InstancePool is cluster-scoped).

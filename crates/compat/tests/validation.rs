@@ -117,6 +117,18 @@ fn cases() -> Vec<Case> {
             expect: &["spec.inventoryNamespace", "must be a namespace name"],
         },
         Case {
+            what: "an unknown selector operator",
+            object: on_premises(json!({"inventorySelector": {"matchExpressions": [
+                {"key": "rack", "operator": "Sideways", "values": ["a"]}]}})),
+            expect: &["spec.inventorySelector", "operator In or NotIn with values"],
+        },
+        Case {
+            what: "In without values",
+            object: on_premises(json!({"inventorySelector": {"matchExpressions": [
+                {"key": "rack", "operator": "In"}]}})),
+            expect: &["spec.inventorySelector", "Exists or DoesNotExist without values"],
+        },
+        Case {
             what: "plan on premises",
             object: on_premises(json!({"plan": "c3.small.x86"})),
             expect: &["spec.plan", "Equinix Metal field", "remove spec.plan"],
