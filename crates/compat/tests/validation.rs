@@ -126,7 +126,10 @@ fn cases() -> Vec<Case> {
             what: "In without values",
             object: on_premises(json!({"inventorySelector": {"matchExpressions": [
                 {"key": "rack", "operator": "In"}]}})),
-            expect: &["spec.inventorySelector", "Exists or DoesNotExist without values"],
+            expect: &[
+                "spec.inventorySelector",
+                "Exists or DoesNotExist without values",
+            ],
         },
         Case {
             what: "plan on premises",
