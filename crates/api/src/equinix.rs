@@ -57,6 +57,17 @@ const GO_DURATION_MESSAGE: &str =
     printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.ready"}"#,
     printcolumn = r#"{"name":"Requested","type":"integer","jsonPath":".status.requested"}"#
 )]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || has(self.inventoryNamespace)"#).field_path(".inventoryNamespace").message("inventoryNamespace is required with inventorySelector: name the namespace of the Inventories the pool draws from (an InstancePool is cluster-scoped)"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventoryNamespace) || has(self.inventorySelector)"#).field_path(".inventorySelector").message("inventorySelector is required with inventoryNamespace: set it (an empty selector, {}, takes any Inventory of the namespace) or remove inventoryNamespace"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.plan) || self.plan == ''"#).field_path(".plan").message("plan is an Equinix Metal field and a pool with inventorySelector draws its servers from Inventories: remove spec.plan"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.metro) || self.metro == ''"#).field_path(".metro").message("metro is an Equinix Metal field and a pool with inventorySelector draws its servers from Inventories: remove spec.metro"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.billingCycle) || self.billingCycle == ''"#).field_path(".billingCycle").message("billingCycle is an Equinix Metal field and a pool with inventorySelector draws its servers from Inventories: remove spec.billingCycle"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.spotInstance) || !self.spotInstance"#).field_path(".spotInstance").message("spotInstance is an Equinix Metal field and a pool with inventorySelector draws its servers from Inventories: remove spec.spotInstance"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.spotPriceMax) || self.spotPriceMax == ''"#).field_path(".spotPriceMax").message("spotPriceMax is an Equinix Metal field and a pool with inventorySelector draws its servers from Inventories: remove spec.spotPriceMax"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.createMissingVlans) || !self.createMissingVlans"#).field_path(".createMissingVlans").message("createMissingVlans creates Equinix Metal VLANs, which a pool with inventorySelector has none of: remove spec.createMissingVlans"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.networkingConfiguration) || !has(self.networkingConfiguration.type) || self.networkingConfiguration.type == ''"#).field_path(".networkingConfiguration.type").message("networkingConfiguration.type sets Equinix Metal port modes through its API, which a pool with inventorySelector has no part of (bonds come from managementBondingOptions, switch ports are yours): remove spec.networkingConfiguration.type"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.networkingConfiguration) || !has(self.networkingConfiguration.interfaceConfiguration) || size(self.networkingConfiguration.interfaceConfiguration) == 0"#).field_path(".networkingConfiguration.interfaceConfiguration").message("networkingConfiguration.interfaceConfiguration assigns VLANs to Equinix Metal ports through its API, which a pool with inventorySelector has no part of (switch ports are yours): remove spec.networkingConfiguration.interfaceConfiguration"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.managementInterface) || self.managementInterface.all(i, i == 'eth0')"#).field_path(".managementInterface").message("an Inventory has one known port, eth0 (spec.managementInterfaceMacAddress): with inventorySelector, managementInterface may only name eth0; remove the other names"))]
 pub struct InstancePoolSpec {
     /// Desired number of Instances.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,6 +126,7 @@ pub struct InstancePoolSpec {
         default,
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(length(max = 16), inner(length(max = 64)))]
     pub management_interfaces: Option<Vec<String>>,
     /// Bond options of the management interface, e.g. `{mode: balance-tlb, miimon: "100"}`.
     #[serde(
@@ -224,6 +236,33 @@ pub struct InstancePoolSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub networking_configuration: Option<NetworkingConfiguration>,
+    /// Draw the pool's servers from Seeder Inventories matching this label selector, reached
+    /// through their BMCs, instead of Equinix Metal (ingot's addition; see docs/onprem.md). The
+    /// Equinix Metal fields (plan, metro, billingCycle, spot, createMissingVlans and the port
+    /// settings of networkingConfiguration) are then refused.
+    #[serde(
+        rename = "inventorySelector",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[x_kube(validation = kube::core::Rule::new(
+        "!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn'] ? (has(e.values) && size(e.values) > 0) : (e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0)))"
+    ).message(
+        "each matchExpressions entry needs operator In or NotIn with values, or Exists or DoesNotExist without values"
+    ))]
+    pub inventory_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// The namespace of the Inventories an inventorySelector pool draws from (required with
+    /// it: an InstancePool is cluster-scoped).
+    #[serde(
+        rename = "inventoryNamespace",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 63))]
+    #[x_kube(validation = kube::core::Rule::new(r"self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message(
+        "inventoryNamespace must be a namespace name: lowercase letters, digits and '-', starting and ending with a letter or digit"
+    ))]
+    pub inventory_namespace: Option<String>,
 }
 
 /// How the servers' ports are wired, as in the fork's README.

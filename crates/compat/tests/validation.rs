@@ -18,6 +18,14 @@ fn pool(spec: Value) -> Value {
         "metadata": {"name": format!("invalid-{}", ingot_testenv::random_suffix(8))}, "spec": spec})
 }
 
+/// A pool over Inventories, with `extra` merged into its spec.
+fn on_premises(extra: Value) -> Value {
+    let mut spec = json!({"count": 2, "inventorySelector": {"matchLabels": {"rack": "a"}},
+        "inventoryNamespace": "metal"});
+    merge(&mut spec, extra);
+    pool(spec)
+}
+
 fn inventory(spec_patch: Value) -> Value {
     let mut spec =
         json!({"baseboardSpec": {"connection": {"host": "10.0.0.5", "insecureTLS": false}}});
@@ -92,6 +100,90 @@ fn cases() -> Vec<Case> {
             what: "unknown billing cycle",
             object: pool(json!({"billingCycle": "weekly"})),
             expect: &["spec.billingCycle", "Unsupported value: \"weekly\""],
+        },
+        Case {
+            what: "inventorySelector without inventoryNamespace",
+            object: pool(json!({"inventorySelector": {"matchLabels": {"rack": "a"}}})),
+            expect: &["spec.inventoryNamespace", "required with inventorySelector"],
+        },
+        Case {
+            what: "inventoryNamespace without inventorySelector",
+            object: pool(json!({"inventoryNamespace": "metal"})),
+            expect: &["spec.inventorySelector", "required with inventoryNamespace"],
+        },
+        Case {
+            what: "inventoryNamespace not a namespace name",
+            object: on_premises(json!({"inventoryNamespace": "Metal_A"})),
+            expect: &["spec.inventoryNamespace", "must be a namespace name"],
+        },
+        Case {
+            what: "an unknown selector operator",
+            object: on_premises(json!({"inventorySelector": {"matchExpressions": [
+                {"key": "rack", "operator": "Sideways", "values": ["a"]}]}})),
+            expect: &["spec.inventorySelector", "operator In or NotIn with values"],
+        },
+        Case {
+            what: "In without values",
+            object: on_premises(json!({"inventorySelector": {"matchExpressions": [
+                {"key": "rack", "operator": "In"}]}})),
+            expect: &[
+                "spec.inventorySelector",
+                "Exists or DoesNotExist without values",
+            ],
+        },
+        Case {
+            what: "plan on premises",
+            object: on_premises(json!({"plan": "c3.small.x86"})),
+            expect: &["spec.plan", "Equinix Metal field", "remove spec.plan"],
+        },
+        Case {
+            what: "metro on premises",
+            object: on_premises(json!({"metro": "SG"})),
+            expect: &["spec.metro", "remove spec.metro"],
+        },
+        Case {
+            what: "billingCycle on premises",
+            object: on_premises(json!({"billingCycle": "hourly"})),
+            expect: &["spec.billingCycle", "remove spec.billingCycle"],
+        },
+        Case {
+            what: "spotInstance on premises",
+            object: on_premises(json!({"spotInstance": true})),
+            expect: &["spec.spotInstance", "remove spec.spotInstance"],
+        },
+        Case {
+            what: "spotPriceMax on premises",
+            object: on_premises(json!({"spotPriceMax": "0.5"})),
+            expect: &["spec.spotPriceMax", "remove spec.spotPriceMax"],
+        },
+        Case {
+            what: "createMissingVlans on premises",
+            object: on_premises(json!({"createMissingVlans": true})),
+            expect: &["spec.createMissingVlans", "remove spec.createMissingVlans"],
+        },
+        Case {
+            what: "port network type on premises",
+            object: on_premises(json!({"networkingConfiguration": {"type": "hybrid"}})),
+            expect: &[
+                "spec.networkingConfiguration.type",
+                "Equinix Metal port modes",
+                "remove spec.networkingConfiguration.type",
+            ],
+        },
+        Case {
+            what: "port VLAN assignment on premises",
+            object: on_premises(
+                json!({"networkingConfiguration": {"interfaceConfiguration": [{"name": "eth1", "vlanIDS": ["1000"]}]}}),
+            ),
+            expect: &[
+                "spec.networkingConfiguration.interfaceConfiguration",
+                "assigns VLANs to Equinix Metal ports",
+            ],
+        },
+        Case {
+            what: "a management interface an Inventory does not have",
+            object: on_premises(json!({"managementInterface": ["eth0", "eth1"]})),
+            expect: &["spec.managementInterface", "may only name eth0"],
         },
         Case {
             what: "unknown power action requested",
@@ -200,6 +292,59 @@ async fn invalid_objects_are_refused_with_the_field_named() {
     assert!(
         problems.is_empty(),
         "validation problems:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+/// The rules above refuse only what they name: an Equinix pool keeps every Equinix field, and a
+/// pool over Inventories keeps the settings that apply on premises.
+#[tokio::test]
+async fn valid_pools_of_both_backends_are_accepted() {
+    let env = ingot_testenv::shared().await;
+    let client = env.client().expect("client");
+    let namespace = env.namespace("validation").await.expect("namespace");
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
+    let accepted = [
+        (
+            "an Equinix pool with every Equinix field",
+            pool(
+                json!({"count": 3, "plan": "c3.small.x86", "metro": "SG", "billingCycle": "hourly",
+                "spotInstance": true, "spotPriceMax": "0.5", "createMissingVlans": true,
+                "managementInterface": ["eth0", "eth1"],
+                "networkingConfiguration": {"type": "hybrid",
+                    "interfaceConfiguration": [{"name": "eth1", "vlanIDS": ["1000"]}]}}),
+            ),
+        ),
+        (
+            "a pool over Inventories with the settings that apply on premises",
+            on_premises(
+                json!({"ipxeScriptUrl": "http://boot.example/ipxe", "harvesterVersion": "v1.4.2",
+                "managementInterface": ["eth0"], "managementBondingOptions": {"mode": "active-backup"},
+                "installDisk": "/dev/nvme0n1", "nodeCleanupWaitInterval": "5m", "maxUnhealthy": 1,
+                "drainTimeout": "5m", "singleBoot": true, "isoUrl": "http://boot.example/harvester.iso",
+                "plan": "", "metro": "", "facility": [], "billingCycle": "", "spotPriceMax": "",
+                "spotInstance": false, "createMissingVlans": false,
+                "networkingConfiguration": {"type": "", "interfaceConfiguration": []},
+                "inventorySelector": {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["a", "b"]}]}}),
+            ),
+        ),
+        (
+            "a pool over every Inventory of a namespace",
+            pool(json!({"count": 1, "inventorySelector": {}, "inventoryNamespace": "metal"})),
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (what, object) in accepted {
+        if let Err(e) = ingot_compat::create(&client, &discovery, &namespace, &object).await {
+            problems.push(format!("{what}: refused: {e}"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "valid pools refused:\n  {}",
         problems.join("\n  ")
     );
 }

@@ -21,6 +21,7 @@ use ingot_controllers::onprem::cloud::{
     Settings,
 };
 use ingot_controllers::provisioning::addresses::PoolRef;
+use ingot_controllers::provisioning::boot::BOOT_FROM_DISK;
 use ingot_metal::{BareMetalCloud, Boot, CreateServer, Error, NetworkMode, ServerState, Shortage};
 use ingot_testenv::harness::closed_port;
 use ingot_testenv::harness::operator::Operator;
@@ -126,6 +127,8 @@ struct Site {
     /// The BMCs of `server-0` and `server-1` (rack `a`).
     sushy: Vec<Sushy>,
     operator: Operator,
+    /// The port of the operator's boot server.
+    boot_port: u16,
 }
 
 impl Site {
@@ -186,6 +189,11 @@ impl Site {
                 .await
                 .unwrap();
         }
+        let boot_port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let operator = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
             .tag("onprem-cloud")
             .kubeconfig(Path::new(env.kubeconfig_path()))
@@ -198,6 +206,7 @@ impl Site {
             .arg(format!("--rufio-namespace={ns}"))
             .arg("--rufio-machine-interval-seconds=1")
             .arg("--rufio-task-poll-seconds=0.3")
+            .arg(format!("--boot-addr=127.0.0.1:{boot_port}"))
             .env("RUST_LOG", "info,ingot_controllers=debug")
             .start();
         let site = Site {
@@ -205,6 +214,7 @@ impl Site {
             ns,
             sushy,
             operator,
+            boot_port,
         };
         for name in ["server-0", "server-1"] {
             wait_for(&format!("{name} ready"), WAIT, || async {
@@ -215,6 +225,16 @@ impl Site {
             .await;
         }
         site
+    }
+
+    /// Waits until the boot server answers a network boot from `mac` with `expected`.
+    async fn boots(&self, mac: &str, expected: &str) {
+        let url = format!("http://127.0.0.1:{}/boot/{mac}", self.boot_port);
+        wait_for(&format!("{mac} answered {expected:?}"), WAIT, || async {
+            let body = reqwest::get(&url).await.ok()?.text().await.ok()?;
+            (body == expected).then_some(())
+        })
+        .await;
     }
 
     /// The sushy of a server (`<ns>/server-<i>`).
@@ -308,6 +328,9 @@ async fn servers_are_claimed_booted_once_and_released_confirmed_off() {
         "{outside}"
     );
 
+    // Before any claim the boot server sends the servers to their disks.
+    site.boots("52:54:00:00:00:10", BOOT_FROM_DISK).await;
+
     // Two creates at once over the two servers: one each.
     let patches_before: Vec<usize> = site.sushy.iter().map(boot_patches).collect();
     let (r1, r2) = (request("h1"), request("h2"));
@@ -359,6 +382,13 @@ async fn servers_are_claimed_booted_once_and_released_confirmed_off() {
     let patches_booted: Vec<usize> = site.sushy.iter().map(boot_patches).collect();
     for (before, after) in patches_before.iter().zip(&patches_booted) {
         assert_eq!(after - before, 1, "one boot override per server");
+    }
+    // Their network boots are chained to the install script each claim recorded.
+    for (server, hostname) in [(&h1, "h1"), (&h2, "h2")] {
+        let chain = format!(
+            "#!ipxe\n# claimed: the install boot its claim recorded\nchain --autofree http://127.0.0.1:9/ipxe/{hostname}.ipxe\n"
+        );
+        site.boots(&server.macs()[0], &chain).await;
     }
 
     // None left for a third hostname.
@@ -462,6 +492,8 @@ async fn servers_are_claimed_booted_once_and_released_confirmed_off() {
         "{:?}",
         jobs.iter().map(|j| j.name_any()).collect::<Vec<_>>()
     );
+    // Released: its network boot goes to its disk again.
+    site.boots(&h1.macs()[0], BOOT_FROM_DISK).await;
     // Deleted again: already released, a success.
     rack_a.delete_server(&h1.id).await.unwrap();
     assert!(matches!(

@@ -2955,3 +2955,46 @@ async fn a_server_that_is_not_the_instance_s_is_never_deleted() {
         )
         .await;
 }
+
+/// A pool over Inventories is not run as an Equinix pool: with the Equinix credentials in place,
+/// no Instance and no server is made for it, and the pool says why, with a Warning Event.
+#[tokio::test]
+async fn a_pool_over_inventories_orders_no_server_and_says_so() {
+    let _serial = SERIAL.lock().await;
+    let stack = Stack::start(true).await;
+    let name = format!("racks-{}", ingot_testenv::random_suffix(4));
+    let manifest = json!({"apiVersion": "equinix.harvesterhci.io/v1", "kind": "InstancePool",
+        "metadata": {"name": name},
+        "spec": {"count": 2, "inventorySelector": {"matchLabels": {"rack": "a"}},
+            "inventoryNamespace": "metal"}});
+    stack.create_pool(manifest, &name).await;
+    let (status, _reason, message) = wait_for(
+        "the pool's BackendReady condition",
+        Duration::from_secs(60),
+        async || {
+            stack
+                .pool_condition(&name, "BackendReady")
+                .await
+                .filter(|(_, reason, _)| reason == "InventoryPoolsNotRun")
+        },
+    )
+    .await;
+    assert_eq!(status, "False");
+    assert!(message.contains("namespace metal"), "{message}");
+    stack
+        .expect_event("InstancePool", &name, |(type_, reason, _)| {
+            type_ == "Warning" && reason == "InventoryPoolsNotRun"
+        })
+        .await;
+    // Later passes change nothing: still no Instance, no server.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(stack.pool_instances(&name).await.is_empty());
+    assert!(stack.devices(&[&name]).is_empty());
+    let pool = stack.pools().get(&name).await.unwrap();
+    assert_eq!(pool.status.map(|s| (s.requested, s.needed)), Some((2, 2)));
+    stack
+        .pools()
+        .delete(&name, &DeleteParams::background())
+        .await
+        .unwrap();
+}

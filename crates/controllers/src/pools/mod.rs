@@ -47,6 +47,8 @@ use crate::runtime::{Backoff, EventRecorder};
 pub const CREDENTIALS_CONDITION: &str = "CredentialsReady";
 /// Condition type: the join token and cluster address are known.
 pub const JOIN_CONDITION: &str = "JoinReady";
+/// Condition type: which backend the pool's servers come from and whether ingot runs it.
+pub const BACKEND_CONDITION: &str = "BackendReady";
 /// Condition type on Instances: the Instance is a Ready node, or why not.
 pub const READY_CONDITION: &str = "Ready";
 

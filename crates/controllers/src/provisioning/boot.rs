@@ -5,6 +5,9 @@
 //!   written and its installer has not reported; otherwise a script that exits, so the
 //!   firmware boots the next device (the disk). A MAC no Inventory has: 404 (with the same
 //!   script). A site's DHCP points iPXE here; this is the only line it needs.
+//!   An Inventory claimed by [`crate::onprem`] (a pool's server, not a Cluster's) is answered,
+//!   while its claim holds and its release has not confirmed it off, with a chain to the iPXE
+//!   script URL its claim recorded ([`claimed_script`]).
 //! - `GET /config/<namespace>/<name>`: the node's Harvester install config, only to the
 //!   node's own address (the one its kernel's `ip=` gives it), as Hegel hands out user data by
 //!   source address; `--boot-allow-source` adds sources (a NAT or relay in between).
@@ -45,6 +48,9 @@ use crate::seeder::inventory::is_local;
 /// The script for a server that must boot from its disk.
 pub const BOOT_FROM_DISK: &str =
     "#!ipxe\n# no install for this server: boot the next device\nexit\n";
+
+/// The longest recorded script URL a claimed server is chained to (longer: boots its disk).
+pub const MAX_CHAIN_URL: usize = 2048;
 
 /// How long a request waits for the service's first lists.
 pub const SYNC_WAIT: Duration = Duration::from_secs(10);
@@ -187,7 +193,10 @@ impl BootService {
         let Some(inventory) = self.by_mac(mac) else {
             return Script::Unknown;
         };
-        if !allocated(&inventory) || installed(&inventory) {
+        if !allocated(&inventory) {
+            return claimed_script(&inventory).map_or(Script::Disk, Script::Install);
+        }
+        if installed(&inventory) {
             return Script::Disk;
         }
         self.install_secret(
@@ -308,6 +317,33 @@ impl BootService {
     }
 }
 
+/// The script of an Inventory claimed by [`crate::onprem`]: a chain to the iPXE script URL its
+/// claim recorded, while the claim holds and its release has not confirmed it off. `None` (the
+/// disk) when it is not claimed, the release is under way, or the recorded value is not an
+/// `http`/`https` URL of at most [`MAX_CHAIN_URL`] bytes. The URL is written as the URL parser
+/// serializes it, which has no whitespace: nothing recorded can add a line to the script.
+pub fn claimed_script(inventory: &Inventory) -> Option<String> {
+    use crate::onprem::claims::CLAIMED_LABEL;
+    use crate::onprem::cloud::{IPXE_URL_ANNOTATION, OFF_CONFIRMED_ANNOTATION};
+    if inventory.labels().get(CLAIMED_LABEL).map(String::as_str) != Some("true") {
+        return None;
+    }
+    let annotations = inventory.annotations();
+    if annotations.contains_key(OFF_CONFIRMED_ANNOTATION) {
+        return None;
+    }
+    let recorded = annotations
+        .get(IPXE_URL_ANNOTATION)
+        .filter(|u| u.len() <= MAX_CHAIN_URL)?;
+    let url = url::Url::parse(recorded.trim()).ok()?;
+    if !matches!(url.scheme(), "http" | "https") || url.as_str().len() > MAX_CHAIN_URL {
+        return None;
+    }
+    Some(format!(
+        "#!ipxe\n# claimed: the install boot its claim recorded\nchain --autofree {url}\n"
+    ))
+}
+
 fn allocated(inventory: &Inventory) -> bool {
     inventory
         .status
@@ -375,6 +411,64 @@ mod tests {
         assert_eq!(
             service.config("ns", "node0", source).await,
             Answer::NotFound
+        );
+    }
+
+    /// An Inventory claimed by a pool, its install URL recorded, with `annotations` added.
+    fn claimed(url: &str, extra: &[(&str, &str)]) -> Inventory {
+        use crate::onprem::claims::CLAIMED_LABEL;
+        use crate::onprem::cloud::IPXE_URL_ANNOTATION;
+        let mut inventory = Inventory::new("server-0", Default::default());
+        inventory.metadata.labels = Some([(CLAIMED_LABEL.to_owned(), "true".to_owned())].into());
+        let mut annotations =
+            std::collections::BTreeMap::from([(IPXE_URL_ANNOTATION.to_owned(), url.to_owned())]);
+        for (k, v) in extra {
+            annotations.insert((*k).to_owned(), (*v).to_owned());
+        }
+        inventory.metadata.annotations = Some(annotations);
+        inventory
+    }
+
+    #[test]
+    fn a_claimed_server_is_chained_to_its_recorded_script_until_confirmed_off() {
+        use crate::onprem::cloud::OFF_CONFIRMED_ANNOTATION;
+        let url = "http://10.0.0.5:8080/ipxe/instances/pool-abcdefgh.ipxe";
+        assert_eq!(
+            claimed_script(&claimed(url, &[])).as_deref(),
+            Some(
+                "#!ipxe\n# claimed: the install boot its claim recorded\nchain --autofree http://10.0.0.5:8080/ipxe/instances/pool-abcdefgh.ipxe\n"
+            )
+        );
+        // Its release confirmed it off: the disk.
+        let releasing = claimed(url, &[(OFF_CONFIRMED_ANNOTATION, "2026-01-01T00:00:00Z")]);
+        assert_eq!(claimed_script(&releasing), None);
+        // Not claimed (the label is the claim's): the disk.
+        let mut unclaimed = claimed(url, &[]);
+        unclaimed.metadata.labels = None;
+        assert_eq!(claimed_script(&unclaimed), None);
+        // No URL recorded yet: the disk.
+        let mut no_url = claimed(url, &[]);
+        no_url.metadata.annotations = None;
+        assert_eq!(claimed_script(&no_url), None);
+    }
+
+    #[test]
+    fn a_recorded_value_that_is_not_a_short_http_url_is_never_chained() {
+        for bad in [
+            "tftp://10.0.0.5/boot.ipxe",
+            "not a url",
+            "",
+            &format!("http://10.0.0.5/{}", "a".repeat(MAX_CHAIN_URL)),
+        ] {
+            assert_eq!(claimed_script(&claimed(bad, &[])), None, "{bad:?}");
+        }
+        // A line break in the recorded value cannot add a command: the URL parser drops it,
+        // and a space is escaped.
+        let script = claimed_script(&claimed("http://10.0.0.5/a\nshell b.ipxe", &[])).unwrap();
+        assert_eq!(script.lines().count(), 3, "{script}");
+        assert!(
+            script.ends_with("chain --autofree http://10.0.0.5/ashell%20b.ipxe\n"),
+            "{script}"
         );
     }
 }

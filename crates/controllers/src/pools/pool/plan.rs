@@ -22,12 +22,14 @@ use super::super::credentials::{CredentialsError, SecretLocation};
 use super::super::health::{self, Member, NodeFacts, Replacement, ScaleDown};
 use super::super::join::JoinError;
 use super::super::removal::{DRAIN_CONDITION, DRAIN_POLL, REMEDIATION_CONDITION, drain_timeout};
-use super::super::{CREDENTIALS_CONDITION, JOIN_CONDITION, update_condition};
+use super::super::{BACKEND_CONDITION, CREDENTIALS_CONDITION, JOIN_CONDITION, update_condition};
 use super::{EXPECTATION_POLL, MAX_CREATES_PER_PASS, RESYNC};
 use crate::duration::parse_go_duration;
 
 /// Event reason of the removal of an unhealthy member.
 pub(crate) const REPLACING_UNHEALTHY_NODE: &str = "ReplacingUnhealthyNode";
+/// Reason of [`BACKEND_CONDITION`] on a pool with `spec.inventorySelector`.
+pub(crate) const INVENTORIES_NOT_RUN: &str = "InventoryPoolsNotRun";
 /// Event reason of the removal of a member on scale-down.
 const INSTANCE_REMOVED: &str = "InstanceRemoved";
 /// How soon a scale-down held for the control plane looks again.
@@ -162,6 +164,20 @@ pub(crate) struct Report {
 
 /// The pass for what the pool sees.
 pub(crate) fn plan(seen: &Observed<'_>) -> Plan {
+    if let Some(namespace) = on_premises(seen.pool) {
+        // Not an Equinix pool: ordering its servers from Equinix Metal would be wrong, and the
+        // Inventory backend is not run by this controller. Nothing is created or removed.
+        let mut plan = Plan::default();
+        plan.condition(
+            BACKEND_CONDITION,
+            false,
+            INVENTORIES_NOT_RUN,
+            format!(
+                "spec.inventorySelector draws servers from the Inventories of namespace {namespace}, which the pools controller does not do yet: no Instance is created or removed for this pool"
+            ),
+        );
+        return plan;
+    }
     let mut plan = Plan {
         checks: checks(seen),
         ..Plan::default()
@@ -187,6 +203,14 @@ pub(crate) fn plan(seen: &Observed<'_>) -> Plan {
     }
     plan.uncordon = uncordons(seen, &members, plan.target.as_deref());
     plan
+}
+
+/// The namespace of the Inventories a pool with `spec.inventorySelector` draws from.
+fn on_premises(pool: &InstancePool) -> Option<&str> {
+    pool.spec
+        .inventory_selector
+        .as_ref()
+        .map(|_| pool.spec.inventory_namespace.as_deref().unwrap_or_default())
 }
 
 /// `spec.count`, never below zero.
