@@ -2,8 +2,8 @@
 //! writes them (`{kind: cluster|inventory, name, namespace}`), pools named by the Cluster's
 //! references (its own namespace unless the operator allows another).
 
-use ingot_api::seeder::{AllocatedObject, Cluster, Inventory};
-use kube::ResourceExt;
+use ingot_api::seeder::{AddressPool, AllocatedObject, Cluster, Inventory};
+use kube::{Api, ResourceExt};
 
 use super::addresses::{self, AddressError, PoolRef};
 use super::cluster::observe::MemberView;
@@ -156,22 +156,33 @@ pub async fn allocate_nodes(
         let at = members.get(given.len()).copied().unwrap_or(first);
         address_error(&field(at), e)
     });
-    // The pool as it was when allocating; its gateway and netmask do not change under it.
-    let (gateway, netmask) = stores
-        .pool(&pool.namespace, &pool.name)
-        .map(|p| {
-            (
-                p.spec.gateway.clone(),
-                p.status.clone().unwrap_or_default().netmask,
-            )
-        })
-        .unwrap_or_default();
+    // The gateway and netmask from the pool's spec (its status may not be settled yet), read
+    // from the API server when the store has not seen the pool yet (just after a start): an
+    // address is never recorded without them.
+    let spec = match stores.pool(&pool.namespace, &pool.name) {
+        Some(p) => Some(p.spec.clone()),
+        None => Api::<AddressPool>::namespaced(ctx.client.clone(), &pool.namespace)
+            .get_opt(&pool.name)
+            .await
+            .ok()
+            .flatten()
+            .map(|p| p.spec),
+    };
+    let Some(link) = spec.and_then(|s| ipam::Pool::parse(&s).ok()) else {
+        let unread = Error::Address(format!(
+            "{}.addressPoolReference: the AddressPool {}/{} could not be read; retrying",
+            field(first),
+            pool.namespace,
+            pool.name
+        ));
+        return (Vec::new(), Some(refused.unwrap_or(unread)));
+    };
     let given = given
         .into_iter()
         .map(|address| NodeAddress {
             address: address.to_string(),
-            gateway: gateway.clone(),
-            netmask: netmask.clone(),
+            gateway: link.gateway().to_string(),
+            netmask: link.netmask().to_string(),
         })
         .collect();
     (given, refused)

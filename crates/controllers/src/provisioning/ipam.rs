@@ -181,6 +181,15 @@ impl Pool {
         &self.cidr
     }
 
+    /// The link's netmask: `spec.netmask`, or the CIDR's.
+    pub fn netmask(&self) -> Ipv4Addr {
+        self.netmask
+    }
+
+    pub fn gateway(&self) -> Ipv4Addr {
+        self.gateway
+    }
+
     fn broadcast(&self) -> u32 {
         self.network | !mask(self.prefix)
     }
