@@ -32,81 +32,116 @@ fn tainted(node: &Node) -> bool {
         .is_some_and(|t| t.iter().any(|t| t.key == OUT_OF_SERVICE))
 }
 
+/// One Node whose `Ready` the test writes, its Inventory and Machine `inv` behind one emulated
+/// Redfish BMC (its Secret `auth`), in a namespace of their own.
+struct Rig {
+    env: &'static ingot_testenv::TestEnv,
+    client: kube::Client,
+    ns: String,
+    fleet: Fleet,
+    node_name: String,
+    nodes: Api<Node>,
+    machines: Api<Machine>,
+}
+
+impl Rig {
+    /// The Node is `Ready` (`ready`) or `Unknown` before its Inventory exists.
+    async fn start(tag: &str, ready: bool) -> Rig {
+        let env = ingot_testenv::shared().await;
+        let client = env.client().unwrap();
+        let ns = env.namespace(tag).await.unwrap();
+        let fleet = Fleet::uniform(
+            FleetOptions {
+                tls: true,
+                ..FleetOptions::default()
+            },
+            1,
+            BmcSpec::default(),
+        )
+        .await
+        .unwrap();
+        let bmc = &fleet.bmcs[0];
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "auth"},
+            "stringData": {"username": bmc.state.spec.username, "password": bmc.state.spec.password}
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let node_name = format!("{ns}-node");
+        let nodes: Api<Node> = Api::all(client.clone());
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": node_name}})).unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+        set_ready(&nodes, &node_name, ready).await;
+        let inventory: Inventory = serde_json::from_value(json!({
+            "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+            "metadata": {"name": "inv", "annotations": {
+                "metal.harvesterhci.io/local-inventory": "true",
+                "metal.harvesterhci.io/local-node-name": node_name}},
+            "spec": {"baseboardSpec": {"connection": {"host": bmc.url(), "port": 623, "insecureTLS": true,
+                "authSecretRef": {"name": "auth", "namespace": ns}}},
+                "events": {"enabled": false, "pollingInterval": "1h"}}
+        }))
+        .unwrap();
+        Api::<Inventory>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &inventory)
+            .await
+            .unwrap();
+        let machine: Machine = serde_json::from_value(json!({
+            "metadata": {"name": "inv"},
+            "spec": {"connection": {"host": bmc.url(), "port": 623, "insecureTLS": true,
+                "authSecretRef": {"name": "auth", "namespace": ns}}}
+        }))
+        .unwrap();
+        let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
+        machines
+            .create(&PostParams::default(), &machine)
+            .await
+            .unwrap();
+        Rig {
+            env,
+            client,
+            ns,
+            fleet,
+            node_name,
+            nodes,
+            machines,
+        }
+    }
+}
+
+/// The Node's `Ready` as a kubelet (`True`) or the node lifecycle controller (`Unknown`) writes it.
+async fn set_ready(nodes: &Api<Node>, name: &str, ready: bool) {
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let status = if ready { "True" } else { "Unknown" };
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{
+                "type": "Ready", "status": status, "reason": "Test",
+                "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_after_the_power_off_job_or_the_taint_sends_nothing_twice() {
-    let env = ingot_testenv::shared().await;
-    let client = env.client().unwrap();
-    let ns = env.namespace("fencing-crashes").await.unwrap();
-    let fleet = Fleet::uniform(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
-        1,
-        BmcSpec::default(),
-    )
-    .await
-    .unwrap();
+    let Rig {
+        env,
+        client,
+        ns,
+        fleet,
+        node_name,
+        nodes,
+        machines,
+    } = Rig::start("fencing-crashes", true).await;
     let bmc = &fleet.bmcs[0];
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "auth"},
-        "stringData": {"username": bmc.state.spec.username, "password": bmc.state.spec.password}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    let node_name = format!("{ns}-node");
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": node_name}})).unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
-    let set_ready = |ready: bool| {
-        let nodes = nodes.clone();
-        let name = node_name.clone();
-        async move {
-            let now = k8s_openapi::jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string();
-            let status = if ready { "True" } else { "Unknown" };
-            nodes
-                .patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"conditions": [{
-                        "type": "Ready", "status": status, "reason": "Test",
-                        "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
-                )
-                .await
-                .unwrap();
-        }
-    };
-    set_ready(true).await;
-    let inventory: Inventory = serde_json::from_value(json!({
-        "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
-        "metadata": {"name": "inv", "annotations": {
-            "metal.harvesterhci.io/local-inventory": "true",
-            "metal.harvesterhci.io/local-node-name": node_name}},
-        "spec": {"baseboardSpec": {"connection": {"host": bmc.url(), "port": 623, "insecureTLS": true,
-            "authSecretRef": {"name": "auth", "namespace": ns}}},
-            "events": {"enabled": false, "pollingInterval": "1h"}}
-    }))
-    .unwrap();
-    Api::<Inventory>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &inventory)
-        .await
-        .unwrap();
-    let machine: Machine = serde_json::from_value(json!({
-        "metadata": {"name": "inv"},
-        "spec": {"connection": {"host": bmc.url(), "port": 623, "insecureTLS": true,
-            "authSecretRef": {"name": "auth", "namespace": ns}}}
-    }))
-    .unwrap();
-    let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
-    machines
-        .create(&PostParams::default(), &machine)
-        .await
-        .unwrap();
 
     let mut ingot = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
         .tag("fencing")
@@ -137,7 +172,7 @@ async fn a_crash_after_the_power_off_job_or_the_taint_sends_nothing_twice() {
     .await;
 
     // Dies after creating the power-off Job, before recording it.
-    set_ready(false).await;
+    set_ready(&nodes, &node_name, false).await;
     ingot
         .wait_crashed("fencing-after-power-off-job", WAIT)
         .await;
@@ -184,7 +219,7 @@ async fn a_crash_after_the_power_off_job_or_the_taint_sends_nothing_twice() {
         "one power-off Job, one power-on Job: {names:?}"
     );
     assert!(names.contains(&off[0].name_any()), "{names:?}");
-    set_ready(true).await;
+    set_ready(&nodes, &node_name, true).await;
     wait_for("the taint removed", WAIT, || async {
         (!tainted(&nodes.get(&node_name).await.unwrap())).then_some(())
     })
@@ -220,71 +255,16 @@ async fn a_crash_after_the_release_power_on_job_powers_on_once() {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::DeleteParams;
 
-    let env = ingot_testenv::shared().await;
-    let client = env.client().unwrap();
-    let ns = env.namespace("fencing-crashes-nhc").await.unwrap();
-    let fleet = Fleet::uniform(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
-        1,
-        BmcSpec::default(),
-    )
-    .await
-    .unwrap();
+    let Rig {
+        env,
+        client,
+        ns,
+        fleet,
+        node_name,
+        nodes,
+        machines,
+    } = Rig::start("fencing-crashes-nhc", false).await;
     let bmc = &fleet.bmcs[0];
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "auth"},
-        "stringData": {"username": bmc.state.spec.username, "password": bmc.state.spec.password}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    let node_name = format!("{ns}-node");
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": node_name}})).unwrap();
-    nodes.create(&PostParams::default(), &node).await.unwrap();
-    let now = k8s_openapi::jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    nodes
-        .patch_status(
-            &node_name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"conditions": [{
-                "type": "Ready", "status": "Unknown", "reason": "Test",
-                "lastHeartbeatTime": now, "lastTransitionTime": now}]}})),
-        )
-        .await
-        .unwrap();
-    let inventory: Inventory = serde_json::from_value(json!({
-        "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
-        "metadata": {"name": "inv", "annotations": {
-            "metal.harvesterhci.io/local-inventory": "true",
-            "metal.harvesterhci.io/local-node-name": node_name}},
-        "spec": {"baseboardSpec": {"connection": {"host": bmc.url(), "port": 623, "insecureTLS": true,
-            "authSecretRef": {"name": "auth", "namespace": ns}}},
-            "events": {"enabled": false, "pollingInterval": "1h"}}
-    }))
-    .unwrap();
-    Api::<Inventory>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &inventory)
-        .await
-        .unwrap();
-    let machine: Machine = serde_json::from_value(json!({
-        "metadata": {"name": "inv"},
-        "spec": {"connection": {"host": bmc.url(), "port": 623, "insecureTLS": true,
-            "authSecretRef": {"name": "auth", "namespace": ns}}}
-    }))
-    .unwrap();
-    let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
-    machines
-        .create(&PostParams::default(), &machine)
-        .await
-        .unwrap();
     // A pod that stays: the server is not powered on before the release.
     let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
         "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "x"}]}}))

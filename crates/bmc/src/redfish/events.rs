@@ -131,6 +131,23 @@ impl RedfishClient {
             .map(|r| r.map(|e| e.data)))
     }
 
+    /// The BMC's EventService; [`BmcError::Unsupported`] (naming `what` needs it) without one,
+    /// or with one disabled.
+    pub(super) async fn enabled_event_service(&self, what: &str) -> Result<Value, BmcError> {
+        let root = self.root().await?;
+        let service = root
+            .event_service
+            .clone()
+            .ok_or_else(|| BmcError::Unsupported("EventService".into()))?;
+        let service = self.get(&service).await?;
+        if service.get("ServiceEnabled").and_then(Value::as_bool) == Some(false) {
+            return Err(BmcError::Unsupported(format!(
+                "{what} (the EventService is disabled)"
+            )));
+        }
+        Ok(service)
+    }
+
     /// As [`RedfishClient::event_stream`], each event with the SSE id it carried (or the last
     /// one before it), sending `Last-Event-ID: last_event_id` when given (a reconnection). An
     /// EventService with `ServiceEnabled: false` or without `ServerSentEventUri` is
@@ -140,17 +157,7 @@ impl RedfishClient {
         idle_timeout: Duration,
         last_event_id: Option<String>,
     ) -> Result<impl Stream<Item = Result<PushedEvent, BmcError>> + Send + 'static, BmcError> {
-        let root = self.root().await?;
-        let service = root
-            .event_service
-            .clone()
-            .ok_or_else(|| BmcError::Unsupported("EventService".into()))?;
-        let service = self.get(&service).await?;
-        if service.get("ServiceEnabled").and_then(Value::as_bool) == Some(false) {
-            return Err(BmcError::Unsupported(
-                "server-sent events (the EventService is disabled)".into(),
-            ));
-        }
+        let service = self.enabled_event_service("server-sent events").await?;
         let uri = string(&service, "ServerSentEventUri")
             .ok_or_else(|| BmcError::Unsupported("server-sent events".into()))?;
         let last = last_event_id.as_deref();

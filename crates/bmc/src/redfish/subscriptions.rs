@@ -16,17 +16,7 @@ impl RedfishClient {
     /// The subscription collection's URI; [`BmcError::Unsupported`] without an EventService,
     /// with one disabled, or without subscriptions.
     async fn subscriptions_uri(&self) -> Result<String, BmcError> {
-        let root = self.root().await?;
-        let service = root
-            .event_service
-            .clone()
-            .ok_or_else(|| BmcError::Unsupported("EventService".into()))?;
-        let service = self.get(&service).await?;
-        if service.get("ServiceEnabled").and_then(Value::as_bool) == Some(false) {
-            return Err(BmcError::Unsupported(
-                "push subscriptions (the EventService is disabled)".into(),
-            ));
-        }
+        let service = self.enabled_event_service("push subscriptions").await?;
         link(&service, "Subscriptions")
             .ok_or_else(|| BmcError::Unsupported("push subscriptions".into()))
     }

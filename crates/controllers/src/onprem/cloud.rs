@@ -179,6 +179,18 @@ impl InventoryCloud {
             .map_err(kube_error)
     }
 
+    /// The claimed Inventory of a server id and its claim, not being released.
+    async fn claimed(&self, id: &str) -> Result<(Inventory, Claim)> {
+        let inventory = self.read(id).await?.ok_or_else(|| Error::NotFound {
+            message: format!("no Inventory {id}"),
+        })?;
+        let claim = claims::claim_of(&inventory).ok_or_else(|| Error::NotFound {
+            message: format!("Inventory {id} is not claimed"),
+        })?;
+        not_releasing(&inventory)?;
+        Ok((inventory, claim))
+    }
+
     /// Why nothing could be claimed, for the caller's condition.
     fn shortage(&self, inventories: &[Arc<Inventory>], clusters: &[Arc<Cluster>]) -> Error {
         let selector = Selector::try_from(self.settings.selector.clone()).unwrap_or_default();
@@ -611,13 +623,7 @@ impl BareMetalCloud for InventoryCloud {
 
     /// One more install boot (PXE once, power cycle); each call sends one.
     async fn reinstall(&self, id: &str, reinstall: &Reinstall) -> Result<()> {
-        let inventory = self.read(id).await?.ok_or_else(|| Error::NotFound {
-            message: format!("no Inventory {id}"),
-        })?;
-        let claim = claims::claim_of(&inventory).ok_or_else(|| Error::NotFound {
-            message: format!("Inventory {id} is not claimed"),
-        })?;
-        not_releasing(&inventory)?;
+        let (inventory, claim) = self.claimed(id).await?;
         let inventory = match &reinstall.ipxe_script_url {
             Some(url) => {
                 self.record(
@@ -634,13 +640,7 @@ impl BareMetalCloud for InventoryCloud {
     }
 
     async fn power(&self, id: &str, action: PowerAction) -> Result<()> {
-        let inventory = self.read(id).await?.ok_or_else(|| Error::NotFound {
-            message: format!("no Inventory {id}"),
-        })?;
-        let claim = claims::claim_of(&inventory).ok_or_else(|| Error::NotFound {
-            message: format!("Inventory {id} is not claimed"),
-        })?;
-        not_releasing(&inventory)?;
+        let (inventory, claim) = self.claimed(id).await?;
         let (word, tasks) = match action {
             PowerAction::On => ("on", json!([{"powerAction": "on"}])),
             PowerAction::Off => ("off", json!([{"powerAction": "off"}])),
