@@ -101,6 +101,7 @@ fn settings(ns: &str, labels: Value) -> Settings {
         },
         off_wait: Duration::from_secs(90),
         poll: Duration::from_millis(250),
+        owner: Some(OWNER.to_owned()),
     }
 }
 
@@ -455,6 +456,68 @@ async fn servers_are_claimed_booted_once_and_released_confirmed_off() {
     assert_eq!(found.id, h1.id);
     let listed = rack_a.list_servers(OWNER).await.unwrap();
     assert_eq!(listed.len(), 2);
+
+    // A cloud acting for another owner (another pool) cannot see, power, reinstall or delete
+    // pool-a's servers, even by id, nor create under pool-a's tag.
+    let stranger = InventoryCloud::new(
+        client.clone(),
+        Settings {
+            owner: Some("pool-b".to_owned()),
+            ..settings(ns, json!({"rack": "a"}))
+        },
+    )
+    .unwrap();
+    let bmc2 = site.bmc(&h2.id);
+    let resets_before = requests(bmc2, "ComputerSystem.Reset");
+    let patches_before_stranger = boot_patches(bmc2);
+    for refused in [
+        stranger.get_server(&h2.id).await.map(drop).unwrap_err(),
+        stranger
+            .power(&h2.id, ingot_metal::PowerAction::Off)
+            .await
+            .unwrap_err(),
+        stranger
+            .reinstall(&h2.id, &Default::default())
+            .await
+            .unwrap_err(),
+    ] {
+        assert!(matches!(refused, Error::NotFound { .. }), "{refused}");
+    }
+    stranger.delete_server(&h2.id).await.unwrap();
+    for refused in [
+        stranger
+            .create_server(&request("h1"))
+            .await
+            .map(drop)
+            .unwrap_err(),
+        stranger
+            .find_server(OWNER, "h1")
+            .await
+            .map(drop)
+            .unwrap_err(),
+        stranger.list_servers(OWNER).await.map(drop).unwrap_err(),
+    ] {
+        assert!(
+            matches!(refused, Error::InvalidRequest(_)) && refused.to_string().contains("pool-b"),
+            "{refused}"
+        );
+    }
+    assert!(stranger.list_servers("pool-b").await.unwrap().is_empty());
+    let h2_name = h2.id.split_once('/').unwrap().1;
+    assert_eq!(
+        claims::claim_of(&inventory(client, ns, h2_name).await).map(|c| c.owner),
+        Some(OWNER.to_owned()),
+        "another owner's delete released the claim"
+    );
+    assert!(
+        claim_jobs(client, ns)
+            .await
+            .iter()
+            .all(|j| !j.name_any().contains("release") && !j.name_any().contains("power")),
+        "another owner's call sent a Job"
+    );
+    assert_eq!(requests(bmc2, "ComputerSystem.Reset"), resets_before);
+    assert_eq!(boot_patches(bmc2), patches_before_stranger);
 
     // Operations of a cloud's port API are refused, typed.
     let refused = rack_a

@@ -3,7 +3,8 @@
 //!
 //! One `InventoryCloud` serves one owner's request shape: it is made with the Inventories'
 //! label selector, the namespaces it may take them from, and the provisioning AddressPool its
-//! servers' addresses come from ([`Settings`]). `CreateServer.plan` and `location` are not read
+//! servers' addresses come from ([`Settings`]), and, for a pool, the one owner tag it acts for:
+//! another owner's servers are, to it, not there. `CreateServer.plan` and `location` are not read
 //! (a cloud's plan and metro have no meaning here); the owner tag and the hostname are the
 //! claim, and an iPXE `Boot` URL is recorded on the Inventory.
 //!
@@ -91,6 +92,10 @@ pub struct Settings {
     pub off_wait: Duration,
     /// How often that wait reads the Job and the Machine.
     pub poll: Duration,
+    /// The one owner tag this cloud acts for (a pool's): creates under another tag are
+    /// refused, and a server claimed by another owner is, to it, not there. `None`: any
+    /// owner (a tool's view).
+    pub owner: Option<String>,
 }
 
 /// A [`BareMetalCloud`] over Inventories (see the module's documentation).
@@ -113,6 +118,21 @@ impl InventoryCloud {
 
     fn inventories(&self, namespace: &str) -> Api<Inventory> {
         Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Refuses an owner tag other than the one this cloud acts for.
+    fn acts_for(&self, owner: &str) -> Result<()> {
+        match &self.settings.owner {
+            Some(ours) if ours != owner => Err(Error::InvalidRequest(format!(
+                "this Inventory cloud acts for owner {ours:?} only, not {owner:?}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The Inventory's claim, if it is one this cloud acts for.
+    fn our_claim(&self, inventory: &Inventory) -> Option<Claim> {
+        claims::claim_of(inventory).filter(|c| self.acts_for(&c.owner).is_ok())
     }
 
     fn allowed(&self, namespace: &str) -> bool {
@@ -184,8 +204,9 @@ impl InventoryCloud {
         let inventory = self.read(id).await?.ok_or_else(|| Error::NotFound {
             message: format!("no Inventory {id}"),
         })?;
-        let claim = claims::claim_of(&inventory).ok_or_else(|| Error::NotFound {
-            message: format!("Inventory {id} is not claimed"),
+        // Another owner's server is not one of ours: nothing is said of it.
+        let claim = self.our_claim(&inventory).ok_or_else(|| Error::NotFound {
+            message: format!("Inventory {id} is not claimed by this owner"),
         })?;
         not_releasing(&inventory)?;
         Ok((inventory, claim))
@@ -511,6 +532,7 @@ impl InventoryCloud {
     }
 
     async fn create(&self, spec: &CreateServer) -> Result<Server> {
+        self.acts_for(&spec.owner_tag)?;
         let claim = Claim {
             owner: spec.owner_tag.clone(),
             hostname: spec.hostname.clone(),
@@ -587,7 +609,7 @@ impl BareMetalCloud for InventoryCloud {
 
     async fn get_server(&self, id: &str) -> Result<Server> {
         match self.read(id).await? {
-            Some(inventory) if claims::claim_of(&inventory).is_some() => {
+            Some(inventory) if self.our_claim(&inventory).is_some() => {
                 self.server(&inventory).await
             }
             _ => Err(Error::NotFound {
@@ -597,6 +619,7 @@ impl BareMetalCloud for InventoryCloud {
     }
 
     async fn find_server(&self, owner_tag: &str, hostname: &str) -> Result<Option<Server>> {
+        self.acts_for(owner_tag)?;
         let (inventories, _) = self.list().await?;
         match claims::find(&inventories, owner_tag, hostname) {
             Some(i) if annotation(i, OFF_CONFIRMED_ANNOTATION).is_none() => {
@@ -607,6 +630,7 @@ impl BareMetalCloud for InventoryCloud {
     }
 
     async fn list_servers(&self, owner_tag: &str) -> Result<Vec<Server>> {
+        self.acts_for(owner_tag)?;
         let (inventories, _) = self.list().await?;
         let mut servers = Vec::new();
         for inventory in claims::held_by(&inventories, owner_tag) {
@@ -662,7 +686,9 @@ impl BareMetalCloud for InventoryCloud {
         let Some(inventory) = self.read(id).await? else {
             return Ok(());
         };
-        let Some(claim) = claims::claim_of(&inventory) else {
+        // Unclaimed, or another owner's: nothing of ours to power off or release (an id
+        // written by hand into an Instance's status must not reach another pool's server).
+        let Some(claim) = self.our_claim(&inventory) else {
             return Ok(());
         };
         let namespace = inventory.namespace().unwrap_or_default();
