@@ -589,6 +589,40 @@ async fn dead_nodes_are_fenced_through_sushy_and_ipmi_sim_and_held_when_they_mus
     );
     assert_eq!(peer(4).power().await, None, "ipmi_sim still answers");
 
+    // 4. Three control-plane Nodes, two of them stop (2 of 5, within 40 %): powering either off
+    // would leave one of three Ready, not a majority, so neither is fenced. (The Node in
+    // maintenance leaves it once Ready: NotReady, it would be fenced at once.)
+    fleet.kubelets.resume(&names[1]);
+    fleet.kubelets.resume(&names[4]);
+    fleet.wait_ready_and_clean(&names[1]).await;
+    nodes
+        .patch(
+            &names[1],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {MAINTAIN_STATUS: null}}})),
+        )
+        .await
+        .unwrap();
+    fleet.wait_ready_and_clean(&names[4]).await;
+    for name in &names[1..4] {
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {
+                    "node-role.kubernetes.io/control-plane": "true"}}})),
+            )
+            .await
+            .unwrap();
+    }
+    fleet.kubelets.stop(&names[1]);
+    fleet.kubelets.stop(&names[2]);
+    fleet.wait_held(&names[1], "FencingHeldEtcdQuorum").await;
+    fleet.wait_held(&names[2], "FencingHeldEtcdQuorum").await;
+    tokio::time::sleep(Duration::from_secs(AFTER_SECONDS + 3)).await;
+    fleet.untouched(&names[1], &peer(1)).await;
+    fleet.untouched(&names[2], &peer(2)).await;
+
     assert!(ingot.is_running(), "ingot exited:\n{}", ingot.log_tail());
     ingot.kill();
     ingot_testenv::keep_audit_log(&plane, "fencing-e2e").unwrap();
