@@ -167,6 +167,81 @@ async fn post_event(url: &str, secret: Option<&str>, body: &Value) -> u16 {
     req.send().await.unwrap().status().as_u16()
 }
 
+/// The receiver's flags and key as the chart renders them from `seeder.events.push` (the
+/// chart's own random key Secret): the `--events-*` flags of the Deployment, with the key file
+/// where the pod mounts the Secret moved to a temporary directory holding the Secret's item as
+/// the kubelet writes it. Returns the flags and the key file.
+fn chart_push_flags(port: u16, url: &str) -> (Vec<String>, std::path::PathBuf) {
+    let rendered = chart_support::render(
+        "ingot",
+        chart_support::MANIFESTS_NAMESPACE,
+        &[
+            "controllers={seeder}".to_owned(),
+            "seeder.events.push.enabled=true".to_owned(),
+            format!("seeder.events.push.url={url}"),
+            format!("seeder.events.push.port={port}"),
+        ],
+        &[
+            "--show-only",
+            "templates/deployment.yaml",
+            "--show-only",
+            "templates/events.yaml",
+        ],
+    );
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&rendered)
+        .map(|doc| <serde_yaml::Value as serde::Deserialize>::deserialize(doc).unwrap())
+        .filter(|doc| !doc.is_null())
+        .collect();
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "events-key")
+        .unwrap();
+    assert_eq!(mount["readOnly"], true);
+    let mount_path = mount["mountPath"].as_str().unwrap();
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "events-key")
+        .unwrap();
+    let secret_name = volume["secret"]["secretName"].as_str().unwrap();
+    let secret = docs
+        .iter()
+        .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == secret_name)
+        .unwrap();
+    let item = &volume["secret"]["items"][0];
+    let key: k8s_openapi::ByteString = serde_json::from_value(json!(
+        secret["data"][item["key"].as_str().unwrap()]
+            .as_str()
+            .unwrap()
+    ))
+    .unwrap();
+    let dir = temp_dir("push-key");
+    std::fs::write(dir.join(item["path"].as_str().unwrap()), &key.0).unwrap();
+    let flags: Vec<String> = pod["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .filter(|a| a.starts_with("--events-"))
+        .map(|a| a.replace(mount_path, &dir.display().to_string()))
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            format!("--events-addr=0.0.0.0:{port}"),
+            format!("--events-url={url}"),
+            format!("--events-key-file={}/key", dir.display()),
+            "--events-max-connections=256".to_owned(),
+        ]
+    );
+    (flags, dir.join("key"))
+}
+
 #[tokio::test]
 async fn pushed_events_end_to_end() {
     let env = ingot_testenv::shared().await;
@@ -206,17 +281,14 @@ async fn pushed_events_end_to_end() {
             .await
             .unwrap();
     }
-    let key_file = temp_dir("push").join("events.key");
-    std::fs::write(&key_file, "k".repeat(48)).unwrap();
     let port = closed_port();
     let url = format!("https://127.0.0.1:{port}/redfish-events");
+    let (flags, key_file) = chart_push_flags(port, &url);
 
     let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "seeder");
     let mut ingot =
         rufio_support::ingot_seeder_with_machine_interval(&kubeconfig, "ingot-push-test", 600)
-            .arg(format!("--events-addr=127.0.0.1:{port}"))
-            .arg(format!("--events-url={url}"))
-            .arg(format!("--events-key-file={}", key_file.display()))
+            .args(flags)
             .start();
 
     // Polled hourly: after the first read, only a push can bring the hardware news quickly.
