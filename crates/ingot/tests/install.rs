@@ -1837,3 +1837,42 @@ async fn the_charts_push_key_is_kept_across_upgrades() {
         .delete(&namespace, &DeleteParams::default())
         .await;
 }
+
+/// NodeHealthCheck's ClusterRole is opt-in (`fencing.nodeHealthCheck.aggregateRole`) and comes
+/// with the fencing group only (its rules and their use: crates/ingot/tests/nhc_remediation.rs).
+#[test]
+fn the_nodehealthcheck_role_is_rendered_only_when_asked_with_fencing() {
+    let label = "rbac.ext-remediation/aggregate-to-ext-remediation";
+    for (sets, wanted) in [
+        (vec!["controllers={fencing}"], false),
+        (
+            vec![
+                "controllers={fencing}",
+                "fencing.nodeHealthCheck.aggregateRole=true",
+            ],
+            true,
+        ),
+        (
+            vec![
+                "controllers={seeder}",
+                "fencing.nodeHealthCheck.aggregateRole=true",
+            ],
+            false,
+        ),
+    ] {
+        let sets: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
+        let docs = documents(&render("ingot", "ingot-system", &sets, &[]));
+        let role = find(&docs, "ClusterRole", "ingot-nhc-remediation");
+        assert_eq!(role.is_some(), wanted, "{sets:?}");
+        if let Some(role) = role {
+            assert_eq!(role["metadata"]["labels"][label], "true");
+        }
+        // Nothing binds it: NHC's aggregated ClusterRole takes its rules.
+        assert!(
+            !docs
+                .iter()
+                .any(|d| d["roleRef"]["name"] == "ingot-nhc-remediation"),
+            "{sets:?}"
+        );
+    }
+}
