@@ -24,7 +24,9 @@
 //! 4. the budget counts the Nodes NHC remediates: remediations for two Ready Nodes, beyond
 //!    `--fencing-max-unhealthy`, are held (`FencingHeldPartitionSuspected`), nothing powered off;
 //! 5. NHC's timeout annotation on a held remediation: `Processing=False`
-//!    (`RemediationStoppedByNHC`), `Succeeded` keeping its reason.
+//!    (`RemediationStoppedByNHC`), `Succeeded` keeping its reason;
+//! 6. a fenced Node deleted while its remediation holds ingot's finalizer: the remediation says
+//!    `NodeNotFound`; deleted, it is let go at once, without a power-on, with a Normal Event.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -808,6 +810,91 @@ async fn nodehealthchecks_remediations_fence_through_the_bmc_and_are_refused_whe
         Some(("False".into(), "FencingHeldMaintenance".into()))
     );
     assert!(world.jobs_of(&n2).await.is_empty());
+
+    // 7. A fenced Node deleted while its remediation holds ingot's finalizer. The held ones
+    // let go first (n1, n4 Ready again, n5 too), so that n4 is within the budget.
+    for node in [&n1, &n4] {
+        remediations(&ns)
+            .delete(node, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    world.set_ready(&n5, true).await;
+    for node in [&n1, &n4] {
+        eventually(&format!("{node}'s held remediation gone"), || async {
+            remediations(&ns)
+                .get_opt(node)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+    world.set_ready(&n4, false).await;
+    nhc_remediate(ns.clone(), n4.clone()).await;
+    let r4 = eventually("n4 fenced again (its pod still bound)", || async {
+        let r = remediations(&ns).get(&n4).await.unwrap();
+        (condition(&r, "Succeeded") == Some(("True".into(), "Fenced".into()))).then_some(r)
+    })
+    .await;
+    assert_eq!(world.power(system(4)).await.as_deref(), Some("Off"));
+    assert!(r4.finalizers().iter().any(|f| f == FINALIZER));
+    let power_ons_before = world.power_ons_seen(&n4);
+    // The Node object deleted (a person removing it, the server being retired): the live
+    // remediation says so, and nothing is powered.
+    nodes.delete(&n4, &DeleteParams::default()).await.unwrap();
+    eventually("n4's remediation: Succeeded=False NodeNotFound", || async {
+        let r = remediations(&ns).get(&n4).await.unwrap();
+        (condition(&r, "Succeeded") == Some(("False".into(), "NodeNotFound".into()))
+            && condition(&r, "Processing") == Some(("False".into(), "NodeNotFound".into())))
+        .then_some(())
+    })
+    .await;
+    assert!(world.event_reasons(&r4).await.contains("NodeNotFound"));
+    // NHC deletes it: let go without a power-on (powerOnAfterRecovery is true, but a deleted
+    // Node is not a Node back), with a Normal Event saying why.
+    remediations(&ns)
+        .delete(&n4, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("n4's remediation let go", || async {
+        remediations(&ns)
+            .get_opt(&n4)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let released = Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| {
+            e.regarding.as_ref().is_some_and(|o| o.uid == r4.uid())
+                && e.reason.as_deref() == Some("FencingReleasedNodeGone")
+        })
+        .expect("the Event FencingReleasedNodeGone on n4's remediation");
+    assert_eq!(released.type_.as_deref(), Some("Normal"));
+    let note = released.note.unwrap_or_default();
+    assert!(
+        note.contains(&n4) && note.contains("without any power action"),
+        "{note}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(world.power(system(4)).await.as_deref(), Some("Off"));
+    assert_eq!(
+        world.power_ons_seen(&n4),
+        power_ons_before,
+        "a power-on Job"
+    );
+    assert!(
+        world.jobs_of(&n4).await.is_empty(),
+        "the episode's Jobs left"
+    );
 
     assert!(ingot.is_running(), "ingot exited:\n{}", ingot.log_tail());
     // The manifests' RBAC let ingot do all of it.
