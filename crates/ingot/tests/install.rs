@@ -1833,6 +1833,13 @@ async fn the_charts_push_key_is_kept_across_upgrades() {
     assert!(installed.len() >= 32);
     helm_release("upgrade");
     assert_eq!(key().await, installed, "the key changed at the upgrade");
+    // Its cluster-wide objects (ClusterRoles, bindings) go with the release.
+    run(
+        Command::new(helm())
+            .args(["uninstall", &release, "--namespace", &namespace])
+            .arg(format!("--kubeconfig={}", admin.display())),
+        None,
+    );
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&namespace, &DeleteParams::default())
         .await;

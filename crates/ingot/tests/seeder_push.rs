@@ -167,11 +167,27 @@ async fn post_event(url: &str, secret: Option<&str>, body: &Value) -> u16 {
     req.send().await.unwrap().status().as_u16()
 }
 
+/// A certificate and its key (PEM), as a kubernetes.io/tls Secret holds them.
+struct Tls {
+    cert_pem: String,
+    key_pem: String,
+}
+
+/// A certificate for 127.0.0.1, where the test's BMCs and clients reach the receiver.
+fn receiver_certificate() -> Tls {
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    Tls {
+        cert_pem: made.cert.pem(),
+        key_pem: made.signing_key.serialize_pem(),
+    }
+}
+
 /// The receiver's flags and key as the chart renders them from `seeder.events.push` (the
 /// chart's own random key Secret): the `--events-*` flags of the Deployment, with the key file
 /// where the pod mounts the Secret moved to a temporary directory holding the Secret's item as
-/// the kubelet writes it. Returns the flags and the key file.
-fn chart_push_flags(port: u16, url: &str) -> (Vec<String>, std::path::PathBuf) {
+/// the kubelet writes it, and the certificate of `seeder.events.push.tlsSecret` (`tls`) likewise.
+/// Returns the flags and the key file.
+fn chart_push_flags(port: u16, url: &str, tls: &Tls) -> (Vec<String>, std::path::PathBuf) {
     let rendered = chart_support::render(
         "ingot",
         chart_support::MANIFESTS_NAMESPACE,
@@ -180,6 +196,7 @@ fn chart_push_flags(port: u16, url: &str) -> (Vec<String>, std::path::PathBuf) {
             "seeder.events.push.enabled=true".to_owned(),
             format!("seeder.events.push.url={url}"),
             format!("seeder.events.push.port={port}"),
+            "seeder.events.push.tlsSecret=push-events-tls".to_owned(),
         ],
         &[
             "--show-only",
@@ -222,13 +239,33 @@ fn chart_push_flags(port: u16, url: &str) -> (Vec<String>, std::path::PathBuf) {
     .unwrap();
     let dir = temp_dir("push-key");
     std::fs::write(dir.join(item["path"].as_str().unwrap()), &key.0).unwrap();
+    // The kubernetes.io/tls Secret named by tlsSecret, as the kubelet writes it.
+    let tls_mount = pod["containers"][0]["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "events-tls")
+        .unwrap();
+    assert_eq!(tls_mount["readOnly"], true);
+    let tls_path = tls_mount["mountPath"].as_str().unwrap();
+    assert!(
+        pod["volumes"].as_sequence().unwrap().iter().any(|v| {
+            v["name"] == "events-tls" && v["secret"]["secretName"] == "push-events-tls"
+        })
+    );
+    let tls_dir = temp_dir("push-tls");
+    std::fs::write(tls_dir.join("tls.crt"), &tls.cert_pem).unwrap();
+    std::fs::write(tls_dir.join("tls.key"), &tls.key_pem).unwrap();
     let flags: Vec<String> = pod["containers"][0]["args"]
         .as_sequence()
         .unwrap()
         .iter()
         .map(|a| a.as_str().unwrap())
         .filter(|a| a.starts_with("--events-"))
-        .map(|a| a.replace(mount_path, &dir.display().to_string()))
+        .map(|a| {
+            a.replace(tls_path, &tls_dir.display().to_string())
+                .replace(mount_path, &dir.display().to_string())
+        })
         .collect();
     assert_eq!(
         flags,
@@ -237,6 +274,8 @@ fn chart_push_flags(port: u16, url: &str) -> (Vec<String>, std::path::PathBuf) {
             format!("--events-url={url}"),
             format!("--events-key-file={}/key", dir.display()),
             "--events-max-connections=256".to_owned(),
+            format!("--events-tls-cert={}/tls.crt", tls_dir.display()),
+            format!("--events-tls-key={}/tls.key", tls_dir.display()),
         ]
     );
     (flags, dir.join("key"))
@@ -283,7 +322,8 @@ async fn pushed_events_end_to_end() {
     }
     let port = closed_port();
     let url = format!("https://127.0.0.1:{port}/redfish-events");
-    let (flags, key_file) = chart_push_flags(port, &url);
+    let tls = receiver_certificate();
+    let (flags, key_file) = chart_push_flags(port, &url, &tls);
 
     let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "seeder");
     let mut ingot =
@@ -464,6 +504,19 @@ async fn pushed_events_end_to_end() {
     // The genuine secret is taken.
     let genuine = json!({"Context": context, "Events": []});
     assert_eq!(post_event(&url, Some(&secret), &genuine).await, 204);
+    // Over the certificate of the chart's tlsSecret: a client trusting only it is answered.
+    let verifying = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(tls.cert_pem.as_bytes()).unwrap()])
+        .build()
+        .unwrap();
+    let answer = verifying
+        .post(&url)
+        .header(SECRET_HEADER, &secret)
+        .json(&genuine)
+        .send()
+        .await
+        .expect("the receiver presents the certificate of --events-tls-cert");
+    assert_eq!(answer.status().as_u16(), 204);
 
     // Forged events: refused and counted, by reason.
     let forged = json!({"Context": context, "Events": [{"MessageId": "Platform.1.0.PlatformEvent", "Message": "forged"}]});
