@@ -325,6 +325,15 @@ struct SeederArgs {
     /// Connections open at once on --events-addr; one more is closed at once.
     #[arg(long, default_value_t = 256)]
     events_max_connections: usize,
+
+    /// The receiver's certificate (PEM chain, e.g. the tls.crt of a kubernetes.io/tls Secret);
+    /// without it, a certificate self-signed for the host of --events-url is made at start.
+    #[arg(long, requires_all = ["events_tls_key", "events_addr"])]
+    events_tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --events-tls-cert.
+    #[arg(long, requires = "events_tls_cert")]
+    events_tls_key: Option<PathBuf>,
 }
 
 /// The smallest key --events-key-file may hold.
@@ -1163,7 +1172,13 @@ async fn serve_events(
         .ok()
         .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_owned()))
         .unwrap_or_else(|| "localhost".to_owned());
-    let certificate = power_api::Certificate::SelfSigned(vec![host, addr.ip().to_string()]);
+    let certificate = match (&seeder.events_tls_cert, &seeder.events_tls_key) {
+        (Some(cert), Some(key)) => power_api::Certificate::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        _ => power_api::Certificate::SelfSigned(vec![host, addr.ip().to_string()]),
+    };
     let mut config = power_api::server_config(certificate, client).await?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let tls = Some(Arc::new(config));

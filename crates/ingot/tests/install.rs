@@ -1597,3 +1597,289 @@ fn every_ingot_flag_the_docs_name_is_in_its_help() {
         );
     }
 }
+
+/// The rendered documents, by kind and name.
+fn documents(rendered: &str) -> Vec<serde_yaml::Value> {
+    serde_yaml::Deserializer::from_str(rendered)
+        .map(|doc| <serde_yaml::Value as serde::Deserialize>::deserialize(doc).unwrap())
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+fn find<'a>(
+    docs: &'a [serde_yaml::Value],
+    kind: &str,
+    name: &str,
+) -> Option<&'a serde_yaml::Value> {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+}
+
+fn container_args(deployment: &serde_yaml::Value) -> Vec<String> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The push events receiver in the chart (`seeder.events.push`): off by default (no flag, port,
+/// Service or Secret); on with the seeder group: the four flags, the container port, a Service of
+/// the chosen type selecting the operator's pods, and the key Secret (the chart's own, random,
+/// or the one named) mounted read-only where --events-key-file reads it. Not with other groups.
+#[test]
+fn the_push_receiver_renders_only_when_enabled_with_its_flags_service_and_key() {
+    let url = "https://10.0.0.5:30444/events";
+    let push = |more: &[&str]| -> Vec<String> {
+        let mut sets = vec![
+            "controllers={seeder}".to_owned(),
+            "seeder.events.push.enabled=true".to_owned(),
+            format!("seeder.events.push.url={url}"),
+        ];
+        sets.extend(more.iter().map(|s| (*s).to_owned()));
+        sets
+    };
+    // Off: nothing of it.
+    for sets in [
+        vec!["controllers={seeder}".to_owned()],
+        // Enabled, but without the seeder group.
+        vec![
+            "controllers={rufio,fencing}".to_owned(),
+            "seeder.events.push.enabled=true".to_owned(),
+            format!("seeder.events.push.url={url}"),
+        ],
+    ] {
+        let rendered = render("ingot", "ingot-system", &sets, &[]);
+        for absent in ["--events-", "name: ingot-push-events", "name: events"] {
+            assert!(
+                !rendered.contains(absent),
+                "{sets:?}: {absent} in {rendered}"
+            );
+        }
+    }
+
+    // On, NodePort, the chart's own key.
+    let docs = documents(&render(
+        "ingot",
+        "ingot-system",
+        &push(&[
+            "seeder.events.push.service.type=NodePort",
+            "seeder.events.push.service.nodePort=30444",
+            "seeder.events.push.port=9443",
+            "seeder.events.push.maxConnections=32",
+        ]),
+        &[],
+    ));
+    let deployment = find(&docs, "Deployment", "ingot").unwrap();
+    let events_flags: Vec<String> = container_args(deployment)
+        .into_iter()
+        .filter(|a| a.starts_with("--events-"))
+        .collect();
+    assert_eq!(
+        events_flags,
+        [
+            "--events-addr=0.0.0.0:9443".to_owned(),
+            format!("--events-url={url}"),
+            "--events-key-file=/etc/ingot/events/key".to_owned(),
+            "--events-max-connections=32".to_owned(),
+        ]
+    );
+    let pod = &deployment["spec"]["template"]["spec"];
+    let ports = pod["containers"][0]["ports"].as_sequence().unwrap();
+    assert!(
+        ports
+            .iter()
+            .any(|p| p["name"] == "events" && p["containerPort"] == 9443),
+        "{ports:?}"
+    );
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "events-key")
+        .unwrap();
+    assert_eq!(mount["mountPath"], "/etc/ingot/events");
+    assert_eq!(mount["readOnly"], true);
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "events-key")
+        .unwrap();
+    assert_eq!(volume["secret"]["secretName"], "ingot-push-events-key");
+    assert_eq!(volume["secret"]["items"][0]["key"], "key");
+    assert_eq!(volume["secret"]["items"][0]["path"], "key");
+    let service = find(&docs, "Service", "ingot-push-events").unwrap();
+    assert_eq!(service["spec"]["type"], "NodePort");
+    assert_eq!(service["spec"]["ports"][0]["port"], 9443);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "events");
+    assert_eq!(service["spec"]["ports"][0]["nodePort"], 30444);
+    assert_eq!(
+        service["spec"]["selector"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    let secret = find(&docs, "Secret", "ingot-push-events-key").unwrap();
+    let key = base64_decode(secret["data"]["key"].as_str().unwrap());
+    assert_eq!(key.len(), 48, "a key of {} bytes", key.len());
+    // Random: another rendering (no cluster to keep it from) makes another.
+    let again = documents(&render("ingot", "ingot-system", &push(&[]), &[]));
+    assert_ne!(
+        find(&again, "Secret", "ingot-push-events-key").unwrap()["data"]["key"],
+        secret["data"]["key"]
+    );
+    // ClusterIP by default, no nodePort.
+    let service = find(&again, "Service", "ingot-push-events").unwrap();
+    assert_eq!(service["spec"]["type"], "ClusterIP");
+    assert!(service["spec"]["ports"][0]["nodePort"].is_null());
+
+    // A Secret of the user's: mounted by its key, none made.
+    let docs = documents(&render(
+        "ingot",
+        "ingot-system",
+        &push(&[
+            "seeder.events.push.keySecret.name=bmc-events",
+            "seeder.events.push.keySecret.key=hmac",
+        ]),
+        &[],
+    ));
+    assert!(!docs.iter().any(|d| d["kind"] == "Secret"));
+    let deployment = find(&docs, "Deployment", "ingot").unwrap();
+    let volume = deployment["spec"]["template"]["spec"]["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "events-key")
+        .unwrap();
+    assert_eq!(volume["secret"]["secretName"], "bmc-events");
+    assert_eq!(volume["secret"]["items"][0]["key"], "hmac");
+    assert_eq!(volume["secret"]["items"][0]["path"], "key");
+}
+
+/// A Secret's `data` value, decoded as the API server decodes it.
+fn base64_decode(text: &str) -> Vec<u8> {
+    serde_json::from_value::<k8s_openapi::ByteString>(serde_json::json!(text))
+        .unwrap()
+        .0
+}
+
+/// Push enabled without its URL (or with one that is not https://): the chart does not render,
+/// and says which value to set.
+#[test]
+fn push_without_its_url_is_refused_naming_the_value() {
+    for (url, wanted) in [
+        (None, "seeder.events.push.url is empty"),
+        (
+            Some("http://10.0.0.5:30444/events"),
+            "seeder.events.push.url \"http://10.0.0.5:30444/events\" is not https://",
+        ),
+    ] {
+        let mut command = Command::new(helm());
+        command
+            .args(["template", "ingot"])
+            .arg(chart_dir())
+            .args(["--set", "controllers={seeder}"])
+            .args(["--set", "seeder.events.push.enabled=true"]);
+        if let Some(url) = url {
+            command.args(["--set", &format!("seeder.events.push.url={url}")]);
+        }
+        let output = command.output().unwrap();
+        assert!(!output.status.success(), "{url:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(wanted), "{stderr}");
+    }
+}
+
+/// The chart's own key is kept across upgrades (`lookup`): `helm install` then `helm upgrade`
+/// on the API server leave the Secret's key as it was, so the BMCs' subscriptions stay valid.
+#[tokio::test]
+async fn the_charts_push_key_is_kept_across_upgrades() {
+    let env = ingot_testenv::shared().await;
+    let admin = env.kubeconfig_path();
+    let client = env.client().unwrap();
+    let suffix = ingot_testenv::random_suffix(6);
+    let namespace = format!("push-key-{suffix}");
+    let release = format!("ingot-push-{suffix}");
+    ensure_namespace(&client, &namespace).await;
+    let helm_release = |verb: &str| {
+        run(
+            Command::new(helm())
+                .args([verb, &release])
+                .arg(chart_dir())
+                .args(["--namespace", &namespace, "--skip-crds"])
+                .args(["--set", "controllers={seeder}"])
+                .args(["--set", "seeder.events.push.enabled=true"])
+                .args([
+                    "--set",
+                    "seeder.events.push.url=https://10.0.0.5:30444/events",
+                ])
+                .arg(format!("--kubeconfig={}", admin.display())),
+            None,
+        )
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let key = async || {
+        secrets
+            .get(&format!("{release}-push-events-key"))
+            .await
+            .unwrap()
+            .data
+            .unwrap()["key"]
+            .0
+            .clone()
+    };
+    helm_release("install");
+    let installed = key().await;
+    assert!(installed.len() >= 32);
+    helm_release("upgrade");
+    assert_eq!(key().await, installed, "the key changed at the upgrade");
+    // Its cluster-wide objects (ClusterRoles, bindings) go with the release.
+    run(
+        Command::new(helm())
+            .args(["uninstall", &release, "--namespace", &namespace])
+            .arg(format!("--kubeconfig={}", admin.display())),
+        None,
+    );
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&namespace, &DeleteParams::default())
+        .await;
+}
+
+/// NodeHealthCheck's ClusterRole is opt-in (`fencing.nodeHealthCheck.aggregateRole`) and comes
+/// with the fencing group only (its rules and their use: crates/ingot/tests/nhc_remediation.rs).
+#[test]
+fn the_nodehealthcheck_role_is_rendered_only_when_asked_with_fencing() {
+    let label = "rbac.ext-remediation/aggregate-to-ext-remediation";
+    for (sets, wanted) in [
+        (vec!["controllers={fencing}"], false),
+        (
+            vec![
+                "controllers={fencing}",
+                "fencing.nodeHealthCheck.aggregateRole=true",
+            ],
+            true,
+        ),
+        (
+            vec![
+                "controllers={seeder}",
+                "fencing.nodeHealthCheck.aggregateRole=true",
+            ],
+            false,
+        ),
+    ] {
+        let sets: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
+        let docs = documents(&render("ingot", "ingot-system", &sets, &[]));
+        let role = find(&docs, "ClusterRole", "ingot-nhc-remediation");
+        assert_eq!(role.is_some(), wanted, "{sets:?}");
+        if let Some(role) = role {
+            assert_eq!(role["metadata"]["labels"][label], "true");
+        }
+        // Nothing binds it: NHC's aggregated ClusterRole takes its rules.
+        assert!(
+            !docs
+                .iter()
+                .any(|d| d["roleRef"]["name"] == "ingot-nhc-remediation"),
+            "{sets:?}"
+        );
+    }
+}

@@ -24,7 +24,9 @@
 //! 4. the budget counts the Nodes NHC remediates: remediations for two Ready Nodes, beyond
 //!    `--fencing-max-unhealthy`, are held (`FencingHeldPartitionSuspected`), nothing powered off;
 //! 5. NHC's timeout annotation on a held remediation: `Processing=False`
-//!    (`RemediationStoppedByNHC`), `Succeeded` keeping its reason.
+//!    (`RemediationStoppedByNHC`), `Succeeded` keeping its reason;
+//! 6. a fenced Node deleted while its remediation holds ingot's finalizer: the remediation says
+//!    `NodeNotFound`; deleted, it is let go at once, without a power-on, with a Normal Event.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -196,11 +198,146 @@ impl World {
     }
 }
 
+/// The namespace and ServiceAccount standing in for NodeHealthCheck's controller. The account
+/// is named as the release, so that `rbac_coverage` counts its requests against the chart's
+/// ClusterRole (it reads the role's name after the account's).
+const NHC_NAMESPACE: &str = "node-healthcheck";
+const NHC_ACCOUNT: &str = "ingot";
+
+/// NodeHealthCheck's identity from the chart (`fencing.nodeHealthCheck.aggregateRole=true`):
+/// the rendered ClusterRole, labelled for NHC's aggregation and holding exactly
+/// docs/fencing.md's rules, is applied; NHC's own aggregated ClusterRole (as NHC installs it,
+/// selecting that label) is filled with its rules by kube-controller-manager; NHC's
+/// ServiceAccount is bound to the chart's ClusterRole. Returns a client with that account's token.
+async fn nhc_client(admin: &std::path::Path) -> Client {
+    let rendered = chart_support::render(
+        "ingot",
+        chart_support::MANIFESTS_NAMESPACE,
+        &[
+            "controllers={fencing}".to_owned(),
+            "fencing.nodeHealthCheck.aggregateRole=true".to_owned(),
+        ],
+        &["--show-only", "templates/rbac.yaml"],
+    );
+    let role = rendered
+        .split("\n---")
+        .find(|d| d.contains("name: ingot-nhc-remediation\n"))
+        .expect("the chart renders the ClusterRole ingot-nhc-remediation");
+    let parsed: serde_yaml::Value = serde_yaml::from_str(role).unwrap();
+    assert_eq!(parsed["kind"], "ClusterRole");
+    assert_eq!(
+        parsed["metadata"]["labels"]["rbac.ext-remediation/aggregate-to-ext-remediation"],
+        "true"
+    );
+    let rules: Value = serde_json::to_value(&parsed["rules"]).unwrap();
+    assert_eq!(
+        rules,
+        json!([
+            {"apiGroups": ["fencing.ingot.dev"], "resources": ["bmcremediationtemplates"],
+             "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["fencing.ingot.dev"], "resources": ["bmcremediations"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        ])
+    );
+    chart_support::kubectl_apply(admin, role, &[]);
+    // NHC's aggregated ClusterRole: the rules of every ClusterRole with the label.
+    chart_support::kubectl_apply(
+        admin,
+        &format!(
+            "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: node-healthcheck-ext-remediation
+aggregationRule:
+  clusterRoleSelectors:
+    - matchLabels:
+        rbac.ext-remediation/aggregate-to-ext-remediation: \"true\"
+rules: []
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: {NHC_NAMESPACE}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {NHC_ACCOUNT}
+  namespace: {NHC_NAMESPACE}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: node-healthcheck-ingot-remediation
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: ingot-nhc-remediation
+subjects:
+  - kind: ServiceAccount
+    name: {NHC_ACCOUNT}
+    namespace: {NHC_NAMESPACE}
+"
+        ),
+        &[],
+    );
+    let admin_client = ingot_testenv::TestEnv::connect(admin)
+        .await
+        .unwrap()
+        .client()
+        .unwrap();
+    let aggregated: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin_client);
+    eventually(
+        "NHC's aggregated ClusterRole holding the chart's rules",
+        || async {
+            let role = aggregated
+                .get("node-healthcheck-ext-remediation")
+                .await
+                .ok()?;
+            let rules = serde_json::to_value(role.rules?).ok()?;
+            (rules
+                == json!([
+                    {"apiGroups": ["fencing.ingot.dev"], "resources": ["bmcremediationtemplates"],
+                     "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": ["fencing.ingot.dev"], "resources": ["bmcremediations"],
+                     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                ]))
+            .then_some(())
+        },
+    )
+    .await;
+    let kubeconfig =
+        chart_support::token_kubeconfig(admin, NHC_ACCOUNT, NHC_NAMESPACE, "node-healthcheck");
+    ingot_testenv::TestEnv::connect(&kubeconfig)
+        .await
+        .unwrap()
+        .client()
+        .unwrap()
+}
+
+/// A list, then a watch from its resourceVersion that the API server ends after a second.
+async fn list_and_watch<K>(api: Api<K>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use futures::StreamExt;
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let version = list.metadata.resource_version.unwrap_or_default();
+    let events = api
+        .watch(&kube::api::WatchParams::default().timeout(1), &version)
+        .await
+        .unwrap();
+    let events: Vec<_> = events.collect().await;
+    assert!(events.iter().all(Result::is_ok), "{events:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodehealthchecks_remediations_fence_through_the_bmc_and_are_refused_when_they_must_be() {
     let started = Instant::now();
     let plane = ingot_testenv::ControlPlane::start(ingot_testenv::Options {
         watchdog_parent: Some(std::process::id()),
+        // NHC's aggregated ClusterRole is filled by kube-controller-manager.
+        controller_manager_args: vec!["--controllers=clusterrole-aggregation-controller".into()],
         ..ingot_testenv::Options::from_env().unwrap()
     })
     .await
@@ -211,6 +348,8 @@ async fn nodehealthchecks_remediations_fence_through_the_bmc_and_are_refused_whe
     let ns = env.namespace("nhc").await.unwrap();
     let tenant = env.namespace("nhc-tenant").await.unwrap();
     let service_account = chart_support::install_from_manifests(&admin, "fencing");
+    // NHC's identity: the chart's opt-in ClusterRole for it, its requests made with its token.
+    let nhc = nhc_client(&admin).await;
 
     // n1, n2, n4, n5 on sushy-tools; n3's BMC answers nowhere.
     let more = ["n2", "n4", "n5"].map(|name| SushySystem {
@@ -308,11 +447,12 @@ async fn nodehealthchecks_remediations_fence_through_the_bmc_and_are_refused_whe
         .get(&ns)
         .await
         .unwrap();
-    let remediations =
-        |namespace: &str| Api::<BMCRemediation>::namespaced(client.clone(), namespace);
+    // NHC's requests, with its token: reading the remediations, deleting them, and what
+    // nhc_remediate does.
+    let remediations = |namespace: &str| Api::<BMCRemediation>::namespaced(nhc.clone(), namespace);
     // NHC: read the template, create the remediation for the Node.
     let nhc_remediate = |template_namespace: String, node: String| {
-        let client = client.clone();
+        let client = nhc.clone();
         let owner = owner.clone();
         let template_resource = template_resource.clone();
         async move {
@@ -426,6 +566,23 @@ async fn nodehealthchecks_remediations_fence_through_the_bmc_and_are_refused_whe
     }
     world.set_ready(&n1, false).await;
     let r1 = nhc_remediate(ns.clone(), n1.clone()).await;
+    // NHC lists and watches the templates and its remediations (its informers), and its role
+    // lets it merge-patch one (here a label of its own).
+    list_and_watch(Api::<DynamicObject>::namespaced_with(
+        nhc.clone(),
+        &ns,
+        &template_resource,
+    ))
+    .await;
+    list_and_watch(Api::<BMCRemediation>::all(nhc.clone())).await;
+    remediations(&ns)
+        .patch(
+            &n1,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"remediation.medik8s.io/seen": "true"}}})),
+        )
+        .await
+        .unwrap();
     eventually("n1 tainted only once sushy reads Off", || async {
         let node = world.node(&n1).await;
         let power = world.power(system(1)).await;
@@ -632,13 +789,13 @@ async fn nodehealthchecks_remediations_fence_through_the_bmc_and_are_refused_whe
 
     // 6. NHC gives up on n2's remediation (its timeout annotation): nothing is started for
     // it, Processing=False says so, and Succeeded keeps the reason it failed for.
+    // NHC writes it with an update of the whole object (UpdateRemediationCR).
+    let mut timed_out = remediations(&ns).get(&n2).await.unwrap();
+    timed_out
+        .annotations_mut()
+        .insert("remediation.medik8s.io/nhc-timed-out".into(), now());
     remediations(&ns)
-        .patch(
-            &n2,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                "remediation.medik8s.io/nhc-timed-out": now()}}})),
-        )
+        .replace(&n2, &PostParams::default(), &timed_out)
         .await
         .unwrap();
     eventually("n2: Processing=False RemediationStoppedByNHC", || async {
@@ -653,6 +810,91 @@ async fn nodehealthchecks_remediations_fence_through_the_bmc_and_are_refused_whe
         Some(("False".into(), "FencingHeldMaintenance".into()))
     );
     assert!(world.jobs_of(&n2).await.is_empty());
+
+    // 7. A fenced Node deleted while its remediation holds ingot's finalizer. The held ones
+    // let go first (n1, n4 Ready again, n5 too), so that n4 is within the budget.
+    for node in [&n1, &n4] {
+        remediations(&ns)
+            .delete(node, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    world.set_ready(&n5, true).await;
+    for node in [&n1, &n4] {
+        eventually(&format!("{node}'s held remediation gone"), || async {
+            remediations(&ns)
+                .get_opt(node)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+    world.set_ready(&n4, false).await;
+    nhc_remediate(ns.clone(), n4.clone()).await;
+    let r4 = eventually("n4 fenced again (its pod still bound)", || async {
+        let r = remediations(&ns).get(&n4).await.unwrap();
+        (condition(&r, "Succeeded") == Some(("True".into(), "Fenced".into()))).then_some(r)
+    })
+    .await;
+    assert_eq!(world.power(system(4)).await.as_deref(), Some("Off"));
+    assert!(r4.finalizers().iter().any(|f| f == FINALIZER));
+    let power_ons_before = world.power_ons_seen(&n4);
+    // The Node object deleted (a person removing it, the server being retired): the live
+    // remediation says so, and nothing is powered.
+    nodes.delete(&n4, &DeleteParams::default()).await.unwrap();
+    eventually("n4's remediation: Succeeded=False NodeNotFound", || async {
+        let r = remediations(&ns).get(&n4).await.unwrap();
+        (condition(&r, "Succeeded") == Some(("False".into(), "NodeNotFound".into()))
+            && condition(&r, "Processing") == Some(("False".into(), "NodeNotFound".into())))
+        .then_some(())
+    })
+    .await;
+    assert!(world.event_reasons(&r4).await.contains("NodeNotFound"));
+    // NHC deletes it: let go without a power-on (powerOnAfterRecovery is true, but a deleted
+    // Node is not a Node back), with a Normal Event saying why.
+    remediations(&ns)
+        .delete(&n4, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("n4's remediation let go", || async {
+        remediations(&ns)
+            .get_opt(&n4)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let released = Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| {
+            e.regarding.as_ref().is_some_and(|o| o.uid == r4.uid())
+                && e.reason.as_deref() == Some("FencingReleasedNodeGone")
+        })
+        .expect("the Event FencingReleasedNodeGone on n4's remediation");
+    assert_eq!(released.type_.as_deref(), Some("Normal"));
+    let note = released.note.unwrap_or_default();
+    assert!(
+        note.contains(&n4) && note.contains("without any power action"),
+        "{note}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(world.power(system(4)).await.as_deref(), Some("Off"));
+    assert_eq!(
+        world.power_ons_seen(&n4),
+        power_ons_before,
+        "a power-on Job"
+    );
+    assert!(
+        world.jobs_of(&n4).await.is_empty(),
+        "the episode's Jobs left"
+    );
 
     assert!(ingot.is_running(), "ingot exited:\n{}", ingot.log_tail());
     // The manifests' RBAC let ingot do all of it.

@@ -185,6 +185,9 @@ fn every_permission_of_the_chart_was_needed_and_none_was_missing() {
             "controllers={pools,rufio,seeder,provisioning,gardener,fencing}".to_owned(),
             // Tinkerbell mode's grants too (crates/ingot/tests/provisioning_tinkerbell.rs).
             "provisioning.tinkerbell=true".to_owned(),
+            // The ClusterRole for medik8s NodeHealthCheck (crates/ingot/tests/nhc_remediation.rs
+            // makes NHC's requests with it, as an account named after the release).
+            "fencing.nodeHealthCheck.aggregateRole=true".to_owned(),
         ],
         &["--show-only", "templates/rbac.yaml"],
     );

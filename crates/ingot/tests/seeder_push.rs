@@ -167,6 +167,120 @@ async fn post_event(url: &str, secret: Option<&str>, body: &Value) -> u16 {
     req.send().await.unwrap().status().as_u16()
 }
 
+/// A certificate and its key (PEM), as a kubernetes.io/tls Secret holds them.
+struct Tls {
+    cert_pem: String,
+    key_pem: String,
+}
+
+/// A certificate for 127.0.0.1, where the test's BMCs and clients reach the receiver.
+fn receiver_certificate() -> Tls {
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    Tls {
+        cert_pem: made.cert.pem(),
+        key_pem: made.signing_key.serialize_pem(),
+    }
+}
+
+/// The receiver's flags and key as the chart renders them from `seeder.events.push` (the
+/// chart's own random key Secret): the `--events-*` flags of the Deployment, with the key file
+/// where the pod mounts the Secret moved to a temporary directory holding the Secret's item as
+/// the kubelet writes it, and the certificate of `seeder.events.push.tlsSecret` (`tls`) likewise.
+/// Returns the flags and the key file.
+fn chart_push_flags(port: u16, url: &str, tls: &Tls) -> (Vec<String>, std::path::PathBuf) {
+    let rendered = chart_support::render(
+        "ingot",
+        chart_support::MANIFESTS_NAMESPACE,
+        &[
+            "controllers={seeder}".to_owned(),
+            "seeder.events.push.enabled=true".to_owned(),
+            format!("seeder.events.push.url={url}"),
+            format!("seeder.events.push.port={port}"),
+            "seeder.events.push.tlsSecret=push-events-tls".to_owned(),
+        ],
+        &[
+            "--show-only",
+            "templates/deployment.yaml",
+            "--show-only",
+            "templates/events.yaml",
+        ],
+    );
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&rendered)
+        .map(|doc| <serde_yaml::Value as serde::Deserialize>::deserialize(doc).unwrap())
+        .filter(|doc| !doc.is_null())
+        .collect();
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "events-key")
+        .unwrap();
+    assert_eq!(mount["readOnly"], true);
+    let mount_path = mount["mountPath"].as_str().unwrap();
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "events-key")
+        .unwrap();
+    let secret_name = volume["secret"]["secretName"].as_str().unwrap();
+    let secret = docs
+        .iter()
+        .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == secret_name)
+        .unwrap();
+    let item = &volume["secret"]["items"][0];
+    let key: k8s_openapi::ByteString = serde_json::from_value(json!(
+        secret["data"][item["key"].as_str().unwrap()]
+            .as_str()
+            .unwrap()
+    ))
+    .unwrap();
+    let dir = temp_dir("push-key");
+    std::fs::write(dir.join(item["path"].as_str().unwrap()), &key.0).unwrap();
+    // The kubernetes.io/tls Secret named by tlsSecret, as the kubelet writes it.
+    let tls_mount = pod["containers"][0]["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "events-tls")
+        .unwrap();
+    assert_eq!(tls_mount["readOnly"], true);
+    let tls_path = tls_mount["mountPath"].as_str().unwrap();
+    assert!(
+        pod["volumes"].as_sequence().unwrap().iter().any(|v| {
+            v["name"] == "events-tls" && v["secret"]["secretName"] == "push-events-tls"
+        })
+    );
+    let tls_dir = temp_dir("push-tls");
+    std::fs::write(tls_dir.join("tls.crt"), &tls.cert_pem).unwrap();
+    std::fs::write(tls_dir.join("tls.key"), &tls.key_pem).unwrap();
+    let flags: Vec<String> = pod["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .filter(|a| a.starts_with("--events-"))
+        .map(|a| {
+            a.replace(tls_path, &tls_dir.display().to_string())
+                .replace(mount_path, &dir.display().to_string())
+        })
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            format!("--events-addr=0.0.0.0:{port}"),
+            format!("--events-url={url}"),
+            format!("--events-key-file={}/key", dir.display()),
+            "--events-max-connections=256".to_owned(),
+            format!("--events-tls-cert={}/tls.crt", tls_dir.display()),
+            format!("--events-tls-key={}/tls.key", tls_dir.display()),
+        ]
+    );
+    (flags, dir.join("key"))
+}
+
 #[tokio::test]
 async fn pushed_events_end_to_end() {
     let env = ingot_testenv::shared().await;
@@ -206,17 +320,15 @@ async fn pushed_events_end_to_end() {
             .await
             .unwrap();
     }
-    let key_file = temp_dir("push").join("events.key");
-    std::fs::write(&key_file, "k".repeat(48)).unwrap();
     let port = closed_port();
     let url = format!("https://127.0.0.1:{port}/redfish-events");
+    let tls = receiver_certificate();
+    let (flags, key_file) = chart_push_flags(port, &url, &tls);
 
     let kubeconfig = chart_support::install_from_manifests(env.kubeconfig_path(), "seeder");
     let mut ingot =
         rufio_support::ingot_seeder_with_machine_interval(&kubeconfig, "ingot-push-test", 600)
-            .arg(format!("--events-addr=127.0.0.1:{port}"))
-            .arg(format!("--events-url={url}"))
-            .arg(format!("--events-key-file={}", key_file.display()))
+            .args(flags)
             .start();
 
     // Polled hourly: after the first read, only a push can bring the hardware news quickly.
@@ -392,6 +504,19 @@ async fn pushed_events_end_to_end() {
     // The genuine secret is taken.
     let genuine = json!({"Context": context, "Events": []});
     assert_eq!(post_event(&url, Some(&secret), &genuine).await, 204);
+    // Over the certificate of the chart's tlsSecret: a client trusting only it is answered.
+    let verifying = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(tls.cert_pem.as_bytes()).unwrap()])
+        .build()
+        .unwrap();
+    let answer = verifying
+        .post(&url)
+        .header(SECRET_HEADER, &secret)
+        .json(&genuine)
+        .send()
+        .await
+        .expect("the receiver presents the certificate of --events-tls-cert");
+    assert_eq!(answer.status().as_u16(), 204);
 
     // Forged events: refused and counted, by reason.
     let forged = json!({"Context": context, "Events": [{"MessageId": "Platform.1.0.PlatformEvent", "Message": "forged"}]});

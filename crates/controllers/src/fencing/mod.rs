@@ -24,6 +24,7 @@ pub mod remediation;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use futures::StreamExt;
 use ingot_api::remediation::BMCRemediation;
 use ingot_api::rufio::{Job, Machine};
 use ingot_api::seeder::Inventory;
@@ -40,6 +41,8 @@ use crate::seeder::inventory::node_name;
 pub use phase::{MaxUnhealthy, Recovery};
 
 const CONTROLLER: &str = "fencing";
+/// The controller of BMCRemediations whose Node does not exist.
+const ORPHANS_CONTROLLER: &str = "fencing-remediation-orphans";
 /// The component of the fencing Events.
 const EVENT_COMPONENT: &str = "ingot-fencing";
 /// The label of fencing's rufio Jobs: the Node they fence.
@@ -111,6 +114,10 @@ impl FencingContext {
         }
     }
 
+    fn stores(&self) -> Result<Stores, Error> {
+        self.stores.get().cloned().ok_or(Error::NotStarted)
+    }
+
     fn api_in<K: crate::NamespacedKind>(&self) -> Api<K> {
         crate::api_in(&self.client, self.settings.namespace.as_deref())
     }
@@ -170,9 +177,30 @@ pub async fn run(
         inventories: inventories.clone(),
         machines,
         jobs,
-        remediations,
+        remediations: remediations.clone(),
     };
     let _ = ctx.stores.set(stores.clone());
+    // The Node controller never sees a Node that no longer exists: the BMCRemediations of one
+    // go to a second controller, woken by each remediation's change and by its Node's deletion.
+    let (orphans_tx, orphans_rx) =
+        futures::channel::mpsc::unbounded::<Result<BMCRemediation, watcher::Error>>();
+    let on_remediation = orphans_tx.clone();
+    let remediation_events = remediation_events.inspect(move |event| {
+        if let Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) = event {
+            let _ = on_remediation.unbounded_send(Ok(r.clone()));
+        }
+    });
+    let of_deleted_node = remediations.clone();
+    let node_events = node_events.inspect(move |event| {
+        if let Ok(watcher::Event::Delete(node)) = event {
+            let name = node.name_any();
+            for r in of_deleted_node.state() {
+                if remediation::node_of(&r) == name {
+                    let _ = orphans_tx.unbounded_send(Ok(r.as_ref().clone()));
+                }
+            }
+        }
+    });
     let by_machine = inventories.clone();
     let controller = Controller::for_stream(node_events.applied_objects(), nodes)
         .watches_stream(
@@ -194,11 +222,31 @@ pub async fn run(
         .with_config(Config::default().concurrency(16));
     let backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(120));
     let runtime = ControllerRuntime::new(CONTROLLER, ctx.metrics.clone(), backoff);
-    runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
+    let orphans = Controller::for_stream(orphans_rx, remediations);
+    let orphans_backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(120));
+    let orphans_runtime =
+        ControllerRuntime::new(ORPHANS_CONTROLLER, ctx.metrics.clone(), orphans_backoff);
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    tokio::join!(
+        runtime::run(
+            controller,
+            runtime,
+            ctx.clone(),
+            reconcile,
+            shutdown.clone()
+        ),
+        runtime::run(
+            orphans,
+            orphans_runtime,
+            ctx,
+            remediation::reconcile_without_node,
+            shutdown
+        ),
+    );
 }
 
 async fn reconcile(node: Arc<Node>, ctx: Arc<FencingContext>) -> Result<Action, Error> {
-    let stores = ctx.stores.get().ok_or(Error::NotStarted)?.clone();
+    let stores = ctx.stores()?;
     let name = node.name_any();
     let readiness = execute::readiness(&node);
     let record = execute::Record::read(&node);

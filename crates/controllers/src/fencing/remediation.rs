@@ -292,6 +292,134 @@ pub async fn report_others(
     Ok(())
 }
 
+/// The reason of a BMCRemediation whose Node does not exist.
+pub const NODE_NOT_FOUND: &str = "NodeNotFound";
+/// The reason of the Event when ingot lets go of one whose Node does not exist.
+pub const RELEASED_NODE_GONE: &str = "FencingReleasedNodeGone";
+
+/// What becomes of a BMCRemediation whose Node does not exist.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WithoutNode {
+    /// Deleted, holding ingot's finalizer: let go, without any power action (a deleted Node is
+    /// not a Node back).
+    LetGo,
+    /// Alive: its conditions say the Node is gone; nothing is fenced.
+    Report,
+    /// Deleted without ingot's finalizer: nothing of ingot's.
+    Nothing,
+}
+
+/// What to do with a BMCRemediation whose Node does not exist.
+pub fn without_node(remediation: &BMCRemediation) -> WithoutNode {
+    if remediation.metadata.deletion_timestamp.is_none() {
+        WithoutNode::Report
+    } else if remediation.finalizers().iter().any(|f| f == FINALIZER) {
+        WithoutNode::LetGo
+    } else {
+        WithoutNode::Nothing
+    }
+}
+
+/// The conditions of a live BMCRemediation whose Node does not exist.
+pub fn node_not_found(node: &str) -> [(&'static str, ConditionStatus, String, String); 2] {
+    let message = format!(
+        "Node {node} does not exist: nothing is fenced (no power action for a Node that is not there); delete this remediation, or it acts once a Node of that name exists"
+    );
+    [
+        (
+            PROCESSING,
+            ConditionStatus::False,
+            NODE_NOT_FOUND.to_owned(),
+            message.clone(),
+        ),
+        (
+            SUCCEEDED,
+            ConditionStatus::False,
+            NODE_NOT_FOUND.to_owned(),
+            message,
+        ),
+    ]
+}
+
+/// A BMCRemediation whose Node the Node store does not hold (its change, or its Node's
+/// deletion, woke it). The API server is asked whether the Node exists (the store may lag);
+/// if it does, the Node's own pass has it. If not: a deleted one holding ingot's finalizer is
+/// let go at once, with a Normal Event saying why and no power action, after its episode's
+/// Jobs are deleted; a live one says `NodeNotFound` in its conditions (and a Warning Event).
+pub async fn reconcile_without_node(
+    remediation: Arc<BMCRemediation>,
+    ctx: Arc<FencingContext>,
+) -> Result<kube::runtime::controller::Action, Error> {
+    use kube::runtime::controller::Action;
+    use kube::runtime::reflector::ObjectRef;
+    let stores = ctx.stores()?;
+    let node = node_of(&remediation);
+    let what = without_node(&remediation);
+    if what == WithoutNode::Nothing || stores.nodes.get(&ObjectRef::new(&node)).is_some() {
+        return Ok(Action::await_change());
+    }
+    let found = Api::<k8s_openapi::api::core::v1::Node>::all(ctx.client.clone())
+        .list_metadata(
+            &kube::api::ListParams::default()
+                .fields(&format!("metadata.name={node}"))
+                .limit(1),
+        )
+        .await?;
+    if !found.items.is_empty() {
+        return Ok(Action::await_change());
+    }
+    match what {
+        WithoutNode::LetGo => {
+            // The episode's Jobs (best effort: a finished Job left behind goes with its
+            // Inventory).
+            for job in stores.jobs.state() {
+                if job.labels().get(super::JOB_NODE_LABEL) != Some(&node) {
+                    continue;
+                }
+                let jobs: Api<ingot_api::rufio::Job> =
+                    Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+                match jobs
+                    .delete(&job.name_any(), &kube::api::DeleteParams::background())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(error) => {
+                        tracing::warn!(%error, job = %job.name_any(), "could not delete a fencing Job")
+                    }
+                }
+            }
+            ctx.events
+                .publish(
+                    remediation.as_ref(),
+                    EventType::Normal,
+                    RELEASED_NODE_GONE,
+                    "Release",
+                    format!(
+                        "Node {node} no longer exists: ingot's finalizer is removed without any power action (a deleted Node is not a Node back)"
+                    ),
+                )
+                .await;
+            let_go(&ctx, &remediation).await?;
+        }
+        WithoutNode::Report => {
+            if write_status(&ctx, &remediation, &node_not_found(&node)).await? {
+                ctx.events
+                    .publish(
+                        remediation.as_ref(),
+                        EventType::Warning,
+                        NODE_NOT_FOUND,
+                        "Fence",
+                        format!("Node {node} does not exist: nothing is fenced"),
+                    )
+                    .await;
+            }
+        }
+        WithoutNode::Nothing => {}
+    }
+    Ok(Action::await_change())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,6 +491,28 @@ mod tests {
         assert!(sorted.driver.is_none() && sorted.stopped.len() == 1);
         let sorted = Remediations::sort(vec![timed_out], Some("inv"), true);
         assert!(sorted.driver.is_some(), "a power-off under way goes on");
+    }
+
+    #[test]
+    fn without_its_node_a_held_deletion_is_let_go_and_a_live_one_reports() {
+        assert_eq!(
+            without_node(&remediation("inv", "n1", &[], false)),
+            WithoutNode::Report
+        );
+        let mut held = remediation("inv", "n1", &[], true).as_ref().clone();
+        assert_eq!(without_node(&held), WithoutNode::Nothing, "not ingot's");
+        held.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+        assert_eq!(without_node(&held), WithoutNode::LetGo);
+        let [processing, succeeded] = node_not_found("n1");
+        assert_eq!(
+            (processing.0, processing.1, processing.2.as_str()),
+            (PROCESSING, ConditionStatus::False, NODE_NOT_FOUND)
+        );
+        assert_eq!(
+            (succeeded.0, succeeded.1, succeeded.2.as_str()),
+            (SUCCEEDED, ConditionStatus::False, NODE_NOT_FOUND)
+        );
+        assert!(succeeded.3.contains("Node n1 does not exist"));
     }
 
     #[test]

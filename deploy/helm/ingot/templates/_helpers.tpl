@@ -38,3 +38,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "ingot.bmcCa" -}}
 {{- if and (include "ingot.rufio" .) (or .Values.rufio.bmcCaBundle.secret .Values.rufio.bmcCaBundle.configMap) -}}true{{- end -}}
 {{- end -}}
+
+
+{{/* Whether the push events receiver runs: the seeder group with seeder.events.push.enabled. */}}
+{{- define "ingot.eventsPush" -}}
+{{- if and (include "ingot.enabled" (list . "seeder")) .Values.seeder.events.push.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the push events key: the one named, or the chart's own. */}}
+{{- define "ingot.eventsKeySecret" -}}
+{{- .Values.seeder.events.push.keySecret.name | default (printf "%s-push-events-key" (include "ingot.fullname" .)) -}}
+{{- end -}}
