@@ -33,6 +33,7 @@ use kube::runtime::controller::{Action, Config};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
+use tracing::warn;
 
 use crate::Metrics;
 use crate::runtime::{self, Backoff, ControllerRuntime, EventRecorder, ReconcileError, Retry};
@@ -182,12 +183,14 @@ pub async fn run(
     let _ = ctx.stores.set(stores.clone());
     // The Node controller never sees a Node that no longer exists: the BMCRemediations of one
     // go to a second controller, woken by each remediation's change and by its Node's deletion.
-    let (orphans_tx, orphans_rx) =
-        futures::channel::mpsc::unbounded::<Result<BMCRemediation, watcher::Error>>();
-    let on_remediation = orphans_tx.clone();
+    // Bounded: a wake that finds it full is dropped with a warning (the controller drains it
+    // as fast as the watches fill it; only a stalled one fills it).
+    let (mut orphans_tx, orphans_rx) =
+        futures::channel::mpsc::channel::<Result<BMCRemediation, watcher::Error>>(ORPHAN_WAKES);
+    let mut on_remediation = orphans_tx.clone();
     let remediation_events = remediation_events.inspect(move |event| {
         if let Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) = event {
-            let _ = on_remediation.unbounded_send(Ok(r.clone()));
+            wake_orphan(&mut on_remediation, r);
         }
     });
     let of_deleted_node = remediations.clone();
@@ -196,7 +199,7 @@ pub async fn run(
             let name = node.name_any();
             for r in of_deleted_node.state() {
                 if remediation::node_of(&r) == name {
-                    let _ = orphans_tx.unbounded_send(Ok(r.as_ref().clone()));
+                    wake_orphan(&mut orphans_tx, &r);
                 }
             }
         }
@@ -243,6 +246,21 @@ pub async fn run(
             shutdown
         ),
     );
+}
+
+/// Remediation wakes queued at most for the orphans controller.
+const ORPHAN_WAKES: usize = 1024;
+
+fn wake_orphan(
+    tx: &mut futures::channel::mpsc::Sender<Result<BMCRemediation, watcher::Error>>,
+    remediation: &BMCRemediation,
+) {
+    if tx.try_send(Ok(remediation.clone())).is_err() {
+        warn!(
+            remediation = %remediation.name_any(),
+            "the remediation wake queue is full; this wake is dropped"
+        );
+    }
 }
 
 async fn reconcile(node: Arc<Node>, ctx: Arc<FencingContext>) -> Result<Action, Error> {
