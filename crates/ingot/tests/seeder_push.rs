@@ -4,7 +4,8 @@
 //! becomes the Node Event within seconds although the Inventory is polled hourly (and before the
 //! rest of a slow BMC's hardware is read); a power event
 //! refreshes the Machine's power although it is read every ten minutes; forged events are
-//! refused and counted; a BMC reset is repaired by the next poll; disabling the events and
+//! refused and counted; a BMC reset is repaired by the next poll; after a key change the old
+//! key's subscription is replaced by the new one's; disabling the events and
 //! deleting the Inventory remove the subscription; a BMC that refuses subscriptions is said
 //! once on the Inventory.
 
@@ -529,6 +530,26 @@ async fn pushed_events_end_to_end() {
         1,
         "{said:?}"
     );
+
+    // The operator key changed: at the next poll the subscription made under the old key is
+    // deleted from the BMC and the new key's made; the BMC holds one.
+    std::fs::write(&key_file, "n".repeat(48)).unwrap();
+    ingot.restart(None);
+    let renewed = wait_for(
+        "the subscription of the new key alone",
+        Duration::from_secs(90),
+        || async {
+            let s = bmc.state.subscriptions();
+            (s.len() == 1 && s[0].context.as_deref() != Some(context.as_str())).then_some(s)
+        },
+    )
+    .await;
+    let new_context = renewed[0].context.clone().unwrap();
+    assert!(
+        new_context.starts_with(&format!("ingot:{NS}/{NAME}:")),
+        "{new_context}"
+    );
+    assert_eq!(renewed[0].destination, url);
 
     // Events disabled: the subscription goes.
     set_events(

@@ -7,7 +7,8 @@
 //! Each subscription carries a secret header, `HMAC-SHA256(operator key, Inventory uid)`: never
 //! stored in the cluster, compared in constant time by the receiver. Its `Context` names the
 //! Inventory and the operator key (`ingot:<namespace>/<name>:<key id>`), so that a
-//! subscription made under another key is not taken for ours: it is replaced.
+//! subscription made under another key is not taken for ours: it is deleted from the BMC when
+//! ours is ensured, and ours made.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -83,6 +84,16 @@ impl PushSettings {
             inventory.name_any(),
             self.key_id()
         )
+    }
+
+    /// Whether `context` is the Inventory's under another key: a subscription made before the
+    /// key changed, whose events are refused (deleted when ours is ensured).
+    pub fn stale_context(&self, inventory: &Inventory, context: &str) -> bool {
+        parse_context(context).is_some_and(|(namespace, name, key_id)| {
+            inventory.namespace().as_deref() == Some(namespace)
+                && inventory.name_any() == name
+                && key_id != self.key_id()
+        })
     }
 
     /// The Inventory's secret header value (from its uid).
@@ -287,10 +298,12 @@ pub(crate) async fn ensure(inventory: &Inventory, interval: Duration, ctx: &Seed
     };
     let key = key_of(inventory);
     let result = match node_health::reach(inventory, ctx).await {
-        Ok(bmc) => bmc
-            .ensure_event_subscription(&subscription)
-            .await
-            .map_err(|e| error_chain(&e)),
+        Ok(bmc) => {
+            let stale = |context: &str| settings.stale_context(inventory, context);
+            bmc.ensure_event_subscription(&subscription, &stale)
+                .await
+                .map_err(|e| error_chain(&e))
+        }
         Err(e) => Err(e),
     };
     let refusal = match result {
@@ -408,6 +421,13 @@ mod tests {
         );
         assert_eq!(parse_context("someone else's"), None);
         assert_eq!(parse_context("ingot:ns/:k"), None);
+        // Only the same Inventory's Context under another key is stale.
+        let inv = inventory("u-1");
+        assert!(a.stale_context(&inv, &s3.context));
+        assert!(!a.stale_context(&inv, &s1.context));
+        assert!(!a.stale_context(&inv, "ingot:ns/node-2:0000"));
+        assert!(!a.stale_context(&inv, "ingot:other/node-1:0000"));
+        assert!(!a.stale_context(&inv, "someone else's ns/node-1:0000"));
     }
 
     #[test]
