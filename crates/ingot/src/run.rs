@@ -325,6 +325,13 @@ struct SeederArgs {
     /// Connections open at once on --events-addr; one more is closed at once.
     #[arg(long, default_value_t = 256)]
     events_max_connections: usize,
+
+    /// BMC event streams held at once (with --events-addr). A local Inventory whose BMC
+    /// refuses push subscriptions but offers Redfish server-sent events has that stream
+    /// followed (one connection each, reopened after a drop), each event read as a pushed one;
+    /// beyond this many, such Inventories are only polled, which an Event on each says.
+    #[arg(long, default_value_t = seeder::streams::DEFAULT_MAX_STREAMS)]
+    events_max_streams: usize,
 }
 
 /// The smallest key --events-key-file may hold.
@@ -356,10 +363,10 @@ impl SeederArgs {
                 key.len()
             );
         }
-        Ok(Some(Arc::new(seeder::push::PushSettings::new(
-            url.clone(),
-            key,
-        ))))
+        Ok(Some(Arc::new(
+            seeder::push::PushSettings::new(url.clone(), key)
+                .with_max_streams(self.events_max_streams),
+        )))
     }
 
     fn settings(&self) -> seeder::Settings {
