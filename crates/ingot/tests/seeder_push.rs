@@ -21,25 +21,14 @@ use ingot_api::rufio::Machine;
 use ingot_api::seeder::Inventory;
 use ingot_bmc_sim::{BmcSpec, EventKnobs, Fleet, FleetOptions, SimBmc, SubscriptionView};
 use k8s_openapi::api::core::v1::{Event, Node, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
 use push_support::*;
 use rufio_support::*;
 use serde_json::{Value, json};
 
 const NAME: &str = "harvester-push";
 const REFUSING: &str = "harvester-push-refused";
-
-async fn set_events(client: &Client, name: &str, events: Value) {
-    Api::<Inventory>::namespaced(client.clone(), NS)
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"events": events}})),
-        )
-        .await
-        .unwrap();
-}
 
 async fn wait_subscriptions(bmc: &SimBmc, what: &str, n: usize) -> Vec<SubscriptionView> {
     wait_for(what, Duration::from_secs(30), || async {

@@ -5,7 +5,8 @@
 //! and says so once; an event at the followed BMC becomes the Node Event within seconds
 //! although it is polled hourly, a power change refreshes the Machine's power; the stream
 //! dropped by the BMC is opened again (with `Last-Event-ID`) and the next event still arrives;
-//! the Inventory deleted, its stream is closed.
+//! the Inventory deleted, its stream is closed; the slot freed, the other Inventory's stream is
+//! followed, and closed once its BMC takes push.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -267,6 +268,38 @@ async fn server_sent_events_where_push_is_refused() {
             && bmc.state.event_streams_open() == 0)
             .then_some(())
     })
+    .await;
+
+    // The slot is free: the other Inventory's stream is followed at its next poll (now every
+    // 2 s), until its BMC takes push: then the subscription is made and the stream closed.
+    set_events(
+        &client,
+        polled,
+        json!({"enabled": true, "pollingInterval": "2s"}),
+    )
+    .await;
+    wait_for(
+        "the other Inventory's stream",
+        Duration::from_secs(60),
+        || async {
+            let followed = !inventory_events(&client, polled, "EventStreamFollowed")
+                .await
+                .is_empty();
+            (followed && other.state.event_streams_open() == 1).then_some(())
+        },
+    )
+    .await;
+    other.state.set_event_knobs(EventKnobs::default());
+    wait_for(
+        "push taken, the stream closed",
+        Duration::from_secs(60),
+        || async {
+            (other.state.subscriptions().len() == 1
+                && ingot.metric_sum("ingot_seeder_event_streams", &[]).await == 0.0
+                && other.state.event_streams_open() == 0)
+                .then_some(())
+        },
+    )
     .await;
 
     ingot.kill();

@@ -10,7 +10,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use serde_json::json;
+use serde_json::{Value, json};
 
 pub const NS: &str = "harvester-system";
 pub const USER: &str = "admin";
@@ -118,4 +118,16 @@ pub async fn inventory_events(client: &Client, name: &str, reason: &str) -> Vec<
         .into_iter()
         .map(|e| e.message.unwrap_or_default())
         .collect()
+}
+
+/// Sets the Inventory's `spec.events`.
+pub async fn set_events(client: &Client, name: &str, events: Value) {
+    Api::<Inventory>::namespaced(client.clone(), NS)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"events": events}})),
+        )
+        .await
+        .unwrap();
 }
