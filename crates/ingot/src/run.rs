@@ -306,7 +306,9 @@ struct SeederArgs {
     /// Receive the BMCs' pushed Redfish events on this address (with `seeder`): each local
     /// Inventory with spec.events.enabled gets an EventService subscription on its BMC
     /// pointing at --events-url, and each event it pushes reads the Inventory's hardware at
-    /// once (a power event its power too). Polling at spec.events.pollingInterval goes on.
+    /// once (a power event its power too); where the BMC refuses the subscription but offers
+    /// server-sent events, its stream is followed instead (--events-max-streams). Polling at
+    /// spec.events.pollingInterval goes on.
     #[arg(long, requires_all = ["events_url", "events_key_file"])]
     events_addr: Option<SocketAddr>,
 

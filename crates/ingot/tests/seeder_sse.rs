@@ -302,6 +302,11 @@ async fn server_sent_events_where_push_is_refused() {
     )
     .await;
 
+    assert!(
+        !ingot.log().contains(PASSWORD),
+        "the BMC's password was logged"
+    );
+
     ingot.kill();
     clean(&client, &[A, B]).await;
 }
