@@ -5,7 +5,8 @@
 //! and says so once; an event at the followed BMC becomes the Node Event within seconds
 //! although it is polled hourly, a power change refreshes the Machine's power; the stream
 //! dropped by the BMC is opened again (with `Last-Event-ID`) and the next event still arrives;
-//! the Inventory deleted, its stream is closed; the slot freed, the other Inventory's stream is
+//! its events disabled, the stream is closed (and followed again once enabled); the Inventory
+//! deleted, its stream is closed; the slot freed, the other Inventory's stream is
 //! followed, and closed once its BMC takes push.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -257,6 +258,40 @@ async fn server_sent_events_where_push_is_refused() {
     let said = inventory_events(&client, polled, "EventSubscriptionRefused").await;
     assert_eq!(said.len(), 1, "{said:?}");
     assert_eq!(other.state.event_streams_open(), 0);
+
+    // Its events disabled: the stream is closed; enabled again: followed again.
+    set_events(
+        &client,
+        followed,
+        json!({"enabled": false, "pollingInterval": "1h"}),
+    )
+    .await;
+    wait_for(
+        "the stream closed (events disabled)",
+        Duration::from_secs(60),
+        || async {
+            (ingot.metric_sum("ingot_seeder_event_streams", &[]).await == 0.0
+                && bmc.state.event_streams_open() == 0)
+                .then_some(())
+        },
+    )
+    .await;
+    set_events(
+        &client,
+        followed,
+        json!({"enabled": true, "pollingInterval": "1h"}),
+    )
+    .await;
+    wait_for(
+        "the stream followed again",
+        Duration::from_secs(60),
+        || async {
+            (ingot.metric_sum("ingot_seeder_event_streams", &[]).await == 1.0
+                && bmc.state.event_streams_open() == 1)
+                .then_some(())
+        },
+    )
+    .await;
 
     // The Inventory deleted: its stream is closed (at the operator, and at the BMC).
     inventories
