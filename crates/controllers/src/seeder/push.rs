@@ -412,8 +412,8 @@ fn refusal_message(why: &str, followed: &Followed, interval: Duration) -> String
         ),
         Followed::Full(max) => format!(
             "the BMC takes no event subscription ({why}) and its server-sent events are not \
-             followed: {max} streams are held (--events-max-streams); its hardware is read \
-             every {every}"
+             followed: the operator holds --events-max-streams ({max}) already; its hardware \
+             is read every {every}"
         ),
         Followed::No => format!(
             "the BMC takes no event subscription ({why}); its hardware is read every {every}"
