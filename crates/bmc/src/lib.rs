@@ -82,14 +82,17 @@ pub trait Bmc: Send + Sync {
     }
 
     /// Makes sure the BMC holds the push subscription `subscription` (Redfish EventService,
-    /// found by `Destination` + `Context`, created when missing). [`BmcError::Unsupported`]
-    /// where the BMC takes none (IPMI, no EventService or subscriptions, EventService
-    /// disabled); a refusal (full, rejected) is the BMC's [`BmcError::Http`].
+    /// found by `Destination` + `Context`, created when missing). Subscriptions with the same
+    /// `Destination` whose `Context` is another one that `stale` takes (the subscriber's older
+    /// copies of this one) are deleted first. [`BmcError::Unsupported`] where the BMC takes
+    /// none (IPMI, no EventService or subscriptions, EventService disabled); a refusal (full,
+    /// rejected) is the BMC's [`BmcError::Http`].
     async fn ensure_event_subscription(
         &self,
         subscription: &EventSubscription,
+        stale: StaleContext<'_>,
     ) -> Result<Subscribed, BmcError> {
-        let _ = subscription;
+        let _ = (subscription, stale);
         Err(BmcError::Unsupported("push subscriptions".into()))
     }
 

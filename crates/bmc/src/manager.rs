@@ -731,9 +731,10 @@ impl Bmc for ManagedBmc {
     async fn ensure_event_subscription(
         &self,
         subscription: &EventSubscription,
+        stale: StaleContext<'_>,
     ) -> Result<Subscribed, BmcError> {
         self.with("ensure_event_subscription", |c| async move {
-            c.ensure_event_subscription(subscription).await
+            c.ensure_event_subscription(subscription, stale).await
         })
         .await
     }

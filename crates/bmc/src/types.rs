@@ -613,6 +613,15 @@ pub struct EventSubscription {
     pub headers: Vec<(String, crate::secret::Password)>,
 }
 
+/// Which other `Context`s at a subscription's destination are stale copies of it (made by the
+/// same subscriber before, e.g. under another key): deleted when it is ensured.
+pub type StaleContext<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
+
+/// No other `Context` is stale.
+pub fn no_stale_context(_: &str) -> bool {
+    false
+}
+
 /// What ensuring a push subscription did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Subscribed {

@@ -1,7 +1,7 @@
 //! Push subscriptions through the Redfish client and the session manager, against ingot's BMC
 //! emulator (every vendor profile): ours found again by Destination + Context (Dell and HPE
 //! leave `EventFormatType` out of a GET), created once, re-created after a BMC reset, deleted
-//! without touching another's; refusals typed, the secret header never in an error or `Debug`.
+//! without touching another's; our stale copies deleted when ours is ensured, and only those; refusals typed, the secret header never in an error or `Debug`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -52,7 +52,11 @@ async fn ours_is_found_created_once_recreated_after_a_reset_and_deleted() {
         let bmc = &fleet.bmcs[0];
         let c = client(bmc);
         let sub = ours("default/node-1");
-        let Subscribed::Created(uri) = c.ensure_event_subscription(&sub).await.unwrap() else {
+        let Subscribed::Created(uri) = c
+            .ensure_event_subscription(&sub, &no_stale_context)
+            .await
+            .unwrap()
+        else {
             panic!("{vendor}: not created");
         };
         let held = bmc.state.subscriptions();
@@ -67,14 +71,18 @@ async fn ours_is_found_created_once_recreated_after_a_reset_and_deleted() {
 
         // Found again, whether or not the BMC reads back EventFormatType: nothing created.
         assert_eq!(
-            c.ensure_event_subscription(&sub).await.unwrap(),
+            c.ensure_event_subscription(&sub, &no_stale_context)
+                .await
+                .unwrap(),
             Subscribed::Found(uri.clone()),
             "{vendor}"
         );
         // Another context at the same destination is another subscription.
         let other = ours("default/node-2");
         assert!(matches!(
-            c.ensure_event_subscription(&other).await.unwrap(),
+            c.ensure_event_subscription(&other, &no_stale_context)
+                .await
+                .unwrap(),
             Subscribed::Created(_)
         ));
         assert_eq!(bmc.state.subscriptions().len(), 2, "{vendor}");
@@ -82,11 +90,15 @@ async fn ours_is_found_created_once_recreated_after_a_reset_and_deleted() {
         // A BMC reset loses them: the next ensure creates ours again.
         bmc.state.reset();
         assert!(matches!(
-            c.ensure_event_subscription(&sub).await.unwrap(),
+            c.ensure_event_subscription(&sub, &no_stale_context)
+                .await
+                .unwrap(),
             Subscribed::Created(_)
         ));
         assert!(matches!(
-            c.ensure_event_subscription(&other).await.unwrap(),
+            c.ensure_event_subscription(&other, &no_stale_context)
+                .await
+                .unwrap(),
             Subscribed::Created(_)
         ));
 
@@ -122,10 +134,13 @@ async fn refusals_are_typed_and_never_show_the_secret() {
         ..EventKnobs::default()
     });
     let c = client(bmc);
-    c.ensure_event_subscription(&ours("someone-else"))
+    c.ensure_event_subscription(&ours("someone-else"), &no_stale_context)
         .await
         .unwrap();
-    let e = c.ensure_event_subscription(&sub).await.unwrap_err();
+    let e = c
+        .ensure_event_subscription(&sub, &no_stale_context)
+        .await
+        .unwrap_err();
     assert!(matches!(e, BmcError::Http { status: 400, .. }), "{e:?}");
     let shown = format!("{e} {e:?}");
     assert!(shown.contains("limit"), "{shown}");
@@ -137,7 +152,7 @@ async fn refusals_are_typed_and_never_show_the_secret() {
     bmc.state.set_quirks(q);
     bmc.state.reset();
     let e = client(bmc)
-        .ensure_event_subscription(&sub)
+        .ensure_event_subscription(&sub, &no_stale_context)
         .await
         .unwrap_err();
     assert!(matches!(e, BmcError::Unsupported(_)), "{e:?}");
@@ -151,11 +166,15 @@ async fn the_session_manager_passes_them_through() {
     let b = manager.bmc(bmc_config(&fleet.bmcs[0].url()));
     let sub = ours("default/node-1");
     assert!(matches!(
-        b.ensure_event_subscription(&sub).await.unwrap(),
+        b.ensure_event_subscription(&sub, &no_stale_context)
+            .await
+            .unwrap(),
         Subscribed::Created(_)
     ));
     assert!(matches!(
-        b.ensure_event_subscription(&sub).await.unwrap(),
+        b.ensure_event_subscription(&sub, &no_stale_context)
+            .await
+            .unwrap(),
         Subscribed::Found(_)
     ));
     assert_eq!(
@@ -166,4 +185,64 @@ async fn the_session_manager_passes_them_through() {
     );
     assert!(fleet.bmcs[0].state.subscriptions().is_empty());
     manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn stale_copies_at_our_destination_are_deleted_and_only_those() {
+    let fleet = one(Vendor::Dell).await;
+    let bmc = &fleet.bmcs[0];
+    // A full BMC (3 slots, all taken): the stale copy holds the slot ours needs.
+    bmc.state.set_event_knobs(EventKnobs {
+        max_subscriptions: 3,
+        ..EventKnobs::default()
+    });
+    let c = client(bmc);
+    let old = ours("mine:node-1:old-key");
+    let mut elsewhere = ours("mine:node-1:old-key");
+    elsewhere.destination = "https://127.0.0.1:10/another-receiver".into();
+    let other = ours("mine:node-2:old-key");
+    for s in [&old, &elsewhere, &other] {
+        c.ensure_event_subscription(s, &no_stale_context)
+            .await
+            .unwrap();
+    }
+    let new = ours("mine:node-1:new-key");
+    let stale = |context: &str| context.starts_with("mine:node-1:");
+    let full = c
+        .ensure_event_subscription(&new, &no_stale_context)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(full, BmcError::Http { status: 400, .. }),
+        "{full:?}"
+    );
+    assert_eq!(bmc.state.subscriptions().len(), 3);
+
+    let Subscribed::Created(uri) = c.ensure_event_subscription(&new, &stale).await.unwrap() else {
+        panic!("not created");
+    };
+    let mut left: Vec<(String, Option<String>)> = bmc
+        .state
+        .subscriptions()
+        .into_iter()
+        .map(|s| (s.destination, s.context))
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            (
+                elsewhere.destination.clone(),
+                Some("mine:node-1:old-key".into())
+            ),
+            (old.destination.clone(), Some("mine:node-1:new-key".into())),
+            (old.destination.clone(), Some("mine:node-2:old-key".into())),
+        ]
+    );
+    // Found again: nothing deleted, nothing made.
+    assert_eq!(
+        c.ensure_event_subscription(&new, &stale).await.unwrap(),
+        Subscribed::Found(uri)
+    );
+    assert_eq!(bmc.state.subscriptions().len(), 3);
 }

@@ -77,6 +77,11 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
     pub status: String,
 }
@@ -177,8 +182,11 @@ pub struct Metrics {
     pub pool: PoolMetrics,
     pub provisioning: ProvisioningMetrics,
     pub fencing: FencingMetrics,
-    /// Pushed hardware events the receiver took (secret and Context right).
-    pub seeder_events_accepted: Counter,
+    /// Hardware events taken, by source: `push` (POSTed to the receiver, secret and Context
+    /// right) or `sse` (read from a BMC's server-sent event stream).
+    pub seeder_events_accepted: Family<SourceLabels, Counter>,
+    /// BMC server-sent event streams followed now (BMCs that refuse push).
+    pub seeder_event_streams: Gauge,
     /// Pushed hardware events refused, by reason (too_large, malformed, unknown_context,
     /// unauthenticated, not_leading).
     pub seeder_events_refused: Family<ReasonLabels, Counter>,
@@ -509,8 +517,14 @@ impl Default for Metrics {
             seeder_events_accepted: registered(
                 &mut registry,
                 "seeder_events_accepted",
-                "Hardware events pushed by BMCs and taken (the Inventory's secret and Context right): each wakes the Inventory's hardware read",
-                Counter::default(),
+                "Hardware events taken, by source: push (POSTed by a BMC, the Inventory's secret and Context right) or sse (read from the BMC's server-sent event stream where it refuses push); each wakes the Inventory's hardware read",
+                Family::<SourceLabels, Counter>::default(),
+            ),
+            seeder_event_streams: registered(
+                &mut registry,
+                "seeder_event_streams",
+                "BMC server-sent event streams followed now, for Inventories whose BMC refuses push (at most --events-max-streams)",
+                Gauge::default(),
             ),
             seeder_events_refused: registered(
                 &mut registry,
@@ -809,7 +823,7 @@ mod tests {
     fn every_family_is_served_before_its_first_sample() {
         let text = Metrics::default().encode().unwrap_or_default();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
-        assert_eq!(types, 36, "{text}");
+        assert_eq!(types, 37, "{text}");
         for family in [
             "ingot_reconcile_errors counter",
             "ingot_provisioning_cluster_phase_reached_seconds histogram",
@@ -827,6 +841,7 @@ mod tests {
             "ingot_fencing_held counter",
             "ingot_seeder_events_accepted counter",
             "ingot_seeder_events_refused counter",
+            "ingot_seeder_event_streams gauge",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {family}\n")),

@@ -306,7 +306,9 @@ struct SeederArgs {
     /// Receive the BMCs' pushed Redfish events on this address (with `seeder`): each local
     /// Inventory with spec.events.enabled gets an EventService subscription on its BMC
     /// pointing at --events-url, and each event it pushes reads the Inventory's hardware at
-    /// once (a power event its power too). Polling at spec.events.pollingInterval goes on.
+    /// once (a power event its power too); where the BMC refuses the subscription but offers
+    /// server-sent events, its stream is followed instead (--events-max-streams). Polling at
+    /// spec.events.pollingInterval goes on.
     #[arg(long, requires_all = ["events_url", "events_key_file"])]
     events_addr: Option<SocketAddr>,
 
@@ -326,6 +328,7 @@ struct SeederArgs {
     #[arg(long, default_value_t = 256)]
     events_max_connections: usize,
 
+<<<<<<< HEAD
     /// The receiver's certificate (PEM chain, e.g. the tls.crt of a kubernetes.io/tls Secret);
     /// without it, a certificate self-signed for the host of --events-url is made at start.
     #[arg(long, requires_all = ["events_tls_key", "events_addr"])]
@@ -334,6 +337,14 @@ struct SeederArgs {
     /// The private key (PEM) of --events-tls-cert.
     #[arg(long, requires = "events_tls_cert")]
     events_tls_key: Option<PathBuf>,
+=======
+    /// BMC event streams held at once (with --events-addr). A local Inventory whose BMC
+    /// refuses push subscriptions but offers Redfish server-sent events has that stream
+    /// followed (one connection each, reopened after a drop), each event read as a pushed one;
+    /// beyond this many, such Inventories are only polled, which an Event on each says.
+    #[arg(long, default_value_t = seeder::streams::DEFAULT_MAX_STREAMS)]
+    events_max_streams: usize,
+>>>>>>> s36-sse
 }
 
 /// The smallest key --events-key-file may hold.
@@ -365,10 +376,10 @@ impl SeederArgs {
                 key.len()
             );
         }
-        Ok(Some(Arc::new(seeder::push::PushSettings::new(
-            url.clone(),
-            key,
-        ))))
+        Ok(Some(Arc::new(
+            seeder::push::PushSettings::new(url.clone(), key)
+                .with_max_streams(self.events_max_streams),
+        )))
     }
 
     fn settings(&self) -> seeder::Settings {

@@ -1578,6 +1578,7 @@ fn every_ingot_flag_the_docs_name_is_in_its_help() {
         ("--power-api-max-connections", "64"),
         ("--http-max-connections", "256"),
         ("--events-max-connections", "256"),
+        ("--events-max-streams", "1000"),
         ("--http-addr", "0.0.0.0:8080"),
         ("--rufio-machine-interval-seconds", "180"),
     ] {

@@ -4,147 +4,31 @@
 //! becomes the Node Event within seconds although the Inventory is polled hourly (and before the
 //! rest of a slow BMC's hardware is read); a power event
 //! refreshes the Machine's power although it is read every ten minutes; forged events are
-//! refused and counted; a BMC reset is repaired by the next poll; disabling the events and
+//! refused and counted; a BMC reset is repaired by the next poll; after a key change the old
+//! key's subscription is replaced by the new one's; disabling the events and
 //! deleting the Inventory remove the subscription; a BMC that refuses subscriptions is said
 //! once on the Inventory.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod chart_support;
+mod push_support;
 mod rufio_support;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use ingot_api::rufio::Machine;
 use ingot_api::seeder::Inventory;
 use ingot_bmc_sim::{BmcSpec, EventKnobs, Fleet, FleetOptions, SimBmc, SubscriptionView};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use k8s_openapi::api::core::v1::{Event, Node, Secret};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use push_support::*;
 use rufio_support::*;
 use serde_json::{Value, json};
 
-const NS: &str = "harvester-system";
 const NAME: &str = "harvester-push";
 const REFUSING: &str = "harvester-push-refused";
-const USER: &str = "admin";
-const PASSWORD: &str = "push-test-password";
-const SECRET_HEADER: &str = "X-Ingot-Event-Secret";
-
-fn inventory(name: &str, bmc: &SimBmc, interval: &str) -> Inventory {
-    serde_json::from_value(json!({
-        "apiVersion": "metal.harvesterhci.io/v1alpha1",
-        "kind": "Inventory",
-        "metadata": {
-            "name": name,
-            "namespace": NS,
-            "annotations": {
-                "metal.harvesterhci.io/localInventory": "true",
-                "metal.harvesterhci.io/localNodeName": name,
-            },
-        },
-        "spec": {
-            "baseboardSpec": {"connection": {
-                "host": format!("https://127.0.0.1:{}", bmc.addr.port()),
-                "port": 623,
-                "insecureTLS": true,
-                "authSecretRef": {"name": name, "namespace": NS},
-            }},
-            "events": {"enabled": true, "pollingInterval": interval},
-        }
-    }))
-    .unwrap()
-}
-
-fn secret(name: &str) -> Secret {
-    Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([
-            ("username".into(), ByteString(USER.as_bytes().to_vec())),
-            ("password".into(), ByteString(PASSWORD.as_bytes().to_vec())),
-        ])),
-        ..Default::default()
-    }
-}
-
-fn node(name: &str) -> Node {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name},
-        "status": {"addresses": [{"type": "InternalIP", "address": "172.19.110.10"}]}
-    }))
-    .unwrap()
-}
-
-async fn clean(client: &Client) {
-    let _ = Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
-        )
-        .await;
-    let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
-    let dp = DeleteParams::default();
-    for name in [NAME, REFUSING] {
-        let _ = inventories
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-            )
-            .await;
-        let _ = inventories.delete(name, &dp).await;
-        let _ = Api::<Node>::all(client.clone()).delete(name, &dp).await;
-        let _ = Api::<Secret>::namespaced(client.clone(), NS)
-            .delete(name, &dp)
-            .await;
-    }
-}
-
-/// Seeder's hardware Events on the Node: their messages.
-async fn node_events(client: &Client, node: &str) -> Vec<String> {
-    Api::<Event>::namespaced(client.clone(), "default")
-        .list(&ListParams::default().fields(&format!(
-            "involvedObject.name={node},reason=HarvesterHardwareDiscovery"
-        )))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|e| e.message.unwrap_or_default())
-        .collect()
-}
-
-/// The Events on an Inventory with this reason: their messages.
-async fn inventory_events(client: &Client, name: &str, reason: &str) -> Vec<String> {
-    Api::<Event>::namespaced(client.clone(), NS)
-        .list(&ListParams::default().fields(&format!(
-            "involvedObject.name={name},involvedObject.kind=Inventory,reason={reason}"
-        )))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|e| e.message.unwrap_or_default())
-        .collect()
-}
-
-async fn set_events(client: &Client, name: &str, events: Value) {
-    Api::<Inventory>::namespaced(client.clone(), NS)
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"events": events}})),
-        )
-        .await
-        .unwrap();
-}
 
 async fn wait_subscriptions(bmc: &SimBmc, what: &str, n: usize) -> Vec<SubscriptionView> {
     wait_for(what, Duration::from_secs(30), || async {
@@ -285,7 +169,7 @@ fn chart_push_flags(port: u16, url: &str, tls: &Tls) -> (Vec<String>, std::path:
 async fn pushed_events_end_to_end() {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
-    clean(&client).await;
+    clean(&client, &[NAME, REFUSING]).await;
 
     let fleet = Fleet::start(
         FleetOptions {
@@ -655,6 +539,26 @@ async fn pushed_events_end_to_end() {
         "{said:?}"
     );
 
+    // The operator key changed: at the next poll the subscription made under the old key is
+    // deleted from the BMC and the new key's made; the BMC holds one.
+    std::fs::write(&key_file, "n".repeat(48)).unwrap();
+    ingot.restart(None);
+    let renewed = wait_for(
+        "the subscription of the new key alone",
+        Duration::from_secs(90),
+        || async {
+            let s = bmc.state.subscriptions();
+            (s.len() == 1 && s[0].context.as_deref() != Some(context.as_str())).then_some(s)
+        },
+    )
+    .await;
+    let new_context = renewed[0].context.clone().unwrap();
+    assert!(
+        new_context.starts_with(&format!("ingot:{NS}/{NAME}:")),
+        "{new_context}"
+    );
+    assert_eq!(renewed[0].destination, url);
+
     // Events disabled: the subscription goes.
     set_events(
         &client,
@@ -688,7 +592,7 @@ async fn pushed_events_end_to_end() {
     .await;
 
     ingot.kill();
-    clean(&client).await;
+    clean(&client, &[NAME, REFUSING]).await;
 }
 
 /// Bad push settings stop the start with an error naming the flag and the fix.

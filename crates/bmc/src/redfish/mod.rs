@@ -214,8 +214,9 @@ impl Bmc for RedfishClient {
     async fn ensure_event_subscription(
         &self,
         subscription: &EventSubscription,
+        stale: StaleContext<'_>,
     ) -> Result<Subscribed, BmcError> {
-        self.ensure_subscription(subscription).await
+        self.ensure_subscription(subscription, stale).await
     }
 
     async fn remove_event_subscription(

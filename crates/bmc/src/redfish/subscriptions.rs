@@ -1,11 +1,11 @@
 //! Push subscriptions (Redfish `EventDestination`): ours found by `Destination` + `Context`,
-//! created when missing, deleted. The create sends only what every vendor takes: no
+//! created when missing (our stale copies at the same `Destination` deleted first), deleted. The create sends only what every vendor takes: no
 //! `DeliveryRetryPolicy` and no empty `ResourceTypes` (iLO and iDRAC refuse them).
 
 use super::RedfishClient;
 use super::json::{link, string};
 use crate::error::BmcError;
-use crate::types::{EventSubscription, Subscribed};
+use crate::types::{EventSubscription, StaleContext, Subscribed, no_stale_context};
 use reqwest::Method;
 use serde_json::{Map, Value, json};
 
@@ -21,35 +21,56 @@ impl RedfishClient {
             .ok_or_else(|| BmcError::Unsupported("push subscriptions".into()))
     }
 
-    /// The URIs of the subscriptions with this destination and context.
+    /// The URIs of the subscriptions at this destination: those with this context, and those
+    /// whose context `stale` takes (another).
     async fn matching(
         &self,
         uri: &str,
         destination: &str,
         context: &str,
-    ) -> Result<Vec<String>, BmcError> {
+        stale: StaleContext<'_>,
+    ) -> Result<(Vec<String>, Vec<String>), BmcError> {
         let members = self.members_up_to(uri, MAX_SUBSCRIPTIONS_READ).await?;
-        Ok(members
-            .iter()
-            .filter(|m| {
-                string(m, "Destination").as_deref() == Some(destination)
-                    && string(m, "Context").as_deref() == Some(context)
-            })
-            .filter_map(|m| string(m, "@odata.id"))
-            .collect())
+        let (mut ours, mut old) = (Vec::new(), Vec::new());
+        for m in &members {
+            if string(m, "Destination").as_deref() != Some(destination) {
+                continue;
+            }
+            let (Some(c), Some(id)) = (string(m, "Context"), string(m, "@odata.id")) else {
+                continue;
+            };
+            if c == context {
+                ours.push(id);
+            } else if stale(&c) {
+                old.push(id);
+            }
+        }
+        Ok((ours, old))
+    }
+
+    /// Deletes these subscriptions (one already gone counts as deleted).
+    async fn delete_all(&self, uris: &[String]) -> Result<(), BmcError> {
+        for m in uris {
+            match self.request(Method::DELETE, m, None, &[]).await {
+                Ok(_) | Err(BmcError::Http { status: 404, .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     pub(super) async fn ensure_subscription(
         &self,
         s: &EventSubscription,
+        stale: StaleContext<'_>,
     ) -> Result<Subscribed, BmcError> {
         let uri = self.subscriptions_uri().await?;
-        if let Some(found) = self
-            .matching(&uri, &s.destination, &s.context)
-            .await?
-            .into_iter()
-            .next()
-        {
+        let (ours, old) = self
+            .matching(&uri, &s.destination, &s.context, stale)
+            .await?;
+        // The stale ones first: on a full BMC they hold the slot ours needs.
+        self.delete_all(&old).await?;
+        if let Some(found) = ours.into_iter().next() {
             return Ok(Subscribed::Found(found));
         }
         let headers: Map<String, Value> = s
@@ -81,13 +102,10 @@ impl RedfishClient {
         context: &str,
     ) -> Result<usize, BmcError> {
         let uri = self.subscriptions_uri().await?;
-        let ours = self.matching(&uri, destination, context).await?;
-        for m in &ours {
-            match self.request(Method::DELETE, m, None, &[]).await {
-                Ok(_) | Err(BmcError::Http { status: 404, .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let (ours, _) = self
+            .matching(&uri, destination, context, &no_stale_context)
+            .await?;
+        self.delete_all(&ours).await?;
         Ok(ours.len())
     }
 }

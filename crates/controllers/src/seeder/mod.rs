@@ -12,6 +12,7 @@
 //!   hardware facts → Node annotations (pure decisions).
 //! - [`node_health`]: the poller that reads the BMC once per `spec.events.pollingInterval`.
 //! - [`push`]: the Inventories' Redfish event subscriptions and what a pushed event wakes.
+//! - [`streams`]: the BMCs' server-sent event streams, followed where push is refused.
 //!
 //! Power and readiness go through the Rufio controllers (which `ingot run` starts with this
 //! one): a slow or dead BMC holds its own Machine and Job. The only BMC calls made here are the
@@ -29,6 +30,7 @@ pub mod node_api;
 pub mod node_health;
 pub mod power;
 pub mod push;
+pub mod streams;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -99,6 +101,8 @@ pub struct SeederContext {
     /// holds), so that an unchanged refusal is not written again; and whose subscription was
     /// made or found by this process.
     pub(crate) subscriptions: Mutex<HashMap<String, Option<String>>>,
+    /// The BMCs' server-sent event streams followed where push is refused.
+    pub(crate) streams: streams::Streams,
 }
 
 impl SeederContext {
@@ -110,6 +114,10 @@ impl SeederContext {
         rufio: Arc<RufioContext>,
     ) -> Self {
         let events = || EventRecorder::new(client.clone(), EVENT_COMPONENT, Some(instance.clone()));
+        let streams = streams::Streams::new(
+            settings.push.as_ref().map_or(0, |p| p.max_streams),
+            metrics.seeder_event_streams.clone(),
+        );
         SeederContext {
             inventory_events: events(),
             hardware_events: events(),
@@ -127,6 +135,7 @@ impl SeederContext {
             hardware_woken: Mutex::default(),
             hardware_wakes: crate::wakes::Wakes::default(),
             subscriptions: Mutex::default(),
+            streams,
         }
     }
 
@@ -272,6 +281,8 @@ pub async fn run(
     ctx: Arc<SeederContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
+    // No stream outlives the controllers (shut down, or aborted when the lease is lost).
+    let _streams = streams::StopOnDrop(ctx.clone());
     // Embedded mode prepares the local Cluster first; with provisioning too, that goes on
     // beside the Inventories it does not concern (a local one waits for it).
     let prepare = {

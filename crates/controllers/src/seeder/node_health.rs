@@ -95,6 +95,8 @@ async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result
         || !ready
     {
         ctx.forget_hardware(&key);
+        // Deleted, not ready or its events disabled: its BMC's stream, if one is followed, goes.
+        ctx.streams.stop(&key);
         if !inventory.spec.events.enabled && inventory.metadata.deletion_timestamp.is_none() {
             push::unsubscribe_if_ours(&inventory, &ctx).await;
         }

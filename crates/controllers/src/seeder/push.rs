@@ -7,14 +7,15 @@
 //! Each subscription carries a secret header, `HMAC-SHA256(operator key, Inventory uid)`: never
 //! stored in the cluster, compared in constant time by the receiver. Its `Context` names the
 //! Inventory and the operator key (`ingot:<namespace>/<name>:<key id>`), so that a
-//! subscription made under another key is not taken for ours: it is replaced.
+//! subscription made under another key is not taken for ours: it is deleted from the BMC when
+//! ours is ensured, and ours made.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use ingot_api::seeder::Inventory;
-use ingot_bmc::{Bmc, EventSubscription, Password, Subscribed};
+use ingot_bmc::{Bmc, BmcError, EventSubscription, Password, Subscribed};
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -22,9 +23,10 @@ use serde_json::Value;
 use sha2::Sha256;
 use tracing::{info, warn};
 
+use super::streams::{self, Followed};
 use super::{SeederContext, node_health};
 use crate::Metrics;
-use crate::metrics::ReasonLabels;
+use crate::metrics::{ReasonLabels, SourceLabels};
 use crate::rufio::bmcs::error_chain;
 
 /// The header each event must carry: the Inventory's secret.
@@ -32,6 +34,10 @@ pub const SECRET_HEADER: &str = "X-Ingot-Event-Secret";
 /// The largest event body taken (a Redfish event is a few KiB).
 pub const MAX_EVENT_BYTES: usize = 64 * 1024;
 const CONTEXT_PREFIX: &str = "ingot:";
+/// `ingot_seeder_events_accepted_total{source}`: POSTed to the receiver, or read from a BMC's
+/// server-sent event stream.
+pub const SOURCE_PUSH: &str = "push";
+pub const SOURCE_STREAM: &str = "sse";
 
 /// Where the BMCs reach the receiver, and the key the secrets derive from.
 #[derive(Clone)]
@@ -39,6 +45,9 @@ pub struct PushSettings {
     /// The receiver's URL as the BMCs reach it (`https://...`).
     pub url: String,
     key: Vec<u8>,
+    /// Server-sent event streams held at once, for BMCs that refuse push
+    /// (`--events-max-streams`).
+    pub max_streams: usize,
 }
 
 impl std::fmt::Debug for PushSettings {
@@ -46,6 +55,7 @@ impl std::fmt::Debug for PushSettings {
         f.debug_struct("PushSettings")
             .field("url", &self.url)
             .field("key", &"<redacted>")
+            .field("max_streams", &self.max_streams)
             .finish()
     }
 }
@@ -56,7 +66,17 @@ fn hex(bytes: &[u8]) -> String {
 
 impl PushSettings {
     pub fn new(url: String, key: Vec<u8>) -> Self {
-        PushSettings { url, key }
+        PushSettings {
+            url,
+            key,
+            max_streams: streams::DEFAULT_MAX_STREAMS,
+        }
+    }
+
+    /// At most `n` server-sent event streams held at once.
+    pub fn with_max_streams(mut self, n: usize) -> Self {
+        self.max_streams = n;
+        self
     }
 
     fn mac(&self, parts: &[&[u8]]) -> Vec<u8> {
@@ -83,6 +103,16 @@ impl PushSettings {
             inventory.name_any(),
             self.key_id()
         )
+    }
+
+    /// Whether `context` is the Inventory's under another key: a subscription made before the
+    /// key changed, whose events are refused (deleted when ours is ensured).
+    pub fn stale_context(&self, inventory: &Inventory, context: &str) -> bool {
+        parse_context(context).is_some_and(|(namespace, name, key_id)| {
+            inventory.namespace().as_deref() == Some(namespace)
+                && inventory.name_any() == name
+                && key_id != self.key_id()
+        })
     }
 
     /// The Inventory's secret header value (from its uid).
@@ -219,7 +249,12 @@ impl Receiver {
         let result = self.check_and_wake(secret, body);
         match &result {
             Ok(()) => {
-                self.metrics.seeder_events_accepted.inc();
+                self.metrics
+                    .seeder_events_accepted
+                    .get_or_create(&SourceLabels {
+                        source: SOURCE_PUSH,
+                    })
+                    .inc();
             }
             Err(refused) => self.count_refused(refused),
         }
@@ -252,22 +287,30 @@ impl Receiver {
         if !secret.is_some_and(|s| constant_time_eq(s, expected.as_bytes())) {
             return Err(Refused::Unauthenticated);
         }
-        seeder.wake_hardware(&inventory);
-        let power = event
-            .get("Events")
-            .and_then(Value::as_array)
-            .is_some_and(|events| events.iter().any(power_related));
-        if power {
-            seeder
-                .rufio
-                .wake_machine(ObjectRef::new(name).within(namespace));
-        }
+        let power = wake(seeder, &inventory, &event);
         tracing::debug!(inventory = %format!("{namespace}/{name}"), power, "pushed event taken");
         Ok(())
     }
 }
 
-fn key_of(inventory: &Inventory) -> String {
+/// Wakes what a Redfish event concerns: the Inventory's hardware read now, and its Machine's
+/// power read for an event about power. Whether it was about power.
+pub(crate) fn wake(seeder: &SeederContext, inventory: &Inventory, event: &Value) -> bool {
+    seeder.wake_hardware(inventory);
+    let power = event
+        .get("Events")
+        .and_then(Value::as_array)
+        .is_some_and(|events| events.iter().any(power_related));
+    if power {
+        let namespace = inventory.namespace().unwrap_or_default();
+        seeder
+            .rufio
+            .wake_machine(ObjectRef::new(&inventory.name_any()).within(&namespace));
+    }
+    power
+}
+
+pub(crate) fn key_of(inventory: &Inventory) -> String {
     format!(
         "{}/{}",
         inventory.namespace().unwrap_or_default(),
@@ -277,8 +320,10 @@ fn key_of(inventory: &Inventory) -> String {
 
 /// Makes sure the Inventory's BMC holds its subscription (at each poll). An Event on the
 /// Inventory says when one was created, and when the BMC refuses one (once per new refusal:
-/// nothing is written while it stays refused the same way, or holds).
-pub(crate) async fn ensure(inventory: &Inventory, interval: Duration, ctx: &SeederContext) {
+/// nothing is written while it stays refused the same way, or holds). A BMC that refuses push
+/// but offers server-sent events has its stream followed instead ([`streams`]); one that takes
+/// push again has it closed.
+pub(crate) async fn ensure(inventory: &Inventory, interval: Duration, ctx: &Arc<SeederContext>) {
     let Some(settings) = &ctx.settings.push else {
         return;
     };
@@ -286,52 +331,122 @@ pub(crate) async fn ensure(inventory: &Inventory, interval: Duration, ctx: &Seed
         return;
     };
     let key = key_of(inventory);
-    let result = match node_health::reach(inventory, ctx).await {
-        Ok(bmc) => bmc
-            .ensure_event_subscription(&subscription)
-            .await
-            .map_err(|e| error_chain(&e)),
-        Err(e) => Err(e),
+    let bmc = match node_health::reach(inventory, ctx).await {
+        Ok(bmc) => bmc,
+        Err(why) => {
+            let followed = held(&key, ctx);
+            return say(inventory, interval, Some((why, followed)), ctx).await;
+        }
     };
-    let refusal = match result {
-        Ok(Subscribed::Found(_)) => None,
-        Ok(Subscribed::Created(uri)) => {
-            info!(inventory = %key, %uri, "event subscription created");
-            ctx.hardware_events
-                .publish(
-                    inventory,
-                    EventType::Normal,
-                    "EventSubscriptionCreated",
-                    "EventSubscriptionCreated",
-                    format!(
-                        "the BMC pushes its events to {} (subscription {uri})",
-                        settings.url
-                    ),
-                )
-                .await;
+    let stale = |context: &str| settings.stale_context(inventory, context);
+    let refusal = match bmc.ensure_event_subscription(&subscription, &stale).await {
+        Ok(subscribed) => {
+            // Push is taken: the stream, if one was followed, is no longer needed.
+            ctx.streams.stop(&key);
+            if let Subscribed::Created(uri) = subscribed {
+                created(inventory, &uri, &settings.url, ctx).await;
+            }
             None
         }
-        Err(why) => Some(why),
+        Err(e) if refuses_push(&e) => {
+            let followed = streams::follow(inventory, &bmc, ctx).await;
+            if followed == Followed::Started {
+                stream_followed(inventory, ctx).await;
+            }
+            Some((error_chain(&e), followed))
+        }
+        Err(e) => Some((error_chain(&e), held(&key, ctx))),
     };
+    say(inventory, interval, refusal, ctx).await;
+}
+
+/// Whether the BMC refused push itself (no EventService or subscriptions, disabled, full,
+/// another 4xx), rather than not answering.
+fn refuses_push(e: &BmcError) -> bool {
+    matches!(e, BmcError::Unsupported(_))
+        || matches!(e, BmcError::Http { status, .. } if (400..500).contains(status))
+}
+
+/// [`Followed::Held`] if the Inventory's stream is held (an unanswered ensure keeps it).
+fn held(key: &str, ctx: &SeederContext) -> Followed {
+    if ctx.streams.holds(key) {
+        Followed::Held
+    } else {
+        Followed::No
+    }
+}
+
+async fn created(inventory: &Inventory, uri: &str, url: &str, ctx: &SeederContext) {
+    info!(inventory = %key_of(inventory), %uri, "event subscription created");
+    ctx.hardware_events
+        .publish(
+            inventory,
+            EventType::Normal,
+            "EventSubscriptionCreated",
+            "EventSubscriptionCreated",
+            format!("the BMC pushes its events to {url} (subscription {uri})"),
+        )
+        .await;
+}
+
+async fn stream_followed(inventory: &Inventory, ctx: &SeederContext) {
+    ctx.hardware_events
+        .publish(
+            inventory,
+            EventType::Normal,
+            "EventStreamFollowed",
+            "EventStreamFollowed",
+            "the BMC takes no push subscription: its server-sent event stream is followed, \
+             each event read as a pushed one",
+        )
+        .await;
+}
+
+/// What a refusal says, with what the stream does.
+fn refusal_message(why: &str, followed: &Followed, interval: Duration) -> String {
+    let every = crate::duration::go_duration(interval);
+    match followed {
+        Followed::Started | Followed::Held => format!(
+            "the BMC takes no event subscription ({why}); its server-sent event stream is \
+             followed instead, and its hardware read every {every}"
+        ),
+        Followed::Full(max) => format!(
+            "the BMC takes no event subscription ({why}) and its server-sent events are not \
+             followed: the operator holds --events-max-streams ({max}) already; its hardware \
+             is read every {every}"
+        ),
+        Followed::No => format!(
+            "the BMC takes no event subscription ({why}); its hardware is read every {every}"
+        ),
+    }
+}
+
+/// Records what the ensure found; a refusal is said (Event and log) when its message differs
+/// from the last one.
+async fn say(
+    inventory: &Inventory,
+    interval: Duration,
+    refusal: Option<(String, Followed)>,
+    ctx: &SeederContext,
+) {
+    let key = key_of(inventory);
+    let message = refusal.map(|(why, followed)| refusal_message(&why, &followed, interval));
     let previous = ctx
         .subscriptions
         .lock()
         .ok()
-        .and_then(|mut s| s.insert(key.clone(), refusal.clone()));
-    if let Some(why) = refusal
-        && previous != Some(Some(why.clone()))
+        .and_then(|mut s| s.insert(key.clone(), message.clone()));
+    if let Some(message) = message
+        && previous != Some(Some(message.clone()))
     {
-        warn!(inventory = %key, error = %why, "the BMC takes no event subscription");
+        warn!(inventory = %key, "{message}");
         ctx.hardware_events
             .publish(
                 inventory,
                 EventType::Warning,
                 "EventSubscriptionRefused",
                 "EventSubscriptionRefused",
-                format!(
-                    "the BMC takes no event subscription ({why}); its hardware is read every {}",
-                    crate::duration::go_duration(interval)
-                ),
+                message,
             )
             .await;
     }
@@ -345,6 +460,7 @@ pub(crate) async fn unsubscribe(inventory: &Inventory, ctx: &SeederContext) {
         return;
     };
     let key = key_of(inventory);
+    ctx.streams.stop(&key);
     let removed = match node_health::reach(inventory, ctx).await {
         Ok(bmc) => bmc
             .remove_event_subscription(&settings.url, &settings.context(inventory))
@@ -408,6 +524,13 @@ mod tests {
         );
         assert_eq!(parse_context("someone else's"), None);
         assert_eq!(parse_context("ingot:ns/:k"), None);
+        // Only the same Inventory's Context under another key is stale.
+        let inv = inventory("u-1");
+        assert!(a.stale_context(&inv, &s3.context));
+        assert!(!a.stale_context(&inv, &s1.context));
+        assert!(!a.stale_context(&inv, "ingot:ns/node-2:0000"));
+        assert!(!a.stale_context(&inv, "ingot:other/node-1:0000"));
+        assert!(!a.stale_context(&inv, "someone else's ns/node-1:0000"));
     }
 
     #[test]

@@ -1,0 +1,133 @@
+//! What the push events tests share: a local Inventory on a BMC of the emulator, its Node and
+//! Secret, and the Events read back.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use ingot_api::seeder::Inventory;
+use ingot_bmc_sim::SimBmc;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+pub const NS: &str = "harvester-system";
+pub const USER: &str = "admin";
+pub const PASSWORD: &str = "push-test-password";
+pub const SECRET_HEADER: &str = "X-Ingot-Event-Secret";
+
+pub fn inventory(name: &str, bmc: &SimBmc, interval: &str) -> Inventory {
+    serde_json::from_value(json!({
+        "apiVersion": "metal.harvesterhci.io/v1alpha1",
+        "kind": "Inventory",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "annotations": {
+                "metal.harvesterhci.io/localInventory": "true",
+                "metal.harvesterhci.io/localNodeName": name,
+            },
+        },
+        "spec": {
+            "baseboardSpec": {"connection": {
+                "host": format!("https://127.0.0.1:{}", bmc.addr.port()),
+                "port": 623,
+                "insecureTLS": true,
+                "authSecretRef": {"name": name, "namespace": NS},
+            }},
+            "events": {"enabled": true, "pollingInterval": interval},
+        }
+    }))
+    .unwrap()
+}
+
+pub fn secret(name: &str) -> Secret {
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            ("username".into(), ByteString(USER.as_bytes().to_vec())),
+            ("password".into(), ByteString(PASSWORD.as_bytes().to_vec())),
+        ])),
+        ..Default::default()
+    }
+}
+
+pub fn node(name: &str) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"addresses": [{"type": "InternalIP", "address": "172.19.110.10"}]}
+    }))
+    .unwrap()
+}
+
+/// The namespace, the Inventories `names` with their Nodes and Secrets gone.
+pub async fn clean(client: &Client, names: &[&str]) {
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+        )
+        .await;
+    let inventories: Api<Inventory> = Api::namespaced(client.clone(), NS);
+    let dp = DeleteParams::default();
+    for name in names {
+        let _ = inventories
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+        let _ = inventories.delete(name, &dp).await;
+        let _ = Api::<Node>::all(client.clone()).delete(name, &dp).await;
+        let _ = Api::<Secret>::namespaced(client.clone(), NS)
+            .delete(name, &dp)
+            .await;
+    }
+}
+
+/// Seeder's hardware Events on the Node: their messages.
+pub async fn node_events(client: &Client, node: &str) -> Vec<String> {
+    Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.name={node},reason=HarvesterHardwareDiscovery"
+        )))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| e.message.unwrap_or_default())
+        .collect()
+}
+
+/// The Events on an Inventory with this reason: their messages.
+pub async fn inventory_events(client: &Client, name: &str, reason: &str) -> Vec<String> {
+    Api::<Event>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.name={name},involvedObject.kind=Inventory,reason={reason}"
+        )))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| e.message.unwrap_or_default())
+        .collect()
+}
+
+/// Sets the Inventory's `spec.events`.
+pub async fn set_events(client: &Client, name: &str, events: Value) {
+    Api::<Inventory>::namespaced(client.clone(), NS)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"events": events}})),
+        )
+        .await
+        .unwrap();
+}
