@@ -328,7 +328,6 @@ struct SeederArgs {
     #[arg(long, default_value_t = 256)]
     events_max_connections: usize,
 
-<<<<<<< HEAD
     /// The receiver's certificate (PEM chain, e.g. the tls.crt of a kubernetes.io/tls Secret);
     /// without it, a certificate self-signed for the host of --events-url is made at start.
     #[arg(long, requires_all = ["events_tls_key", "events_addr"])]
@@ -337,14 +336,13 @@ struct SeederArgs {
     /// The private key (PEM) of --events-tls-cert.
     #[arg(long, requires = "events_tls_cert")]
     events_tls_key: Option<PathBuf>,
-=======
+
     /// BMC event streams held at once (with --events-addr). A local Inventory whose BMC
     /// refuses push subscriptions but offers Redfish server-sent events has that stream
     /// followed (one connection each, reopened after a drop), each event read as a pushed one;
     /// beyond this many, such Inventories are only polled, which an Event on each says.
     #[arg(long, default_value_t = seeder::streams::DEFAULT_MAX_STREAMS)]
     events_max_streams: usize,
->>>>>>> s36-sse
 }
 
 /// The smallest key --events-key-file may hold.
