@@ -1669,6 +1669,7 @@ fn the_push_receiver_renders_only_when_enabled_with_its_flags_service_and_key() 
             "seeder.events.push.service.nodePort=30444",
             "seeder.events.push.port=9443",
             "seeder.events.push.maxConnections=32",
+            "seeder.events.push.maxStreams=50",
         ]),
         &[],
     ));
@@ -1684,6 +1685,7 @@ fn the_push_receiver_renders_only_when_enabled_with_its_flags_service_and_key() 
             format!("--events-url={url}"),
             "--events-key-file=/etc/ingot/events/key".to_owned(),
             "--events-max-connections=32".to_owned(),
+            "--events-max-streams=50".to_owned(),
         ]
     );
     let pod = &deployment["spec"]["template"]["spec"];

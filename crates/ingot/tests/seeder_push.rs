@@ -158,6 +158,7 @@ fn chart_push_flags(port: u16, url: &str, tls: &Tls) -> (Vec<String>, std::path:
             format!("--events-url={url}"),
             format!("--events-key-file={}/key", dir.display()),
             "--events-max-connections=256".to_owned(),
+            "--events-max-streams=1000".to_owned(),
             format!("--events-tls-cert={}/tls.crt", tls_dir.display()),
             format!("--events-tls-key={}/tls.key", tls_dir.display()),
         ]
