@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use ingot_api::rufio::Machine;
 use ingot_api::seeder::Inventory;
-use ingot_bmc_sim::{BmcSpec, EventKnobs, Fleet, FleetOptions, SimBmc, SubscriptionView};
-use k8s_openapi::api::core::v1::{Event, Node, Secret};
+use ingot_bmc_sim::{EventKnobs, SimBmc, SubscriptionView};
+use k8s_openapi::api::core::v1::{Event, Node};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use push_support::*;
@@ -172,39 +172,14 @@ async fn pushed_events_end_to_end() {
     let client = env.client().unwrap();
     clean(&client, &[NAME, REFUSING]).await;
 
-    let fleet = Fleet::start(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
-        vec![
-            BmcSpec {
-                username: USER.into(),
-                password: PASSWORD.into(),
-                power_delay: Duration::from_millis(100),
-                ..BmcSpec::default()
-            };
-            2
-        ],
-    )
-    .await
-    .unwrap();
+    let fleet = two_bmcs().await;
     let bmc = &fleet.bmcs[0];
     let refusing = &fleet.bmcs[1];
     let mut q = refusing.state.quirks();
     q.event_service_disabled = true;
     refusing.state.set_quirks(q);
 
-    for name in [NAME, REFUSING] {
-        Api::<Node>::all(client.clone())
-            .create(&PostParams::default(), &node(name))
-            .await
-            .unwrap();
-        Api::<Secret>::namespaced(client.clone(), NS)
-            .create(&PostParams::default(), &secret(name))
-            .await
-            .unwrap();
-    }
+    create_nodes_and_secrets(&client, &[NAME, REFUSING]).await;
     let port = closed_port();
     let url = format!("https://127.0.0.1:{port}/redfish-events");
     let tls = receiver_certificate();
@@ -337,21 +312,7 @@ async fn pushed_events_end_to_end() {
     // A power change at the BMC (not through ingot): the Machine reads off within seconds,
     // although its power is read every ten minutes.
     let machines: Api<Machine> = Api::namespaced(client.clone(), NS);
-    let r = reqwest::Client::builder()
-        .tls_danger_accept_invalid_certs(true)
-        .build()
-        .unwrap()
-        .post(format!(
-            "{}/redfish/v1/Systems/{}/Actions/ComputerSystem.Reset",
-            bmc.url(),
-            bmc.state.profile.system_id
-        ))
-        .basic_auth(USER, Some(PASSWORD))
-        .json(&json!({"ResetType": "ForceOff"}))
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success());
+    force_off(bmc).await;
     let off = Instant::now();
     wait_for(
         "the Machine's power off",

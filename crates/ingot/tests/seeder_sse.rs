@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use ingot_api::rufio::Machine;
 use ingot_api::seeder::Inventory;
-use ingot_bmc_sim::{BmcSpec, EventKnobs, Fleet, FleetOptions, SimBmc};
-use k8s_openapi::api::core::v1::{Event, Node, Secret};
+use ingot_bmc_sim::EventKnobs;
+use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use push_support::*;
@@ -30,48 +30,13 @@ use serde_json::json;
 const A: &str = "harvester-sse-a";
 const B: &str = "harvester-sse-b";
 
-/// A power change made at the BMC itself (not through ingot).
-async fn force_off(bmc: &SimBmc) {
-    let r = reqwest::Client::builder()
-        .tls_danger_accept_invalid_certs(true)
-        .build()
-        .unwrap()
-        .post(format!(
-            "{}/redfish/v1/Systems/{}/Actions/ComputerSystem.Reset",
-            bmc.url(),
-            bmc.state.profile.system_id
-        ))
-        .basic_auth(USER, Some(PASSWORD))
-        .json(&json!({"ResetType": "ForceOff"}))
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success());
-}
-
 #[tokio::test]
 async fn server_sent_events_where_push_is_refused() {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
     clean(&client, &[A, B]).await;
 
-    let fleet = Fleet::start(
-        FleetOptions {
-            tls: true,
-            ..FleetOptions::default()
-        },
-        vec![
-            BmcSpec {
-                username: USER.into(),
-                password: PASSWORD.into(),
-                power_delay: Duration::from_millis(100),
-                ..BmcSpec::default()
-            };
-            2
-        ],
-    )
-    .await
-    .unwrap();
+    let fleet = two_bmcs().await;
     // No room for a subscription (400 CreateLimitReachedForResource); the stream is served.
     for bmc in &fleet.bmcs {
         bmc.state.set_event_knobs(EventKnobs {
@@ -79,16 +44,7 @@ async fn server_sent_events_where_push_is_refused() {
             ..EventKnobs::default()
         });
     }
-    for name in [A, B] {
-        Api::<Node>::all(client.clone())
-            .create(&PostParams::default(), &node(name))
-            .await
-            .unwrap();
-        Api::<Secret>::namespaced(client.clone(), NS)
-            .create(&PostParams::default(), &secret(name))
-            .await
-            .unwrap();
-    }
+    create_nodes_and_secrets(&client, &[A, B]).await;
     let key_file = temp_dir("sse").join("events.key");
     std::fs::write(&key_file, "k".repeat(48)).unwrap();
     let port = closed_port();

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use ingot_api::seeder::Inventory;
-use ingot_bmc_sim::SimBmc;
+use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, SimBmc};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -16,6 +16,41 @@ pub const NS: &str = "harvester-system";
 pub const USER: &str = "admin";
 pub const PASSWORD: &str = "push-test-password";
 pub const SECRET_HEADER: &str = "X-Ingot-Event-Secret";
+
+/// Two emulated Redfish BMCs over TLS, answering at once.
+pub async fn two_bmcs() -> Fleet {
+    Fleet::start(
+        FleetOptions {
+            tls: true,
+            ..FleetOptions::default()
+        },
+        vec![
+            BmcSpec {
+                username: USER.into(),
+                password: PASSWORD.into(),
+                power_delay: std::time::Duration::from_millis(100),
+                ..BmcSpec::default()
+            };
+            2
+        ],
+    )
+    .await
+    .unwrap()
+}
+
+/// Each name's Node and BMC Secret.
+pub async fn create_nodes_and_secrets(client: &Client, names: &[&str]) {
+    for name in names {
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node(name))
+            .await
+            .unwrap();
+        Api::<Secret>::namespaced(client.clone(), NS)
+            .create(&PostParams::default(), &secret(name))
+            .await
+            .unwrap();
+    }
+}
 
 pub fn inventory(name: &str, bmc: &SimBmc, interval: &str) -> Inventory {
     serde_json::from_value(json!({
@@ -130,4 +165,23 @@ pub async fn set_events(client: &Client, name: &str, events: Value) {
         )
         .await
         .unwrap();
+}
+
+/// A power change made at the BMC itself (not through ingot).
+pub async fn force_off(bmc: &SimBmc) {
+    let r = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .build()
+        .unwrap()
+        .post(format!(
+            "{}/redfish/v1/Systems/{}/Actions/ComputerSystem.Reset",
+            bmc.url(),
+            bmc.state.profile.system_id
+        ))
+        .basic_auth(USER, Some(PASSWORD))
+        .json(&json!({"ResetType": "ForceOff"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
 }
