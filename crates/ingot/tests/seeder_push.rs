@@ -236,20 +236,7 @@ async fn pushed_events_end_to_end() {
     assert!(refused[0].contains("every 1s"), "{refused:?}");
     assert!(refusing.state.subscriptions().is_empty());
     // Polled every second, refused the same way each time: said once, not at each poll.
-    let reads = refusing.state.snapshot().requests;
-    wait_for(
-        "more polls of the refusing BMC",
-        Duration::from_secs(20),
-        || async { (refusing.state.snapshot().requests >= reads + 60).then_some(()) },
-    )
-    .await;
-    let said = Api::<Event>::namespaced(client.clone(), NS)
-        .list(&ListParams::default().fields(&format!(
-            "involvedObject.name={REFUSING},reason=EventSubscriptionRefused"
-        )))
-        .await
-        .unwrap()
-        .items;
+    let said = refusals_after(&client, REFUSING, refusing, 60).await;
     assert_eq!(said.len(), 1, "{said:?}");
     assert!(said[0].count.unwrap_or(1) <= 1, "{said:?}");
     assert!(said[0].series.is_none(), "said again: {said:?}");

@@ -20,9 +20,8 @@ use std::time::{Duration, Instant};
 use ingot_api::rufio::Machine;
 use ingot_api::seeder::Inventory;
 use ingot_bmc_sim::EventKnobs;
-use k8s_openapi::api::core::v1::Event;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use push_support::*;
 use rufio_support::*;
 use serde_json::json;
@@ -142,20 +141,7 @@ async fn server_sent_events_where_push_is_refused() {
         json!({"enabled": true, "pollingInterval": "1s"}),
     )
     .await;
-    let reads = other.state.snapshot().requests;
-    wait_for(
-        "more polls of the other BMC",
-        Duration::from_secs(60),
-        || async { (other.state.snapshot().requests >= reads + 200).then_some(()) },
-    )
-    .await;
-    let said = Api::<Event>::namespaced(client.clone(), NS)
-        .list(&ListParams::default().fields(&format!(
-            "involvedObject.name={polled},reason=EventSubscriptionRefused"
-        )))
-        .await
-        .unwrap()
-        .items;
+    let said = refusals_after(&client, polled, other, 200).await;
     assert_eq!(said.len(), 1, "{said:?}");
     let times = said[0].series.as_ref().map_or(1, |s| s.count.unwrap_or(1));
     assert!(times <= 2, "said {times} times: {said:?}");

@@ -127,32 +127,47 @@ pub async fn clean(client: &Client, names: &[&str]) {
     }
 }
 
-/// Seeder's hardware Events on the Node: their messages.
-pub async fn node_events(client: &Client, node: &str) -> Vec<String> {
-    Api::<Event>::namespaced(client.clone(), "default")
-        .list(&ListParams::default().fields(&format!(
-            "involvedObject.name={node},reason=HarvesterHardwareDiscovery"
-        )))
+/// The core Events of a namespace that match a field selector.
+pub async fn events(client: &Client, namespace: &str, fields: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().fields(fields))
         .await
         .unwrap()
         .items
+}
+
+fn messages(events: Vec<Event>) -> Vec<String> {
+    events
         .into_iter()
         .map(|e| e.message.unwrap_or_default())
         .collect()
 }
 
+/// Seeder's hardware Events on the Node: their messages.
+pub async fn node_events(client: &Client, node: &str) -> Vec<String> {
+    let fields = format!("involvedObject.name={node},reason=HarvesterHardwareDiscovery");
+    messages(events(client, "default", &fields).await)
+}
+
 /// The Events on an Inventory with this reason: their messages.
 pub async fn inventory_events(client: &Client, name: &str, reason: &str) -> Vec<String> {
-    Api::<Event>::namespaced(client.clone(), NS)
-        .list(&ListParams::default().fields(&format!(
-            "involvedObject.name={name},involvedObject.kind=Inventory,reason={reason}"
-        )))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|e| e.message.unwrap_or_default())
-        .collect()
+    let fields =
+        format!("involvedObject.name={name},involvedObject.kind=Inventory,reason={reason}");
+    messages(events(client, NS, &fields).await)
+}
+
+/// The `EventSubscriptionRefused` Events of an Inventory, once its BMC has answered `more`
+/// requests more (polls since).
+pub async fn refusals_after(client: &Client, name: &str, bmc: &SimBmc, more: u64) -> Vec<Event> {
+    let reads = bmc.state.snapshot().requests;
+    ingot_testenv::wait_for(
+        &format!("{more} more requests at the BMC of {name}"),
+        std::time::Duration::from_secs(60),
+        || async { (bmc.state.snapshot().requests >= reads + more).then_some(()) },
+    )
+    .await;
+    let fields = format!("involvedObject.name={name},reason=EventSubscriptionRefused");
+    events(client, NS, &fields).await
 }
 
 /// Sets the Inventory's `spec.events`.
