@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use ingot_api::rufio::Machine;
 use ingot_api::seeder::Inventory;
-use ingot_bmc_sim::EventKnobs;
+use ingot_bmc_sim::{EventKnobs, SimBmc};
+use ingot_testenv::Operator;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use push_support::*;
@@ -28,6 +29,16 @@ use serde_json::json;
 
 const A: &str = "harvester-sse-a";
 const B: &str = "harvester-sse-b";
+
+/// Waits until the operator holds `n` streams and the BMC has `n` open.
+async fn wait_streams(ingot: &Operator, bmc: &SimBmc, n: usize, what: &str) {
+    wait_for(what, Duration::from_secs(60), || async {
+        (ingot.metric_sum("ingot_seeder_event_streams", &[]).await == n as f64
+            && bmc.state.event_streams_open() == n)
+            .then_some(())
+    })
+    .await;
+}
 
 #[tokio::test]
 async fn server_sent_events_where_push_is_refused() {
@@ -245,44 +256,21 @@ async fn server_sent_events_where_push_is_refused() {
         json!({"enabled": false, "pollingInterval": "1h"}),
     )
     .await;
-    wait_for(
-        "the stream closed (events disabled)",
-        Duration::from_secs(60),
-        || async {
-            (ingot.metric_sum("ingot_seeder_event_streams", &[]).await == 0.0
-                && bmc.state.event_streams_open() == 0)
-                .then_some(())
-        },
-    )
-    .await;
+    wait_streams(&ingot, bmc, 0, "the stream closed (events disabled)").await;
     set_events(
         &client,
         followed,
         json!({"enabled": true, "pollingInterval": "1h"}),
     )
     .await;
-    wait_for(
-        "the stream followed again",
-        Duration::from_secs(60),
-        || async {
-            (ingot.metric_sum("ingot_seeder_event_streams", &[]).await == 1.0
-                && bmc.state.event_streams_open() == 1)
-                .then_some(())
-        },
-    )
-    .await;
+    wait_streams(&ingot, bmc, 1, "the stream followed again").await;
 
     // The Inventory deleted: its stream is closed (at the operator, and at the BMC).
     inventories
         .delete(followed, &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("the stream closed", Duration::from_secs(60), || async {
-        (ingot.metric_sum("ingot_seeder_event_streams", &[]).await == 0.0
-            && bmc.state.event_streams_open() == 0)
-            .then_some(())
-    })
-    .await;
+    wait_streams(&ingot, bmc, 0, "the stream closed").await;
 
     // The slot is free: the other Inventory's stream is followed at its next poll (now every
     // 2 s), until its BMC takes push: then the subscription is made and the stream closed.
