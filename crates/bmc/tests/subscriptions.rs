@@ -1,7 +1,8 @@
 //! Push subscriptions through the Redfish client and the session manager, against ingot's BMC
-//! emulator (every vendor profile): ours found again by Destination + Context (Dell and HPE
-//! leave `EventFormatType` out of a GET), created once, re-created after a BMC reset, deleted
-//! without touching another's; our stale copies deleted when ours is ensured, and only those; refusals typed, the secret header never in an error or `Debug`.
+//! emulator (every vendor profile): ours found again by Destination + Context (Dell and HPE leave
+//! `EventFormatType` out of a GET), created once, re-created after a BMC reset, deleted without
+//! touching another's; our stale copies deleted when ours is ensured, and only those; refusals
+//! typed, the secret header never in an error or `Debug`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

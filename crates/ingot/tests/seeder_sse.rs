@@ -1,12 +1,12 @@
-//! Server-sent events where a BMC refuses push, end to end on the real control plane:
-//! `ingot run --controllers seeder` with the events receiver and `--events-max-streams=1`, two
-//! local Inventories whose BMCs (ingot's Redfish emulator) take no subscription (full) but
-//! serve the EventService's stream. One stream is followed, the other Inventory is only polled
-//! and says so once (polled every second, not again); an event at the followed BMC becomes the Node Event within seconds
-//! although it is polled hourly, a power change refreshes the Machine's power; the stream
-//! dropped by the BMC is opened again (with `Last-Event-ID`) and the next event still arrives;
-//! its events disabled, the stream is closed (and followed again once enabled); the Inventory
-//! deleted, its stream is closed; the slot freed, the other Inventory's stream is
+//! Server-sent events where a BMC refuses push, end to end on the real control plane: `ingot run
+//! --controllers seeder` with the events receiver and `--events-max-streams=1`, two local
+//! Inventories whose BMCs (ingot's Redfish emulator) take no subscription (full) but serve the
+//! EventService's stream. One stream is followed, the other Inventory is only polled and says so
+//! once (polled every second, not again); an event at the followed BMC becomes the Node Event
+//! within seconds although it is polled hourly, a power change refreshes the Machine's power; the
+//! stream dropped by the BMC is opened again (with `Last-Event-ID`) and the next event still
+//! arrives; its events disabled, the stream is closed (and followed again once enabled); the
+//! Inventory deleted, its stream is closed; the slot freed, the other Inventory's stream is
 //! followed, and closed once its BMC takes push.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]

@@ -1,6 +1,7 @@
 //! Push subscriptions (Redfish `EventDestination`): ours found by `Destination` + `Context`,
-//! created when missing (our stale copies at the same `Destination` deleted first), deleted. The create sends only what every vendor takes: no
-//! `DeliveryRetryPolicy` and no empty `ResourceTypes` (iLO and iDRAC refuse them).
+//! created when missing (our stale copies at the same `Destination` deleted first), deleted. The
+//! create sends only what every vendor takes: no `DeliveryRetryPolicy` and no empty `ResourceTypes`
+//! (iLO and iDRAC refuse them).
 
 use super::RedfishClient;
 use super::json::{link, string};
