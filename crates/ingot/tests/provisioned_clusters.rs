@@ -439,14 +439,9 @@ async fn with_a_budget_of_one_install_the_servers_install_one_after_another() {
         .filter(|i| Provisioned::condition(i, "waitingForInstallSlot").is_some())
         .count();
     assert!(waited >= 1, "no server said it waited for an install slot");
-    let wakeups = f
-        .operator
-        .metric_sum("ingot_provisioning_new_cluster_wakeups_total", &[])
-        .await;
-    assert!(
-        wakeups >= 1.0,
-        "the Cluster was never woken by its new cluster's Nodes"
-    );
+    // Whether the new cluster's Node watch wakes the Cluster here depends on the install order
+    // (the watch opens only once the create node is up; installed last, every Node is already
+    // there): what wakes a Cluster is tested in crates/controllers/tests/remote_nodes.rs.
     f.finish().await;
 }
 
