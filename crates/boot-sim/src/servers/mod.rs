@@ -271,6 +271,15 @@ impl ServerFleet {
             .with_state(self.clone())
     }
 
+    /// The cluster at the VIP already runs (no server of this fleet creates it; its nodes are
+    /// join nodes, as a pool's): its join credential for `cluster_token` is set up, and join
+    /// nodes register at once.
+    pub async fn cluster_exists(&self, cluster_token: &str) -> Result<(), kube::Error> {
+        cluster::start(&self.inner.admin, cluster_token).await?;
+        *lock(&self.inner.cluster) = Some(usize::MAX);
+        Ok(())
+    }
+
     /// One look at every BMC: a new power-on is booted, a power-off stops the OS.
     pub async fn poll_once(&self) {
         let mut stopped = Vec::new();
@@ -404,7 +413,7 @@ impl ServerFleet {
         lock(&self.inner.servers).get(i).map(|s| s.bmc.clone())
     }
 
-    async fn disk_boot(&self, i: usize, boot: u64) {
+    pub(super) async fn disk_boot(&self, i: usize, boot: u64) {
         let Some(installed) = self.with(i, boot, |c| c.installed.clone()).flatten() else {
             let reason = "no operating system: the disk holds nothing bootable (never installed)";
             return self.stuck(i, boot, reason.into());

@@ -24,7 +24,9 @@ struct Plan {
 pub(super) async fn boot(fleet: &ServerFleet, i: usize, boot: u64) {
     fleet.set(i, boot, ServerState::Pxe, None);
     match prepare(fleet, i, boot).await {
-        Ok(plan) => run_install(fleet, i, boot, plan).await,
+        Ok(Some(plan)) => run_install(fleet, i, boot, plan).await,
+        // The script exited: the firmware boots the next device, the disk.
+        Ok(None) => fleet.disk_boot(i, boot).await,
         Err(reason) => fleet.stuck(i, boot, reason),
     }
 }
@@ -73,18 +75,20 @@ async fn fetch_script(
         .map_err(|e| fail(e.without_url().to_string()))
 }
 
-/// Everything up to the installer's verdict.
-async fn prepare(fleet: &ServerFleet, i: usize, boot: u64) -> Result<Plan, String> {
+/// Everything up to the installer's verdict; `None` when the script exits (no install).
+async fn prepare(fleet: &ServerFleet, i: usize, boot: u64) -> Result<Option<Plan>, String> {
     let bmc = fleet.bmc(i).ok_or("no such server")?;
     let macs: Vec<String> = (0..fleet.inner().config.nics.max(1))
         .map(|n| bmc.mac(n))
         .collect();
     let script = fetch_script(fleet, i, boot, &macs[0]).await?;
-    let (kernel_url, cmdline) = match ipxe::run(&script, &macs).map_err(|e| format!("iPXE: {e}"))? {
-        ipxe::ScriptEnd::Shell => return Err("iPXE: in the iPXE shell".into()),
-        ipxe::ScriptEnd::Kernel {
+    let (kernel_url, cmdline) = match ipxe::run(&script, &macs) {
+        Err(ipxe::ScriptError::Exit { .. }) => return Ok(None),
+        Err(e) => return Err(format!("iPXE: {e}")),
+        Ok(ipxe::ScriptEnd::Shell) => return Err("iPXE: in the iPXE shell".into()),
+        Ok(ipxe::ScriptEnd::Kernel {
             kernel, cmdline, ..
-        } => (kernel, cmdline),
+        }) => (kernel, cmdline),
     };
     let params = ipxe::kernel_params(&cmdline);
     let ip = kernel::static_ip(&params, &macs)?;
@@ -146,7 +150,7 @@ async fn prepare(fleet: &ServerFleet, i: usize, boot: u64) -> Result<Plan, Strin
     let mut warnings = accepted.warnings;
     let address = address_of(&merged, ip.as_ref(), &mut warnings);
     let manifests = manifests(&merged, &mut warnings);
-    Ok(Plan {
+    Ok(Some(Plan {
         installed: Installed {
             create: mode == "create",
             token: get_str(&merged, &["token"]).unwrap_or_default().to_owned(),
@@ -158,7 +162,7 @@ async fn prepare(fleet: &ServerFleet, i: usize, boot: u64) -> Result<Plan, Strin
         warnings,
         webhooks: webhooks(&merged),
         http,
-    })
+    }))
 }
 
 fn bound_client(source: Option<IpAddr>) -> Result<reqwest::Client, String> {
