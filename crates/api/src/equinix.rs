@@ -68,6 +68,8 @@ const GO_DURATION_MESSAGE: &str =
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.networkingConfiguration) || !has(self.networkingConfiguration.type) || self.networkingConfiguration.type == ''"#).field_path(".networkingConfiguration.type").message("networkingConfiguration.type sets Equinix Metal port modes through its API, which a pool with inventorySelector has no part of (bonds come from managementBondingOptions, switch ports are yours): remove spec.networkingConfiguration.type"))]
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.networkingConfiguration) || !has(self.networkingConfiguration.interfaceConfiguration) || size(self.networkingConfiguration.interfaceConfiguration) == 0"#).field_path(".networkingConfiguration.interfaceConfiguration").message("networkingConfiguration.interfaceConfiguration assigns VLANs to Equinix Metal ports through its API, which a pool with inventorySelector has no part of (switch ports are yours): remove spec.networkingConfiguration.interfaceConfiguration"))]
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.managementInterface) || self.managementInterface.all(i, i == 'eth0')"#).field_path(".managementInterface").message("an Inventory has one known port, eth0 (spec.managementInterfaceMacAddress): with inventorySelector, managementInterface may only name eth0; remove the other names"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || (has(self.addressPool) && self.addressPool != '')"#).field_path(".addressPool").message("addressPool is required with inventorySelector: name the AddressPool of inventoryNamespace the servers' static addresses come from"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.addressPool) || has(self.inventorySelector)"#).field_path(".addressPool").message("addressPool gives addresses to servers drawn from Inventories: set inventorySelector and inventoryNamespace, or remove addressPool"))]
 pub struct InstancePoolSpec {
     /// Desired number of Instances.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -263,6 +265,15 @@ pub struct InstancePoolSpec {
         "inventoryNamespace must be a namespace name: lowercase letters, digits and '-', starting and ending with a letter or digit"
     ))]
     pub inventory_namespace: Option<String>,
+    /// The provisioning AddressPool (in inventoryNamespace) an inventorySelector pool's
+    /// servers take their static addresses from (required with it).
+    #[serde(
+        rename = "addressPool",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 253))]
+    pub address_pool: Option<String>,
 }
 
 /// How the servers' ports are wired, as in the fork's README.
@@ -491,6 +502,27 @@ pub struct InstanceSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub networking_configuration: Option<NetworkingConfiguration>,
+    /// Copied from the pool: the server is drawn from these Inventories (see the pool's field).
+    #[serde(
+        rename = "inventorySelector",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub inventory_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// Copied from the pool.
+    #[serde(
+        rename = "inventoryNamespace",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub inventory_namespace: Option<String>,
+    /// Copied from the pool.
+    #[serde(
+        rename = "addressPool",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub address_pool: Option<String>,
 }
 
 /// The Instance's status: the original's fields, always present, plus conditions.

@@ -21,7 +21,7 @@ fn pool(spec: Value) -> Value {
 /// A pool over Inventories, with `extra` merged into its spec.
 fn on_premises(extra: Value) -> Value {
     let mut spec = json!({"count": 2, "inventorySelector": {"matchLabels": {"rack": "a"}},
-        "inventoryNamespace": "metal"});
+        "inventoryNamespace": "metal", "addressPool": "nodes"});
     merge(&mut spec, extra);
     pool(spec)
 }
@@ -105,6 +105,19 @@ fn cases() -> Vec<Case> {
             what: "inventorySelector without inventoryNamespace",
             object: pool(json!({"inventorySelector": {"matchLabels": {"rack": "a"}}})),
             expect: &["spec.inventoryNamespace", "required with inventorySelector"],
+        },
+        Case {
+            what: "inventorySelector without addressPool",
+            object: pool(json!({"inventorySelector": {}, "inventoryNamespace": "metal"})),
+            expect: &["spec.addressPool", "required with inventorySelector"],
+        },
+        Case {
+            what: "addressPool without inventorySelector",
+            object: pool(json!({"addressPool": "nodes"})),
+            expect: &[
+                "spec.addressPool",
+                "set inventorySelector and inventoryNamespace",
+            ],
         },
         Case {
             what: "inventoryNamespace without inventorySelector",
@@ -333,7 +346,9 @@ async fn valid_pools_of_both_backends_are_accepted() {
         ),
         (
             "a pool over every Inventory of a namespace",
-            pool(json!({"count": 1, "inventorySelector": {}, "inventoryNamespace": "metal"})),
+            pool(
+                json!({"count": 1, "inventorySelector": {}, "inventoryNamespace": "metal", "addressPool": "nodes"}),
+            ),
         ),
     ];
     let mut problems = Vec::new();

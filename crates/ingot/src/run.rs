@@ -562,7 +562,8 @@ struct PoolsArgs {
     error_backoff_max_seconds: f64,
 
     /// Test hook: abort the process at these points (comma-separated: after-create,
-    /// before-reinstall, after-reinstall, during-finalize; gardener-after-create,
+    /// before-reinstall, after-reinstall, during-finalize; onprem-after-claim,
+    /// onprem-after-boot-job, onprem-after-off-confirmed; gardener-after-create,
     /// gardener-during-drain, gardener-during-delete; rufio-after-send-ahead,
     /// rufio-after-destructive-send; seeder-after-job-create; provisioning-after-allocation,
     /// provisioning-after-boot-job, provisioning-after-webhook; fencing-after-power-off-job,
@@ -575,6 +576,16 @@ struct PoolsArgs {
     /// A mirror of Harvester's release artifacts (kernel, initrd, rootfs, ISO).
     #[arg(long, env = "INGOT_HARVESTER_MIRROR")]
     harvester_mirror: Option<String>,
+
+    /// The namespaces whose Inventories a pool with spec.inventorySelector may draw servers
+    /// from, comma-separated (default: any). A pool naming another one is refused.
+    #[arg(long, env = "INGOT_POOL_INVENTORY_NAMESPACES", value_delimiter = ',')]
+    pool_inventory_namespaces: Vec<String>,
+
+    /// Seconds one pass of a delete on premises waits for the power off to be read back from
+    /// the BMC before it looks again later.
+    #[arg(long, default_value_t = 20)]
+    pool_release_wait_seconds: u64,
 }
 
 impl PoolsArgs {
@@ -590,7 +601,8 @@ impl PoolsArgs {
         None
     }
 
-    fn settings(&self) -> pools::Settings {
+    /// `boot_url`: where servers reach the boot server (`--boot-url`).
+    fn settings(&self, boot_url: Option<url::Url>) -> pools::Settings {
         pools::Settings {
             secret: pools::SecretLocation {
                 namespace: self.equinix_secret_namespace.clone(),
@@ -616,6 +628,14 @@ impl PoolsArgs {
             reinstall_timeout: Duration::from_secs(self.reinstall_timeout_seconds),
             error_backoff: Duration::from_secs_f64(self.error_backoff_seconds.max(0.01)),
             error_backoff_max: Duration::from_secs_f64(self.error_backoff_max_seconds.max(0.01)),
+            inventory_namespaces: self
+                .pool_inventory_namespaces
+                .iter()
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty())
+                .collect(),
+            boot_url,
+            release_off_wait: Duration::from_secs(self.pool_release_wait_seconds),
             crash_point: self.crash_points(),
         }
     }
@@ -811,8 +831,11 @@ impl Parts {
             None
         };
         let pools = Arc::new(
-            pools::PoolsShared::new(args.pools.settings(), connector)
-                .with_eviction_client(eviction_client),
+            pools::PoolsShared::new(
+                args.pools.settings(args.provisioning.boot_url.clone()),
+                connector,
+            )
+            .with_eviction_client(eviction_client),
         );
         Ok(Self {
             client,

@@ -102,6 +102,8 @@ fn settings(ns: &str, labels: Value) -> Settings {
         off_wait: Duration::from_secs(90),
         poll: Duration::from_millis(250),
         owner: Some(OWNER.to_owned()),
+        boot_url: None,
+        crash_point: None,
     }
 }
 

@@ -2956,17 +2956,19 @@ async fn a_server_that_is_not_the_instance_s_is_never_deleted() {
         .await;
 }
 
-/// A pool over Inventories is not run as an Equinix pool: with the Equinix credentials in place,
-/// no Instance and no server is made for it, and the pool says why, with a Warning Event.
+/// A pool over Inventories never orders from Equinix Metal: with the Equinix credentials in
+/// place, run as the chart's ServiceAccount (whose role grants nothing in the Inventories'
+/// namespace), its Instances wait saying what they may not read (`Forbidden`, with a Warning
+/// Event on the pool), and no server is made at the Metal emulator.
 #[tokio::test]
-async fn a_pool_over_inventories_orders_no_server_and_says_so() {
+async fn a_pool_over_inventories_orders_no_server_and_says_why_it_waits() {
     let _serial = SERIAL.lock().await;
     let stack = Stack::start(true).await;
     let name = format!("racks-{}", ingot_testenv::random_suffix(4));
     let manifest = json!({"apiVersion": "equinix.harvesterhci.io/v1", "kind": "InstancePool",
         "metadata": {"name": name},
         "spec": {"count": 2, "inventorySelector": {"matchLabels": {"rack": "a"}},
-            "inventoryNamespace": "metal"}});
+            "inventoryNamespace": "metal", "addressPool": "nodes"}});
     stack.create_pool(manifest, &name).await;
     let (status, _reason, message) = wait_for(
         "the pool's BackendReady condition",
@@ -2975,23 +2977,42 @@ async fn a_pool_over_inventories_orders_no_server_and_says_so() {
             stack
                 .pool_condition(&name, "BackendReady")
                 .await
-                .filter(|(_, reason, _)| reason == "InventoryPoolsNotRun")
+                .filter(|(_, reason, _)| reason == "Inventories")
         },
     )
     .await;
-    assert_eq!(status, "False");
+    assert_eq!(status, "True");
     assert!(message.contains("namespace metal"), "{message}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let reasons: Vec<(String, String)> = stack
+            .pool_instances(&name)
+            .await
+            .into_iter()
+            .flat_map(|i| i.status.unwrap_or_default().conditions)
+            .filter(|c| c.type_ == "Ready")
+            .map(|c| (c.reason, c.message))
+            .collect();
+        if reasons.len() == 2
+            && reasons.iter().all(|(r, m)| {
+                r == "Forbidden" && m.contains("inventories") && m.contains("\"metal\"")
+            })
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the Instances do not wait with Forbidden: {reasons:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     stack
-        .expect_event("InstancePool", &name, |(type_, reason, _)| {
-            type_ == "Warning" && reason == "InventoryPoolsNotRun"
+        .expect_event("InstancePool", &name, |(type_, reason, message)| {
+            type_ == "Warning" && reason == "Forbidden" && message.contains("inventories")
         })
         .await;
-    // Later passes change nothing: still no Instance, no server.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(stack.pool_instances(&name).await.is_empty());
+    assert_eq!(stack.pool_instances(&name).await.len(), 2);
     assert!(stack.devices(&[&name]).is_empty());
-    let pool = stack.pools().get(&name).await.unwrap();
-    assert_eq!(pool.status.map(|s| (s.requested, s.needed)), Some((2, 2)));
     stack
         .pools()
         .delete(&name, &DeleteParams::background())

@@ -35,18 +35,20 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ingot_api::rufio::{Job, Machine};
-use ingot_api::seeder::{Cluster, Inventory, JOB_INVENTORY_LABEL};
+use ingot_api::seeder::{AddressPool, Cluster, Inventory, JOB_INVENTORY_LABEL};
 use ingot_metal::{
     Address, BareMetalCloud, BootUpdate, CapacityLevel, CreateServer, Error, Location, NetworkMode,
     PlanInfo, Port, PortKind, PowerAction, Reinstall, Result, Server, ServerState, Shortage, Vlan,
 };
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::claims::{self, Claim, Claimed};
+use super::install::{self, InstallRequest};
 use crate::provisioning::addresses::{PoolRef, allocate_address, release_address};
 use crate::provisioning::allocation::inventory_owner;
 use crate::seeder::power::{self, JobOutcome};
@@ -63,12 +65,16 @@ pub const BOOT_JOB_ANNOTATION: &str = "onprem.ingot.dev/boot-job";
 pub const IPXE_URL_ANNOTATION: &str = "onprem.ingot.dev/ipxe-script-url";
 /// `true` once the release's power off was read back: the server is never sent it again.
 pub const OFF_CONFIRMED_ANNOTATION: &str = "onprem.ingot.dev/off-confirmed";
+/// The install boot number whose installer reported `SUCCEEDED` (the boot server writes it):
+/// from then until the next boot, the server boots its disk.
+pub const INSTALLED_ANNOTATION: &str = "onprem.ingot.dev/installed";
 /// On every Job sent under a claim: a hash of the claim, so its release deletes them all.
 pub const CLAIM_JOB_LABEL: &str = "onprem.ingot.dev/claim";
 
 /// Every annotation this cloud writes besides the claim's own: removed with the claim.
-const RECORDS: [&str; 5] = [
+const RECORDS: [&str; 6] = [
     ADDRESS_ANNOTATION,
+    INSTALLED_ANNOTATION,
     ADDRESS_POOL_ANNOTATION,
     BOOTS_ANNOTATION,
     BOOT_JOB_ANNOTATION,
@@ -96,6 +102,12 @@ pub struct Settings {
     /// refused, and a server claimed by another owner is, to it, not there. `None`: any
     /// owner (a tool's view).
     pub owner: Option<String>,
+    /// Where servers reach ingot's boot server (`--boot-url`): the install config and the
+    /// installer's webhook of a create with an [`InstallRequest`] are under it.
+    pub boot_url: Option<url::Url>,
+    /// Test hook: the process aborts at these named points (`onprem-after-claim`,
+    /// `onprem-after-boot-job`, `onprem-after-off-confirmed`), to prove a crash there harmless.
+    pub crash_point: Option<String>,
 }
 
 /// A [`BareMetalCloud`] over Inventories (see the module's documentation).
@@ -114,6 +126,10 @@ impl InventoryCloud {
             )));
         }
         Ok(Self { client, settings })
+    }
+
+    fn crash_point(&self, point: &str) {
+        crate::crash_point(self.settings.crash_point.as_deref(), point);
     }
 
     fn inventories(&self, namespace: &str) -> Api<Inventory> {
@@ -416,6 +432,7 @@ impl InventoryCloud {
             {"powerAction": "on"},
         ]);
         self.send(&inventory, claim, &name, tasks).await?;
+        self.crash_point("onprem-after-boot-job");
         self.record(
             &inventory,
             claim,
@@ -538,6 +555,7 @@ impl InventoryCloud {
             hostname: spec.hostname.clone(),
         };
         let inventory = self.claim(&claim).await?;
+        self.crash_point("onprem-after-claim");
         if annotation(&inventory, OFF_CONFIRMED_ANNOTATION).is_some() {
             return Err(Error::Conflict {
                 message: format!(
@@ -548,12 +566,73 @@ impl InventoryCloud {
             });
         }
         let inventory = self.ensure_address(inventory, &claim, spec).await?;
+        if let Some(userdata) = &spec.userdata {
+            let request = InstallRequest::parse(userdata).map_err(Error::InvalidRequest)?;
+            self.ensure_install(&inventory, &claim, &request).await?;
+        }
         let inventory = if boots(&inventory) == 0 {
             self.boot(inventory, &claim, 1).await?
         } else {
             inventory
         };
         self.server(&inventory).await
+    }
+
+    /// Writes the claim's install files (script, config, address), rendered for `request`, into
+    /// its install Secret, where the boot server hands them out; unchanged files write nothing.
+    async fn ensure_install(
+        &self,
+        inventory: &Inventory,
+        claim: &Claim,
+        request: &InstallRequest,
+    ) -> Result<()> {
+        let boot_url = self.settings.boot_url.as_ref().ok_or_else(|| {
+            Error::InvalidRequest(
+                "ingot runs without --boot-url, so a server on premises cannot reach its install config: give ingot run the URL servers reach its boot server at".to_owned(),
+            )
+        })?;
+        let namespace = inventory.namespace().unwrap_or_default();
+        let address = annotation(inventory, ADDRESS_ANNOTATION).unwrap_or_default();
+        let pool_ref = &self.settings.address_pool;
+        let pool = Api::<AddressPool>::namespaced(self.client.clone(), &pool_ref.namespace)
+            .get_opt(&pool_ref.name)
+            .await
+            .map_err(kube_error)?
+            .ok_or_else(|| Error::Validation {
+                message: format!("{pool_ref} does not exist; create it or name another"),
+            })?;
+        let files = install::render(
+            request,
+            inventory,
+            &claim.hostname,
+            address,
+            &pool,
+            boot_url,
+        )
+        .map_err(|message| Error::Validation {
+            message: format!("the install of Inventory {}: {message}", key(inventory)),
+        })?;
+        let wanted = install::install_secret(inventory, &files);
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
+        let name = wanted.name_any();
+        match secrets.get_opt(&name).await.map_err(kube_error)? {
+            None => match secrets.create(&PostParams::default(), &wanted).await {
+                Ok(_) => Ok(()),
+                // Another create wrote it: the next create compares.
+                Err(e) if crate::runtime::is_conflict(&e) => Ok(()),
+                Err(e) => Err(kube_error(e)),
+            },
+            Some(current) if current.data == wanted.data => Ok(()),
+            Some(current) => {
+                let mut next = wanted;
+                next.metadata.resource_version = current.resource_version();
+                secrets
+                    .replace(&name, &PostParams::default(), &next)
+                    .await
+                    .map(drop)
+                    .map_err(kube_error)
+            }
+        }
     }
 
     /// Waits (up to `off_wait`) for the release's power off to be read back.
@@ -706,6 +785,7 @@ impl BareMetalCloud for InventoryCloud {
         } else {
             inventory
         };
+        self.crash_point("onprem-after-off-confirmed");
         if let Some((pool_ns, pool_name)) =
             annotation(&inventory, ADDRESS_POOL_ANNOTATION).and_then(|p| p.split_once('/'))
         {
@@ -723,6 +803,19 @@ impl BareMetalCloud for InventoryCloud {
                 message: e.to_string(),
                 source: None,
             })?;
+        }
+        // The install files (the join token, the OS password) go with the claim.
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
+        match secrets
+            .delete(
+                &install::install_secret_name(&inventory.name_any()),
+                &DeleteParams::default(),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(kube_error(e)),
         }
         let jobs: Api<Job> = Api::namespaced(self.client.clone(), &namespace);
         let selector = format!("{CLAIM_JOB_LABEL}={}", claim_hash(&inventory, &claim));

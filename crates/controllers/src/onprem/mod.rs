@@ -7,8 +7,12 @@
 //!   an Inventory claimed, given an address and booted into the installer through its BMC; a
 //!   server deleted is powered off, confirmed off, and returned to the free set.
 //!
-//! What comes on top (the pools and MachineClass wiring) is not built yet; nothing in
-//! `ingot run` makes an `InventoryCloud` today.
+//! - [`install`]: what a pool's claimed server installs (a Seeder join with its static
+//!   address), rendered into the claim's install Secret that ingot's boot server hands out.
+//!
+//! The Instance controller makes one `InventoryCloud` per Instance of a pool with
+//! `spec.inventorySelector`; no MachineClass uses it yet.
 
 pub mod claims;
 pub mod cloud;
+pub mod install;

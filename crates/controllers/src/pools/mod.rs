@@ -11,7 +11,8 @@
 //! Both controllers read the cluster from one set of watched caches ([`cache`]); credentials
 //! are read from their cached Secret at every reconcile, so a rotated token applies at once.
 //! The Metal API is reached only through the `BareMetalCloud` trait, made by the
-//! [`CloudConnector`] that `ingot run` injects.
+//! [`CloudConnector`] that `ingot run` injects; a pool with `spec.inventorySelector` gets an
+//! `onprem::cloud::InventoryCloud` over its Inventories instead.
 
 pub mod budget;
 pub mod cache;
@@ -82,6 +83,15 @@ pub struct Settings {
     /// `error_backoff_max`.
     pub error_backoff: Duration,
     pub error_backoff_max: Duration,
+    /// The namespaces whose Inventories a pool with `spec.inventorySelector` may draw from;
+    /// empty: any (an InstancePool is cluster-scoped, so only the operator's settings bound it).
+    pub inventory_namespaces: Vec<String>,
+    /// Where servers on premises reach ingot's boot server (`--boot-url`): their install config
+    /// and the installer's webhook are under it.
+    pub boot_url: Option<url::Url>,
+    /// How long one pass of a delete on premises waits for the power off to be read back
+    /// before it looks again later.
+    pub release_off_wait: Duration,
     /// Test hook: the process aborts when it reaches one of these named points
     /// (comma-separated: `after-create`, `before-reinstall`, `after-reinstall`,
     /// `during-finalize`), to prove a crash there is harmless.
@@ -103,6 +113,9 @@ impl Default for Settings {
             install_retries: 3,
             error_backoff: Duration::from_secs(5),
             error_backoff_max: Duration::from_secs(300),
+            inventory_namespaces: Vec::new(),
+            boot_url: None,
+            release_off_wait: Duration::from_secs(20),
             crash_point: None,
         }
     }

@@ -194,6 +194,9 @@ fn new_instance(pool: &InstancePool) -> Instance {
             create_missing_vlans: spec.create_missing_vlans,
             iso_url: spec.iso_url.clone().filter(|u| !u.is_empty()),
             install_disk: spec.install_disk.clone().filter(|d| !d.is_empty()),
+            inventory_selector: spec.inventory_selector.clone(),
+            inventory_namespace: spec.inventory_namespace.clone(),
+            address_pool: spec.address_pool.clone(),
             ..InstanceSpec::default()
         },
         status: None,

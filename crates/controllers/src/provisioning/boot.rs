@@ -170,15 +170,23 @@ impl BootService {
         })
     }
 
-    fn install_secret(&self, namespace: &str, inventory: &str) -> Option<Arc<Secret>> {
-        self.secrets
-            .get(&ObjectRef::new(&install::install_secret_name(inventory)).within(namespace))
-    }
-
+    /// An Inventory being installed: allocated to a Cluster, or claimed for a pool.
     fn inventory(&self, namespace: &str, name: &str) -> Option<Arc<Inventory>> {
         self.inventories
             .get(&ObjectRef::new(name).within(namespace))
-            .filter(|i| allocated(i))
+            .filter(|i| allocated(i) || claim_installing(i).is_some())
+    }
+
+    /// The Secret with the node's script, config and address: provisioning's for a Cluster's
+    /// node, the claim's for a pool's.
+    fn node_secret(&self, inventory: &Inventory) -> Option<Arc<Secret>> {
+        let namespace = inventory.namespace().unwrap_or_default();
+        let name = if allocated(inventory) {
+            install::install_secret_name(&inventory.name_any())
+        } else {
+            crate::onprem::install::install_secret_name(&inventory.name_any())
+        };
+        self.secrets.get(&ObjectRef::new(&name).within(&namespace))
     }
 
     /// `GET /boot/<mac>`.
@@ -194,19 +202,16 @@ impl BootService {
             return Script::Unknown;
         };
         if !allocated(&inventory) {
-            return claimed_script(&inventory).map_or(Script::Disk, Script::Install);
+            return self.claimed(&inventory);
         }
         if installed(&inventory) {
             return Script::Disk;
         }
-        self.install_secret(
-            &inventory.namespace().unwrap_or_default(),
-            &inventory.name_any(),
-        )
-        .and_then(|s| install::value(&s, SCRIPT_KEY).map(str::to_owned))
-        // Stream-image mode has no install script.
-        .filter(|script| !script.is_empty())
-        .map_or(Script::Disk, Script::Install)
+        self.node_secret(&inventory)
+            .and_then(|s| install::value(&s, SCRIPT_KEY).map(str::to_owned))
+            // Stream-image mode has no install script.
+            .filter(|script| !script.is_empty())
+            .map_or(Script::Disk, Script::Install)
     }
 
     /// Whether `source` may ask for this node's config or report its install.
@@ -226,7 +231,7 @@ impl BootService {
         }
         let Some(secret) = self
             .inventory(namespace, name)
-            .and(self.install_secret(namespace, name))
+            .and_then(|i| self.node_secret(&i))
         else {
             return Answer::NotFound;
         };
@@ -248,14 +253,17 @@ impl BootService {
         if !self.synced(SYNC_WAIT).await {
             return Ok(Answer::Unavailable);
         }
-        let (Some(inventory), Some(secret)) = (
-            self.inventory(namespace, name),
-            self.install_secret(namespace, name),
-        ) else {
+        let Some(inventory) = self.inventory(namespace, name) else {
+            return Ok(Answer::NotFound);
+        };
+        let Some(secret) = self.node_secret(&inventory) else {
             return Ok(Answer::NotFound);
         };
         if !self.sent_by_node(&secret, source) {
             return Ok(Answer::Forbidden);
+        }
+        if !allocated(&inventory) {
+            return self.claim_installed(&inventory).await;
         }
         if self.tinkerbell {
             // Seeder's endpoint: Smee no longer hands the server the installer.
@@ -282,6 +290,66 @@ impl BootService {
         self.metrics.provisioning_installed();
         self.events
             .publish(&current, EventType::Normal, "Installed", "Provision", "the Harvester installer reported SUCCEEDED: the server boots from its disk from now on")
+            .await;
+        Ok(Answer::Ok(()))
+    }
+
+    /// A claimed server's script: the install its claim wrote while that boot's install has not
+    /// reported, else the chain its claim recorded (a URL the owner gave), else its disk.
+    fn claimed(&self, inventory: &Inventory) -> Script {
+        if claim_installing(inventory).is_some()
+            && let Some(script) = self
+                .node_secret(inventory)
+                .and_then(|s| install::value(&s, SCRIPT_KEY).map(str::to_owned))
+                .filter(|script| !script.is_empty())
+        {
+            return Script::Install(script);
+        }
+        if claim_installed(inventory) {
+            return Script::Disk;
+        }
+        claimed_script(inventory).map_or(Script::Disk, Script::Install)
+    }
+
+    /// The webhook of a claimed server: the boot whose install reported is recorded on the
+    /// Inventory (`onprem.ingot.dev/installed`), so its next boots are from its disk until
+    /// the claim sends another install boot.
+    async fn claim_installed(&self, inventory: &Inventory) -> Result<Answer<()>, Error> {
+        use crate::onprem::cloud::INSTALLED_ANNOTATION;
+        let Some(boot) = claim_installing(inventory) else {
+            // Already recorded (a repeat), or released meanwhile.
+            return Ok(if claim_installed(inventory) {
+                Answer::Ok(())
+            } else {
+                Answer::NotFound
+            });
+        };
+        let api: Api<Inventory> = Api::namespaced(
+            self.client.clone(),
+            &inventory.namespace().unwrap_or_default(),
+        );
+        let patch = json!({"metadata": {
+            "resourceVersion": inventory.resource_version(),
+            "annotations": {INSTALLED_ANNOTATION: boot},
+        }});
+        match api
+            .patch(
+                &inventory.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => {}
+            // Changed since the store's copy: the installer's retry, or the next webhook,
+            // comes to the fresh one.
+            Err(e) if crate::runtime::is_conflict(&e) => {
+                return Ok(Answer::Unavailable);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.events
+            .publish(inventory, EventType::Normal, "Installed", "Provision", format!("the Harvester installer of install boot {boot} reported SUCCEEDED: the server boots from its disk until it is installed again"))
             .await;
         Ok(Answer::Ok(()))
     }
@@ -342,6 +410,31 @@ pub fn claimed_script(inventory: &Inventory) -> Option<String> {
     Some(format!(
         "#!ipxe\n# claimed: the install boot its claim recorded\nchain --autofree {url}\n"
     ))
+}
+
+/// The install boot number of a claimed server whose install has not reported yet: claimed,
+/// not being released, a boot sent, and the installed record not that boot's.
+fn claim_installing(inventory: &Inventory) -> Option<String> {
+    use crate::onprem::claims::CLAIMED_LABEL;
+    use crate::onprem::cloud::{BOOTS_ANNOTATION, INSTALLED_ANNOTATION, OFF_CONFIRMED_ANNOTATION};
+    if inventory.labels().get(CLAIMED_LABEL).map(String::as_str) != Some("true") {
+        return None;
+    }
+    let annotations = inventory.annotations();
+    if annotations.contains_key(OFF_CONFIRMED_ANNOTATION) {
+        return None;
+    }
+    let boot = annotations.get(BOOTS_ANNOTATION)?;
+    (annotations.get(INSTALLED_ANNOTATION) != Some(boot)).then(|| boot.clone())
+}
+
+/// Whether a claimed server's last install boot reported `SUCCEEDED`.
+fn claim_installed(inventory: &Inventory) -> bool {
+    use crate::onprem::cloud::{BOOTS_ANNOTATION, INSTALLED_ANNOTATION};
+    let annotations = inventory.annotations();
+    annotations
+        .get(INSTALLED_ANNOTATION)
+        .is_some_and(|n| annotations.get(BOOTS_ANNOTATION) == Some(n))
 }
 
 fn allocated(inventory: &Inventory) -> bool {
@@ -427,6 +520,35 @@ mod tests {
         }
         inventory.metadata.annotations = Some(annotations);
         inventory
+    }
+
+    #[test]
+    fn a_claimed_install_is_offered_until_that_boot_reports() {
+        use crate::onprem::cloud::{
+            BOOTS_ANNOTATION, INSTALLED_ANNOTATION, OFF_CONFIRMED_ANNOTATION,
+        };
+        let url = "http://10.0.0.5:8080/x.ipxe";
+        // No boot sent yet: nothing to install.
+        assert_eq!(claim_installing(&claimed(url, &[])), None);
+        let booted = claimed(url, &[(BOOTS_ANNOTATION, "1")]);
+        assert_eq!(claim_installing(&booted).as_deref(), Some("1"));
+        assert!(!claim_installed(&booted));
+        // Boot 1 reported: its disk, until boot 2 is sent.
+        let reported = claimed(url, &[(BOOTS_ANNOTATION, "1"), (INSTALLED_ANNOTATION, "1")]);
+        assert_eq!(claim_installing(&reported), None);
+        assert!(claim_installed(&reported));
+        let again = claimed(url, &[(BOOTS_ANNOTATION, "2"), (INSTALLED_ANNOTATION, "1")]);
+        assert_eq!(claim_installing(&again).as_deref(), Some("2"));
+        assert!(!claim_installed(&again));
+        // Being released, or not claimed: never.
+        let releasing = claimed(
+            url,
+            &[(BOOTS_ANNOTATION, "1"), (OFF_CONFIRMED_ANNOTATION, "true")],
+        );
+        assert_eq!(claim_installing(&releasing), None);
+        let mut unclaimed = booted.clone();
+        unclaimed.metadata.labels = None;
+        assert_eq!(claim_installing(&unclaimed), None);
     }
 
     #[test]

@@ -16,7 +16,6 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use tracing::info;
 
-use super::super::credentials;
 use super::super::drain;
 use super::super::health::NodeFacts;
 use super::super::removal::{self, DRAIN_POLL, DrainStep};
@@ -63,20 +62,13 @@ impl Reconciler<'_> {
         {
             return Ok(Action::await_change());
         }
-        let credentials =
-            match credentials::load(&self.ctx.shared.caches.credentials, &self.settings.secret) {
-                Ok(credentials) => credentials,
-                Err(problem) => {
-                    let message = format!("cannot delete the server: {problem}");
-                    return self
-                        .blocked(Blocked {
-                            reason: problem.reason(),
-                            message,
-                            retry: Duration::from_secs(30),
-                        })
-                        .await;
-                }
-            };
+        let cloud = match self.cloud()? {
+            Ok(cloud) => cloud,
+            Err(mut blocked) => {
+                blocked.message = format!("cannot delete the server: {}", blocked.message);
+                return self.blocked(blocked).await;
+            }
+        };
         // The Node as it is now (a deletion is no steady state): one the cache has not shown
         // yet is drained too.
         let nodes: Api<Node> = Api::all(self.ctx.client.clone());
@@ -85,7 +77,6 @@ impl Reconciler<'_> {
         {
             return self.blocked(wait).await;
         }
-        let cloud = self.ctx.shared.cloud(&credentials)?;
         match self.delete_servers(cloud.as_ref()).await {
             Ok(Some(refused)) => return self.blocked(refused).await,
             Ok(None) => {}

@@ -50,6 +50,8 @@ use crate::runtime::{self, ControllerRuntime, ReconcileError, finalizer};
 use phase::{Blocked, Inputs, Outcome, Phase, Ready, Transition};
 
 const CONTROLLER: &str = "instance";
+/// How often an Instance that found no free Inventory looks again.
+const NO_SERVER_RETRY: Duration = Duration::from_secs(15);
 /// Tag prefix marking a server as this Instance's, with its UID.
 pub const OWNER_TAG_PREFIX: &str = "ingot-instance:";
 /// Key of the OS password in an Instance's password Secret.
@@ -142,26 +144,16 @@ impl Reconciler<'_> {
                 .await?;
             return Ok(Action::requeue(Duration::ZERO));
         }
-        let credentials =
-            match credentials::load(&self.ctx.shared.caches.credentials, &self.settings.secret) {
-                Ok(credentials) => credentials,
-                Err(problem) => {
-                    return self
-                        .blocked(Blocked {
-                            reason: problem.reason(),
-                            message: problem.to_string(),
-                            retry: Duration::from_secs(30),
-                        })
-                        .await;
-                }
-            };
-        let cloud = self.ctx.shared.cloud(&credentials)?;
+        let cloud = match self.cloud()? {
+            Ok(cloud) => cloud,
+            Err(blocked) => return self.blocked(blocked).await,
+        };
         let Some(phase) = Phase::parse(&self.status().status) else {
             // Starting over would reinstall a server that may be a live, joined Node.
             warn!(instance = %self.name(), status = %self.status().status, "unknown instance status; blocked");
             return self.blocked(phase::unknown_status(&self.status())).await;
         };
-        let single_boot = self.instance.spec.single_boot == Some(true);
+        let single_boot = phase::single_boot(self.instance);
         let needs_join = match phase {
             Phase::New => single_boot,
             Phase::Queued | Phase::Ready => !single_boot,
@@ -188,11 +180,42 @@ impl Reconciler<'_> {
         }
     }
 
+    /// Where this Instance's server comes from: the Inventories its pool names, or Equinix
+    /// Metal with the credentials. Why neither can be used now, as a refusal.
+    pub(super) fn cloud(&self) -> Result<Result<Arc<dyn BareMetalCloud>, Blocked>, Error> {
+        if phase::on_premises(self.instance) {
+            return Ok(inventory_cloud(
+                &self.ctx.client,
+                self.settings,
+                self.instance,
+            ));
+        }
+        match credentials::load(&self.ctx.shared.caches.credentials, &self.settings.secret) {
+            Ok(credentials) => Ok(Ok(self.ctx.shared.cloud(&credentials)?)),
+            Err(problem) => Ok(Err(Blocked {
+                reason: problem.reason(),
+                message: problem.to_string(),
+                retry: Duration::from_secs(30),
+            })),
+        }
+    }
+
     /// A refusal from Metal (401, 403, 422, no capacity, ...) is a condition and an Event and
     /// waits with backoff; a transient failure is retried by the error policy.
     async fn metal_error(&self, error: ingot_metal::Error) -> Result<Action, Error> {
         if error.is_transient() {
             return Err(error.into());
+        }
+        if let ingot_metal::Error::NoServer { .. } = &error {
+            // No Inventory free now: not a failure to back off from; one may be freed or
+            // added at any time.
+            return self
+                .blocked(Blocked {
+                    reason: metal_reason(&error),
+                    message: error.to_string(),
+                    retry: NO_SERVER_RETRY,
+                })
+                .await;
         }
         let retry = self
             .ctx
@@ -552,6 +575,58 @@ impl Reconciler<'_> {
                 .await;
         }
     }
+}
+
+/// The cloud of an Instance whose pool draws from Inventories: its namespace (if the operator
+/// allows pools it), its selector and AddressPool, acting for this Instance's tag only.
+pub(crate) fn inventory_cloud(
+    client: &kube::Client,
+    settings: &Settings,
+    instance: &Instance,
+) -> Result<Arc<dyn BareMetalCloud>, Blocked> {
+    let spec = &instance.spec;
+    let namespace = spec.inventory_namespace.clone().unwrap_or_default();
+    if !settings.inventory_namespaces.is_empty()
+        && !settings.inventory_namespaces.contains(&namespace)
+    {
+        return Err(Blocked {
+            reason: "InventoryNamespaceNotAllowed",
+            message: format!(
+                "spec.inventoryNamespace {namespace:?} is not a namespace ingot lets pools draw Inventories from ({}): use one of them, or have the operator's --pool-inventory-namespaces include it",
+                settings.inventory_namespaces.join(", ")
+            ),
+            retry: Duration::from_secs(300),
+        });
+    }
+    let Some(address_pool) = spec.address_pool.clone().filter(|p| !p.is_empty()) else {
+        return Err(Blocked {
+            reason: "NoAddressPool",
+            message: "spec.addressPool is empty: name the AddressPool of inventoryNamespace the servers' addresses come from".to_owned(),
+            retry: Duration::from_secs(300),
+        });
+    };
+    let cloud = crate::onprem::cloud::InventoryCloud::new(
+        client.clone(),
+        crate::onprem::cloud::Settings {
+            namespaces: vec![namespace.clone()],
+            selector: spec.inventory_selector.clone().unwrap_or_default(),
+            address_pool: crate::provisioning::addresses::PoolRef {
+                namespace,
+                name: address_pool,
+            },
+            off_wait: settings.release_off_wait,
+            poll: Duration::from_secs(1),
+            owner: Some(phase::owner_tag(instance)),
+            boot_url: settings.boot_url.clone(),
+            crash_point: settings.crash_point.clone(),
+        },
+    )
+    .map_err(|error| Blocked {
+        reason: "RequestRefused",
+        message: format!("spec.inventorySelector: {error}"),
+        retry: Duration::from_secs(300),
+    })?;
+    Ok(Arc::new(cloud))
 }
 
 /// A random factor in [0.8, 1.2], so that servers created together do not poll in step.

@@ -138,10 +138,7 @@ impl Inputs<'_> {
     }
 
     pub fn owner_tag(&self) -> String {
-        format!(
-            "{OWNER_TAG_PREFIX}{}",
-            self.instance.metadata.uid.as_deref().unwrap_or_default()
-        )
+        owner_tag(self.instance)
     }
 
     fn poll(&self) -> Duration {
@@ -161,7 +158,11 @@ impl Inputs<'_> {
     }
 
     fn single_boot(&self) -> bool {
-        self.instance.spec.single_boot == Some(true)
+        single_boot(self.instance)
+    }
+
+    fn on_premises(&self) -> bool {
+        on_premises(self.instance)
     }
 
     fn transition(&self, status: InstanceStatus, requeue: Duration) -> Transition {
@@ -183,6 +184,25 @@ impl Inputs<'_> {
         })?;
         Ok(customise(join, &self.instance.spec))
     }
+}
+
+/// The tag that marks a server as this Instance's.
+pub fn owner_tag(instance: &Instance) -> String {
+    format!(
+        "{OWNER_TAG_PREFIX}{}",
+        instance.metadata.uid.as_deref().unwrap_or_default()
+    )
+}
+
+/// Whether the server comes from Inventories (the pool's `inventorySelector`).
+pub fn on_premises(instance: &Instance) -> bool {
+    instance.spec.inventory_selector.is_some()
+}
+
+/// Whether the first boot installs: `singleBoot`, and always on premises, where the MAC is
+/// known before anything boots (the seed's shell boot only showed the MACs).
+pub fn single_boot(instance: &Instance) -> bool {
+    instance.spec.single_boot == Some(true) || on_premises(instance)
 }
 
 /// The pool's install disk and ISO, when it names them.
@@ -235,6 +255,16 @@ pub fn unknown_status(status: &InstanceStatus) -> Blocked {
 /// `""`: adopt a server with our tag (deleting extras), else create one.
 pub async fn new(inputs: &Inputs<'_>, cloud: &dyn BareMetalCloud) -> Result<Outcome> {
     let tag = inputs.owner_tag();
+    // On premises the create itself adopts: it finds the Inventory claimed for this Instance
+    // and carries on from the last step recorded (a claim whose boot was never sent is booted).
+    if inputs.on_premises() {
+        return Ok(match create_request(inputs, tag) {
+            Ok(request) => Outcome::Create {
+                request: Box::new(request),
+            },
+            Err(blocked) => Outcome::Blocked(blocked),
+        });
+    }
     let ours: Vec<Server> = cloud
         .list_servers(&tag)
         .await?
@@ -290,6 +320,16 @@ async fn adopt(
 /// The server to create, carrying the owner tag, as the spec asks for it.
 fn create_request(inputs: &Inputs<'_>, tag: String) -> std::result::Result<CreateServer, Blocked> {
     let spec = &inputs.instance.spec;
+    if inputs.on_premises() {
+        // An Inventory is claimed: no plan or metro; the install travels as the userdata.
+        let boot = Boot::Ipxe {
+            script_url: None,
+            always: false,
+        };
+        let mut request = CreateServer::new(inputs.name(), String::new(), String::new(), tag, boot);
+        request.userdata = Some(install_request(inputs)?);
+        return Ok(request);
+    }
     let (Some(plan), Some(metro)) = (spec.plan.clone(), spec.metro.clone()) else {
         return Err(Blocked {
             reason: "InvalidSpec",
@@ -318,6 +358,32 @@ fn create_request(inputs: &Inputs<'_>, tag: String) -> std::result::Result<Creat
     request.project_ssh_keys = spec.project_ssh_keys.clone().unwrap_or_default();
     request.user_ssh_keys = spec.user_ssh_keys.clone().unwrap_or_default();
     Ok(request)
+}
+
+/// What a server on premises installs (`onprem::install::InstallRequest`, as JSON): the join
+/// config's release, cluster address, token and password, with the pool's disk and bond.
+fn install_request(inputs: &Inputs<'_>) -> std::result::Result<String, Blocked> {
+    let join = inputs.join()?;
+    let spec = &inputs.instance.spec;
+    let request = crate::onprem::install::InstallRequest {
+        version: join.version.to_string(),
+        image_url: inputs
+            .settings
+            .harvester_mirror
+            .clone()
+            .unwrap_or_else(|| ingot_harvester::DEFAULT_RELEASE_BASE.to_owned()),
+        vip: join.server.clone(),
+        token: join.token.expose().to_owned(),
+        os_password: join.password.expose().to_owned(),
+        disk: spec.install_disk.clone().filter(|d| !d.is_empty()),
+        bond_options: spec.management_bonding_options.clone(),
+        ssh_keys: Vec::new(),
+    };
+    serde_json::to_string(&request).map_err(|e| Blocked {
+        reason: "InvalidConfig",
+        message: format!("the install request could not be written: {e}"),
+        retry: Duration::from_secs(300),
+    })
 }
 
 /// The first boot and its userdata.
@@ -443,7 +509,7 @@ async fn reinstall(
     };
     Ok(Outcome::Reinstall {
         server_id: server.id.clone(),
-        request: into_installer(script_url),
+        request: into_installer(Some(script_url)),
         then: Transition {
             status,
             ready: Some(ready),
@@ -472,13 +538,14 @@ fn final_config(
     Ok((config, userdata))
 }
 
-/// A reinstall into the installer the script boots, keeping the disks.
-fn into_installer(script_url: String) -> Reinstall {
+/// A reinstall into the installer the script boots (on premises: the claim's install files),
+/// keeping the disks.
+fn into_installer(script_url: Option<String>) -> Reinstall {
     Reinstall {
         preserve_data: true,
         deprovision_fast: true,
         os: None,
-        ipxe_script_url: Some(script_url),
+        ipxe_script_url: script_url,
     }
 }
 
@@ -606,12 +673,16 @@ pub async fn ready(inputs: &Inputs<'_>, cloud: &dyn BareMetalCloud) -> Result<Ou
         };
         return replace(inputs, cloud, &server, note).await;
     }
+    let retry = (retries + 1, waited);
+    if inputs.on_premises() {
+        // The claim's install files are booted again; there is no script URL to give.
+        return Ok(install_again(inputs, &server, None, retry));
+    }
     let Some(script_url) = install_script_url(inputs.settings, inputs.instance) else {
         return Ok(Outcome::Blocked(no_ipxe_url()));
     };
-    let retry = (retries + 1, waited);
     if inputs.single_boot() {
-        return Ok(install_again(inputs, &server, script_url, retry));
+        return Ok(install_again(inputs, &server, Some(script_url), retry));
     }
     reinstall(inputs, cloud, &server, script_url, Some(retry)).await
 }
@@ -639,7 +710,7 @@ fn joined(inputs: &Inputs<'_>) -> Outcome {
 fn install_again(
     inputs: &Inputs<'_>,
     server: &Server,
-    script_url: String,
+    script_url: Option<String>,
     (attempt, waited): (i64, Duration),
 ) -> Outcome {
     let mut status = inputs.status();
@@ -683,7 +754,10 @@ pub async fn managed(inputs: &Inputs<'_>, cloud: &dyn BareMetalCloud) -> Result<
         )
         .await
     {
-        Ok(_) | Err(ingot_metal::Error::NotFound { .. }) => {}
+        // On premises nothing of the install is kept with the server: the claim's install
+        // files go with its release.
+        Ok(_)
+        | Err(ingot_metal::Error::NotFound { .. } | ingot_metal::Error::NotOnPremises { .. }) => {}
         Err(error) => return Err(error),
     }
     let mut next = status;

@@ -29,7 +29,7 @@ use crate::duration::parse_go_duration;
 /// Event reason of the removal of an unhealthy member.
 pub(crate) const REPLACING_UNHEALTHY_NODE: &str = "ReplacingUnhealthyNode";
 /// Reason of [`BACKEND_CONDITION`] on a pool with `spec.inventorySelector`.
-pub(crate) const INVENTORIES_NOT_RUN: &str = "InventoryPoolsNotRun";
+pub(crate) const INVENTORIES: &str = "Inventories";
 /// Event reason of the removal of a member on scale-down.
 const INSTANCE_REMOVED: &str = "InstanceRemoved";
 /// How soon a scale-down held for the control plane looks again.
@@ -164,20 +164,6 @@ pub(crate) struct Report {
 
 /// The pass for what the pool sees.
 pub(crate) fn plan(seen: &Observed<'_>) -> Plan {
-    if let Some(namespace) = on_premises(seen.pool) {
-        // Not an Equinix pool: ordering its servers from Equinix Metal would be wrong, and the
-        // Inventory backend is not run by this controller. Nothing is created or removed.
-        let mut plan = Plan::default();
-        plan.condition(
-            BACKEND_CONDITION,
-            false,
-            INVENTORIES_NOT_RUN,
-            format!(
-                "spec.inventorySelector draws servers from the Inventories of namespace {namespace}, which the pools controller does not do yet: no Instance is created or removed for this pool"
-            ),
-        );
-        return plan;
-    }
     let mut plan = Plan {
         checks: checks(seen),
         ..Plan::default()
@@ -218,21 +204,20 @@ fn requested(pool: &InstancePool) -> i64 {
     pool.spec.count.unwrap_or(0).max(0)
 }
 
-/// Credentials and join parameters are reported on the pool; Instances wait for them.
+/// Credentials (or, on premises, where the servers come from) and join parameters are reported
+/// on the pool; Instances wait for them.
 fn checks(seen: &Observed<'_>) -> Vec<Condition> {
-    let credentials = match &seen.credentials {
-        Ok(()) => Condition::new(
-            CREDENTIALS_CONDITION,
+    let backend = match on_premises(seen.pool) {
+        Some(namespace) => Condition::new(
+            BACKEND_CONDITION,
             true,
-            "Found",
-            format!("Secret {} holds the Equinix Metal credentials", seen.secret),
+            INVENTORIES,
+            format!(
+                "servers are Inventories of namespace {namespace} matching the pool's inventorySelector, their addresses from AddressPool {namespace}/{}; the Equinix Metal credentials are not used",
+                seen.pool.spec.address_pool.as_deref().unwrap_or_default()
+            ),
         ),
-        Err(problem) => Condition::new(
-            CREDENTIALS_CONDITION,
-            false,
-            problem.reason(),
-            problem.to_string(),
-        ),
+        None => credentials(seen),
     };
     let join = match &seen.join {
         Ok(address) => Condition::new(
@@ -245,7 +230,24 @@ fn checks(seen: &Observed<'_>) -> Vec<Condition> {
             Condition::new(JOIN_CONDITION, false, problem.reason(), problem.to_string())
         }
     };
-    vec![credentials, join]
+    vec![backend, join]
+}
+
+fn credentials(seen: &Observed<'_>) -> Condition {
+    match &seen.credentials {
+        Ok(()) => Condition::new(
+            CREDENTIALS_CONDITION,
+            true,
+            "Found",
+            format!("Secret {} holds the Equinix Metal credentials", seen.secret),
+        ),
+        Err(problem) => Condition::new(
+            CREDENTIALS_CONDITION,
+            false,
+            problem.reason(),
+            problem.to_string(),
+        ),
+    }
 }
 
 /// A member of the pool as the decisions of [`health`] need it.

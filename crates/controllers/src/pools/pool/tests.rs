@@ -21,7 +21,7 @@ use super::super::drain::CORDONED_BY_ANNOTATION;
 use super::super::removal::{DRAIN_CONDITION, DRAIN_POLL, REMEDIATION_CONDITION};
 use super::super::{BACKEND_CONDITION, CREDENTIALS_CONDITION, JOIN_CONDITION};
 use super::plan::{
-    Cause, Condition, INVENTORIES_NOT_RUN, Note, Observed, Plan, REPLACING_UNHEALTHY_NODE, Removed,
+    Cause, Condition, INVENTORIES, Note, Observed, Plan, REPLACING_UNHEALTHY_NODE, Removed,
     next_status, plan,
 };
 use super::{EXPECTATION_POLL, MAX_CREATES_PER_PASS, RESYNC};
@@ -146,43 +146,61 @@ fn a_pool_short_of_instances_creates_at_most_ten_per_pass() {
     assert_eq!(created, ["created Instance p-c", "created Instance p-d"]);
 }
 
-/// A pool over Inventories is not an Equinix pool: no server is ordered for it, none of its
-/// members is removed, and the pool says why.
+/// A pool over Inventories is counted as any pool, reports where its servers come from instead
+/// of the Equinix credentials, and does not need them.
 #[test]
-fn a_pool_over_inventories_orders_nothing_and_says_so() {
+fn a_pool_over_inventories_needs_no_equinix_credentials() {
     let mut on_premises = pool(3);
     on_premises.spec.inventory_selector = Some(Default::default());
     on_premises.spec.inventory_namespace = Some("metal".into());
-    // Short of members, and with one too many: neither creates nor removes.
-    for instances in [vec![], vec![member("p-a", 60); 4]] {
-        let plan = plan_for(&on_premises, &instances, &BTreeMap::new());
-        assert_eq!(plan.create, 0);
-        assert_eq!(plan.removal, None);
-        assert_eq!(plan.checks, []);
-        assert_eq!(plan.conditions.len(), 1);
-        let condition = &plan.conditions[0];
-        assert_eq!(
-            (condition.type_, condition.ok, condition.reason),
-            (BACKEND_CONDITION, false, INVENTORIES_NOT_RUN)
-        );
-        assert!(
-            condition.message.contains("namespace metal")
-                && condition
-                    .message
-                    .contains("no Instance is created or removed"),
-            "{}",
-            condition.message
-        );
-        let report = plan.report(Vec::new(), None);
-        let (status, events) = next_status(&on_premises, &instances, &report);
-        let said: Vec<(bool, &str)> = events.iter().map(|e| (e.warning, e.reason)).collect();
-        assert_eq!(said, [(true, INVENTORIES_NOT_RUN)]);
-        assert_eq!(status.conditions[0].type_, BACKEND_CONDITION);
-    }
-    // The same pool without the selector is an Equinix pool and creates its three.
+    on_premises.spec.address_pool = Some("nodes".into());
+    let secret = secret();
+    let seen = Observed {
+        pool: &on_premises,
+        instances: &[],
+        nodes: &BTreeMap::new(),
+        credentials: Err(CredentialsError::SecretNotFound {
+            secret: secret.to_string(),
+        }),
+        secret: &secret,
+        join: Ok("192.0.2.44".into()),
+        now: now(),
+    };
+    let plan = plan(&seen);
+    assert_eq!(plan.create, 3);
+    let checks: Vec<(&str, bool, &str)> = plan
+        .checks
+        .iter()
+        .map(|c| (c.type_, c.ok, c.reason))
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            (BACKEND_CONDITION, true, INVENTORIES),
+            (JOIN_CONDITION, true, "Found")
+        ]
+    );
+    assert!(
+        plan.checks[0].message.contains("namespace metal")
+            && plan.checks[0].message.contains("AddressPool metal/nodes"),
+        "{}",
+        plan.checks[0].message
+    );
+    // One too many: the scale-down removes one, as for any pool.
+    let members = vec![
+        member("p-a", 60),
+        member("p-b", 60),
+        member("p-c", 60),
+        member("p-d", 60),
+    ];
+    let plan = plan_for(&on_premises, &members, &BTreeMap::new());
+    assert_eq!(plan.create, 0);
+    assert!(plan.removal.is_some());
+    // The same pool without the selector is an Equinix pool and reports the credentials.
     let plan = plan_for(&pool(3), &[], &BTreeMap::new());
     assert_eq!(plan.create, 3);
-    assert!(plan.conditions.iter().all(|c| c.type_ != BACKEND_CONDITION));
+    assert!(plan.checks.iter().all(|c| c.type_ != BACKEND_CONDITION));
+    assert!(plan.checks.iter().any(|c| c.type_ == CREDENTIALS_CONDITION));
 }
 
 #[test]

@@ -1,0 +1,673 @@
+//! An InstancePool over Inventories, end to end: `ingot run --controllers pools,provisioning`
+//! against a real API server that also plays the Harvester cluster the pool's nodes join (bound
+//! to the VIP, taking bootstrap tokens as RKE2 does). Four Inventories' BMCs are emulated
+//! Redfish BMCs (`ingot-bmc-sim`, TLS, 2 s power transitions); the servers behind them
+//! (`ingot-boot-sim`'s `ServerFleet`) PXE-boot from ingot's boot server, fetch their install
+//! config from their own static address, check it as the Harvester installer does, call the
+//! SUCCEEDED webhook and register their Node with the pool's join token. What is asserted is
+//! read from the peers: power states and boots at the BMCs, Nodes, claims and allocations at
+//! the API server.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ingot_api::equinix::{Instance, InstancePool, POOL_LABEL, instance_status};
+use ingot_api::seeder::{AddressPool, Inventory};
+use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Vendor};
+use ingot_boot_sim::servers::{ServerFleet, ServerFleetConfig};
+use ingot_controllers::onprem::claims::{CLAIMED_LABEL, HOSTNAME_ANNOTATION};
+use ingot_testenv::harness::operator::Operator;
+use ingot_testenv::wait_for;
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+/// Where a test's cluster and nodes are: the tests of this file run at once, each on its own.
+struct Net {
+    vip: &'static str,
+    node_cidr: &'static str,
+    gateway: &'static str,
+}
+
+const SCALING: Net = Net {
+    vip: "127.0.11.1",
+    node_cidr: "127.0.21.0/24",
+    gateway: "127.0.21.1",
+};
+const CRASHES: Net = Net {
+    vip: "127.0.12.1",
+    node_cidr: "127.0.22.0/24",
+    gateway: "127.0.22.1",
+};
+const TOKEN: &str = "pool-join-token-7d2f";
+const SERVERS: usize = 4;
+const WAIT: Duration = Duration::from_secs(240);
+
+fn object<T: serde::de::DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Site {
+    client: Client,
+    ns: String,
+    fleet: Fleet,
+    servers: ServerFleet,
+    operator: Operator,
+    _plane: ingot_testenv::ControlPlane,
+    _running: ingot_boot_sim::Running,
+}
+
+impl Site {
+    /// The site, the operator's first start armed at `crash_point`.
+    async fn start(net: &Net, crash_point: Option<&str>) -> Self {
+        let plane = ingot_testenv::ControlPlane::start(ingot_testenv::Options {
+            controller_manager: false,
+            install_crds: true,
+            watchdog_parent: Some(std::process::id()),
+            bind_address: net.vip.parse().unwrap(),
+            bootstrap_token_auth: true,
+            ..ingot_testenv::Options::from_env().unwrap()
+        })
+        .await
+        .unwrap();
+        let env = ingot_testenv::TestEnv::connect(plane.kubeconfig_path())
+            .await
+            .unwrap();
+        let client = env.client().unwrap();
+        let ns = "metal".to_owned();
+        // The Inventories' namespace, and Harvester's, where the Instances' OS passwords are.
+        for name in [ns.as_str(), "harvester-system"] {
+            Api::<Namespace>::all(client.clone())
+                .create(
+                    &PostParams::default(),
+                    &object(json!({"metadata": {"name": name}})),
+                )
+                .await
+                .unwrap();
+        }
+        let spec = BmcSpec {
+            vendor: Vendor::Dell,
+            power_delay: Duration::from_secs(2),
+            initial_power_on: false,
+            ..BmcSpec::default()
+        };
+        let fleet = Fleet::start(
+            FleetOptions {
+                tls: true,
+                ..FleetOptions::default()
+            },
+            vec![spec; SERVERS],
+        )
+        .await
+        .unwrap();
+        let port = free_port();
+        let boot = format!("http://127.0.0.1:{port}");
+        let mut config = ServerFleetConfig::new(format!("{boot}/boot"), env.config());
+        config.install_time = Duration::from_secs(3);
+        config.heartbeat_interval = Duration::from_secs(1);
+        let servers =
+            ServerFleet::new(config, fleet.bmcs.iter().map(|b| b.state.clone()).collect()).unwrap();
+        // The cluster the pool's nodes join runs already: its join credential for the token.
+        servers.cluster_exists(TOKEN).await.unwrap();
+        let running = servers.start();
+        let operator = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+            .tag("inventory-pools")
+            .crash_point(crash_point)
+            .kubeconfig(plane.kubeconfig_path())
+            .arg("--lease-duration-seconds=3")
+            .controllers("pools,provisioning")
+            .arg(format!("--provisioning-namespace={ns}"))
+            .arg(format!("--seeder-namespace={ns}"))
+            .arg(format!("--rufio-namespace={ns}"))
+            .arg(format!("--pool-inventory-namespaces={ns}"))
+            .arg(format!("--boot-addr=127.0.0.1:{port}"))
+            .arg(format!("--boot-url={boot}"))
+            .arg(format!("--cluster-address={}", net.vip))
+            .arg("--harvester-mirror=http://127.0.0.1:9/iso")
+            .arg("--metal-poll-seconds=1")
+            .arg("--pool-release-wait-seconds=5")
+            .env("TOKEN", TOKEN)
+            .env("RUST_LOG", "info,ingot_controllers=debug")
+            .start();
+        let site = Site {
+            client,
+            ns,
+            fleet,
+            servers,
+            operator,
+            _plane: plane,
+            _running: running,
+        };
+        site.create_inventories(net).await;
+        site
+    }
+
+    /// The AddressPool `nodes` and one Inventory per BMC, `node0`..`node2` labelled for the
+    /// pool, `node3` not (yet).
+    async fn create_inventories(&self, net: &Net) {
+        Api::<AddressPool>::namespaced(self.client.clone(), &self.ns)
+            .create(
+                &PostParams::default(),
+                &object(json!({"metadata": {"name": "nodes"},
+                    "spec": {"cidr": net.node_cidr, "gateway": net.gateway}})),
+            )
+            .await
+            .unwrap();
+        let spec = BmcSpec::default();
+        for (i, bmc) in self.fleet.bmcs.iter().enumerate() {
+            let name = format!("node{i}");
+            Api::<Secret>::namespaced(self.client.clone(), &self.ns)
+                .create(
+                    &PostParams::default(),
+                    &object(json!({"metadata": {"name": name},
+                        "stringData": {"username": spec.username, "password": spec.password}})),
+                )
+                .await
+                .unwrap();
+            let labels = if i < 3 {
+                json!({"rack": "a"})
+            } else {
+                json!({})
+            };
+            self.inventories()
+                .create(
+                    &PostParams::default(),
+                    &object(json!({
+                        "metadata": {"name": name, "labels": labels},
+                        "spec": {
+                            "primaryDisk": "/dev/sda",
+                            "managementInterfaceMacAddress": bmc.state.mac(0),
+                            "baseboardSpec": {"connection": {
+                                "host": format!("https://127.0.0.1:{}", bmc.addr.port()),
+                                "port": 623, "insecureTLS": true,
+                                "authSecretRef": {"name": name, "namespace": self.ns}}}
+                        }
+                    })),
+                )
+                .await
+                .unwrap();
+        }
+    }
+
+    fn inventories(&self) -> Api<Inventory> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// The pool `rack-a` over the Inventories labelled `rack: a`.
+    async fn create_pool(&self, count: i64) {
+        Api::<InstancePool>::all(self.client.clone())
+            .create(
+                &PostParams::default(),
+                &object(json!({
+                    "apiVersion": "equinix.harvesterhci.io/v1", "kind": "InstancePool",
+                    "metadata": {"name": "rack-a"},
+                    "spec": {
+                        "count": count,
+                        "inventorySelector": {"matchLabels": {"rack": "a"}},
+                        "inventoryNamespace": self.ns,
+                        "addressPool": "nodes",
+                        "harvesterVersion": "v1.7.1",
+                        "nodeCleanupWaitInterval": "6s",
+                        "maxUnhealthy": 1,
+                        "drainTimeout": "5s"
+                    }
+                })),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// What must hold whatever crashed where: each claimed Inventory is claimed for a live
+    /// Instance of the pool, and the addresses handed out are exactly the claimed Inventories'.
+    async fn consistent(&self) {
+        let instances: Vec<String> = self
+            .instances()
+            .await
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        let claims = self.claims().await;
+        for (host, inventory) in &claims {
+            assert!(
+                instances.contains(host),
+                "Inventory {inventory} is claimed for {host}, which is no Instance: {instances:?}"
+            );
+        }
+        let claimed: Vec<&String> = claims.values().collect();
+        let allocated: Vec<String> = self.allocations().await.into_keys().collect();
+        for owner in &allocated {
+            assert!(
+                claimed.contains(&owner),
+                "an address is held by {owner}, which is not claimed: {claims:?}"
+            );
+        }
+    }
+
+    /// Power-off requests the BMC of `node<i>` received.
+    fn power_offs(&self, i: usize) -> usize {
+        self.fleet.bmcs[i]
+            .state
+            .reset_requests()
+            .iter()
+            .filter(|r| r.contains("Off") || r.contains("Shutdown"))
+            .count()
+    }
+
+    async fn scale(&self, count: i64) {
+        Api::<InstancePool>::all(self.client.clone())
+            .patch(
+                "rack-a",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"count": count}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn instances(&self) -> Vec<Instance> {
+        Api::<Instance>::all(self.client.clone())
+            .list(&ListParams::default().labels(&format!("{POOL_LABEL}=rack-a")))
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Waits until the pool has exactly `n` Instances, each `managed` with its Node; returns
+    /// the claimed Inventory of each, by Instance.
+    async fn settled(&self, n: usize) -> BTreeMap<String, String> {
+        let reached = tokio::time::timeout(WAIT, async {
+            loop {
+                let instances = self.instances().await;
+                let claims = self.claims().await;
+                let nodes: Vec<String> = Api::<Node>::all(self.client.clone())
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .iter()
+                    .map(ResourceExt::name_any)
+                    .collect();
+                let done = instances.len() == n
+                    && instances.iter().all(|i| {
+                        i.metadata.deletion_timestamp.is_none()
+                            && i.status.as_ref().map(|s| s.status.as_str())
+                                == Some(instance_status::MANAGED)
+                            && nodes.contains(&i.name_any())
+                    })
+                    && claims.len() == n;
+                if done {
+                    return claims;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+        .await;
+        match reached {
+            Ok(claims) => claims,
+            Err(_) => panic!(
+                "the pool did not settle at {n}: {:#?}\nservers: {:#?}\noperator: {}",
+                self.instances()
+                    .await
+                    .into_iter()
+                    .map(|i| (i.name_any(), i.status))
+                    .collect::<Vec<_>>(),
+                self.servers.servers(),
+                self.operator.log_tail()
+            ),
+        }
+    }
+
+    /// Claimed Inventories, by the hostname (Instance) they are claimed for.
+    async fn claims(&self) -> BTreeMap<String, String> {
+        self.inventories()
+            .list(&ListParams::default().labels(&format!("{CLAIMED_LABEL}=true")))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|i| {
+                let host = i.annotations().get(HOSTNAME_ANNOTATION)?.clone();
+                Some((host, i.name_any()))
+            })
+            .collect()
+    }
+
+    /// Addresses the pool `nodes` hands out, by the owner's name.
+    async fn allocations(&self) -> BTreeMap<String, String> {
+        Api::<AddressPool>::namespaced(self.client.clone(), &self.ns)
+            .get("nodes")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default()
+            .address_allocation
+            .into_iter()
+            .map(|(address, owner)| (owner.name, address))
+            .collect()
+    }
+
+    /// A power action at the BMC of `node<i>`, as a person (or a failure) does it.
+    async fn press(&self, i: usize, reset: &str) {
+        let bmc = &self.fleet.bmcs[i];
+        let spec = BmcSpec::default();
+        let answer = reqwest::Client::builder()
+            .tls_danger_accept_invalid_certs(true)
+            .build()
+            .unwrap()
+            .post(format!(
+                "{}/redfish/v1/Systems/{}/Actions/ComputerSystem.Reset",
+                bmc.url(),
+                bmc.state.profile.system_id
+            ))
+            .basic_auth(&spec.username, Some(&spec.password))
+            .json(&json!({"ResetType": reset}))
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{reset}: {}", answer.status());
+    }
+
+    /// The server's firmware boots the network first (a continuous PXE override), as many
+    /// sites set it.
+    async fn network_first(&self, i: usize) {
+        let bmc = &self.fleet.bmcs[i];
+        let spec = BmcSpec::default();
+        let answer = reqwest::Client::builder()
+            .tls_danger_accept_invalid_certs(true)
+            .build()
+            .unwrap()
+            .patch(format!(
+                "{}/redfish/v1/Systems/{}",
+                bmc.url(),
+                bmc.state.profile.system_id
+            ))
+            .basic_auth(&spec.username, Some(&spec.password))
+            .json(&json!({"Boot": {"BootSourceOverrideEnabled": "Continuous",
+                "BootSourceOverrideTarget": "Pxe"}}))
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{}", answer.status());
+    }
+
+    /// The pool's condition of this type: (status, reason).
+    async fn pool_condition(&self, type_: &str) -> Option<(String, String)> {
+        Api::<InstancePool>::all(self.client.clone())
+            .get("rack-a")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status, c.reason))
+    }
+
+    async fn node_ready(&self, name: &str) -> Option<String> {
+        Api::<Node>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .unwrap()?
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status)
+    }
+
+    fn index(name: &str) -> usize {
+        name.trim_start_matches("node").parse().unwrap()
+    }
+
+    fn pxe_boots(&self, i: usize) -> usize {
+        self.fleet.bmcs[i]
+            .state
+            .boots()
+            .iter()
+            .filter(|r| r.device == "Pxe")
+            .count()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_over_inventories_scales_and_waits_for_a_free_inventory() {
+    let site = Site::start(&SCALING, None).await;
+    site.create_pool(2).await;
+
+    // 0 → 2: two Inventories claimed, each booted once into the installer, joined as the
+    // Instance's Node at the address allocated to it.
+    let two = site.settled(2).await;
+    let allocations = site.allocations().await;
+    for (instance, inventory) in &two {
+        let node = Api::<Node>::all(site.client.clone())
+            .get(instance)
+            .await
+            .unwrap();
+        let internal = node
+            .status
+            .and_then(|s| s.addresses)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.type_ == "InternalIP")
+            .map(|a| a.address);
+        assert_eq!(internal.as_ref(), allocations.get(inventory), "{instance}");
+        assert_eq!(site.pxe_boots(Site::index(inventory)), 1, "{inventory}");
+    }
+    let pool = Api::<InstancePool>::all(site.client.clone())
+        .get("rack-a")
+        .await
+        .unwrap();
+    let backend = pool
+        .status
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "BackendReady")
+        .expect("no BackendReady condition");
+    assert_eq!(
+        (backend.status.as_str(), backend.reason.as_str()),
+        ("True", "Inventories")
+    );
+
+    // 2 → 1: one member drained and deleted; its server is powered off and read back off
+    // before its claim and address are let go.
+    site.scale(1).await;
+    let one = site.settled(1).await;
+    let (released_instance, released) = two
+        .iter()
+        .find(|(i, _)| !one.contains_key(*i))
+        .map(|(i, n)| (i.clone(), n.clone()))
+        .unwrap();
+    let released_bmc = &site.fleet.bmcs[Site::index(&released)];
+    wait_for("the released server off at its BMC", WAIT, || async {
+        (released_bmc.state.snapshot().power_state == "Off").then_some(())
+    })
+    .await;
+    wait_for("the released address freed", WAIT, || async {
+        (!site.allocations().await.contains_key(&released)).then_some(())
+    })
+    .await;
+    let nodes = Api::<Node>::all(site.client.clone());
+    wait_for("the removed member's Node deleted", WAIT, || async {
+        nodes
+            .get_opt(&released_instance)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    // 1 → 3: the freed Inventory and the third are claimed and installed.
+    site.scale(3).await;
+    let three = site.settled(3).await;
+    assert!(three.values().any(|n| *n == released), "{three:?}");
+    assert_eq!(
+        site.pxe_boots(Site::index(&released)),
+        2,
+        "the released server is installed again for its new claim"
+    );
+
+    // 3 → 4 with three matching Inventories: the fourth member waits, saying why; labelling
+    // the fourth Inventory lets it proceed.
+    site.scale(4).await;
+    let waiting = wait_for("a member waiting for a free Inventory", WAIT, || async {
+        site.instances().await.into_iter().find(|i| {
+            i.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.reason == "NoneFree")
+            })
+        })
+    })
+    .await;
+    let message = waiting
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("all 3 Inventories"), "{message}");
+    assert_eq!(site.pxe_boots(3), 0);
+    site.inventories()
+        .patch(
+            "node3",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"rack": "a"}}})),
+        )
+        .await
+        .unwrap();
+    let four = site.settled(4).await;
+    assert_eq!(
+        four.get(&waiting.name_any()).map(String::as_str),
+        Some("node3")
+    );
+    assert_eq!(site.pxe_boots(3), 1);
+
+    // 4 → 3: the Inventory let go is the free one a replacement can take.
+    site.scale(3).await;
+    let three = site.settled(3).await;
+    let members: Vec<(String, String)> = three.into_iter().collect();
+
+    // A partition: two of three servers stop, more than maxUnhealthy (1): nothing is replaced.
+    site.press(Site::index(&members[0].1), "ForceOff").await;
+    site.press(Site::index(&members[1].1), "ForceOff").await;
+    wait_for("the pool holding its replacements", WAIT, || async {
+        (site.pool_condition("RemediationAllowed").await
+            == Some(("False".to_owned(), "TooManyUnhealthy".to_owned())))
+        .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let held: Vec<String> = site
+        .instances()
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    for (instance, _) in &members {
+        assert!(
+            held.contains(instance),
+            "{instance} was replaced in a partition"
+        );
+    }
+
+    // One comes back, its firmware set to boot the network first: the boot server sends it to
+    // its disk (its install reported), so it is not installed again, and its Node is Ready.
+    let back = Site::index(&members[1].1);
+    let installs_before = site.servers.server(back).unwrap().installs;
+    site.network_first(back).await;
+    site.press(back, "On").await;
+    wait_for("the returning Node Ready", WAIT, || async {
+        (site.node_ready(&members[1].0).await.as_deref() == Some("True")).then_some(())
+    })
+    .await;
+    let server = site.servers.server(back).unwrap();
+    assert_eq!(server.boot_device.as_deref(), Some("Pxe"), "{server:?}");
+    assert_eq!(
+        server.installs, installs_before,
+        "an installed server was installed again"
+    );
+
+    // One unhealthy, within the budget: its member is replaced, its Inventory released (after
+    // the power off was read back, as every release), and a new member joins on a free one.
+    let after = wait_for("the unhealthy member replaced", WAIT, || async {
+        let claims = site.claims().await;
+        (!claims.contains_key(&members[0].0) && claims.len() == 3).then_some(claims)
+    })
+    .await;
+    assert!(after.contains_key(&members[1].0) && after.contains_key(&members[2].0));
+    site.settled(3).await;
+    let log = site.operator.log();
+    assert!(
+        !log.contains(TOKEN),
+        "the join token is in the operator's log"
+    );
+}
+
+/// The operator killed after a claim, after the install boot's Job was created but before it
+/// was recorded, and after a release's power off was read back but before the claim went: one
+/// owner per Inventory, no claim without its Instance, no address without its claim, one
+/// install boot and one power off at the BMC.
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_during_claim_boot_and_release_nothing_is_owned_twice_or_leaked() {
+    let mut site = Site::start(&CRASHES, Some("onprem-after-claim")).await;
+    site.create_pool(1).await;
+
+    // Killed right after the claim: it holds, and nothing else was done.
+    site.operator.wait_crashed("onprem-after-claim", WAIT).await;
+    let claims = site.claims().await;
+    assert_eq!(claims.len(), 1, "{claims:?}");
+    site.consistent().await;
+    assert!(site.allocations().await.is_empty());
+    let inventory = claims.values().next().unwrap().clone();
+    let i = Site::index(&inventory);
+    assert_eq!(site.pxe_boots(i), 0);
+
+    // Started again, killed once the install boot's Job exists but is not recorded.
+    site.operator.restart(Some("onprem-after-boot-job"));
+    site.operator
+        .wait_crashed("onprem-after-boot-job", WAIT)
+        .await;
+    site.consistent().await;
+    assert_eq!(site.claims().await, claims, "the claim was not adopted");
+
+    // Started again for good: the same Inventory, booted once.
+    site.operator.restart(None);
+    let settled = site.settled(1).await;
+    assert_eq!(settled, claims);
+    site.consistent().await;
+    assert_eq!(site.pxe_boots(i), 1, "the install boot was sent twice");
+    let offs_before_release = site.power_offs(i);
+
+    // Scaled to 0, killed once the power off was read back, before the address and claim go.
+    site.operator.restart(Some("onprem-after-off-confirmed"));
+    site.scale(0).await;
+    site.operator
+        .wait_crashed("onprem-after-off-confirmed", WAIT)
+        .await;
+    site.consistent().await;
+    assert_eq!(site.fleet.bmcs[i].state.snapshot().power_state, "Off");
+    site.operator.restart(None);
+    site.settled(0).await;
+    site.consistent().await;
+    assert!(site.allocations().await.is_empty());
+    assert_eq!(
+        site.power_offs(i),
+        offs_before_release + 1,
+        "the release's power off was sent again: {:?}",
+        site.fleet.bmcs[i].state.reset_requests()
+    );
+}
