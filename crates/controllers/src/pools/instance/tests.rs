@@ -695,3 +695,71 @@ async fn a_server_in_the_status_that_is_not_the_instance_s_is_left_alone() {
         Outcome::Transition(_)
     ));
 }
+
+fn on_premises(namespace: &str, address_pool: Option<&str>) -> Instance {
+    let mut instance = Instance::new(
+        "rack-a-abcdefgh",
+        InstanceSpec {
+            inventory_selector: Some(Default::default()),
+            inventory_namespace: Some(namespace.to_owned()),
+            address_pool: address_pool.map(str::to_owned),
+            ..InstanceSpec::default()
+        },
+    );
+    instance.metadata.uid = Some("uid-1".into());
+    instance
+}
+
+/// The operator's allowed namespaces bound which Inventories a pool may draw from, and the
+/// AddressPool is needed; both are refused before anything is read.
+#[tokio::test]
+async fn an_inventory_pool_is_held_to_the_allowed_namespaces() {
+    let client =
+        kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+    let settings = Settings {
+        inventory_namespaces: vec!["metal".into(), "lab".into()],
+        ..Settings::default()
+    };
+    let Err(refused) =
+        super::inventory_cloud(&client, &settings, &on_premises("tenant-b", Some("nodes")))
+    else {
+        panic!("a namespace outside --pool-inventory-namespaces was allowed");
+    };
+    assert_eq!(refused.reason, "InventoryNamespaceNotAllowed");
+    assert!(
+        refused.message.contains("\"tenant-b\"")
+            && refused.message.contains("metal, lab")
+            && refused.message.contains("--pool-inventory-namespaces"),
+        "{}",
+        refused.message
+    );
+    let Err(refused) = super::inventory_cloud(&client, &settings, &on_premises("metal", None))
+    else {
+        panic!("no AddressPool was accepted");
+    };
+    assert_eq!(refused.reason, "NoAddressPool");
+    assert!(
+        super::inventory_cloud(&client, &settings, &on_premises("metal", Some("nodes"))).is_ok()
+    );
+    // No list: any namespace.
+    assert!(
+        super::inventory_cloud(
+            &client,
+            &Settings::default(),
+            &on_premises("tenant-b", Some("nodes"))
+        )
+        .is_ok()
+    );
+}
+
+/// On premises the first boot installs, whatever singleBoot says, and it carries the install
+/// request (no plan or metro).
+#[test]
+fn an_inventory_instance_installs_at_its_first_boot() {
+    let instance = on_premises("metal", Some("nodes"));
+    assert!(phase::on_premises(&instance));
+    assert!(phase::single_boot(&instance));
+    let mut equinix = instance.clone();
+    equinix.spec.inventory_selector = None;
+    assert!(!phase::single_boot(&equinix));
+}
