@@ -16,7 +16,10 @@
 //! 2. The address: [`allocate_address`] in the AddressPool, owner `{kind: inventory}` as
 //!    provisioning writes it (idempotent for that owner), then recorded
 //!    ([`ADDRESS_ANNOTATION`]).
-//! 3. The install boot: a rufio Job (power off, one-time PXE boot in the mode the server is in,
+//! 3. With an [`InstallRequest`] as the create's `userdata` (a pool's), the install files
+//!    rendered for this Inventory and address, written to the claim's install Secret
+//!    ([`install`]), which the boot server hands out.
+//! 4. The install boot: a rufio Job (power off, one-time PXE boot in the mode the server is in,
 //!    power on; provisioning's boot tasks) named after the claim and the boot's number,
 //!    created with [`power::create_once`] (one of that name already there is this boot, not
 //!    sent again), then recorded ([`BOOTS_ANNOTATION`]). Once recorded it is never created
@@ -25,8 +28,8 @@
 //!
 //! A delete powers the server off the same way (a Job named after the claim), waits until
 //! that Job completed (its power off read back from the BMC) and the Machine reads `off`, and
-//! records it ([`OFF_CONFIRMED_ANNOTATION`]); only then is the address freed, the claim's Jobs
-//! deleted and the claim released ([`claims::release_with`], its annotations removed in the
+//! records it ([`OFF_CONFIRMED_ANNOTATION`]); only then is the address freed, the install
+//! Secret and the claim's Jobs deleted and the claim released ([`claims::release_with`], its annotations removed in the
 //! same write). Nothing wipes the disks: the wipe policy is `none`.
 
 use std::collections::BTreeMap;

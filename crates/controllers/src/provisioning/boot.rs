@@ -174,7 +174,7 @@ impl BootService {
     fn inventory(&self, namespace: &str, name: &str) -> Option<Arc<Inventory>> {
         self.inventories
             .get(&ObjectRef::new(name).within(namespace))
-            .filter(|i| allocated(i) || claim_installing(i).is_some())
+            .filter(|i| allocated(i) || claim_active(i))
     }
 
     /// The Secret with the node's script, config and address: provisioning's for a Cluster's
@@ -263,7 +263,7 @@ impl BootService {
             return Ok(Answer::Forbidden);
         }
         if !allocated(&inventory) {
-            return self.claim_installed(&inventory).await;
+            return self.record_claim_install(&inventory).await;
         }
         if self.tinkerbell {
             // Seeder's endpoint: Smee no longer hands the server the installer.
@@ -313,45 +313,52 @@ impl BootService {
 
     /// The webhook of a claimed server: the boot whose install reported is recorded on the
     /// Inventory (`onprem.ingot.dev/installed`), so its next boots are from its disk until
-    /// the claim sends another install boot.
-    async fn claim_installed(&self, inventory: &Inventory) -> Result<Answer<()>, Error> {
+    /// the claim sends another install boot. A write that loses a race is read again and
+    /// retried, a few times: the installer calls once.
+    async fn record_claim_install(&self, inventory: &Inventory) -> Result<Answer<()>, Error> {
         use crate::onprem::cloud::INSTALLED_ANNOTATION;
-        let Some(boot) = claim_installing(inventory) else {
-            // Already recorded (a repeat), or released meanwhile.
-            return Ok(if claim_installed(inventory) {
-                Answer::Ok(())
-            } else {
-                Answer::NotFound
-            });
-        };
         let api: Api<Inventory> = Api::namespaced(
             self.client.clone(),
             &inventory.namespace().unwrap_or_default(),
         );
-        let patch = json!({"metadata": {
-            "resourceVersion": inventory.resource_version(),
-            "annotations": {INSTALLED_ANNOTATION: boot},
-        }});
-        match api
-            .patch(
-                &inventory.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            // Changed since the store's copy: the installer's retry, or the next webhook,
-            // comes to the fresh one.
-            Err(e) if crate::runtime::is_conflict(&e) => {
-                return Ok(Answer::Unavailable);
+        let mut current = inventory.clone();
+        for attempt in 0..5 {
+            let Some(boot) = claim_installing(&current) else {
+                // Already recorded (a repeat), or released meanwhile.
+                return Ok(if claim_installed(&current) {
+                    Answer::Ok(())
+                } else {
+                    Answer::NotFound
+                });
+            };
+            let patch = json!({"metadata": {
+                "resourceVersion": current.resource_version(),
+                "annotations": {INSTALLED_ANNOTATION: boot},
+            }});
+            match api
+                .patch(
+                    &current.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => {
+                    self.events
+                        .publish(&current, EventType::Normal, "Installed", "Provision", format!("the Harvester installer of install boot {boot} reported SUCCEEDED: the server boots from its disk until it is installed again"))
+                        .await;
+                    return Ok(Answer::Ok(()));
+                }
+                Err(e) if crate::runtime::is_conflict(&e) && attempt < 4 => {
+                    match api.get_opt(&current.name_any()).await? {
+                        Some(fresh) => current = fresh,
+                        None => return Ok(Answer::NotFound),
+                    }
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => return Err(e.into()),
         }
-        self.events
-            .publish(inventory, EventType::Normal, "Installed", "Provision", format!("the Harvester installer of install boot {boot} reported SUCCEEDED: the server boots from its disk until it is installed again"))
-            .await;
-        Ok(Answer::Ok(()))
+        Ok(Answer::Unavailable)
     }
 
     async fn mark_installed(
@@ -415,17 +422,23 @@ pub fn claimed_script(inventory: &Inventory) -> Option<String> {
 /// The install boot number of a claimed server whose install has not reported yet: claimed,
 /// not being released, a boot sent, and the installed record not that boot's.
 fn claim_installing(inventory: &Inventory) -> Option<String> {
-    use crate::onprem::claims::CLAIMED_LABEL;
-    use crate::onprem::cloud::{BOOTS_ANNOTATION, INSTALLED_ANNOTATION, OFF_CONFIRMED_ANNOTATION};
-    if inventory.labels().get(CLAIMED_LABEL).map(String::as_str) != Some("true") {
+    use crate::onprem::cloud::{BOOTS_ANNOTATION, INSTALLED_ANNOTATION};
+    if !claim_active(inventory) {
         return None;
     }
     let annotations = inventory.annotations();
-    if annotations.contains_key(OFF_CONFIRMED_ANNOTATION) {
-        return None;
-    }
     let boot = annotations.get(BOOTS_ANNOTATION)?;
     (annotations.get(INSTALLED_ANNOTATION) != Some(boot)).then(|| boot.clone())
+}
+
+/// Whether the Inventory is claimed and not being released.
+fn claim_active(inventory: &Inventory) -> bool {
+    use crate::onprem::claims::CLAIMED_LABEL;
+    use crate::onprem::cloud::OFF_CONFIRMED_ANNOTATION;
+    inventory.labels().get(CLAIMED_LABEL).map(String::as_str) == Some("true")
+        && !inventory
+            .annotations()
+            .contains_key(OFF_CONFIRMED_ANNOTATION)
 }
 
 /// Whether a claimed server's last install boot reported `SUCCEEDED`.
