@@ -353,7 +353,11 @@ async fn a_crash_after_the_release_power_on_job_powers_on_once() {
     .await;
     let seen = seen.into_inner().unwrap();
     assert_eq!(seen.len(), 1, "one power-on Job in all: {seen:?}");
-    assert_eq!(bmc.state.snapshot().power_state, "On");
+    // The Job's power on may still be in its transition (PoweringOn) when the Node is let go.
+    wait_for("the server on at its BMC", WAIT, || async {
+        (bmc.state.snapshot().power_state == "On").then_some(())
+    })
+    .await;
     let resets = bmc.state.reset_requests();
     let count = |action: &str| resets.iter().filter(|r| *r == action).count();
     // The power-on at most once per process (the Rufio controllers re-send an idempotent
