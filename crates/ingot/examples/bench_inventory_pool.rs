@@ -24,7 +24,11 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+#[path = "bench_support/mod.rs"]
+mod bench_support;
+
+use bench_support::{Counters, bmc_requests, free_port, inventory_name, object, until};
+
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -39,117 +43,13 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const NS: &str = "bench-pool";
 const VIP: &str = "127.0.13.1";
 const NODE_CIDR: &str = "127.0.33.0/24";
 const GATEWAY: &str = "127.0.33.1";
 const TOKEN: &str = "bench-pool-join-token";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn object<T: serde::de::DeserializeOwned>(value: Value) -> T {
-    serde_json::from_value(value).unwrap()
-}
-
-fn inventory_name(i: usize) -> String {
-    format!("node-{i:03}")
-}
-
-/// The operator's metrics text.
-async fn metrics(http_port: u16) -> String {
-    reqwest::get(format!("http://127.0.0.1:{http_port}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-fn label(line: &str, name: &str) -> Option<String> {
-    let start = line.find(&format!("{name}=\""))? + name.len() + 2;
-    let len = line[start..].find('"')?;
-    Some(line[start..start + len].to_string())
-}
-
-/// The samples of `metric`, summed by what `key` makes of each line (`None`: left out).
-fn sum_by(text: &str, metric: &str, key: impl Fn(&str) -> Option<String>) -> BTreeMap<String, f64> {
-    let mut sums = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")))
-    {
-        let (Some(k), Some(value)) = (
-            key(line),
-            line.rsplit_once(' ')
-                .and_then(|(_, v)| v.parse::<f64>().ok()),
-        ) else {
-            continue;
-        };
-        *sums.entry(k).or_insert(0.0) += value;
-    }
-    sums
-}
-
-/// The operator's counters: write requests to the API server by `verb resource` (its own
-/// `ingot_kube_requests_total`), reconciles and their seconds by controller.
-struct Counters {
-    writes: BTreeMap<String, f64>,
-    reconciles: BTreeMap<String, f64>,
-    reconcile_seconds: BTreeMap<String, f64>,
-}
-
-impl Counters {
-    async fn read(http_port: u16) -> Self {
-        let text = metrics(http_port).await;
-        let writes = sum_by(&text, "ingot_kube_requests_total", |line| {
-            let verb = label(line, "verb")?;
-            ["create", "update", "patch", "delete"]
-                .contains(&verb.as_str())
-                .then(|| format!("{verb} {}", label(line, "resource").unwrap_or_default()))
-        });
-        let controller = |line: &str| label(line, "controller");
-        Counters {
-            writes,
-            reconciles: sum_by(&text, "ingot_reconciliations_total", controller),
-            reconcile_seconds: sum_by(&text, "ingot_reconcile_duration_seconds_sum", controller),
-        }
-    }
-
-    /// What was counted since `before`.
-    fn since(mut self, before: &Counters) -> Self {
-        let minus = |now: &mut BTreeMap<String, f64>, then: &BTreeMap<String, f64>| {
-            for (k, v) in now.iter_mut() {
-                *v -= then.get(k).copied().unwrap_or(0.0);
-            }
-            now.retain(|_, v| *v > 0.0);
-        };
-        minus(&mut self.writes, &before.writes);
-        minus(&mut self.reconciles, &before.reconciles);
-        minus(&mut self.reconcile_seconds, &before.reconcile_seconds);
-        self
-    }
-}
-
-fn bmc_requests(fleet: &Fleet) -> u64 {
-    fleet
-        .bmcs
-        .iter()
-        .map(|b| {
-            b.state
-                .counters
-                .requests
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
-        .sum()
-}
 
 async fn create_objects(client: &Client, fleet: &Fleet) {
     for name in [NS, "harvester-system"] {
@@ -207,19 +107,6 @@ async fn create_objects(client: &Client, fleet: &Fleet) {
         .buffer_unordered(16)
         .collect::<Vec<_>>()
         .await;
-}
-
-/// Polls until `done` says so, or gives up after `limit`.
-async fn until<F, Fut>(what: &str, limit: Duration, mut done: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while !done().await {
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::main]

@@ -410,6 +410,40 @@ fn env_var<'a>(deployment: &'a serde_yaml::Value, name: &str) -> Option<&'a serd
         .find(|e| e["name"] == name)
 }
 
+#[test]
+fn the_namespaces_pools_may_draw_inventories_from_are_passed_to_ingot_run() {
+    let args = |sets: &[String]| -> Vec<String> {
+        let deployment = render(
+            "ingot",
+            "ingot-system",
+            sets,
+            &["--show-only", "templates/deployment.yaml"],
+        );
+        let deployment: serde_yaml::Value = serde_yaml::from_str(&deployment).unwrap();
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let set = args(&[
+        "controllers={pools,provisioning}".to_owned(),
+        "pools.inventoryNamespaces={racks,lab}".to_owned(),
+    ]);
+    assert!(
+        set.contains(&"--pool-inventory-namespaces=racks,lab".to_owned()),
+        "{set:?}"
+    );
+    let unset = args(&["controllers={pools,provisioning}".to_owned()]);
+    assert!(
+        !unset
+            .iter()
+            .any(|a| a.starts_with("--pool-inventory-namespaces")),
+        "{unset:?}"
+    );
+}
+
 /// Renders `chart` (a directory or archive) with a values file's text; returns the Deployment.
 fn render_deployment_with_values(chart: &Path, namespace: &str, values: &str) -> serde_yaml::Value {
     let values_file = std::env::temp_dir().join(format!(

@@ -4,11 +4,15 @@
 //! Redfish BMCs (`ingot-bmc-sim`, TLS, 2 s power transitions); the servers behind them
 //! (`ingot-boot-sim`'s `ServerFleet`) PXE-boot from ingot's boot server, fetch their install
 //! config from their own static address, check it as the Harvester installer does, call the
-//! SUCCEEDED webhook and register their Node with the pool's join token. What is asserted is
+//! SUCCEEDED webhook and register their Node with the pool's join token. The operator runs with a
+//! token of the chart's ServiceAccount (`controllers={pools,provisioning}`, the chart's default
+//! values otherwise), so the chart's roles are shown to be enough. What is asserted is
 //! read from the peers: power states and boots at the BMCs, Nodes, claims and allocations at
 //! the API server.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod chart_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,17 +31,22 @@ use serde_json::{Value, json};
 
 /// Where a test's cluster and nodes are: the tests of this file run at once, each on its own.
 struct Net {
+    /// Where the chart is installed (its ServiceAccount, the Instances' OS password Secrets);
+    /// its kubeconfig file is named after it, so each test has its own.
+    release_namespace: &'static str,
     vip: &'static str,
     node_cidr: &'static str,
     gateway: &'static str,
 }
 
 const SCALING: Net = Net {
+    release_namespace: "ingot-scaling",
     vip: "127.0.11.1",
     node_cidr: "127.0.21.0/24",
     gateway: "127.0.21.1",
 };
 const CRASHES: Net = Net {
+    release_namespace: "ingot-crashes",
     vip: "127.0.12.1",
     node_cidr: "127.0.22.0/24",
     gateway: "127.0.22.1",
@@ -86,8 +95,8 @@ impl Site {
             .unwrap();
         let client = env.client().unwrap();
         let ns = "metal".to_owned();
-        // The Inventories' namespace, and Harvester's, where the Instances' OS passwords are.
-        for name in [ns.as_str(), "harvester-system"] {
+        // The Inventories' namespace, and the chart's, where the Instances' OS passwords are.
+        for name in [ns.as_str(), net.release_namespace] {
             Api::<Namespace>::all(client.clone())
                 .create(
                     &PostParams::default(),
@@ -121,10 +130,20 @@ impl Site {
         // The cluster the pool's nodes join runs already: its join credential for the token.
         servers.cluster_exists(TOKEN).await.unwrap();
         let running = servers.start();
+        let service_account = chart_support::service_account_kubeconfig(
+            plane.kubeconfig_path(),
+            net.release_namespace,
+            "pools,provisioning",
+        );
         let operator = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
             .tag("inventory-pools")
             .crash_point(crash_point)
-            .kubeconfig(plane.kubeconfig_path())
+            .kubeconfig(&service_account)
+            .arg(format!("--lease-namespace={}", net.release_namespace))
+            .arg(format!(
+                "--equinix-secret-namespace={}",
+                net.release_namespace
+            ))
             .arg("--lease-duration-seconds=3")
             .controllers("pools,provisioning")
             .arg(format!("--provisioning-namespace={ns}"))

@@ -168,6 +168,8 @@ impl Stack {
             ))
             .arg("--error-backoff-seconds=0.5")
             .arg("--error-backoff-max-seconds=5")
+            // Pools over Inventories of one namespace only (its test names another).
+            .arg("--pool-inventory-namespaces=racks")
             .env("NAMESPACE", &self.credentials_namespace)
             .env("TOKEN", &self.join_token)
             .start();
@@ -2957,9 +2959,10 @@ async fn a_server_that_is_not_the_instance_s_is_never_deleted() {
 }
 
 /// A pool over Inventories never orders from Equinix Metal: with the Equinix credentials in
-/// place, run as the chart's ServiceAccount (whose role grants nothing in the Inventories'
-/// namespace), its Instances wait saying what they may not read (`Forbidden`, with a Warning
-/// Event on the pool), and no server is made at the Metal emulator.
+/// place and the operator allowing pools the Inventories of `racks` only, a pool naming `metal`
+/// has its Instances wait, naming the namespace and the flag (`InventoryNamespaceNotAllowed`,
+/// with a Warning Event on the pool), before anything of `metal` is read; and no server is
+/// made at the Metal emulator.
 #[tokio::test]
 async fn a_pool_over_inventories_orders_no_server_and_says_why_it_waits() {
     let _serial = SERIAL.lock().await;
@@ -2995,20 +2998,24 @@ async fn a_pool_over_inventories_orders_no_server_and_says_why_it_waits() {
             .collect();
         if reasons.len() == 2
             && reasons.iter().all(|(r, m)| {
-                r == "Forbidden" && m.contains("inventories") && m.contains("\"metal\"")
+                r == "InventoryNamespaceNotAllowed"
+                    && m.contains("\"metal\"")
+                    && m.contains("--pool-inventory-namespaces")
             })
         {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "the Instances do not wait with Forbidden: {reasons:?}"
+            "the Instances do not wait with InventoryNamespaceNotAllowed: {reasons:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     stack
         .expect_event("InstancePool", &name, |(type_, reason, message)| {
-            type_ == "Warning" && reason == "Forbidden" && message.contains("inventories")
+            type_ == "Warning"
+                && reason == "InventoryNamespaceNotAllowed"
+                && message.contains("racks")
         })
         .await;
     assert_eq!(stack.pool_instances(&name).await.len(), 2);

@@ -626,11 +626,14 @@ impl InventoryCloud {
                 Err(e) => Err(kube_error(e)),
             },
             Some(current) if current.data == wanted.data => Ok(()),
+            // Its keys are all ours: a merge patch of them, under the resourceVersion read.
             Some(current) => {
-                let mut next = wanted;
-                next.metadata.resource_version = current.resource_version();
+                let patch = json!({
+                    "metadata": {"resourceVersion": current.resource_version()},
+                    "data": wanted.data,
+                });
                 secrets
-                    .replace(&name, &PostParams::default(), &next)
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map(drop)
                     .map_err(kube_error)
@@ -822,12 +825,21 @@ impl BareMetalCloud for InventoryCloud {
         }
         let jobs: Api<Job> = Api::namespaced(self.client.clone(), &namespace);
         let selector = format!("{CLAIM_JOB_LABEL}={}", claim_hash(&inventory, &claim));
-        jobs.delete_collection(
-            &DeleteParams::background(),
-            &ListParams::default().labels(&selector),
-        )
-        .await
-        .map_err(kube_error)?;
+        // One by one (the verbs the provisioning and Rufio roles grant: list, delete).
+        for job in jobs
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(kube_error)?
+        {
+            match jobs
+                .delete(&job.name_any(), &DeleteParams::background())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(e) => return Err(kube_error(e)),
+            }
+        }
         let mut annotations: Vec<&str> = RECORDS.to_vec();
         annotations.push(OFF_CONFIRMED_ANNOTATION);
         let api = self.inventories(&namespace);
