@@ -197,6 +197,44 @@ pub struct EquinixMetalProviderSpec {
     pub reserved_devices_only: Option<bool>,
 }
 
+/// The `provider` of a MachineClass whose machines are Inventories (servers on premises).
+pub const PROVIDER_INVENTORY: &str = "Inventory";
+
+/// The provider spec of an `Inventory` MachineClass: which Inventories, where their addresses
+/// come from, and the OS image they boot. The machines' user data is the class Secret's
+/// `userData`, as for every provider.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryProviderSpec {
+    /// The namespace of the Inventories (and of the AddressPool).
+    #[serde(default)]
+    pub inventory_namespace: String,
+    /// Which Inventories of that namespace (their labels); empty: any.
+    #[serde(default)]
+    pub inventory_selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    /// The AddressPool of `inventoryNamespace` the servers' static addresses come from.
+    #[serde(default)]
+    pub address_pool: String,
+    /// The OS image: kernel, initrd and kernel parameters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<InventoryImage>,
+    /// `kubernetes.io/cluster/<name>` (the machines' owner) and `kubernetes.io/role/<role>`, as
+    /// on Equinix Metal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+}
+
+/// The OS image an `Inventory` MachineClass boots.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct InventoryImage {
+    #[serde(default)]
+    pub kernel: String,
+    #[serde(default)]
+    pub initrd: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cmdline: String,
+}
+
 /// A set of Machines kept at `replicas` (upstream MCM reconciles it; ingot only reads it).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(

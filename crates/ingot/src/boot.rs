@@ -4,6 +4,8 @@
 //! - `GET /boot/<mac>`: the server's iPXE script, or a script that boots its disk.
 //! - `GET /config/<namespace>/<name>`: its Harvester install config (only to its own address).
 //! - `PUT /disable/<namespace>/<name>`: the installer's SUCCEEDED webhook.
+//! - `GET /nocloud/<namespace>/<name>/<file>`: a Gardener machine's cloud-init data (only to
+//!   its own address).
 //!
 //! Plain HTTP, as iPXE and the installer fetch it; bounded like the other servers, and no
 //! request body is read.
@@ -35,6 +37,7 @@ pub async fn serve(
         .route("/boot/{mac}", get(script))
         .route("/config/{namespace}/{name}", get(config))
         .route("/disable/{namespace}/{name}", put(succeeded))
+        .route("/nocloud/{namespace}/{name}/{file}", get(nocloud))
         .with_state(service);
     Ok(crate::serve::spawn(listener, None, app, limits, shutdown))
 }
@@ -74,6 +77,22 @@ async fn config(
                 config,
             )
                 .into_response()
+        }
+        Answer::Forbidden => refused(&namespace, &name, peer),
+        Answer::NotFound => StatusCode::NOT_FOUND.into_response(),
+        Answer::Unavailable => unavailable(),
+    }
+}
+
+async fn nocloud(
+    State(service): State<Arc<BootService>>,
+    Extension(Peer(peer)): Extension<Peer>,
+    Path((namespace, name, file)): Path<(String, String, String)>,
+) -> Response {
+    match service.nocloud(&namespace, &name, &file, peer.ip()).await {
+        Answer::Ok(body) => {
+            info!(%namespace, %name, %file, "served cloud-init data");
+            text(StatusCode::OK, body)
         }
         Answer::Forbidden => refused(&namespace, &name, peer),
         Answer::NotFound => StatusCode::NOT_FOUND.into_response(),

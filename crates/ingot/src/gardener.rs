@@ -8,10 +8,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use ingot_controllers::Metrics;
-use ingot_controllers::gardener::driver::EquinixDriver;
 use ingot_controllers::gardener::driver::equinix::EquinixClouds;
+use ingot_controllers::gardener::driver::{
+    EquinixDriver, InventoryDriver, InventorySettings, Providers,
+};
 use ingot_controllers::gardener::{
-    Clusters, EquinixDriverArc, GardenerContext, Settings, parse_go_duration,
+    Clusters, GardenerContext, Settings, SharedDriver, parse_go_duration,
 };
 use ingot_metal::Observer;
 use ingot_metal::equinix::RateLimiter;
@@ -30,7 +32,8 @@ fn go_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is not a duration such as 90s, 20m or 2h"))
 }
 
-/// Settings of the Gardener machine controller (Machines of `provider: EquinixMetal` classes).
+/// Settings of the Gardener machine controller (Machines of `provider: EquinixMetal` and
+/// `provider: Inventory` classes).
 #[derive(Args, Debug)]
 pub struct GardenerArgs {
     /// Kubeconfig of the control cluster, where the Machines, MachineClasses and their Secrets
@@ -90,6 +93,16 @@ pub struct GardenerArgs {
     /// How long a Failed machine with the preserve annotation is kept.
     #[arg(long, default_value = "96h", value_parser = go_duration)]
     machine_preserve_timeout: Duration,
+
+    /// The namespaces whose Inventories `provider: Inventory` MachineClasses may name,
+    /// comma-separated (default: any). A class naming another one is refused.
+    #[arg(long, value_delimiter = ',')]
+    machine_inventory_namespaces: Vec<String>,
+
+    /// How long one delete of an Inventory machine waits for the power off to be read back from
+    /// the BMC before it answers "not yet" (MCM asks again).
+    #[arg(long, default_value = "20s", value_parser = go_duration)]
+    machine_release_wait: Duration,
 }
 
 impl GardenerArgs {
@@ -152,6 +165,8 @@ impl GardenerArgs {
         clusters: Clusters,
         metal_api_url: &str,
         limiter: Arc<RateLimiter>,
+        own: Client,
+        boot_url: Option<url::Url>,
         metrics: Arc<Metrics>,
         crash_points: Option<String>,
         identity: String,
@@ -179,7 +194,24 @@ impl GardenerArgs {
             limiter,
             observer: Observer::new(metrics.clone()),
         });
-        let driver: EquinixDriverArc = Arc::new(EquinixDriver::new(clouds));
+        let inventory = InventoryDriver::new(
+            own,
+            InventorySettings {
+                namespaces: self
+                    .machine_inventory_namespaces
+                    .iter()
+                    .map(|n| n.trim().to_owned())
+                    .filter(|n| !n.is_empty())
+                    .collect(),
+                boot_url,
+                off_wait: self.machine_release_wait,
+                crash_point: crash_points.clone(),
+            },
+        );
+        let driver: SharedDriver = Arc::new(Providers {
+            equinix: Arc::new(EquinixDriver::new(clouds)),
+            inventory: Arc::new(inventory),
+        });
         tokio::spawn(async move {
             let ctx = GardenerContext::new(clusters, driver, settings)
                 .with_crash_points(crash_points)

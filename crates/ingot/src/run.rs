@@ -645,7 +645,8 @@ impl PoolsArgs {
 enum ControllerArg {
     /// InstancePool and Instance (Equinix Metal servers into Harvester).
     Pools,
-    /// The Gardener machine controller for `provider: EquinixMetal` MachineClasses.
+    /// The Gardener machine controller for `provider: EquinixMetal` and `provider: Inventory`
+    /// MachineClasses (the latter with provisioning, for the boot server and the addresses).
     Gardener,
     /// Machine, Job and Task of bmc.tinkerbell.org (Tinkerbell Rufio).
     Rufio,
@@ -907,6 +908,8 @@ impl Parts {
                         .context("the Gardener clusters were resolved at start")?,
                     &args.pools.metal_api_url,
                     self.metal_limiter.clone(),
+                    self.client.clone(),
+                    args.provisioning.boot_url.clone(),
                     self.metrics.clone(),
                     args.pools.crash_points(),
                     self.identity.clone(),

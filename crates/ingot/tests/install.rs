@@ -411,7 +411,7 @@ fn env_var<'a>(deployment: &'a serde_yaml::Value, name: &str) -> Option<&'a serd
 }
 
 #[test]
-fn the_namespaces_pools_may_draw_inventories_from_are_passed_to_ingot_run() {
+fn the_namespaces_pools_and_machines_may_draw_inventories_from_are_passed_to_ingot_run() {
     let args = |sets: &[String]| -> Vec<String> {
         let deployment = render(
             "ingot",
@@ -440,6 +440,21 @@ fn the_namespaces_pools_may_draw_inventories_from_are_passed_to_ingot_run() {
         !unset
             .iter()
             .any(|a| a.starts_with("--pool-inventory-namespaces")),
+        "{unset:?}"
+    );
+    let machines = args(&[
+        "controllers={gardener,provisioning}".to_owned(),
+        "gardener.inventoryNamespaces={racks}".to_owned(),
+    ]);
+    assert!(
+        machines.contains(&"--machine-inventory-namespaces=racks".to_owned()),
+        "{machines:?}"
+    );
+    let unset = args(&["controllers={gardener,provisioning}".to_owned()]);
+    assert!(
+        !unset
+            .iter()
+            .any(|a| a.starts_with("--machine-inventory-namespaces")),
         "{unset:?}"
     );
 }

@@ -9,6 +9,9 @@
 //!   it when it is a loopback one), checked as the installer does (`install.mode` `create`
 //!   or `join`), the install takes [`ServerFleetConfig::install_time`], the `SUCCEEDED`
 //!   webhooks are sent once, and the server reboots itself (no override left: the disk).
+//! - **Image**: a kernel line with `ds=nocloud-net;s=<seed>` is an OS image booted over the
+//!   network, not the installer: cloud-init's meta-data and user-data are fetched from its own
+//!   address, and Gardener user data joins its Node with the bootstrap token in it.
 //! - **Disk**: an installed server is the Harvester node. The create node starts the cluster in
 //!   the target API server (a join credential for its token, its `server/manifests`), registers
 //!   its Node and keeps it Ready; a join node waits for that cluster, then registers with the
@@ -24,6 +27,7 @@
 
 mod bmc;
 pub mod cluster;
+mod image;
 pub mod kernel;
 mod pxe;
 

@@ -21,10 +21,21 @@ struct Plan {
     http: reqwest::Client,
 }
 
+/// Where a PXE boot goes after iPXE.
+enum Booted {
+    Installer(Plan),
+    /// An OS image reading cloud-init NoCloud data from this seed URL.
+    Image {
+        seed: String,
+        ip: Option<kernel::StaticIp>,
+    },
+}
+
 pub(super) async fn boot(fleet: &ServerFleet, i: usize, boot: u64) {
     fleet.set(i, boot, ServerState::Pxe, None);
     match prepare(fleet, i, boot).await {
-        Ok(Some(plan)) => run_install(fleet, i, boot, plan).await,
+        Ok(Some(Booted::Installer(plan))) => run_install(fleet, i, boot, plan).await,
+        Ok(Some(Booted::Image { seed, ip })) => super::image::run(fleet, i, boot, seed, ip).await,
         // The script exited: the firmware boots the next device, the disk.
         Ok(None) => fleet.disk_boot(i, boot).await,
         Err(reason) => fleet.stuck(i, boot, reason),
@@ -76,7 +87,7 @@ async fn fetch_script(
 }
 
 /// Everything up to the installer's verdict; `None` when the script exits (no install).
-async fn prepare(fleet: &ServerFleet, i: usize, boot: u64) -> Result<Option<Plan>, String> {
+async fn prepare(fleet: &ServerFleet, i: usize, boot: u64) -> Result<Option<Booted>, String> {
     let bmc = fleet.bmc(i).ok_or("no such server")?;
     let macs: Vec<String> = (0..fleet.inner().config.nics.max(1))
         .map(|n| bmc.mac(n))
@@ -92,6 +103,9 @@ async fn prepare(fleet: &ServerFleet, i: usize, boot: u64) -> Result<Option<Plan
     };
     let params = ipxe::kernel_params(&cmdline);
     let ip = kernel::static_ip(&params, &macs)?;
+    if let Some(seed) = super::image::nocloud_seed(&params) {
+        return Ok(Some(Booted::Image { seed, ip }));
+    }
     let cmd = install::read_cmdline(&kernel_url, &params);
     let refused = |r: install::Refusal| format!("installer: {r}");
     if cmd.config_url.is_none() && !cmd.automatic {
@@ -150,7 +164,7 @@ async fn prepare(fleet: &ServerFleet, i: usize, boot: u64) -> Result<Option<Plan
     let mut warnings = accepted.warnings;
     let address = address_of(&merged, ip.as_ref(), &mut warnings);
     let manifests = manifests(&merged, &mut warnings);
-    Ok(Some(Plan {
+    Ok(Some(Booted::Installer(Plan {
         installed: Installed {
             create: mode == "create",
             token: get_str(&merged, &["token"]).unwrap_or_default().to_owned(),
@@ -162,10 +176,10 @@ async fn prepare(fleet: &ServerFleet, i: usize, boot: u64) -> Result<Option<Plan
         warnings,
         webhooks: webhooks(&merged),
         http,
-    }))
+    })))
 }
 
-fn bound_client(source: Option<IpAddr>) -> Result<reqwest::Client, String> {
+pub(super) fn bound_client(source: Option<IpAddr>) -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
         .local_address(source)
         .timeout(std::time::Duration::from_secs(10))

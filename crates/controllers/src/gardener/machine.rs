@@ -83,7 +83,7 @@ pub(crate) async fn reconcile(
     machine: Arc<Machine>,
     ctx: Arc<GardenerContext>,
 ) -> Result<Action, Error> {
-    let Some(class) = ctx.equinix_class(&machine).await? else {
+    let Some(class) = ctx.served_class(&machine).await? else {
         // Another provider's Machine, or its class is missing (upstream: LongRetry).
         return Ok(Action::requeue(LONG_RETRY));
     };

@@ -1,5 +1,6 @@
-//! The Gardener machine controller for Equinix Metal: ingot in the place of
-//! `machine-controller-manager-provider-equinix-metal`, beside upstream machine-controller-manager
+//! The Gardener machine controller for Equinix Metal and for servers on premises (Inventories):
+//! ingot in the place of `machine-controller-manager-provider-equinix-metal`, beside upstream
+//! machine-controller-manager
 //! (which runs the MachineSet and MachineDeployment controllers). Both talk only through the API:
 //! Machines, MachineClasses, Secrets and Nodes.
 //!
@@ -11,7 +12,7 @@
 //! * [`drain`]: evicting a drained Node's pods, PodDisruptionBudgets and eviction retries.
 //! * [`bootstrap`]: the bootstrap token Secret and the user-data placeholders.
 //! * [`safety`]: MachineClass and Secret finalizers, and the orphan-device collector.
-//! * [`driver`]: MCM's driver interface and the Equinix Metal driver.
+//! * [`driver`]: MCM's driver interface, the Equinix Metal driver and the Inventory driver.
 
 pub mod bootstrap;
 pub mod delete;
@@ -26,7 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt as _};
-use ingot_api::gardener::{MCM_FINALIZER, Machine, MachineClass, PROVIDER_EQUINIX_METAL};
+use ingot_api::gardener::{
+    MCM_FINALIZER, Machine, MachineClass, PROVIDER_EQUINIX_METAL, PROVIDER_INVENTORY,
+};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -42,7 +45,7 @@ use crate::runtime::{Backoff, EventRecorder, ReconcileError, Retry};
 pub const EVENT_COMPONENT: &str = "ingot";
 
 /// A shared driver.
-pub type EquinixDriverArc = Arc<dyn Driver>;
+pub type SharedDriver = Arc<dyn Driver>;
 
 /// MCM's retry periods (`machineutils.{Conflict,Short,Medium,Long}Retry`).
 pub const CONFLICT_RETRY: Duration = Duration::from_millis(200);
@@ -347,9 +350,9 @@ impl GardenerContext {
         crate::crash_point(self.crash_point.as_deref(), name);
     }
 
-    /// The class of a Machine when it is an Equinix Metal `MachineClass`; None for a Machine
-    /// another machine controller owns.
-    pub async fn equinix_class(&self, machine: &Machine) -> Result<Option<MachineClass>, Error> {
+    /// The class of a Machine when it is a `MachineClass` of a provider ingot serves; None for
+    /// a Machine another machine controller owns.
+    pub async fn served_class(&self, machine: &Machine) -> Result<Option<MachineClass>, Error> {
         let Some(class) = machine.spec.class.as_ref() else {
             return Ok(None);
         };
@@ -359,7 +362,7 @@ impl GardenerContext {
         let found = (self.class_cache)
             .watched("MachineClasses", &class.name, &self.settings.namespace)
             .await?;
-        Ok(found.filter(|c| c.spec.provider.as_deref() == Some(PROVIDER_EQUINIX_METAL)))
+        Ok(found.filter(served))
     }
 
     /// The class's `secretRef` data merged with its `credentialsSecretRef` data (the latter
@@ -394,6 +397,14 @@ impl GardenerContext {
         }
         Ok(data)
     }
+}
+
+/// Whether ingot is the machine controller of this class: `EquinixMetal` or `Inventory`.
+pub fn served(class: &MachineClass) -> bool {
+    matches!(
+        class.spec.provider.as_deref(),
+        Some(PROVIDER_EQUINIX_METAL | PROVIDER_INVENTORY)
+    )
 }
 
 /// Errors of the Gardener controllers.

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use ingot_api::gardener::{
     MC_SECRET_FINALIZER, MCM_FINALIZER, Machine, MachineClass, MachineSpec, NODE_LABEL,
-    PROVIDER_EQUINIX_METAL,
 };
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::jiff::Timestamp;
@@ -64,7 +63,7 @@ pub async fn run_classes(
 /// Adds the finalizer to a class that Machines use (and to its Secrets), removes it from one
 /// no Machine uses any more.
 pub async fn reconcile_class(ctx: &GardenerContext, class: &MachineClass) -> Result<(), Error> {
-    if class.spec.provider.as_deref() != Some(PROVIDER_EQUINIX_METAL) {
+    if !super::served(class) {
         return Ok(());
     }
     let name = class.name_any();
@@ -154,16 +153,12 @@ pub async fn run_orphan_collector(
     }
 }
 
-/// One pass over every Equinix class of the namespace. Devices are listed before Machines, so
+/// One pass over every class of the namespace ingot serves. Devices are listed before Machines, so
 /// a device whose Machine exists is always seen with it. Returns how many devices were deleted.
 pub async fn collect_orphans(ctx: &GardenerContext) -> Result<usize, Error> {
     let classes = ctx.classes().list(&ListParams::default()).await?;
     let mut deleted = 0;
-    for class in classes
-        .items
-        .iter()
-        .filter(|c| c.spec.provider.as_deref() == Some(PROVIDER_EQUINIX_METAL))
-    {
+    for class in classes.items.iter().filter(|c| super::served(c)) {
         let secret = ctx.secret_data(class).await?;
         let devices = match ctx.driver.list_machines(class, &secret).await {
             Ok(d) => d,

@@ -18,7 +18,8 @@
 //!    ([`ADDRESS_ANNOTATION`]).
 //! 3. With an [`InstallRequest`] as the create's `userdata` (a pool's), the install files
 //!    rendered for this Inventory and address, written to the claim's install Secret
-//!    ([`install`]), which the boot server hands out.
+//!    ([`install`]), which the boot server hands out; with an [`ImageRequest`] (a Gardener
+//!    machine's), its OS image's script and NoCloud data, into the same Secret ([`image`]).
 //! 4. The install boot: a rufio Job (power off, one-time PXE boot in the mode the server is in,
 //!    power on; provisioning's boot tasks) named after the claim and the boot's number,
 //!    created with [`power::create_once`] (one of that name already there is this boot, not
@@ -51,6 +52,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::claims::{self, Claim, Claimed};
+use super::image::{self, ImageRequest};
 use super::install::{self, InstallRequest};
 use crate::provisioning::addresses::{PoolRef, allocate_address, release_address};
 use crate::provisioning::allocation::inventory_owner;
@@ -83,6 +85,14 @@ const RECORDS: [&str; 6] = [
     BOOT_JOB_ANNOTATION,
     IPXE_URL_ANNOTATION,
 ];
+
+/// What a create's `userdata` asks the claimed server to boot.
+enum Request {
+    /// A pool's Harvester join.
+    Install(InstallRequest),
+    /// A Gardener machine's OS image and user data.
+    Image(ImageRequest),
+}
 
 /// The provider id's scheme: `inventory://<namespace>/<name>`.
 pub const PROVIDER_SCHEME: &str = "inventory://";
@@ -570,7 +580,12 @@ impl InventoryCloud {
         }
         let inventory = self.ensure_address(inventory, &claim, spec).await?;
         if let Some(userdata) = &spec.userdata {
-            let request = InstallRequest::parse(userdata).map_err(Error::InvalidRequest)?;
+            let request = match ImageRequest::parse(userdata) {
+                Some(image) => Request::Image(image),
+                None => Request::Install(
+                    InstallRequest::parse(userdata).map_err(Error::InvalidRequest)?,
+                ),
+            };
             self.ensure_install(&inventory, &claim, &request).await?;
         }
         let inventory = if boots(&inventory) == 0 {
@@ -581,13 +596,14 @@ impl InventoryCloud {
         self.server(&inventory).await
     }
 
-    /// Writes the claim's install files (script, config, address), rendered for `request`, into
-    /// its install Secret, where the boot server hands them out; unchanged files write nothing.
+    /// Writes the claim's files (a pool's install: script, config, address; a machine's image:
+    /// script, address, NoCloud data), rendered for `request`, into its install Secret, where
+    /// the boot server hands them out; unchanged files write nothing.
     async fn ensure_install(
         &self,
         inventory: &Inventory,
         claim: &Claim,
-        request: &InstallRequest,
+        request: &Request,
     ) -> Result<()> {
         let boot_url = self.settings.boot_url.as_ref().ok_or_else(|| {
             Error::InvalidRequest(
@@ -604,18 +620,35 @@ impl InventoryCloud {
             .ok_or_else(|| Error::Validation {
                 message: format!("{pool_ref} does not exist; create it or name another"),
             })?;
-        let files = install::render(
-            request,
-            inventory,
-            &claim.hostname,
-            address,
-            &pool,
-            boot_url,
-        )
-        .map_err(|message| Error::Validation {
+        let invalid = |message: String| Error::Validation {
             message: format!("the install of Inventory {}: {message}", key(inventory)),
-        })?;
-        let wanted = install::install_secret(inventory, &files);
+        };
+        let wanted = match request {
+            Request::Install(request) => {
+                let files = install::render(
+                    request,
+                    inventory,
+                    &claim.hostname,
+                    address,
+                    &pool,
+                    boot_url,
+                )
+                .map_err(invalid)?;
+                install::install_secret(inventory, &files)
+            }
+            Request::Image(request) => {
+                let (files, meta_data, user_data) = image::render(
+                    request,
+                    inventory,
+                    &claim.hostname,
+                    address,
+                    &pool,
+                    boot_url,
+                )
+                .map_err(invalid)?;
+                image::image_secret(inventory, &files, &meta_data, &user_data)
+            }
+        };
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
         let name = wanted.name_any();
         match secrets.get_opt(&name).await.map_err(kube_error)? {

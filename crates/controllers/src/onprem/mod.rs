@@ -10,9 +10,14 @@
 //! - [`install`]: what a pool's claimed server installs (a Seeder join with its static
 //!   address), rendered into the claim's install Secret that ingot's boot server hands out.
 //!
+//! - [`image`]: what a Gardener machine's claimed server boots (its MachineClass's OS image,
+//!   its user data as cloud-init NoCloud data), rendered into the same Secret.
+//!
 //! The Instance controller makes one `InventoryCloud` per Instance of a pool with
-//! `spec.inventorySelector`; no MachineClass uses it yet.
+//! `spec.inventorySelector`; the Gardener driver for `provider: Inventory` MachineClasses one
+//! per class.
 
 pub mod claims;
 pub mod cloud;
+pub mod image;
 pub mod install;

@@ -11,6 +11,8 @@
 //! - `GET /config/<namespace>/<name>`: the node's Harvester install config, only to the
 //!   node's own address (the one its kernel's `ip=` gives it), as Hegel hands out user data by
 //!   source address; `--boot-allow-source` adds sources (a NAT or relay in between).
+//! - `GET /nocloud/<namespace>/<name>/{meta-data,user-data,vendor-data}`: the cloud-init data
+//!   of a Gardener machine's claimed server (`crate::onprem::image`), to its own address only.
 //! - `PUT /disable/<namespace>/<name>`: the installer's SUCCEEDED webhook (Seeder's path),
 //!   from the same sources: the node stops being offered the installer, so its next boot is
 //!   from its disk.
@@ -238,7 +240,55 @@ impl BootService {
         if !self.sent_by_node(&secret, source) {
             return Answer::Forbidden;
         }
-        install::value(&secret, CONFIG_KEY).map_or(Answer::NotFound, |c| Answer::Ok(c.to_owned()))
+        install::value(&secret, CONFIG_KEY)
+            // A machine's image has no install config.
+            .filter(|c| !c.is_empty())
+            .map_or(Answer::NotFound, |c| Answer::Ok(c.to_owned()))
+    }
+
+    /// `GET /nocloud/<namespace>/<name>/<file>`: a Gardener machine's cloud-init NoCloud data
+    /// (`meta-data`, `user-data`; `vendor-data` is empty), only to its server's own address,
+    /// while its claim holds.
+    pub async fn nocloud(
+        &self,
+        namespace: &str,
+        name: &str,
+        file: &str,
+        source: IpAddr,
+    ) -> Answer<String> {
+        use crate::onprem::image::{META_DATA_KEY, USER_DATA_KEY};
+        if self.tinkerbell {
+            return Answer::NotFound;
+        }
+        if !self.synced(SYNC_WAIT).await {
+            return Answer::Unavailable;
+        }
+        let Some(secret) = self
+            .inventory(namespace, name)
+            .filter(|i| !allocated(i))
+            .and_then(|i| self.node_secret(&i))
+        else {
+            return Answer::NotFound;
+        };
+        if install::value(&secret, USER_DATA_KEY).is_none() {
+            // A pool's install: no cloud-init data.
+            return Answer::NotFound;
+        }
+        if !self.sent_by_node(&secret, source) {
+            return Answer::Forbidden;
+        }
+        match file {
+            "meta-data" | "user-data" => {
+                let key = if file == "meta-data" {
+                    META_DATA_KEY
+                } else {
+                    USER_DATA_KEY
+                };
+                install::value(&secret, key).map_or(Answer::NotFound, |v| Answer::Ok(v.to_owned()))
+            }
+            "vendor-data" => Answer::Ok(String::new()),
+            _ => Answer::NotFound,
+        }
     }
 
     /// `PUT /disable/<namespace>/<name>`: `harvesterInstalled` on the Inventory (a repeat

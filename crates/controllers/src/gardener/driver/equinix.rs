@@ -15,7 +15,7 @@ use kube::ResourceExt;
 use super::{
     Code, CreateMachineResponse, DeleteMachineResponse, Driver, DriverResult,
     GetMachineStatusResponse, InitializeMachineResponse, ListMachinesResponse, MachineRequest,
-    SecretData, Status, device_uuid,
+    SecretData, Status, device_uuid, last_tag, status, validate_name,
 };
 
 /// Secret key of the API token.
@@ -25,8 +25,7 @@ pub const API_TOKEN_KEY: &str = "apiToken";
 pub const ALTERNATE_API_TOKEN_KEY: &str = "alternateApiToken";
 /// Secret key of the user data.
 pub const USER_DATA_KEY: &str = "userData";
-const CLUSTER_TAG: &str = "kubernetes.io/cluster/";
-const ROLE_TAG: &str = "kubernetes.io/role/";
+pub use super::{CLUSTER_TAG, ROLE_TAG};
 
 /// Makes a cloud for a token and a project (the per-class credentials of MCM). Tests inject
 /// their own.
@@ -83,8 +82,8 @@ impl EquinixDriver {
         check_provider(class)?;
         let spec = decode_provider_spec(class)?;
         let token = api_token(secret)?;
-        let cluster_tag = last_tag(&spec, CLUSTER_TAG).unwrap_or_default();
-        let role_tag = last_tag(&spec, ROLE_TAG).unwrap_or_default();
+        let cluster_tag = last_tag(spec.tags.as_deref(), CLUSTER_TAG).unwrap_or_default();
+        let role_tag = last_tag(spec.tags.as_deref(), ROLE_TAG).unwrap_or_default();
         let cloud = self
             .clouds
             .cloud(token, &spec.project_id)
@@ -165,10 +164,10 @@ pub fn decode_provider_spec(class: &MachineClass) -> DriverResult<EquinixMetalPr
     if blank(&spec.metro) {
         errors.push("providerSpec.metro: Required value: Metro is required");
     }
-    if last_tag(&spec, CLUSTER_TAG).is_none() {
+    if last_tag(spec.tags.as_deref(), CLUSTER_TAG).is_none() {
         errors.push("spec.tags.kubernetes.io/cluster/: Required value: Tag required of the form kubernetes.io/cluster/****");
     }
-    if last_tag(&spec, ROLE_TAG).is_none() {
+    if last_tag(spec.tags.as_deref(), ROLE_TAG).is_none() {
         errors.push("spec.tags.kubernetes.io/role/: Required value: Tag required of the form kubernetes.io/role/****");
     }
     if !errors.is_empty() {
@@ -183,15 +182,6 @@ pub fn decode_provider_spec(class: &MachineClass) -> DriverResult<EquinixMetalPr
     Ok(spec)
 }
 
-fn last_tag(spec: &EquinixMetalProviderSpec, marker: &str) -> Option<String> {
-    spec.tags
-        .iter()
-        .flatten()
-        .rev()
-        .find(|t| t.contains(marker))
-        .cloned()
-}
-
 fn api_token(secret: &SecretData) -> DriverResult<ApiToken> {
     [API_TOKEN_KEY, ALTERNATE_API_TOKEN_KEY]
         .into_iter()
@@ -204,22 +194,6 @@ fn api_token(secret: &SecretData) -> DriverResult<ApiToken> {
                 "Error while validating Secret secretRef.apiToken: Required value: Required Equinix Metal API Key one of 'apiToken' or 'alternateApiToken'",
             )
         })
-}
-
-fn validate_name(name: &str) -> DriverResult<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b == b'-' || b.is_ascii_lowercase() || b.is_ascii_digit());
-    if ok {
-        Ok(())
-    } else {
-        Err(Status::new(
-            Code::InvalidArgument,
-            format!("Machine name {name:?} is not valid: at most 63 characters of [-a-z0-9]"),
-        ))
-    }
 }
 
 fn billing(cycle: &str) -> DriverResult<Option<Billing>> {
@@ -238,26 +212,6 @@ fn billing(cycle: &str) -> DriverResult<Option<Billing>> {
             ));
         }
     }))
-}
-
-/// The machine code for a cloud error: the class decides what MCM does next.
-pub fn code_of(error: &ingot_metal::Error) -> Code {
-    use ingot_metal::Error as E;
-    match error {
-        E::NotFound { .. } => Code::NotFound,
-        E::Unauthorized { .. } => Code::Unauthenticated,
-        E::Forbidden { .. } => Code::PermissionDenied,
-        E::NoCapacity { .. } | E::NoServer { .. } => Code::ResourceExhausted,
-        E::NotOnPremises { .. } => Code::Unimplemented,
-        E::Validation { .. } | E::InvalidRequest(_) => Code::InvalidArgument,
-        E::Conflict { .. } => Code::Aborted,
-        E::RateLimited { .. } | E::Transient { .. } => Code::Unavailable,
-        E::Protocol { .. } => Code::Unknown,
-    }
-}
-
-fn status(error: ingot_metal::Error, context: &str) -> Status {
-    Status::new(code_of(&error), format!("{context}: {error}"))
 }
 
 #[async_trait]

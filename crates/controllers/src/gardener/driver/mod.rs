@@ -1,9 +1,10 @@
 //! The machine driver interface of Gardener's machine-controller-manager
 //! (`pkg/util/provider/driver`): the six calls a machine controller makes to a cloud, and the
 //! error codes (`pkg/util/provider/machinecodes/codes`) it reacts to. [`equinix`] implements it
-//! for Equinix Metal.
+//! for Equinix Metal, [`inventory`] for servers on premises; [`Providers`] picks by the class.
 
 pub mod equinix;
+pub mod inventory;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -12,6 +13,7 @@ use async_trait::async_trait;
 use ingot_api::gardener::{Machine, MachineClass};
 
 pub use equinix::EquinixDriver;
+pub use inventory::{InventoryDriver, InventorySettings, Providers};
 
 /// MCM's machine codes, with their numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -207,6 +209,57 @@ pub trait Driver: Send + Sync {
         &self,
         specs: &[k8s_openapi::api::core::v1::PersistentVolumeSpec],
     ) -> DriverResult<Vec<String>>;
+}
+
+/// The tag naming a machine's cluster (its owner).
+pub const CLUSTER_TAG: &str = "kubernetes.io/cluster/";
+/// The tag naming a machine's role.
+pub const ROLE_TAG: &str = "kubernetes.io/role/";
+
+/// The last tag holding `marker` (the Go provider reads the last one).
+pub fn last_tag(tags: Option<&[String]>, marker: &str) -> Option<String> {
+    tags.into_iter()
+        .flatten()
+        .rev()
+        .find(|t| t.contains(marker))
+        .cloned()
+}
+
+/// A Machine name a server can take as host name.
+pub fn validate_name(name: &str) -> DriverResult<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b == b'-' || b.is_ascii_lowercase() || b.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(Status::new(
+            Code::InvalidArgument,
+            format!("Machine name {name:?} is not valid: at most 63 characters of [-a-z0-9]"),
+        ))
+    }
+}
+
+/// The machine code for a cloud error: the class decides what MCM does next.
+pub fn code_of(error: &ingot_metal::Error) -> Code {
+    use ingot_metal::Error as E;
+    match error {
+        E::NotFound { .. } => Code::NotFound,
+        E::Unauthorized { .. } => Code::Unauthenticated,
+        E::Forbidden { .. } => Code::PermissionDenied,
+        E::NoCapacity { .. } | E::NoServer { .. } => Code::ResourceExhausted,
+        E::NotOnPremises { .. } => Code::Unimplemented,
+        E::Validation { .. } | E::InvalidRequest(_) => Code::InvalidArgument,
+        E::Conflict { .. } => Code::Aborted,
+        E::RateLimited { .. } | E::Transient { .. } => Code::Unavailable,
+        E::Protocol { .. } => Code::Unknown,
+    }
+}
+
+pub fn status(error: ingot_metal::Error, context: &str) -> Status {
+    Status::new(code_of(&error), format!("{context}: {error}"))
 }
 
 /// The device part of a provider id: the last `/`-separated segment, so that
