@@ -136,7 +136,8 @@ install_cargo_tools() {
 # The QEMU + iPXE peer of the provisioning tests: the Debian packages of scripts/deps/qemu.txt at
 # exactly the recorded versions, fetched with `apt-get download` and unpacked with `dpkg-deb -x`
 # into one directory of the cache keyed by that record (no root needed): qemu-system-x86_64 with
-# its firmware (SeaBIOS, the iPXE ROMs of ipxe-qemu), the libraries it needs that the machine
+# its firmware (SeaBIOS, the iPXE ROMs of ipxe-qemu), the boot CD's programs (ISOLINUX, iPXE as
+# a Linux kernel: boot-media/), the libraries it needs that the machine
 # lacks (ldd), a Debian kernel (only the NIC's modules kept) and busybox-static. Exports
 # INGOT_QEMU_DIR, which ingot-testenv's `qemu` module reads.
 install_qemu_peer() {
@@ -190,6 +191,10 @@ install_qemu_peer() {
       echo "the unpacked qemu-system-x86_64 in $dir does not run (its error is above)" >&2
       return 1
     fi
+    # The boot CD's programs, as ingot run --boot-media-dir takes them.
+    mkdir -p "$dir/boot-media"
+    cp "$dir/usr/lib/ISOLINUX/isolinux.bin" "$dir/usr/lib/syslinux/modules/bios/ldlinux.c32" \
+      "$dir/boot/ipxe.lkrn" "$dir/boot-media/" || return 1
     touch "$dir/.complete"
   fi
   export INGOT_QEMU_DIR="$dir"

@@ -6,6 +6,7 @@
 //! - `PUT /disable/<namespace>/<name>`: the installer's SUCCEEDED webhook.
 //! - `GET /nocloud/<namespace>/<name>/<file>`: a Gardener machine's cloud-init data (only to
 //!   its own address).
+//! - `GET /media/<namespace>/<name>.iso`: a node's boot CD, for virtual media.
 //!
 //! Plain HTTP, as iPXE and the installer fetch it; bounded like the other servers, and no
 //! request body is read.
@@ -38,6 +39,7 @@ pub async fn serve(
         .route("/config/{namespace}/{name}", get(config))
         .route("/disable/{namespace}/{name}", put(succeeded))
         .route("/nocloud/{namespace}/{name}/{file}", get(nocloud))
+        .route("/media/{namespace}/{file}", get(media))
         .with_state(service);
     Ok(crate::serve::spawn(listener, None, app, limits, shutdown))
 }
@@ -96,6 +98,25 @@ async fn nocloud(
         }
         Answer::Forbidden => refused(&namespace, &name, peer),
         Answer::NotFound => StatusCode::NOT_FOUND.into_response(),
+        Answer::Unavailable => unavailable(),
+    }
+}
+
+async fn media(
+    State(service): State<Arc<BootService>>,
+    Path((namespace, file)): Path<(String, String)>,
+) -> Response {
+    match service.media(&namespace, &file).await {
+        Answer::Ok(image) => {
+            info!(%namespace, %file, bytes = image.len(), "served a boot CD");
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/x-iso9660-image")],
+                image,
+            )
+                .into_response()
+        }
+        Answer::Forbidden | Answer::NotFound => StatusCode::NOT_FOUND.into_response(),
         Answer::Unavailable => unavailable(),
     }
 }

@@ -170,6 +170,12 @@ struct ProvisioningArgs {
     #[arg(long, env = "INGOT_BOOT_URL")]
     boot_url: Option<url::Url>,
 
+    /// A directory with isolinux.bin, ldlinux.c32 and ipxe.lkrn (Debian: the isolinux,
+    /// syslinux-common and ipxe packages): the boot server then serves each node being
+    /// installed a boot CD for virtual media, `GET /media/<namespace>/<name>.iso`.
+    #[arg(long, env = "INGOT_BOOT_MEDIA_DIR")]
+    boot_media_dir: Option<std::path::PathBuf>,
+
     /// Sources besides a node's own address that may fetch its install config and report its
     /// install (a NAT or relay between the servers and ingot), as CIDRs, comma-separated.
     #[arg(long, env = "INGOT_BOOT_ALLOW_SOURCE", value_delimiter = ',')]
@@ -1063,6 +1069,13 @@ async fn serve_boot(
     if !controllers.contains(&ControllerKind::Provisioning) {
         anyhow::bail!("--boot-addr serves provisioned servers: add provisioning to --controllers");
     }
+    let media = match &args.provisioning.boot_media_dir {
+        Some(dir) => Some(std::sync::Arc::new(
+            ingot_controllers::provisioning::media::MediaFiles::load(dir)
+                .map_err(|e| anyhow::anyhow!("--boot-media-dir: {e}"))?,
+        )),
+        None => None,
+    };
     let (service, feed) = ingot_controllers::provisioning::boot::BootService::new(
         parts.client.clone(),
         parts.metrics.clone(),
@@ -1072,6 +1085,8 @@ async fn serve_boot(
             allowed_sources: args.provisioning.boot_allow_source.clone(),
             crash_point: args.pools.crash_points(),
             tinkerbell: args.provisioning.provisioning_boot == BootArg::Tinkerbell,
+            boot_url: args.provisioning.boot_url.clone(),
+            media,
         },
     );
     let stopped = stop.signal();

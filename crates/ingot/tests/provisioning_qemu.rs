@@ -154,14 +154,25 @@ where
         .unwrap_or_else(|e| panic!("creating {}: {e}", K::kind(&())));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_machine_boots_ingots_script_fetches_its_config_and_reports_installed() {
-    let Some(peer) = QemuPeer::installed_or_skip("provisioning_qemu") else {
-        return;
-    };
+/// One node being installed: its Inventory allocated to a one-node Cluster, its boot Job done
+/// (the BMC recorded the PXE boot it set), ingot serving it.
+struct Site {
+    client: kube::Client,
+    ns: String,
+    inventories: Api<Inventory>,
+    _fleet: Fleet,
+    mac: String,
+    images: Arc<Images>,
+    port: u16,
+    operator: Operator,
+    address: String,
+}
+
+/// The site in a new namespace `prefix-...`; `media`: ingot serves boot CDs too.
+async fn site(peer: &QemuPeer, prefix: &str, media: bool) -> Site {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
-    let ns = env.namespace("provqemu").await.unwrap();
+    let ns = env.namespace(prefix).await.unwrap();
     let kubeconfig = service_account(env.kubeconfig_path()).clone();
 
     let spec = BmcSpec {
@@ -181,10 +192,10 @@ async fn a_real_machine_boots_ingots_script_fetches_its_config_and_reports_insta
     .unwrap();
     let bmc = &fleet.bmcs[0];
     let mac = bmc.state.mac(0);
-    let images = Images::start(&peer).await;
+    let images = Images::start(peer).await;
 
     let port = free_port();
-    let operator = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
+    let mut operator = Operator::builder(env!("CARGO_BIN_EXE_ingot"))
         .tag("provisioning-qemu")
         .kubeconfig(&kubeconfig)
         .arg(format!(
@@ -200,8 +211,14 @@ async fn a_real_machine_boots_ingots_script_fetches_its_config_and_reports_insta
         .arg(format!("--boot-url=http://{GATEWAY}:{port}"))
         // slirp makes every request of the guest come from 127.0.0.1.
         .arg("--boot-allow-source=127.0.0.1/32")
-        .env("RUST_LOG", "info,ingot_controllers=debug")
-        .start();
+        .env("RUST_LOG", "info,ingot_controllers=debug");
+    if media {
+        operator = operator.arg(format!(
+            "--boot-media-dir={}",
+            peer.boot_media_dir().display()
+        ));
+    }
+    let operator = operator.start();
 
     let pools: Api<AddressPool> = Api::namespaced(client.clone(), &ns);
     let inventories: Api<Inventory> = Api::namespaced(client.clone(), &ns);
@@ -294,6 +311,39 @@ async fn a_real_machine_boots_ingots_script_fetches_its_config_and_reports_insta
         .address
         .expect("the allocated Inventory has an address");
     assert!(address.starts_with("10.0.2."), "{address}");
+    Site {
+        client,
+        ns,
+        inventories,
+        _fleet: fleet,
+        mac,
+        images,
+        port,
+        operator,
+        address,
+    }
+}
+
+/// One QEMU machine at a time: two under TCG on two cores would starve each other.
+static ONE_MACHINE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_machine_boots_ingots_script_fetches_its_config_and_reports_installed() {
+    let Some(peer) = QemuPeer::installed_or_skip("provisioning_qemu") else {
+        return;
+    };
+    let _one = ONE_MACHINE.lock().await;
+    let Site {
+        client,
+        ns,
+        inventories,
+        _fleet,
+        mac,
+        images,
+        port,
+        operator,
+        address,
+    } = site(&peer, "provqemu", false).await;
 
     let mut vm = QemuServer::start(
         &peer,
@@ -301,6 +351,7 @@ async fn a_real_machine_boots_ingots_script_fetches_its_config_and_reports_insta
             mac: &mac,
             memory_mib: 512,
             boot_url: &format!("http://{GATEWAY}:{port}/boot/${{net0/mac}}"),
+            cdrom: None,
         },
     );
     let report =
@@ -397,5 +448,105 @@ async fn a_real_machine_boots_ingots_script_fetches_its_config_and_reports_insta
     drop(vm);
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
+        .await;
+}
+
+/// A site without PXE: the node's boot CD, fetched from ingot's boot server as a BMC inserting
+/// it as virtual media would, boots a real machine from QEMU's `-cdrom` (ISOLINUX, then iPXE
+/// running the CD's script: the node's address set static, no DHCP asked), which chains to the
+/// same install script a PXE boot gets; the installer configures that address, fetches ingot's
+/// config and reports SUCCEEDED. Once installed, the node's CD is no longer served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_machine_boots_its_boot_cd_into_the_installer() {
+    let Some(peer) = QemuPeer::installed_or_skip("provisioning_qemu") else {
+        return;
+    };
+    let _one = ONE_MACHINE.lock().await;
+    let site = site(&peer, "provcd", true).await;
+    let media_url = format!("http://127.0.0.1:{}/media/{}/node0.iso", site.port, site.ns);
+    let answer = reqwest::get(&media_url).await.unwrap();
+    assert_eq!(answer.status(), 200, "{}", site.operator.log_tail());
+    let iso = answer.bytes().await.unwrap();
+    assert_eq!(&iso[16 * 2048 + 1..16 * 2048 + 6], b"CD001");
+    let cd = std::env::temp_dir().join(format!("ingot-{}-node0.iso", site.ns));
+    std::fs::write(&cd, &iso).unwrap();
+
+    let mut vm = QemuServer::start(
+        &peer,
+        &QemuOptions {
+            mac: &site.mac,
+            memory_mib: 512,
+            // Not used: the CD's script sets the address and the boot URL itself.
+            boot_url: "",
+            cdrom: Some(&cd),
+        },
+    );
+    let report = |vm: &QemuServer| {
+        format!(
+            "{}\n--- operator:\n{}",
+            vm.report(),
+            site.operator.log_tail()
+        )
+    };
+    let configured = vm
+        .wait_for_serial_line("the installer to configure its address", WAIT, |l| {
+            l.starts_with("ingot-installer: configured ")
+        })
+        .await;
+    assert_eq!(
+        configured,
+        format!(
+            "ingot-installer: configured netboot {}/25 gateway {GATEWAY}",
+            site.address
+        ),
+        "{}",
+        report(&vm)
+    );
+    vm.wait_for_serial_line("the installer's webhook call", WAIT, |l| {
+        l.starts_with("ingot-installer: webhook SUCCEEDED PUT ")
+    })
+    .await;
+    let to_webhook = vm.elapsed();
+    let status = vm.wait_exit(WAIT).await;
+    eprintln!(
+        "CD boot to the installer's webhook: {:.1} s ({})",
+        to_webhook.as_secs_f64(),
+        vm.accel
+    );
+    assert!(status.success(), "{status}\n{}", report(&vm));
+    let log = site.operator.log();
+    assert!(
+        log.lines().any(|l| l.contains("served a boot CD")),
+        "{}",
+        report(&vm)
+    );
+    // The CD's iPXE asked for this MAC's script, as a PXE boot does.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("served an install script") && l.contains(&site.mac)),
+        "{}",
+        report(&vm)
+    );
+    assert!(
+        site.images
+            .requests()
+            .iter()
+            .any(|r| r.starts_with(&format!("GET {} ", Images::kernel_path()))),
+        "{:?}",
+        site.images.requests()
+    );
+    wait_for("the Inventory to be harvesterInstalled", WAIT, || async {
+        let i = site.inventories.get("node0").await.ok()?;
+        (condition(&i, "harvesterInstalled").as_deref() == Some("True")).then_some(())
+    })
+    .await;
+    let after = reqwest::get(&media_url).await.unwrap();
+    assert_eq!(after.status(), 404, "an installed node's CD is not served");
+
+    site.operator.terminate();
+    drop(vm);
+    let _ = std::fs::remove_file(&cd);
+    let _ = Api::<Namespace>::all(site.client.clone())
+        .delete(&site.ns, &DeleteParams::default())
         .await;
 }

@@ -166,6 +166,7 @@ fn boot(peer: &QemuPeer, site: &Site) -> QemuServer {
             mac: MAC,
             memory_mib: 512,
             boot_url: &format!("{}/boot/${{net0/mac}}", site.base()),
+            cdrom: None,
         },
     )
 }

@@ -13,6 +13,8 @@
 //!   source address; `--boot-allow-source` adds sources (a NAT or relay in between).
 //! - `GET /nocloud/<namespace>/<name>/{meta-data,user-data,vendor-data}`: the cloud-init data
 //!   of a Gardener machine's claimed server (`crate::onprem::image`), to its own address only.
+//! - `GET /media/<namespace>/<name>.iso`: with `--boot-media-dir`, the boot CD of a Cluster's
+//!   node being installed ([`super::media`]), for virtual media.
 //! - `PUT /disable/<namespace>/<name>`: the installer's SUCCEEDED webhook (Seeder's path),
 //!   from the same sources: the node stops being offered the installer, so its next boot is
 //!   from its disk.
@@ -40,6 +42,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::install::{self, ADDRESS_KEY, CONFIG_KEY, SCRIPT_KEY};
+use super::media::{MediaFiles, NodeBoot, node_iso};
 use super::node::phase::HARVESTER_INSTALLED;
 use super::{Error, SECRET_LABEL};
 use crate::Metrics;
@@ -97,6 +100,8 @@ pub struct BootService {
     allowed: Vec<ipnet::IpNet>,
     crash_point: Option<String>,
     tinkerbell: bool,
+    boot_url: Option<url::Url>,
+    media: Option<Arc<MediaFiles>>,
 }
 
 /// What [`BootService::new`] needs.
@@ -107,6 +112,10 @@ pub struct BootSettings {
     /// Tinkerbell mode: no script or config is served (Smee and Hegel serve them), and the
     /// webhook also turns network boot off on the node's Hardware.
     pub tinkerbell: bool,
+    /// Where servers reach this server (`--boot-url`): the boot CDs chain to its `/boot/<mac>`.
+    pub boot_url: Option<url::Url>,
+    /// The boot CDs' programs (`--boot-media-dir`); `None`: no CD is served.
+    pub media: Option<Arc<MediaFiles>>,
 }
 
 impl BootService {
@@ -148,6 +157,8 @@ impl BootService {
             allowed: settings.allowed_sources,
             crash_point: settings.crash_point,
             tinkerbell: settings.tinkerbell,
+            boot_url: settings.boot_url,
+            media: settings.media,
         };
         (Arc::new(service), feed)
     }
@@ -244,6 +255,60 @@ impl BootService {
             // A machine's image has no install config.
             .filter(|c| !c.is_empty())
             .map_or(Answer::NotFound, |c| Answer::Ok(c.to_owned()))
+    }
+
+    /// `GET /media/<namespace>/<name>.iso`: the boot CD of a node of a Cluster being installed
+    /// (allocated, its installer not reported), for a BMC to insert as virtual media. It holds
+    /// no secret (the node's address, MAC and the boot server's URL), so any source may fetch
+    /// it. NotFound without `--boot-media-dir` and `--boot-url`.
+    pub async fn media(&self, namespace: &str, file: &str) -> Answer<Vec<u8>> {
+        let (Some(files), Some(boot_url)) = (&self.media, &self.boot_url) else {
+            return Answer::NotFound;
+        };
+        if self.tinkerbell {
+            return Answer::NotFound;
+        }
+        let Some(name) = file.strip_suffix(".iso") else {
+            return Answer::NotFound;
+        };
+        if !self.synced(SYNC_WAIT).await {
+            return Answer::Unavailable;
+        }
+        let Some(inventory) = self
+            .inventory(namespace, name)
+            .filter(|i| allocated(i) && !installed(i))
+        else {
+            return Answer::NotFound;
+        };
+        let config = inventory
+            .status
+            .as_ref()
+            .map(|s| s.pxe_boot_config.clone())
+            .unwrap_or_default();
+        let mac = inventory
+            .spec
+            .management_interface_mac_address
+            .as_deref()
+            .map(normal_mac)
+            .unwrap_or_default();
+        let (Some(address), Some(netmask), Some(gateway)) =
+            (config.address, config.netmask, config.gateway)
+        else {
+            return Answer::NotFound;
+        };
+        let Ok(script_url) = boot_url.join(&format!("boot/{mac}")) else {
+            return Answer::NotFound;
+        };
+        let key = format!("{namespace}/{name}");
+        let node = NodeBoot {
+            inventory: &key,
+            mac: &mac,
+            address: &address,
+            netmask: &netmask,
+            gateway: &gateway,
+            script_url: &script_url,
+        };
+        node_iso(files, &node).map_or(Answer::NotFound, Answer::Ok)
     }
 
     /// `GET /nocloud/<namespace>/<name>/<file>`: a Gardener machine's cloud-init NoCloud data
@@ -535,6 +600,8 @@ mod tests {
                 allowed_sources: Vec::new(),
                 crash_point: None,
                 tinkerbell,
+                boot_url: None,
+                media: None,
             },
         );
         service

@@ -30,6 +30,7 @@ pub mod boot;
 pub mod cluster;
 pub mod install;
 pub mod ipam;
+pub mod media;
 pub mod node;
 pub mod remote;
 pub mod render;

@@ -92,6 +92,11 @@ impl QemuPeer {
         self.dir.join("usr/bin/qemu-system-x86_64")
     }
 
+    /// `isolinux.bin`, `ldlinux.c32` and `ipxe.lkrn`, as `ingot run --boot-media-dir` takes them.
+    pub fn boot_media_dir(&self) -> PathBuf {
+        self.dir.join("boot-media")
+    }
+
     /// The directory of Debian's iPXE ROMs for QEMU's NICs (`efi-virtio.rom`...).
     pub fn ipxe_rom_dir(&self) -> PathBuf {
         self.dir.join("usr/lib/ipxe/qemu")
@@ -235,7 +240,11 @@ pub struct QemuOptions<'a> {
     pub mac: &'a str,
     pub memory_mib: u32,
     /// The boot file URL slirp's DHCP hands iPXE; iPXE expands settings in it (`${net0/mac}`).
+    /// Not used with `cdrom`.
     pub boot_url: &'a str,
+    /// A CD image to boot from instead of the network (`-cdrom`, `-boot d`), as a BMC's virtual
+    /// media is.
+    pub cdrom: Option<&'a Path>,
 }
 
 /// A running machine booting from the network, its serial console in `serial_log`.
@@ -292,13 +301,21 @@ impl QemuServer {
             .arg("-serial")
             .arg(format!("file:{}", serial_log.display()))
             .arg("-netdev")
-            .arg(format!("user,id=net0,bootfile={boot_url}"))
+            .arg(if options.cdrom.is_some() {
+                // Booted from the CD: slirp's DHCP hands out no boot file.
+                "user,id=net0".to_owned()
+            } else {
+                format!("user,id=net0,bootfile={boot_url}")
+            })
             .arg("-device")
             .arg(format!("virtio-net-pci,netdev=net0,mac={}", options.mac))
-            .args(["-boot", "n"])
+            .args(["-boot", if options.cdrom.is_some() { "d" } else { "n" }])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap_or_else(|e| panic!("qemu.log: {e}")))
             .stderr(log);
+        if let Some(cdrom) = options.cdrom {
+            command.arg("-cdrom").arg(cdrom);
+        }
         let command_line = format!("{command:?}");
         let child = command
             .spawn()
