@@ -160,7 +160,7 @@ struct Site {
     client: kube::Client,
     ns: String,
     inventories: Api<Inventory>,
-    _fleet: Fleet,
+    fleet: Fleet,
     mac: String,
     images: Arc<Images>,
     port: u16,
@@ -168,7 +168,8 @@ struct Site {
     address: String,
 }
 
-/// The site in a new namespace `prefix-...`; `media`: ingot serves boot CDs too.
+/// The site in a new namespace `prefix-...`; `media`: ingot serves boot CDs too, and the
+/// Inventory asks for one (`provisioning.ingot.dev/boot-media: cd`): the BMC records a CD boot.
 async fn site(peer: &QemuPeer, prefix: &str, media: bool) -> Site {
     let env = ingot_testenv::shared().await;
     let client = env.client().unwrap();
@@ -256,7 +257,8 @@ async fn site(peer: &QemuPeer, prefix: &str, media: bool) -> Site {
         &inventories,
         json!({
             "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
-            "metadata": {"name": "node0"},
+            "metadata": {"name": "node0", "annotations": {
+                "provisioning.ingot.dev/boot-media": if media { "cd" } else { "pxe" }}},
             "spec": {
                 "primaryDisk": "/dev/vda",
                 "managementInterfaceMacAddress": mac,
@@ -287,7 +289,8 @@ async fn site(peer: &QemuPeer, prefix: &str, media: bool) -> Site {
 
     // ingot's boot Job set the next boot to PXE and powered the server on: the BMC recorded it.
     let booted = tokio::time::timeout(WAIT, async {
-        while !bmc.state.boots().iter().any(|r| r.device == "Pxe") {
+        let device = if media { "Cd" } else { "Pxe" };
+        while !bmc.state.boots().iter().any(|r| r.device == device) {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     })
@@ -315,7 +318,7 @@ async fn site(peer: &QemuPeer, prefix: &str, media: bool) -> Site {
         client,
         ns,
         inventories,
-        _fleet: fleet,
+        fleet,
         mac,
         images,
         port,
@@ -337,7 +340,7 @@ async fn a_real_machine_boots_ingots_script_fetches_its_config_and_reports_insta
         client,
         ns,
         inventories,
-        _fleet,
+        fleet: _fleet,
         mac,
         images,
         port,
@@ -451,11 +454,13 @@ async fn a_real_machine_boots_ingots_script_fetches_its_config_and_reports_insta
         .await;
 }
 
-/// A site without PXE: the node's boot CD, fetched from ingot's boot server as a BMC inserting
-/// it as virtual media would, boots a real machine from QEMU's `-cdrom` (ISOLINUX, then iPXE
-/// running the CD's script: the node's address set static, no DHCP asked), which chains to the
-/// same install script a PXE boot gets; the installer configures that address, fetches ingot's
-/// config and reports SUCCEEDED. Once installed, the node's CD is no longer served.
+/// A site without PXE: the Inventory asks for the boot CD (`provisioning.ingot.dev/boot-media:
+/// cd`). ingot's boot Job inserts the node's CD as virtual media at the BMC (read back from it:
+/// the URL inserted, a one-time CD boot) and powers it on; the CD, fetched from that URL as the
+/// BMC would, boots a real machine from QEMU's `-cdrom` (ISOLINUX, then iPXE running the CD's
+/// script: the node's address set static, no DHCP asked), which chains to the same install
+/// script a PXE boot gets; the installer configures that address, fetches ingot's config and
+/// reports SUCCEEDED. Once installed, the CD is no longer served and ingot ejects it at the BMC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_machine_boots_its_boot_cd_into_the_installer() {
     let Some(peer) = QemuPeer::installed_or_skip("provisioning_qemu") else {
@@ -463,7 +468,33 @@ async fn a_real_machine_boots_its_boot_cd_into_the_installer() {
     };
     let _one = ONE_MACHINE.lock().await;
     let site = site(&peer, "provcd", true).await;
-    let media_url = format!("http://127.0.0.1:{}/media/{}/node0.iso", site.port, site.ns);
+    // ingot's boot Job inserted the node's CD at the BMC and booted it once: the BMC fetches the
+    // image as a real one would, from the URL inserted (through slirp's address for the host).
+    let bmc = &site.fleet.bmcs[0];
+    let inserted: Vec<String> = bmc
+        .state
+        .media()
+        .into_iter()
+        .filter(|m| m.inserted)
+        .filter_map(|m| m.image)
+        .collect();
+    assert_eq!(
+        inserted,
+        vec![format!(
+            "http://{GATEWAY}:{}/media/{}/node0.iso",
+            site.port, site.ns
+        )],
+        "{:?}",
+        bmc.state.media_log()
+    );
+    let cd_boot = bmc
+        .state
+        .boots()
+        .into_iter()
+        .find(|r| r.device == "Cd")
+        .unwrap();
+    assert_eq!(cd_boot.override_enabled, "Once");
+    let media_url = inserted[0].replace(GATEWAY, "127.0.0.1");
     let answer = reqwest::get(&media_url).await.unwrap();
     assert_eq!(answer.status(), 200, "{}", site.operator.log_tail());
     let iso = answer.bytes().await.unwrap();
@@ -542,6 +573,16 @@ async fn a_real_machine_boots_its_boot_cd_into_the_installer() {
     .await;
     let after = reqwest::get(&media_url).await.unwrap();
     assert_eq!(after.status(), 404, "an installed node's CD is not served");
+    // Installed: ingot ejected the CD at the BMC, once.
+    wait_for("the CD ejected at the BMC", WAIT, || async {
+        bmc.state.media().iter().all(|m| !m.inserted).then_some(())
+    })
+    .await;
+    let installed = site.inventories.get("node0").await.unwrap();
+    assert_eq!(
+        condition(&installed, "bootMediaEjected").as_deref(),
+        Some("True")
+    );
 
     site.operator.terminate();
     drop(vm);

@@ -263,6 +263,9 @@ pub enum Error {
     Address(String),
     #[error("the stores are not filled yet")]
     NotStarted,
+    /// ingot runs without a setting this needs (the message names the flag).
+    #[error("{0}")]
+    Settings(String),
 }
 
 impl ReconcileError for Error {
@@ -272,6 +275,7 @@ impl ReconcileError for Error {
             Error::Kube(_) => "kube",
             Error::Address(_) => "address",
             Error::NotStarted => "starting",
+            Error::Settings(_) => "settings",
         }
     }
 

@@ -20,7 +20,8 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::phase::{
-    self, HARVESTER_INSTALLED, INSTALL_TIMED_OUT, JobState, Note, Outcome, Owner, Power,
+    self, BOOT_MEDIA_ANNOTATION, BOOT_MEDIA_EJECTED, BOOT_MEDIA_INVALID, BootMedia,
+    HARVESTER_INSTALLED, INSTALL_TIMED_OUT, JobState, Note, Outcome, Owner, Power,
     WAITING_FOR_INSTALL_SLOT,
 };
 use crate::provisioning::cluster::execute::{
@@ -43,6 +44,7 @@ pub struct Observation {
     pub state: phase::Observed,
     pub boot_job: String,
     pub shutdown_job: String,
+    pub eject_job: String,
 }
 
 /// The Job of this allocation doing `action` (`reboot`, `shutdown`): the Inventory's name and
@@ -79,6 +81,7 @@ pub async fn observe(
     let namespace = inventory.namespace().unwrap_or_default();
     let boot_job = job_name(inventory, "reboot");
     let shutdown_job = job_name(inventory, "shutdown");
+    let eject_job = job_name(inventory, "eject");
     let owner = owner(inventory, &status, ctx, stores).await?;
     let recorded = |condition: &str| conditions::is_true(&status.conditions, condition);
     let job_state = |condition: &str, name: &str| {
@@ -135,9 +138,17 @@ pub async fn observe(
             booting_for,
             install_timeout: ctx.settings.install_timeout,
             workflow,
+            media: BootMedia::parse(
+                inventory
+                    .annotations()
+                    .get(BOOT_MEDIA_ANNOTATION)
+                    .map(String::as_str),
+            ),
+            ejected: recorded(BOOT_MEDIA_EJECTED),
         },
         boot_job,
         shutdown_job,
+        eject_job,
     })
 }
 
@@ -233,6 +244,7 @@ pub async fn execute(
         }
         Outcome::Boot => boot(inventory, ctx, stores, &observed.boot_job).await,
         Outcome::ShutDown => shut_down(inventory, ctx, &observed.shutdown_job).await,
+        Outcome::Eject => eject(inventory, ctx, &observed.eject_job).await,
         Outcome::Free => free(inventory, ctx, stores, observed).await,
         Outcome::WorkflowSucceeded => workflow_succeeded(inventory, ctx, stores).await,
         Outcome::WorkflowFailed { task, action } => {
@@ -419,11 +431,19 @@ async fn boot(
         }
         gate.submitted.insert(key.clone());
     }
-    let tasks = json!([
-        {"powerAction": "off"},
-        {"oneTimeBootDeviceAction": {"device": ["pxe"]}},
-        {"powerAction": "on"},
-    ]);
+    let tasks = match boot_media(inventory) {
+        BootMedia::Pxe => json!([
+            {"powerAction": "off"},
+            {"oneTimeBootDeviceAction": {"device": ["pxe"]}},
+            {"powerAction": "on"},
+        ]),
+        BootMedia::Cd => json!([
+            {"powerAction": "off"},
+            {"virtualMediaAction": {"kind": "CD", "mediaURL": media_url(inventory, ctx)?}},
+            {"oneTimeBootDeviceAction": {"device": ["cdrom"]}},
+            {"powerAction": "on"},
+        ]),
+    };
     let created = match job(inventory, name, tasks) {
         // One of that name already there is this allocation's (a pass after a crash): it is
         // not sent again.
@@ -465,6 +485,57 @@ async fn boot(
             format!("bmc job {name}: power off, one-time network boot, power on"),
         )
         .await;
+    Ok(Action::await_change())
+}
+
+/// The Inventory's boot media (an unknown value never reaches a boot: see `phase::to_boot`).
+fn boot_media(inventory: &Inventory) -> BootMedia {
+    BootMedia::parse(
+        inventory
+            .annotations()
+            .get(BOOT_MEDIA_ANNOTATION)
+            .map(String::as_str),
+    )
+    .unwrap_or(BootMedia::Pxe)
+}
+
+/// Where the BMC fetches this node's boot CD: the boot server's `/media/<namespace>/<name>.iso`.
+fn media_url(inventory: &Inventory, ctx: &ProvisioningContext) -> Result<String, Error> {
+    let boot_url = ctx.settings.boot_url.as_ref().ok_or_else(|| {
+        Error::Address(
+            "a boot CD needs --boot-url (and --boot-media-dir): where the BMC fetches it".into(),
+        )
+    })?;
+    boot_url
+        .join(&format!(
+            "media/{}/{}.iso",
+            inventory.namespace().unwrap_or_default(),
+            inventory.name_any()
+        ))
+        .map(|u| u.to_string())
+        .map_err(|e| Error::Settings(format!("the boot URL {boot_url}: {e}")))
+}
+
+/// Installed from the boot CD: the eject (once, a Job named after the allocation), recorded.
+async fn eject(
+    inventory: &Inventory,
+    ctx: &ProvisioningContext,
+    name: &str,
+) -> Result<Action, Error> {
+    power::create_once(
+        &ctx.client,
+        &job(
+            inventory,
+            name,
+            json!([{"virtualMediaAction": {"kind": "CD", "mediaURL": ""}}]),
+        )?,
+    )
+    .await?;
+    let now = now();
+    write_status(inventory, ctx, |s| {
+        conditions::set_true(&mut s.conditions, BOOT_MEDIA_EJECTED, Some(name), &now);
+    })
+    .await?;
     Ok(Action::await_change())
 }
 
@@ -516,7 +587,11 @@ async fn free(
 ) -> Result<Action, Error> {
     let namespace = inventory.namespace().unwrap_or_default();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
-    for name in [&observed.boot_job, &observed.shutdown_job] {
+    for name in [
+        &observed.boot_job,
+        &observed.shutdown_job,
+        &observed.eject_job,
+    ] {
         ignore_missing(jobs.delete(name, &DeleteParams::background()).await)?;
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -552,6 +627,8 @@ async fn free(
             INSTALL_BOOT,
             HARVESTER_INSTALLED,
             INSTALL_TIMED_OUT,
+            BOOT_MEDIA_EJECTED,
+            BOOT_MEDIA_INVALID,
             WAITING_FOR_INSTALL_SLOT,
             BMC_JOB_SUBMITTED,
             tinkerbell::TINK_HARDWARE_CREATED,

@@ -51,6 +51,37 @@ pub struct Observed {
     /// Tinkerbell mode: the node's Workflow as watched, while it installs (`None`: not
     /// looked at, or not in that mode).
     pub workflow: Option<WorkflowState>,
+    /// How the installer is booted (the Inventory's [`BOOT_MEDIA_ANNOTATION`]).
+    pub media: Result<BootMedia, String>,
+    /// The boot CD's eject was sent (`bootMediaEjected`).
+    pub ejected: bool,
+}
+
+/// The Inventory annotation choosing how its installer is booted: `pxe` (the default) or `cd`
+/// (the boot server's CD, inserted as virtual media through its BMC).
+pub const BOOT_MEDIA_ANNOTATION: &str = "provisioning.ingot.dev/boot-media";
+
+/// How a server boots into the installer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootMedia {
+    /// A one-time network boot; the site's DHCP points iPXE at ingot.
+    Pxe,
+    /// ingot's boot CD for this node, inserted as virtual media, and a one-time CD boot; no
+    /// DHCP is needed. Ejected once installed.
+    Cd,
+}
+
+impl BootMedia {
+    /// The annotation's value; an unknown one is an error naming it and the choices.
+    pub fn parse(value: Option<&str>) -> Result<Self, String> {
+        match value {
+            None | Some("" | "pxe") => Ok(BootMedia::Pxe),
+            Some("cd") => Ok(BootMedia::Cd),
+            Some(other) => Err(format!(
+                "{BOOT_MEDIA_ANNOTATION} is {other:?}: use pxe (network boot, the default) or cd (ingot's boot CD as virtual media)"
+            )),
+        }
+    }
 }
 
 /// Where an Inventory is.
@@ -89,6 +120,8 @@ pub enum Outcome {
     Boot,
     /// Create the shutdown Job and record `clusterCleanupSubmitted`.
     ShutDown,
+    /// Installed from the boot CD: create the eject Job and record `bootMediaEjected`.
+    Eject,
     /// Power is confirmed off: free the address, delete the install Secret and this
     /// allocation's Jobs (and in Tinkerbell mode the Hardware, Template and Workflow), clear
     /// the status, `inventoryFreed`.
@@ -105,6 +138,9 @@ pub enum Outcome {
 pub const WAITING_FOR_INSTALL_SLOT: &str = "waitingForInstallSlot";
 pub const HARVESTER_INSTALLED: &str = "harvesterInstalled";
 pub const INSTALL_TIMED_OUT: &str = "installTimedOut";
+pub const BOOT_MEDIA_EJECTED: &str = "bootMediaEjected";
+/// The condition of a boot media annotation ingot cannot follow.
+pub const BOOT_MEDIA_INVALID: &str = "bootMediaInvalid";
 
 const JOB_POLL: Duration = Duration::from_secs(30);
 
@@ -122,14 +158,33 @@ pub fn phase(observed: &Observed) -> Phase {
 /// One pass: what to do next.
 pub fn step(observed: &Observed) -> Outcome {
     match phase(observed) {
-        Phase::Free | Phase::Allocated | Phase::Installed => Outcome::Wait(None, None),
+        Phase::Free | Phase::Allocated => Outcome::Wait(None, None),
+        Phase::Installed => installed(observed),
         Phase::ToBoot => to_boot(observed),
         Phase::Installing => installing(observed),
         Phase::Releasing => releasing(observed),
     }
 }
 
+/// Installed: a boot CD still inserted is ejected, once.
+fn installed(observed: &Observed) -> Outcome {
+    if observed.media == Ok(BootMedia::Cd) && !observed.ejected {
+        return Outcome::Eject;
+    }
+    Outcome::Wait(None, None)
+}
+
 fn to_boot(observed: &Observed) -> Outcome {
+    if let Err(why) = &observed.media {
+        return Outcome::Wait(
+            Some(Note {
+                condition: BOOT_MEDIA_INVALID,
+                message: why.clone(),
+                error: true,
+            }),
+            None,
+        );
+    }
     if !observed.ready {
         return Outcome::Wait(
             Some(Note {
@@ -247,7 +302,40 @@ mod tests {
             booting_for: None,
             install_timeout: Duration::from_secs(3600),
             workflow: None,
+            media: Ok(BootMedia::Pxe),
+            ejected: false,
         }
+    }
+
+    #[test]
+    fn a_boot_cd_is_ejected_once_installed_and_a_bad_choice_never_boots() {
+        let mut o = observed(Owner::Booting);
+        o.media = Ok(BootMedia::Cd);
+        assert_eq!(step(&o), Outcome::Boot);
+        o.boot = JobState::Succeeded;
+        o.installed = true;
+        assert_eq!(step(&o), Outcome::Eject);
+        o.ejected = true;
+        assert_eq!(step(&o), Outcome::Wait(None, None));
+        // Network-booted: nothing to eject.
+        let mut pxe = observed(Owner::Booting);
+        pxe.boot = JobState::Succeeded;
+        pxe.installed = true;
+        assert_eq!(step(&pxe), Outcome::Wait(None, None));
+        let mut bad = observed(Owner::Booting);
+        bad.media = BootMedia::parse(Some("usb"));
+        match step(&bad) {
+            Outcome::Wait(Some(note), None) => {
+                assert_eq!(note.condition, BOOT_MEDIA_INVALID);
+                assert!(
+                    note.message.contains(BOOT_MEDIA_ANNOTATION) && note.message.contains("cd")
+                );
+                assert!(note.error);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(BootMedia::parse(None), Ok(BootMedia::Pxe));
+        assert_eq!(BootMedia::parse(Some("cd")), Ok(BootMedia::Cd));
     }
 
     #[test]
