@@ -11,22 +11,26 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod chart_support;
+mod onprem_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use ingot_api::gardener::{Machine, MachineDeployment};
-use ingot_api::seeder::{AddressPool, Inventory};
-use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Vendor};
+use ingot_api::seeder::Inventory;
+use ingot_bmc_sim::Fleet;
 use ingot_boot_sim::servers::{ServerFleet, ServerFleetConfig};
-use ingot_controllers::onprem::claims::{CLAIMED_LABEL, HOSTNAME_ANNOTATION};
 use ingot_testenv::harness::operator::Operator;
 use ingot_testenv::mcm::Mcm;
 use ingot_testenv::wait_for;
-use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::{Api, Client, ResourceExt};
+use onprem_support::{
+    allocations, claims, create_inventories, create_namespaces, free_port, index, power_offs,
+    pxe_boots, rack,
+};
 use serde_json::{Value, json};
 
 /// Where the chart is installed and the Machines live (`gardener.namespace`), one per test:
@@ -41,18 +45,6 @@ const WAIT: Duration = Duration::from_secs(240);
 
 /// Gardener-style user data: the node agent's bootstrap token and machine name files.
 const USER_DATA: &str = "#!/bin/bash\nmkdir -p /var/lib/gardener-node-agent/credentials\ncat <<EOF >/var/lib/gardener-node-agent/credentials/bootstrap-token\n<<BOOTSTRAP_TOKEN>>\nEOF\ncat <<EOF >/var/lib/gardener-node-agent/machine-name\n<<MACHINE_NAME>>\nEOF\nsystemctl enable --now gardener-node-agent\n";
-
-fn object<T: serde::de::DeserializeOwned>(value: Value) -> T {
-    serde_json::from_value(value).unwrap()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Site {
     client: Client,
@@ -83,30 +75,8 @@ impl Site {
             .await
             .unwrap();
         let client = env.client().unwrap();
-        for name in [METAL, ns] {
-            Api::<Namespace>::all(client.clone())
-                .create(
-                    &PostParams::default(),
-                    &object(json!({"metadata": {"name": name}})),
-                )
-                .await
-                .unwrap();
-        }
-        let spec = BmcSpec {
-            vendor: Vendor::Dell,
-            power_delay: Duration::from_secs(2),
-            initial_power_on: false,
-            ..BmcSpec::default()
-        };
-        let fleet = Fleet::start(
-            FleetOptions {
-                tls: true,
-                ..FleetOptions::default()
-            },
-            vec![spec; SERVERS],
-        )
-        .await
-        .unwrap();
+        create_namespaces(&client, &[METAL, ns]).await;
+        let fleet = rack(SERVERS).await;
         let port = free_port();
         let boot = format!("http://127.0.0.1:{port}");
         let mut config = ServerFleetConfig::new(format!("{boot}/boot"), env.config());
@@ -151,50 +121,16 @@ impl Site {
             _running: running,
             _plane: plane,
         };
-        site.create_inventories().await;
+        create_inventories(
+            &site.client,
+            METAL,
+            &site.fleet,
+            ("127.0.24.0/24", "127.0.24.1"),
+            |_| json!({"rack": "a"}),
+        )
+        .await;
         site.create_classes().await;
         site
-    }
-
-    /// The AddressPool `nodes` and one Inventory per BMC, all labelled `rack: a`.
-    async fn create_inventories(&self) {
-        Api::<AddressPool>::namespaced(self.client.clone(), METAL)
-            .create(
-                &PostParams::default(),
-                &object(json!({"metadata": {"name": "nodes"},
-                    "spec": {"cidr": "127.0.24.0/24", "gateway": "127.0.24.1"}})),
-            )
-            .await
-            .unwrap();
-        let spec = BmcSpec::default();
-        for (i, bmc) in self.fleet.bmcs.iter().enumerate() {
-            let name = format!("node{i}");
-            Api::<Secret>::namespaced(self.client.clone(), METAL)
-                .create(
-                    &PostParams::default(),
-                    &object(json!({"metadata": {"name": name},
-                        "stringData": {"username": spec.username, "password": spec.password}})),
-                )
-                .await
-                .unwrap();
-            self.inventories()
-                .create(
-                    &PostParams::default(),
-                    &object(json!({
-                        "metadata": {"name": name, "labels": {"rack": "a"}},
-                        "spec": {
-                            "primaryDisk": "/dev/sda",
-                            "managementInterfaceMacAddress": bmc.state.mac(0),
-                            "baseboardSpec": {"connection": {
-                                "host": format!("https://127.0.0.1:{}", bmc.addr.port()),
-                                "port": 623, "insecureTLS": true,
-                                "authSecretRef": {"name": name, "namespace": METAL}}}
-                        }
-                    })),
-                )
-                .await
-                .unwrap();
-        }
     }
 
     /// The classes `inv-a` and `inv-b` (another kernel line), their Secret with Gardener-style
@@ -310,33 +246,12 @@ impl Site {
             .items
     }
 
-    /// Claimed Inventories, by the Machine they are claimed for.
     async fn claims(&self) -> BTreeMap<String, String> {
-        self.inventories()
-            .list(&ListParams::default().labels(&format!("{CLAIMED_LABEL}=true")))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|i| {
-                let host = i.annotations().get(HOSTNAME_ANNOTATION)?.clone();
-                Some((host, i.name_any()))
-            })
-            .collect()
+        claims(&self.client, METAL).await
     }
 
-    /// Addresses the pool `nodes` hands out, by the owner's name.
     async fn allocations(&self) -> BTreeMap<String, String> {
-        Api::<AddressPool>::namespaced(self.client.clone(), METAL)
-            .get("nodes")
-            .await
-            .unwrap()
-            .status
-            .unwrap_or_default()
-            .address_allocation
-            .into_iter()
-            .map(|(address, owner)| (owner.name, address))
-            .collect()
+        allocations(&self.client, METAL).await
     }
 
     async fn nodes(&self) -> BTreeSet<String> {
@@ -348,25 +263,6 @@ impl Site {
             .iter()
             .map(ResourceExt::name_any)
             .collect()
-    }
-
-    fn pxe_boots(&self, i: usize) -> usize {
-        self.fleet.bmcs[i]
-            .state
-            .boots()
-            .iter()
-            .filter(|r| r.device == "Pxe")
-            .count()
-    }
-
-    /// Power-off requests the BMC of `node<i>` received.
-    fn power_offs(&self, i: usize) -> usize {
-        self.fleet.bmcs[i]
-            .state
-            .reset_requests()
-            .iter()
-            .filter(|r| r.contains("Off") || r.contains("Shutdown"))
-            .count()
     }
 
     /// What must hold whatever crashed where: each claimed Inventory is claimed for a live
@@ -415,8 +311,10 @@ impl Site {
     }
 
     fn power(&self, inventory: &str) -> String {
-        let i: usize = inventory.trim_start_matches("node").parse().unwrap();
-        self.fleet.bmcs[i].state.snapshot().power_state
+        self.fleet.bmcs[index(inventory)]
+            .state
+            .snapshot()
+            .power_state
     }
 
     /// Exactly `n` Machines, all Running on class `class`, each on its own claimed Inventory
@@ -608,21 +506,32 @@ async fn a_machine_deployment_scales_rolls_and_deletes_on_inventories() {
 }
 
 /// A class the driver cannot serve says why on its Machine, naming the field, and claims
-/// nothing: an image URL that is not http(s), and an Inventory namespace the operator does not
-/// allow (`--machine-inventory-namespaces`).
+/// nothing: an image URL that is not http(s), an Inventory namespace the operator does not
+/// allow (`--machine-inventory-namespaces`), and a selector no Inventory matches
+/// (ResourceExhausted, saying so).
 async fn bad_classes_are_refused_naming_the_field(site: &Site) {
-    for (name, namespace, kernel, expected) in [
+    for (name, namespace, kernel, rack, expected) in [
         (
             "inv-ftp",
             METAL,
             "ftp://127.0.0.1:9/vmlinuz",
+            "a",
             "providerSpec.image.kernel",
         ),
         (
             "inv-elsewhere",
             "other-site",
             "http://127.0.0.1:9/vmlinuz",
+            "a",
             "--machine-inventory-namespaces",
+        ),
+        // A selector nothing matches: no capacity, and why.
+        (
+            "inv-none",
+            METAL,
+            "http://127.0.0.1:9/vmlinuz",
+            "z",
+            "code = [ResourceExhausted] message = [Could not create machine: no server to take: no Inventory in namespaces metal matches the selector",
         ),
     ] {
         site.apply(&json!({
@@ -631,7 +540,7 @@ async fn bad_classes_are_refused_naming_the_field(site: &Site) {
             "provider": "Inventory",
             "providerSpec": {
                 "inventoryNamespace": namespace,
-                "inventorySelector": {"matchLabels": {"rack": "a"}},
+                "inventorySelector": {"matchLabels": {"rack": rack}},
                 "addressPool": "nodes",
                 "image": {"kernel": kernel, "initrd": "http://127.0.0.1:9/initrd"},
                 "tags": ["kubernetes.io/cluster/shoot--e2e", "kubernetes.io/role/node"],
@@ -677,8 +586,8 @@ async fn killed_during_claim_boot_and_release_a_machine_s_inventory_is_owned_onc
     site.consistent().await;
     assert!(site.allocations().await.is_empty());
     let inventory = claims.values().next().unwrap().clone();
-    let i: usize = inventory.trim_start_matches("node").parse().unwrap();
-    assert_eq!(site.pxe_boots(i), 0);
+    let i = index(&inventory);
+    assert_eq!(pxe_boots(&site.fleet, i), 0);
 
     site.operator.restart(Some("onprem-after-boot-job"));
     site.operator
@@ -690,8 +599,8 @@ async fn killed_during_claim_boot_and_release_a_machine_s_inventory_is_owned_onc
     site.operator.restart(None);
     let settled = site.settled(1, "inv-a").await;
     assert_eq!(settled, claims);
-    assert_eq!(site.pxe_boots(i), 1, "the boot was sent twice");
-    let offs_before_release = site.power_offs(i);
+    assert_eq!(pxe_boots(&site.fleet, i), 1, "the boot was sent twice");
+    let offs_before_release = power_offs(&site.fleet, i);
 
     site.operator.restart(Some("onprem-after-off-confirmed"));
     site.scale(0).await;
@@ -710,7 +619,7 @@ async fn killed_during_claim_boot_and_release_a_machine_s_inventory_is_owned_onc
     site.consistent().await;
     assert!(site.allocations().await.is_empty());
     assert_eq!(
-        site.power_offs(i),
+        power_offs(&site.fleet, i),
         offs_before_release + 1,
         "the release's power off was sent again: {:?}",
         site.fleet.bmcs[i].state.reset_requests()

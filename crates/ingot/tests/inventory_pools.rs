@@ -13,21 +13,25 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod chart_support;
+mod onprem_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ingot_api::equinix::{Instance, InstancePool, POOL_LABEL, instance_status};
-use ingot_api::seeder::{AddressPool, Inventory};
-use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Vendor};
+use ingot_api::seeder::Inventory;
+use ingot_bmc_sim::{BmcSpec, Fleet};
 use ingot_boot_sim::servers::{ServerFleet, ServerFleetConfig};
-use ingot_controllers::onprem::claims::{CLAIMED_LABEL, HOSTNAME_ANNOTATION};
 use ingot_testenv::harness::operator::Operator;
 use ingot_testenv::wait_for;
-use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use serde_json::{Value, json};
+use onprem_support::{
+    allocations, claims, create_inventories, create_namespaces, free_port, index, object,
+    power_offs, pxe_boots, rack,
+};
+use serde_json::json;
 
 /// Where a test's cluster and nodes are: the tests of this file run at once, each on its own.
 struct Net {
@@ -54,18 +58,6 @@ const CRASHES: Net = Net {
 const TOKEN: &str = "pool-join-token-7d2f";
 const SERVERS: usize = 4;
 const WAIT: Duration = Duration::from_secs(240);
-
-fn object<T: serde::de::DeserializeOwned>(value: Value) -> T {
-    serde_json::from_value(value).unwrap()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Site {
     client: Client,
@@ -96,30 +88,8 @@ impl Site {
         let client = env.client().unwrap();
         let ns = "metal".to_owned();
         // The Inventories' namespace, and the chart's, where the Instances' OS passwords are.
-        for name in [ns.as_str(), net.release_namespace] {
-            Api::<Namespace>::all(client.clone())
-                .create(
-                    &PostParams::default(),
-                    &object(json!({"metadata": {"name": name}})),
-                )
-                .await
-                .unwrap();
-        }
-        let spec = BmcSpec {
-            vendor: Vendor::Dell,
-            power_delay: Duration::from_secs(2),
-            initial_power_on: false,
-            ..BmcSpec::default()
-        };
-        let fleet = Fleet::start(
-            FleetOptions {
-                tls: true,
-                ..FleetOptions::default()
-            },
-            vec![spec; SERVERS],
-        )
-        .await
-        .unwrap();
+        create_namespaces(&client, &[ns.as_str(), net.release_namespace]).await;
+        let fleet = rack(SERVERS).await;
         let port = free_port();
         let boot = format!("http://127.0.0.1:{port}");
         let mut config = ServerFleetConfig::new(format!("{boot}/boot"), env.config());
@@ -168,55 +138,22 @@ impl Site {
             _plane: plane,
             _running: running,
         };
-        site.create_inventories(net).await;
+        // `node0`..`node2` labelled for the pool, `node3` not (yet).
+        create_inventories(
+            &site.client,
+            &site.ns,
+            &site.fleet,
+            (net.node_cidr, net.gateway),
+            |i| {
+                if i < 3 {
+                    json!({"rack": "a"})
+                } else {
+                    json!({})
+                }
+            },
+        )
+        .await;
         site
-    }
-
-    /// The AddressPool `nodes` and one Inventory per BMC, `node0`..`node2` labelled for the
-    /// pool, `node3` not (yet).
-    async fn create_inventories(&self, net: &Net) {
-        Api::<AddressPool>::namespaced(self.client.clone(), &self.ns)
-            .create(
-                &PostParams::default(),
-                &object(json!({"metadata": {"name": "nodes"},
-                    "spec": {"cidr": net.node_cidr, "gateway": net.gateway}})),
-            )
-            .await
-            .unwrap();
-        let spec = BmcSpec::default();
-        for (i, bmc) in self.fleet.bmcs.iter().enumerate() {
-            let name = format!("node{i}");
-            Api::<Secret>::namespaced(self.client.clone(), &self.ns)
-                .create(
-                    &PostParams::default(),
-                    &object(json!({"metadata": {"name": name},
-                        "stringData": {"username": spec.username, "password": spec.password}})),
-                )
-                .await
-                .unwrap();
-            let labels = if i < 3 {
-                json!({"rack": "a"})
-            } else {
-                json!({})
-            };
-            self.inventories()
-                .create(
-                    &PostParams::default(),
-                    &object(json!({
-                        "metadata": {"name": name, "labels": labels},
-                        "spec": {
-                            "primaryDisk": "/dev/sda",
-                            "managementInterfaceMacAddress": bmc.state.mac(0),
-                            "baseboardSpec": {"connection": {
-                                "host": format!("https://127.0.0.1:{}", bmc.addr.port()),
-                                "port": 623, "insecureTLS": true,
-                                "authSecretRef": {"name": name, "namespace": self.ns}}}
-                        }
-                    })),
-                )
-                .await
-                .unwrap();
-        }
     }
 
     fn inventories(&self) -> Api<Inventory> {
@@ -273,14 +210,8 @@ impl Site {
         }
     }
 
-    /// Power-off requests the BMC of `node<i>` received.
     fn power_offs(&self, i: usize) -> usize {
-        self.fleet.bmcs[i]
-            .state
-            .reset_requests()
-            .iter()
-            .filter(|r| r.contains("Off") || r.contains("Shutdown"))
-            .count()
+        power_offs(&self.fleet, i)
     }
 
     async fn scale(&self, count: i64) {
@@ -347,33 +278,12 @@ impl Site {
         }
     }
 
-    /// Claimed Inventories, by the hostname (Instance) they are claimed for.
     async fn claims(&self) -> BTreeMap<String, String> {
-        self.inventories()
-            .list(&ListParams::default().labels(&format!("{CLAIMED_LABEL}=true")))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|i| {
-                let host = i.annotations().get(HOSTNAME_ANNOTATION)?.clone();
-                Some((host, i.name_any()))
-            })
-            .collect()
+        claims(&self.client, &self.ns).await
     }
 
-    /// Addresses the pool `nodes` hands out, by the owner's name.
     async fn allocations(&self) -> BTreeMap<String, String> {
-        Api::<AddressPool>::namespaced(self.client.clone(), &self.ns)
-            .get("nodes")
-            .await
-            .unwrap()
-            .status
-            .unwrap_or_default()
-            .address_allocation
-            .into_iter()
-            .map(|(address, owner)| (owner.name, address))
-            .collect()
+        allocations(&self.client, &self.ns).await
     }
 
     /// A power action at the BMC of `node<i>`, as a person (or a failure) does it.
@@ -447,16 +357,11 @@ impl Site {
     }
 
     fn index(name: &str) -> usize {
-        name.trim_start_matches("node").parse().unwrap()
+        index(name)
     }
 
     fn pxe_boots(&self, i: usize) -> usize {
-        self.fleet.bmcs[i]
-            .state
-            .boots()
-            .iter()
-            .filter(|r| r.device == "Pxe")
-            .count()
+        pxe_boots(&self.fleet, i)
     }
 }
 

@@ -15,7 +15,7 @@ use kube::ResourceExt;
 use super::{
     Code, CreateMachineResponse, DeleteMachineResponse, Driver, DriverResult,
     GetMachineStatusResponse, InitializeMachineResponse, ListMachinesResponse, MachineRequest,
-    SecretData, Status, device_uuid, last_tag, status, validate_name,
+    SecretData, Status, device_uuid, last_tag, status, user_data, validate_name,
 };
 
 /// Secret key of the API token.
@@ -23,8 +23,7 @@ pub const API_TOKEN_KEY: &str = "apiToken";
 /// Accepted by validation like the Go provider; used when `apiToken` is empty (the Go
 /// provider then failed).
 pub const ALTERNATE_API_TOKEN_KEY: &str = "alternateApiToken";
-/// Secret key of the user data.
-pub const USER_DATA_KEY: &str = "userData";
+pub use super::USER_DATA_KEY;
 pub use super::{CLUSTER_TAG, ROLE_TAG};
 
 /// Makes a cloud for a token and a project (the per-class credentials of MCM). Tests inject
@@ -218,16 +217,7 @@ fn billing(cycle: &str) -> DriverResult<Option<Billing>> {
 impl Driver for EquinixDriver {
     async fn create_machine(&self, req: MachineRequest<'_>) -> DriverResult<CreateMachineResponse> {
         let t = self.target(req.class, req.secret)?;
-        let user_data = req
-            .secret
-            .get_str(USER_DATA_KEY)
-            .filter(|u| !u.is_empty())
-            .ok_or_else(|| {
-                Status::new(
-                    Code::InvalidArgument,
-                    "Error while validating Secret secretRef.userData: Required value: Required userData",
-                )
-            })?;
+        let user_data = user_data(req.secret)?;
         let name = req.machine.name_any();
         validate_name(&name)?;
         let billing = billing(&t.spec.billing_cycle)?;

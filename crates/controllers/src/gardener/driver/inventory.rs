@@ -17,11 +17,10 @@ use ingot_api::gardener::{InventoryProviderSpec, MachineClass, PROVIDER_INVENTOR
 use ingot_metal::{BareMetalCloud, Boot, CreateServer, Server, ServerState};
 use kube::{Client, ResourceExt};
 
-use super::equinix::USER_DATA_KEY;
 use super::{
     CLUSTER_TAG, Code, CreateMachineResponse, DeleteMachineResponse, Driver, DriverResult,
     GetMachineStatusResponse, InitializeMachineResponse, ListMachinesResponse, MachineRequest,
-    ROLE_TAG, SecretData, Status, last_tag, status, validate_name,
+    ROLE_TAG, SecretData, Status, last_tag, status, user_data, validate_name,
 };
 use crate::onprem::cloud::{InventoryCloud, PROVIDER_SCHEME, Settings as CloudSettings};
 use crate::onprem::image::{Image, ImageRequest};
@@ -222,16 +221,7 @@ pub fn decode_provider_spec(class: &MachineClass) -> DriverResult<InventoryProvi
 impl Driver for InventoryDriver {
     async fn create_machine(&self, req: MachineRequest<'_>) -> DriverResult<CreateMachineResponse> {
         let t = self.target(req.class)?;
-        let user_data = req
-            .secret
-            .get_str(USER_DATA_KEY)
-            .filter(|u| !u.is_empty())
-            .ok_or_else(|| {
-                Status::new(
-                    Code::InvalidArgument,
-                    "Error while validating Secret secretRef.userData: Required value: Required userData",
-                )
-            })?;
+        let user_data = user_data(req.secret)?;
         let name = req.machine.name_any();
         validate_name(&name)?;
         let request = ImageRequest {

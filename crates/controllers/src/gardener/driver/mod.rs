@@ -211,6 +211,22 @@ pub trait Driver: Send + Sync {
     ) -> DriverResult<Vec<String>>;
 }
 
+/// Secret key of the user data.
+pub const USER_DATA_KEY: &str = "userData";
+
+/// The Secret's user data, required (the Go provider's message).
+pub fn user_data(secret: &SecretData) -> DriverResult<String> {
+    secret
+        .get_str(USER_DATA_KEY)
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| {
+            Status::new(
+                Code::InvalidArgument,
+                "Error while validating Secret secretRef.userData: Required value: Required userData",
+            )
+        })
+}
+
 /// The tag naming a machine's cluster (its owner).
 pub const CLUSTER_TAG: &str = "kubernetes.io/cluster/";
 /// The tag naming a machine's role.
