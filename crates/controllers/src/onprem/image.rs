@@ -29,7 +29,7 @@ pub const META_DATA_KEY: &str = "meta-data";
 pub const MAX_USER_DATA: usize = 64 * 1024;
 
 /// The OS image a MachineClass boots.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Image {
     /// The kernel's `http`/`https` URL.
     pub kernel: String,

@@ -91,17 +91,18 @@ impl InventoryDriver {
             },
         )
         .map_err(|e| status(e, "providerSpec.inventorySelector"))?;
-        let image = spec.image.clone().map(|i| Image {
-            kernel: i.kernel,
-            initrd: i.initrd,
-            cmdline: i.cmdline,
-        });
+        // Present: decode_provider_spec requires it.
+        let image = spec
+            .image
+            .clone()
+            .map(|i| Image {
+                kernel: i.kernel,
+                initrd: i.initrd,
+                cmdline: i.cmdline,
+            })
+            .unwrap_or_default();
         Ok(Target {
-            image: image.unwrap_or_else(|| Image {
-                kernel: String::new(),
-                initrd: String::new(),
-                cmdline: String::new(),
-            }),
+            image,
             spec,
             cloud: Arc::new(cloud),
             owner,
