@@ -69,6 +69,7 @@ const GO_DURATION_MESSAGE: &str =
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.networkingConfiguration) || !has(self.networkingConfiguration.interfaceConfiguration) || size(self.networkingConfiguration.interfaceConfiguration) == 0"#).field_path(".networkingConfiguration.interfaceConfiguration").message("networkingConfiguration.interfaceConfiguration assigns VLANs to Equinix Metal ports through its API, which a pool with inventorySelector has no part of (switch ports are yours): remove spec.networkingConfiguration.interfaceConfiguration"))]
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.managementInterface) || self.managementInterface.all(i, i == 'eth0')"#).field_path(".managementInterface").message("an Inventory has one known port, eth0 (spec.managementInterfaceMacAddress): with inventorySelector, managementInterface may only name eth0; remove the other names"))]
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || (has(self.addressPool) && self.addressPool != '')"#).field_path(".addressPool").message("addressPool is required with inventorySelector: name the AddressPool of inventoryNamespace the servers' static addresses come from"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.bootMedia) || has(self.inventorySelector)"#).field_path(".bootMedia").message("bootMedia says how servers drawn from Inventories boot: set inventorySelector, or remove bootMedia (Equinix Metal boots its own way)"))]
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.addressPool) || has(self.inventorySelector)"#).field_path(".addressPool").message("addressPool gives addresses to servers drawn from Inventories: set inventorySelector and inventoryNamespace, or remove addressPool"))]
 pub struct InstancePoolSpec {
     /// Desired number of Instances.
@@ -274,6 +275,13 @@ pub struct InstancePoolSpec {
     )]
     #[schemars(length(max = 253))]
     pub address_pool: Option<String>,
+    /// How an inventorySelector pool's servers boot the installer: `pxe` (a one-time network
+    /// boot; the default) or `cd` (ingot's boot CD for the server, inserted as virtual media
+    /// through its BMC, no DHCP needed). An Inventory's own
+    /// `provisioning.ingot.dev/boot-media` annotation, where set, decides for that server.
+    #[serde(rename = "bootMedia", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["pxe", "cd"]))]
+    pub boot_media: Option<String>,
 }
 
 /// How the servers' ports are wired, as in the fork's README.
@@ -523,6 +531,9 @@ pub struct InstanceSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub address_pool: Option<String>,
+    /// Copied from the pool.
+    #[serde(rename = "bootMedia", default, skip_serializing_if = "Option::is_none")]
+    pub boot_media: Option<String>,
 }
 
 /// The Instance's status: the original's fields, always present, plus conditions.

@@ -120,6 +120,16 @@ fn cases() -> Vec<Case> {
             ],
         },
         Case {
+            what: "bootMedia without inventorySelector",
+            object: pool(json!({"bootMedia": "cd"})),
+            expect: &["spec.bootMedia", "set inventorySelector"],
+        },
+        Case {
+            what: "bootMedia neither pxe nor cd",
+            object: on_premises(json!({"bootMedia": "usb"})),
+            expect: &["spec.bootMedia", "Unsupported value: \"usb\""],
+        },
+        Case {
             what: "inventoryNamespace without inventorySelector",
             object: pool(json!({"inventoryNamespace": "metal"})),
             expect: &["spec.inventorySelector", "required with inventoryNamespace"],
@@ -337,6 +347,7 @@ async fn valid_pools_of_both_backends_are_accepted() {
                 json!({"ipxeScriptUrl": "http://boot.example/ipxe", "harvesterVersion": "v1.4.2",
                 "managementInterface": ["eth0"], "managementBondingOptions": {"mode": "active-backup"},
                 "installDisk": "/dev/nvme0n1", "nodeCleanupWaitInterval": "5m", "maxUnhealthy": 1,
+                "bootMedia": "cd",
                 "drainTimeout": "5m", "singleBoot": true, "isoUrl": "http://boot.example/harvester.iso",
                 "plan": "", "metro": "", "facility": [], "billingCycle": "", "spotPriceMax": "",
                 "spotInstance": false, "createMissingVlans": false,

@@ -22,6 +22,7 @@ use ingot_controllers::onprem::cloud::{
 };
 use ingot_controllers::provisioning::addresses::PoolRef;
 use ingot_controllers::provisioning::boot::BOOT_FROM_DISK;
+use ingot_controllers::provisioning::node::phase::BootMedia;
 use ingot_metal::{BareMetalCloud, Boot, CreateServer, Error, NetworkMode, ServerState, Shortage};
 use ingot_testenv::harness::closed_port;
 use ingot_testenv::harness::operator::Operator;
@@ -103,6 +104,7 @@ fn settings(ns: &str, labels: Value) -> Settings {
         poll: Duration::from_millis(250),
         owner: Some(OWNER.to_owned()),
         boot_url: None,
+        boot_media: BootMedia::Pxe,
         crash_point: None,
     }
 }
@@ -136,6 +138,12 @@ struct Site {
 
 impl Site {
     async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// With `media` (`--boot-media-dir`), the boot server also serves boot CDs at
+    /// `--boot-url`, and lets the test's own address report installs.
+    async fn start_with(media: Option<&Path>) -> Self {
         let env = ingot_testenv::shared().await;
         let client = env.client().unwrap();
         let ns = env.namespace("onprem-cloud").await.unwrap();
@@ -210,8 +218,15 @@ impl Site {
             .arg("--rufio-machine-interval-seconds=1")
             .arg("--rufio-task-poll-seconds=0.3")
             .arg(format!("--boot-addr=127.0.0.1:{boot_port}"))
-            .env("RUST_LOG", "info,ingot_controllers=debug")
-            .start();
+            .env("RUST_LOG", "info,ingot_controllers=debug");
+        let operator = match media {
+            Some(dir) => operator
+                .arg(format!("--boot-url=http://127.0.0.1:{boot_port}"))
+                .arg(format!("--boot-media-dir={}", dir.display()))
+                .arg("--boot-allow-source=127.0.0.1/32"),
+            None => operator,
+        }
+        .start();
         let site = Site {
             client,
             ns,
@@ -629,4 +644,146 @@ fn all_completed(jobs: &[Job]) -> bool {
 
 fn h1_name_index(name: &str) -> usize {
     name.rsplit('-').next().unwrap().parse().unwrap()
+}
+
+/// A pool's install request, as the pools controller writes it.
+fn install_request(hostname: &str) -> CreateServer {
+    let mut request = request(hostname);
+    request.userdata = Some(
+        json!({"version": "v1.7.1", "imageUrl": "http://127.0.0.1:9/harvester",
+            "vip": "10.31.0.6", "token": "join-token-cd", "osPassword": "os-password-cd"})
+        .to_string(),
+    );
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_s_server_boots_its_boot_cd_by_virtual_media_and_it_is_ejected_once_installed() {
+    let Some(peer) = ingot_testenv::qemu::QemuPeer::installed_or_skip("onprem_cloud") else {
+        return;
+    };
+    let site = Site::start_with(Some(&peer.boot_media_dir())).await;
+    let (client, ns) = (&site.client, site.ns.as_str());
+    let boot = format!("http://127.0.0.1:{}", site.boot_port);
+    let rack_a = InventoryCloud::new(
+        client.clone(),
+        Settings {
+            boot_url: Some(url::Url::parse(&boot).unwrap()),
+            boot_media: BootMedia::Cd,
+            ..settings(ns, json!({"rack": "a"}))
+        },
+    )
+    .unwrap();
+
+    // The pool chooses the CD: inserted through the BMC (sushy fetches it from the boot
+    // server), booted once, the server on.
+    let server = rack_a.create_server(&install_request("cd1")).await.unwrap();
+    let name = server.id.split_once('/').unwrap().1.to_owned();
+    let bmc = site.bmc(&server.id);
+    let media_url = format!("{boot}/media/{ns}/{name}.iso");
+    let cd = wait_for(
+        &format!("{name}'s CD inserted and booted"),
+        WAIT,
+        || async {
+            let cd = bmc.virtual_cd(USER, PASSWORD).await?;
+            let s = system(bmc).await;
+            let booted = cd["Inserted"] == true
+                && s["Boot"]["BootSourceOverrideTarget"] == "Cd"
+                && s["PowerState"] == "On"
+                && rack_a.get_server(&server.id).await.unwrap().state == ServerState::Active;
+            booted.then_some(cd)
+        },
+    )
+    .await;
+    assert_eq!(cd["Image"], media_url.as_str(), "{cd}");
+    // The image the BMC took is ingot's CD for this server: ISO 9660, with its address.
+    let iso = reqwest::get(&media_url).await.unwrap();
+    assert_eq!(iso.status(), 200);
+    let iso = iso.bytes().await.unwrap();
+    assert_eq!(&iso[0x8001..0x8006], b"CD001");
+    let address = server.addresses[0].address.clone();
+    assert!(
+        iso.windows(address.len()).any(|w| w == address.as_bytes()),
+        "the CD does not set {address}"
+    );
+    assert_eq!(
+        inventory(client, ns, &name).await.annotations()["onprem.ingot.dev/booted-from"],
+        "cd"
+    );
+    // The CD chains to the boot server, which hands the server its install.
+    let script = reqwest::get(format!("{boot}/boot/{}", server.macs()[0]))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(script.contains("harvester.install.config_url"), "{script}");
+
+    // Installed (the installer's webhook): the CD is ejected, once, and no longer served.
+    let reported = reqwest::Client::new()
+        .put(format!("{boot}/disable/{ns}/{name}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(reported.status().is_success(), "{}", reported.status());
+    wait_for(&format!("{name}'s CD ejected"), WAIT, || async {
+        let cd = bmc.virtual_cd(USER, PASSWORD).await?;
+        (cd["Inserted"] == false).then_some(())
+    })
+    .await;
+    let ejects = || async {
+        claim_jobs(client, ns)
+            .await
+            .iter()
+            .filter(|j| j.name_any().contains("-eject-"))
+            .count()
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(ejects().await, 1, "{}", site.operator.log_tail());
+    assert_eq!(
+        inventory(client, ns, &name).await.annotations()["onprem.ingot.dev/ejected"],
+        "1"
+    );
+    assert_eq!(
+        system(bmc).await["PowerState"],
+        "On",
+        "the eject touched the power"
+    );
+
+    // An Inventory that says how it boots decides for itself: the other server is annotated
+    // for a network boot, and the pool's CD is not inserted in it.
+    let other = if name == "server-0" {
+        "server-1"
+    } else {
+        "server-0"
+    };
+    Api::<Inventory>::namespaced(client.clone(), ns)
+        .patch(
+            other,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "provisioning.ingot.dev/boot-media": "pxe"}}})),
+        )
+        .await
+        .unwrap();
+    let pxe = rack_a
+        .create_server(&install_request("pxe1"))
+        .await
+        .unwrap();
+    assert_eq!(pxe.id, format!("{ns}/{other}"));
+    let other_bmc = site.bmc(&pxe.id);
+    wait_for(&format!("{other} network-booted"), WAIT, || async {
+        let s = system(other_bmc).await;
+        (s["Boot"]["BootSourceOverrideTarget"] == "Pxe" && s["PowerState"] == "On").then_some(())
+    })
+    .await;
+    let cd = other_bmc.virtual_cd(USER, PASSWORD).await.unwrap();
+    assert_eq!(cd["Inserted"], false, "{cd}");
+
+    // Released: off read back, and its CD no longer served.
+    rack_a.delete_server(&server.id).await.unwrap();
+    assert_eq!(system(bmc).await["PowerState"], "Off");
+    assert_eq!(reqwest::get(&media_url).await.unwrap().status(), 404);
+    rack_a.delete_server(&pxe.id).await.unwrap();
+    site.operator.terminate();
 }

@@ -302,6 +302,8 @@ async fn a_cluster_is_provisioned_through_ipmi_bmcs_in_each_server_s_boot_mode()
         .cloned()
         .collect();
     assert_eq!(kept.len(), 2);
+    let removed_entry = serde_json::to_value(&cluster.spec.nodes).unwrap()[LEGACY].clone();
+    assert_eq!(removed_entry["inventoryReference"]["name"], json!(removed));
     clusters
         .patch(
             "first",
@@ -338,6 +340,62 @@ async fn a_cluster_is_provisioned_through_ipmi_bmcs_in_each_server_s_boot_mode()
         assert!(bmcs[i].power_on(), "server {i} went off");
         assert_eq!(pxe_boots(&bmcs[i]).len(), 1, "server {i} booted again");
     }
+
+    // Switched on at the server, then added again to boot from ingot's CD: IPMI has no virtual
+    // media, so the boot Job fails at its first task, the Inventory says why, and the server is
+    // not touched (still on, no chassis control, no boot).
+    bmcs[LEGACY].set_power(true);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let controls_before = bmcs[LEGACY].stats().chassis_controls.len();
+    let boots_before = bmcs[LEGACY].boots().len();
+    inventories
+        .patch(
+            &removed,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "provisioning.ingot.dev/boot-media": "cd"}}})),
+        )
+        .await
+        .unwrap();
+    let mut nodes = kept.clone();
+    nodes.push(removed_entry);
+    clusters
+        .patch(
+            "first",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodes": nodes}})),
+        )
+        .await
+        .unwrap();
+    let refused = wait_for(
+        &format!("{removed}'s virtualMediaUnsupported"),
+        WAIT,
+        || async {
+            let i = inventories.get(&removed).await.ok()?;
+            (condition(&i, "virtualMediaUnsupported").as_deref() == Some("True")).then_some(i)
+        },
+    )
+    .await;
+    let message = refused
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "virtualMediaUnsupported")
+        .and_then(|c| c.message)
+        .unwrap_or_default();
+    assert!(
+        message.contains("IPMI") && message.contains("provisioning.ingot.dev/boot-media"),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        bmcs[LEGACY].stats().chassis_controls.len(),
+        controls_before,
+        "a chassis control reached {removed}'s BMC after the refused CD boot"
+    );
+    assert_eq!(bmcs[LEGACY].boots().len(), boots_before);
+    assert!(bmcs[LEGACY].power_on(), "{removed} was switched off");
 
     operator.terminate();
     let _ = Api::<Namespace>::all(client.clone())

@@ -56,6 +56,7 @@ use super::image::{self, ImageRequest};
 use super::install::{self, InstallRequest};
 use crate::provisioning::addresses::{PoolRef, allocate_address, release_address};
 use crate::provisioning::allocation::inventory_owner;
+use crate::provisioning::node::phase::{BOOT_MEDIA_ANNOTATION, BootMedia};
 use crate::seeder::power::{self, JobOutcome};
 
 /// The server's address, while claimed.
@@ -75,15 +76,21 @@ pub const OFF_CONFIRMED_ANNOTATION: &str = "onprem.ingot.dev/off-confirmed";
 pub const INSTALLED_ANNOTATION: &str = "onprem.ingot.dev/installed";
 /// On every Job sent under a claim: a hash of the claim, so its release deletes them all.
 pub const CLAIM_JOB_LABEL: &str = "onprem.ingot.dev/claim";
+/// `cd` when the last install boot was from ingot's boot CD (absent: by network).
+pub const BOOTED_FROM_ANNOTATION: &str = "onprem.ingot.dev/booted-from";
+/// The install boot number whose boot CD was ejected once it reported.
+pub const EJECTED_ANNOTATION: &str = "onprem.ingot.dev/ejected";
 
 /// Every annotation this cloud writes besides the claim's own: removed with the claim.
-const RECORDS: [&str; 6] = [
+const RECORDS: [&str; 8] = [
     ADDRESS_ANNOTATION,
     INSTALLED_ANNOTATION,
     ADDRESS_POOL_ANNOTATION,
     BOOTS_ANNOTATION,
     BOOT_JOB_ANNOTATION,
     IPXE_URL_ANNOTATION,
+    BOOTED_FROM_ANNOTATION,
+    EJECTED_ANNOTATION,
 ];
 
 /// What a create's `userdata` asks the claimed server to boot.
@@ -118,6 +125,9 @@ pub struct Settings {
     /// Where servers reach ingot's boot server (`--boot-url`): the install config and the
     /// installer's webhook of a create with an [`InstallRequest`] are under it.
     pub boot_url: Option<url::Url>,
+    /// How an install boots where the Inventory does not say ([`BOOT_MEDIA_ANNOTATION`]): the
+    /// pool's `bootMedia`. A machine's image always boots by network.
+    pub boot_media: BootMedia,
     /// Test hook: the process aborts at these named points (`onprem-after-claim`,
     /// `onprem-after-boot-job`, `onprem-after-off-confirmed`), to prove a crash there harmless.
     pub crash_point: Option<String>,
@@ -436,14 +446,44 @@ impl InventoryCloud {
         .await
     }
 
+    /// How this install boots: the Inventory's annotation where set, else the pool's choice;
+    /// a machine's image by network. An annotation ingot cannot follow is refused, naming it.
+    fn boot_media(&self, inventory: &Inventory, install: bool) -> Result<BootMedia> {
+        if !install {
+            return Ok(BootMedia::Pxe);
+        }
+        match annotation(inventory, BOOT_MEDIA_ANNOTATION) {
+            None => Ok(self.settings.boot_media),
+            Some(value) => BootMedia::parse(Some(value)).map_err(|why| Error::Validation {
+                message: format!("Inventory {}: {why}", key(inventory)),
+            }),
+        }
+    }
+
     /// Sends install boot number `n` (once), then records it.
-    async fn boot(&self, inventory: Inventory, claim: &Claim, n: u32) -> Result<Inventory> {
+    async fn boot(
+        &self,
+        inventory: Inventory,
+        claim: &Claim,
+        n: u32,
+        media: BootMedia,
+    ) -> Result<Inventory> {
         let name = job_name(&inventory, claim, &format!("boot-{n}"));
-        let tasks = json!([
-            {"powerAction": "off"},
-            {"oneTimeBootDeviceAction": {"device": ["pxe"]}},
-            {"powerAction": "on"},
-        ]);
+        let tasks = match media {
+            BootMedia::Pxe => json!([
+                {"powerAction": "off"},
+                {"oneTimeBootDeviceAction": {"device": ["pxe"]}},
+                {"powerAction": "on"},
+            ]),
+            // Inserted before the server is touched: a BMC without virtual media fails the
+            // Job there, with the server as it was.
+            BootMedia::Cd => json!([
+                {"virtualMediaAction": {"kind": "CD", "mediaURL": self.media_url(&inventory)?}},
+                {"powerAction": "off"},
+                {"oneTimeBootDeviceAction": {"device": ["cdrom"]}},
+                {"powerAction": "on"},
+            ]),
+        };
         self.send(&inventory, claim, &name, tasks).await?;
         self.crash_point("onprem-after-boot-job");
         self.record(
@@ -452,9 +492,48 @@ impl InventoryCloud {
             &[
                 (BOOTS_ANNOTATION, Some(n.to_string())),
                 (BOOT_JOB_ANNOTATION, Some(name)),
+                (
+                    BOOTED_FROM_ANNOTATION,
+                    (media == BootMedia::Cd).then(|| "cd".to_owned()),
+                ),
             ],
         )
         .await
+    }
+
+    /// Whether the claim boots a machine's image (its install Secret holds user data), not the
+    /// installer.
+    async fn boots_image(&self, inventory: &Inventory) -> Result<bool> {
+        let secret = Api::<Secret>::namespaced(
+            self.client.clone(),
+            &inventory.namespace().unwrap_or_default(),
+        )
+        .get_opt(&install::install_secret_name(&inventory.name_any()))
+        .await
+        .map_err(kube_error)?;
+        Ok(secret.is_some_and(|s| {
+            s.data
+                .as_ref()
+                .is_some_and(|d| d.contains_key(image::USER_DATA_KEY))
+        }))
+    }
+
+    /// Where the BMC fetches the server's boot CD: the boot server's
+    /// `/media/<namespace>/<name>.iso`.
+    fn media_url(&self, inventory: &Inventory) -> Result<String> {
+        let boot_url = self.settings.boot_url.as_ref().ok_or_else(|| {
+            Error::InvalidRequest(
+                "a boot CD is served by ingot's boot server: give ingot run --boot-url (and --boot-media-dir)".to_owned(),
+            )
+        })?;
+        boot_url
+            .join(&format!(
+                "media/{}/{}.iso",
+                inventory.namespace().unwrap_or_default(),
+                inventory.name_any()
+            ))
+            .map(|u| u.to_string())
+            .map_err(|e| Error::InvalidRequest(format!("the boot URL {boot_url}: {e}")))
     }
 
     /// Creates the Job of this name once (one already there is the same action, not sent
@@ -579,6 +658,7 @@ impl InventoryCloud {
             });
         }
         let inventory = self.ensure_address(inventory, &claim, spec).await?;
+        let mut install = false;
         if let Some(userdata) = &spec.userdata {
             let request = match ImageRequest::parse(userdata) {
                 Some(image) => Request::Image(image),
@@ -586,10 +666,12 @@ impl InventoryCloud {
                     InstallRequest::parse(userdata).map_err(Error::InvalidRequest)?,
                 ),
             };
+            install = matches!(request, Request::Install(_));
             self.ensure_install(&inventory, &claim, &request).await?;
         }
         let inventory = if boots(&inventory) == 0 {
-            self.boot(inventory, &claim, 1).await?
+            let media = self.boot_media(&inventory, install)?;
+            self.boot(inventory, &claim, 1, media).await?
         } else {
             inventory
         };
@@ -778,7 +860,8 @@ impl BareMetalCloud for InventoryCloud {
             None => inventory,
         };
         let n = boots(&inventory) + 1;
-        self.boot(inventory, &claim, n).await.map(drop)
+        let media = self.boot_media(&inventory, !self.boots_image(&inventory).await?)?;
+        self.boot(inventory, &claim, n, media).await.map(drop)
     }
 
     async fn power(&self, id: &str, action: PowerAction) -> Result<()> {
@@ -1001,6 +1084,58 @@ fn parse_id(id: &str) -> Result<(&str, &str)> {
             "server id {id:?} is not <namespace>/<name> of an Inventory (or inventory://<namespace>/<name>)"
         ))),
     }
+}
+
+/// The install boot whose boot CD is to be ejected: the claim holds, its last install boot
+/// was from the CD and reported, and that boot's CD was not ejected yet.
+pub fn cd_to_eject(inventory: &Inventory) -> Option<String> {
+    claims::claim_of(inventory)?;
+    if annotation(inventory, OFF_CONFIRMED_ANNOTATION).is_some()
+        || annotation(inventory, BOOTED_FROM_ANNOTATION) != Some("cd")
+    {
+        return None;
+    }
+    let boot = annotation(inventory, BOOTS_ANNOTATION)?;
+    (annotation(inventory, INSTALLED_ANNOTATION) == Some(boot)
+        && annotation(inventory, EJECTED_ANNOTATION) != Some(boot))
+    .then(|| boot.to_owned())
+}
+
+/// Ejects a claimed server's boot CD once its install reported ([`cd_to_eject`]): a Job named
+/// after the claim and the boot (sent once), then the boot recorded as ejected, under the
+/// `resourceVersion` read (a conflict is the next pass's).
+pub async fn eject_cd(
+    client: &Client,
+    inventory: &Inventory,
+) -> std::result::Result<(), kube::Error> {
+    let (Some(boot), Some(claim)) = (cd_to_eject(inventory), claims::claim_of(inventory)) else {
+        return Ok(());
+    };
+    let name = job_name(inventory, &claim, &format!("eject-{boot}"));
+    let mut job = power::inventory_job(
+        inventory,
+        &name,
+        (JOB_INVENTORY_LABEL, inventory.name_any()),
+        json!([{"virtualMediaAction": {"kind": "CD", "mediaURL": ""}}]),
+    )
+    .map_err(kube::Error::SerdeError)?;
+    job.metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(CLAIM_JOB_LABEL.to_owned(), claim_hash(inventory, &claim));
+    power::create_once(client, &job).await?;
+    let patch = json!({"metadata": {
+        "resourceVersion": inventory.resource_version(),
+        "annotations": {EJECTED_ANNOTATION: boot},
+    }});
+    Api::<Inventory>::namespaced(client.clone(), &inventory.namespace().unwrap_or_default())
+        .patch(
+            &inventory.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map(drop)
 }
 
 fn annotation<'a>(inventory: &'a Inventory, key: &str) -> Option<&'a str> {

@@ -161,6 +161,8 @@ pub fn render(
         script,
         config: String::new(),
         address: address.to_owned(),
+        netmask: link.netmask().to_string(),
+        gateway: link.gateway().to_string(),
     };
     Ok((files, meta_data, request.user_data.clone()))
 }

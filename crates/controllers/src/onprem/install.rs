@@ -101,7 +101,14 @@ pub struct InstallFiles {
     pub script: String,
     pub config: String,
     pub address: String,
+    /// The address's link (its pool's), for the boot CD, which sets the address itself.
+    pub netmask: String,
+    pub gateway: String,
 }
+
+/// The claim's install Secret keys of the address's netmask and gateway.
+pub const NETMASK_KEY: &str = "netmask";
+pub const GATEWAY_KEY: &str = "gateway";
 
 /// Renders the install of `inventory` at `address` (from `pool`), with the config and webhook
 /// under `boot_url` (the boot server's `config/<ns>/<name>` and `disable/<ns>/<name>`).
@@ -175,6 +182,8 @@ pub fn render(
         script: ingot_harvester::ipxe_script(&node).map_err(|e| e.to_string())?,
         config: ingot_harvester::install_config(&node).map_err(|e| e.to_string())?,
         address: address.to_owned(),
+        netmask: node.netmask.clone(),
+        gateway: node.gateway.clone(),
     })
 }
 
@@ -192,6 +201,8 @@ pub fn install_secret(inventory: &Inventory, files: &InstallFiles) -> Secret {
         (SCRIPT_KEY, &files.script),
         (CONFIG_KEY, &files.config),
         (ADDRESS_KEY, &files.address),
+        (NETMASK_KEY, &files.netmask),
+        (GATEWAY_KEY, &files.gateway),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), ByteString(v.clone().into_bytes())))
@@ -297,6 +308,10 @@ mod tests {
             "http://10.0.0.5:8082/disable/metal/server-0"
         );
         assert_eq!(files.address, "10.0.9.17");
+        assert_eq!(
+            (files.netmask.as_str(), files.gateway.as_str()),
+            ("255.255.255.0", "10.0.9.254")
+        );
         let secret = install_secret(&inventory(), &files);
         assert_eq!(
             secret.metadata.name.as_deref(),

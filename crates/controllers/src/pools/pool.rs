@@ -196,6 +196,7 @@ fn new_instance(pool: &InstancePool) -> Instance {
             install_disk: spec.install_disk.clone().filter(|d| !d.is_empty()),
             inventory_selector: spec.inventory_selector.clone(),
             inventory_namespace: spec.inventory_namespace.clone(),
+            boot_media: spec.boot_media.clone(),
             address_pool: spec.address_pool.clone(),
             ..InstanceSpec::default()
         },

@@ -14,7 +14,7 @@
 //! - `GET /nocloud/<namespace>/<name>/{meta-data,user-data,vendor-data}`: the cloud-init data
 //!   of a Gardener machine's claimed server (`crate::onprem::image`), to its own address only.
 //! - `GET /media/<namespace>/<name>.iso`: with `--boot-media-dir`, the boot CD of a Cluster's
-//!   node being installed ([`super::media`]), for virtual media.
+//!   node or a claimed server being installed ([`super::media`]), for virtual media.
 //! - `PUT /disable/<namespace>/<name>`: the installer's SUCCEEDED webhook (Seeder's path),
 //!   from the same sources: the node stops being offered the installer, so its next boot is
 //!   from its disk.
@@ -258,7 +258,8 @@ impl BootService {
     }
 
     /// `GET /media/<namespace>/<name>.iso`: the boot CD of a node of a Cluster being installed
-    /// (allocated, its installer not reported), for a BMC to insert as virtual media. It holds
+    /// (allocated, its installer not reported), or of a claimed server, for a BMC to insert as
+    /// virtual media. It holds
     /// no secret (the node's address, MAC and the boot server's URL), so any source may fetch
     /// it. NotFound without `--boot-media-dir` and `--boot-url`.
     pub async fn media(&self, namespace: &str, file: &str) -> Answer<Vec<u8>> {
@@ -274,28 +275,18 @@ impl BootService {
         if !self.synced(SYNC_WAIT).await {
             return Answer::Unavailable;
         }
-        let Some(inventory) = self
-            .inventory(namespace, name)
-            .filter(|i| allocated(i) && !installed(i))
-        else {
+        let Some(inventory) = self.inventory(namespace, name) else {
             return Answer::NotFound;
         };
-        let config = inventory
-            .status
-            .as_ref()
-            .map(|s| s.pxe_boot_config.clone())
-            .unwrap_or_default();
+        let Some((address, netmask, gateway)) = self.media_address(&inventory) else {
+            return Answer::NotFound;
+        };
         let mac = inventory
             .spec
             .management_interface_mac_address
             .as_deref()
             .map(normal_mac)
             .unwrap_or_default();
-        let (Some(address), Some(netmask), Some(gateway)) =
-            (config.address, config.netmask, config.gateway)
-        else {
-            return Answer::NotFound;
-        };
         let Ok(script_url) = boot_url.join(&format!("boot/{mac}")) else {
             return Answer::NotFound;
         };
@@ -309,6 +300,32 @@ impl BootService {
             script_url: &script_url,
         };
         node_iso(files, &node).map_or(Answer::NotFound, Answer::Ok)
+    }
+
+    /// The address, netmask and gateway a boot CD sets, while the server may boot it: a
+    /// Cluster's node allocated and not installed (its status), or a claimed server not being
+    /// released (its claim's install Secret). A claim's CD is served before its boot is
+    /// recorded, since the BMC fetches it as the boot runs; what the CD boots is decided by
+    /// `GET /boot/<mac>`.
+    fn media_address(&self, inventory: &Inventory) -> Option<(String, String, String)> {
+        if allocated(inventory) {
+            if installed(inventory) {
+                return None;
+            }
+            let config = inventory.status.as_ref()?.pxe_boot_config.clone();
+            return Some((config.address?, config.netmask?, config.gateway?));
+        }
+        if !claim_active(inventory) {
+            return None;
+        }
+        let secret = self.node_secret(inventory)?;
+        let value = |key: &str| install::value(&secret, key).map(str::to_owned);
+        use crate::onprem::install::{GATEWAY_KEY, NETMASK_KEY};
+        Some((
+            value(ADDRESS_KEY)?,
+            value(NETMASK_KEY)?,
+            value(GATEWAY_KEY)?,
+        ))
     }
 
     /// `GET /nocloud/<namespace>/<name>/<file>`: a Gardener machine's cloud-init NoCloud data

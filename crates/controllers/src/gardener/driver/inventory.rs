@@ -25,6 +25,7 @@ use super::{
 use crate::onprem::cloud::{InventoryCloud, PROVIDER_SCHEME, Settings as CloudSettings};
 use crate::onprem::image::{Image, ImageRequest};
 use crate::provisioning::addresses::PoolRef;
+use crate::provisioning::node::phase::BootMedia;
 
 /// What the operator allows and provides to `Inventory` classes.
 #[derive(Clone, Debug)]
@@ -87,6 +88,8 @@ impl InventoryDriver {
                 poll: Duration::from_secs(1),
                 owner: Some(owner.clone()),
                 boot_url: self.settings.boot_url.clone(),
+                // A machine's image boots by network.
+                boot_media: BootMedia::Pxe,
                 crash_point: self.settings.crash_point.clone(),
             },
         )

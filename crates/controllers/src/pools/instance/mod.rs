@@ -46,6 +46,7 @@ use super::PoolsContext;
 use super::cache::PASSWORD_SECRET_LABEL;
 pub use super::ipxe::{ScriptError, install_script};
 use super::{READY_CONDITION, Settings, credentials, join, update_condition};
+use crate::provisioning::node::phase::BootMedia;
 use crate::runtime::{self, ControllerRuntime, ReconcileError, finalizer};
 use phase::{Blocked, Inputs, Outcome, Phase, Ready, Transition};
 
@@ -618,6 +619,8 @@ pub(crate) fn inventory_cloud(
             poll: Duration::from_secs(1),
             owner: Some(phase::owner_tag(instance)),
             boot_url: settings.boot_url.clone(),
+            // The schema admits pxe and cd only.
+            boot_media: BootMedia::parse(spec.boot_media.as_deref()).unwrap_or(BootMedia::Pxe),
             crash_point: settings.crash_point.clone(),
         },
     )

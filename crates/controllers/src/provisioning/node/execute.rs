@@ -22,7 +22,7 @@ use serde_json::json;
 use super::phase::{
     self, BOOT_MEDIA_ANNOTATION, BOOT_MEDIA_EJECTED, BOOT_MEDIA_INVALID, BootMedia,
     HARVESTER_INSTALLED, INSTALL_TIMED_OUT, JobState, Note, Outcome, Owner, Power,
-    WAITING_FOR_INSTALL_SLOT,
+    VIRTUAL_MEDIA_UNSUPPORTED, WAITING_FOR_INSTALL_SLOT,
 };
 use crate::provisioning::cluster::execute::{
     HARVESTER_CREATE_NODE, HARVESTER_JOIN_NODE, INVENTORY_FREED,
@@ -145,6 +145,7 @@ pub async fn observe(
                     .map(String::as_str),
             ),
             ejected: recorded(BOOT_MEDIA_EJECTED),
+            claim_cd_to_eject: crate::onprem::cloud::cd_to_eject(inventory).is_some(),
         },
         boot_job,
         shutdown_job,
@@ -223,6 +224,7 @@ fn in_flight(inventory: &Inventory) -> bool {
         conditions::is_true(&s.conditions, INSTALL_BOOT)
             && !conditions::is_true(&s.conditions, HARVESTER_INSTALLED)
             && !conditions::is_true(&s.conditions, INSTALL_TIMED_OUT)
+            && !conditions::is_true(&s.conditions, VIRTUAL_MEDIA_UNSUPPORTED)
             && !conditions::is_true(&s.conditions, tinkerbell::TINK_WORKFLOW_FAILED)
             && !s.owner_cluster.name.is_empty()
     })
@@ -245,6 +247,10 @@ pub async fn execute(
         Outcome::Boot => boot(inventory, ctx, stores, &observed.boot_job).await,
         Outcome::ShutDown => shut_down(inventory, ctx, &observed.shutdown_job).await,
         Outcome::Eject => eject(inventory, ctx, &observed.eject_job).await,
+        Outcome::EjectClaimCd => {
+            crate::onprem::cloud::eject_cd(&ctx.client, inventory).await?;
+            Ok(Action::await_change())
+        }
         Outcome::Free => free(inventory, ctx, stores, observed).await,
         Outcome::WorkflowSucceeded => workflow_succeeded(inventory, ctx, stores).await,
         Outcome::WorkflowFailed { task, action } => {
@@ -437,9 +443,11 @@ async fn boot(
             {"oneTimeBootDeviceAction": {"device": ["pxe"]}},
             {"powerAction": "on"},
         ]),
+        // The CD is inserted before the server is touched: a BMC without virtual media fails
+        // the Job there, with the server as it was.
         BootMedia::Cd => json!([
-            {"powerAction": "off"},
             {"virtualMediaAction": {"kind": "CD", "mediaURL": media_url(inventory, ctx)?}},
+            {"powerAction": "off"},
             {"oneTimeBootDeviceAction": {"device": ["cdrom"]}},
             {"powerAction": "on"},
         ]),
@@ -482,7 +490,14 @@ async fn boot(
             EventType::Normal,
             "InstallBoot",
             "Provision",
-            format!("bmc job {name}: power off, one-time network boot, power on"),
+            match boot_media(inventory) {
+                BootMedia::Pxe => {
+                    format!("bmc job {name}: power off, one-time network boot, power on")
+                }
+                BootMedia::Cd => format!(
+                    "bmc job {name}: insert the boot CD, power off, one-time CD boot, power on"
+                ),
+            },
         )
         .await;
     Ok(Action::await_change())
@@ -629,6 +644,7 @@ async fn free(
             INSTALL_TIMED_OUT,
             BOOT_MEDIA_EJECTED,
             BOOT_MEDIA_INVALID,
+            VIRTUAL_MEDIA_UNSUPPORTED,
             WAITING_FOR_INSTALL_SLOT,
             BMC_JOB_SUBMITTED,
             tinkerbell::TINK_HARDWARE_CREATED,

@@ -55,6 +55,9 @@ pub struct Observed {
     pub media: Result<BootMedia, String>,
     /// The boot CD's eject was sent (`bootMediaEjected`).
     pub ejected: bool,
+    /// Claimed by a pool (`crate::onprem`), whose install booted from the CD and reported,
+    /// and whose CD was not ejected yet.
+    pub claim_cd_to_eject: bool,
 }
 
 /// The Inventory annotation choosing how its installer is booted: `pxe` (the default) or `cd`
@@ -89,6 +92,9 @@ impl BootMedia {
 pub enum Phase {
     /// Not part of any Cluster.
     Free,
+    /// Not part of any Cluster, claimed by a pool whose install booted from the CD and
+    /// reported: the pool's cloud drives the server; here only its CD is ejected.
+    ClaimInstalledFromCd,
     /// Allocated; the Cluster is not booting yet.
     Allocated,
     /// The Cluster boots: this server is to be booted into the installer.
@@ -122,6 +128,9 @@ pub enum Outcome {
     ShutDown,
     /// Installed from the boot CD: create the eject Job and record `bootMediaEjected`.
     Eject,
+    /// A claimed server installed from the boot CD: the claim's eject Job, recorded on the
+    /// Inventory (`crate::onprem::cloud::eject_cd`).
+    EjectClaimCd,
     /// Power is confirmed off: free the address, delete the install Secret and this
     /// allocation's Jobs (and in Tinkerbell mode the Hardware, Template and Workflow), clear
     /// the status, `inventoryFreed`.
@@ -141,11 +150,21 @@ pub const INSTALL_TIMED_OUT: &str = "installTimedOut";
 pub const BOOT_MEDIA_EJECTED: &str = "bootMediaEjected";
 /// The condition of a boot media annotation ingot cannot follow.
 pub const BOOT_MEDIA_INVALID: &str = "bootMediaInvalid";
+/// The condition of a CD boot whose BMC has no virtual media (IPMI, or a Redfish service
+/// without a CD device).
+pub const VIRTUAL_MEDIA_UNSUPPORTED: &str = "virtualMediaUnsupported";
+
+/// Whether a failed boot Job failed inserting the CD because the BMC has none to insert it in
+/// (the rufio Task's message: the action, then the BMC's refusal).
+pub fn no_virtual_media(why: &str) -> bool {
+    why.contains("insert virtual media") && why.contains("not supported by this BMC")
+}
 
 const JOB_POLL: Duration = Duration::from_secs(30);
 
 pub fn phase(observed: &Observed) -> Phase {
     match observed.owner {
+        Owner::None if observed.claim_cd_to_eject => Phase::ClaimInstalledFromCd,
         Owner::None => Phase::Free,
         Owner::Unwanted => Phase::Releasing,
         Owner::Waiting => Phase::Allocated,
@@ -159,6 +178,7 @@ pub fn phase(observed: &Observed) -> Phase {
 pub fn step(observed: &Observed) -> Outcome {
     match phase(observed) {
         Phase::Free | Phase::Allocated => Outcome::Wait(None, None),
+        Phase::ClaimInstalledFromCd => Outcome::EjectClaimCd,
         Phase::Installed => installed(observed),
         Phase::ToBoot => to_boot(observed),
         Phase::Installing => installing(observed),
@@ -229,6 +249,18 @@ fn installing(observed: &Observed) -> Outcome {
     // A Workflow's change wakes the Inventory (Tinkerbell mode): no faster poll for it.
     let poll = JOB_POLL;
     match &observed.boot {
+        JobState::Failed(why) if observed.media == Ok(BootMedia::Cd) && no_virtual_media(why) => {
+            Outcome::Wait(
+                Some(Note {
+                    condition: VIRTUAL_MEDIA_UNSUPPORTED,
+                    message: format!(
+                        "this server's BMC cannot insert a CD as virtual media ({why}); the server was not touched: set {BOOT_MEDIA_ANNOTATION} to pxe (or remove it), then remove the node from spec.nodes and add it again"
+                    ),
+                    error: true,
+                }),
+                None,
+            )
+        }
         JobState::Failed(why) => Outcome::Wait(
             Some(Note {
                 condition: INSTALL_TIMED_OUT,
@@ -304,6 +336,7 @@ mod tests {
             workflow: None,
             media: Ok(BootMedia::Pxe),
             ejected: false,
+            claim_cd_to_eject: false,
         }
     }
 
@@ -336,6 +369,31 @@ mod tests {
         }
         assert_eq!(BootMedia::parse(None), Ok(BootMedia::Pxe));
         assert_eq!(BootMedia::parse(Some("cd")), Ok(BootMedia::Cd));
+        // A pool's claimed server installed from its CD: ejected; otherwise left to the pool.
+        let mut claimed = observed(Owner::None);
+        assert_eq!(step(&claimed), Outcome::Wait(None, None));
+        claimed.claim_cd_to_eject = true;
+        assert_eq!(step(&claimed), Outcome::EjectClaimCd);
+    }
+
+    #[test]
+    fn a_cd_boot_refused_for_want_of_virtual_media_says_so_and_others_time_out() {
+        let mut o = observed(Owner::Booting);
+        o.media = Ok(BootMedia::Cd);
+        o.boot = JobState::Failed(
+            "insert virtual media: not supported by this BMC: virtual media over IPMI".into(),
+        );
+        let Outcome::Wait(Some(note), None) = step(&o) else {
+            panic!("{:?}", step(&o))
+        };
+        assert_eq!(note.condition, VIRTUAL_MEDIA_UNSUPPORTED);
+        assert!(note.error && note.message.contains(BOOT_MEDIA_ANNOTATION));
+        // Any other failure of the same Job is the install's failure.
+        o.boot = JobState::Failed("power off: timeout".into());
+        let Outcome::Wait(Some(note), None) = step(&o) else {
+            panic!("{:?}", step(&o))
+        };
+        assert_eq!(note.condition, INSTALL_TIMED_OUT);
     }
 
     #[test]
