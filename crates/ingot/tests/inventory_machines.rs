@@ -16,10 +16,12 @@ mod onprem_support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use ingot_api::gardener::{Machine, MachineDeployment};
+use ingot_api::gardener::{Machine, MachineClass, MachineDeployment};
 use ingot_api::seeder::Inventory;
 use ingot_bmc_sim::Fleet;
 use ingot_boot_sim::servers::{ServerFleet, ServerFleetConfig};
+use ingot_controllers::gardener::driver::inventory::{InventoryDriver, InventorySettings};
+use ingot_controllers::gardener::{Driver, SecretData};
 use ingot_testenv::harness::operator::Operator;
 use ingot_testenv::mcm::Mcm;
 use ingot_testenv::wait_for;
@@ -449,6 +451,45 @@ async fn a_machine_deployment_scales_rolls_and_deletes_on_inventories() {
         meta.contains(&format!("local-hostname: {machine}\n")),
         "{meta}"
     );
+
+    // The claims record the class's tags, and a class lists its cluster's machines of its own
+    // role only, as on Equinix Metal (the driver asked directly, as MCM's orphan collection
+    // does).
+    for inventory in three.values() {
+        let claimed = site.inventories().get(inventory).await.unwrap();
+        assert_eq!(
+            claimed.annotations()["onprem.ingot.dev/tags"],
+            r#"["kubernetes.io/role/node"]"#
+        );
+    }
+    let driver = InventoryDriver::new(
+        site.client.clone(),
+        InventorySettings {
+            namespaces: vec![METAL.to_owned()],
+            boot_url: None,
+            off_wait: Duration::from_secs(1),
+            crash_point: None,
+        },
+    );
+    let classes: Api<MachineClass> = Api::namespaced(site.client.clone(), site.ns);
+    let mut class = classes.get("inv-a").await.unwrap();
+    let listed = driver
+        .list_machines(&class, &SecretData::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.values().cloned().collect::<BTreeSet<_>>(),
+        three.keys().cloned().collect::<BTreeSet<_>>()
+    );
+    class.spec.provider_spec["tags"] = json!([
+        "kubernetes.io/cluster/shoot--e2e",
+        "kubernetes.io/role/other"
+    ]);
+    let other = driver
+        .list_machines(&class, &SecretData::default())
+        .await
+        .unwrap();
+    assert!(other.is_empty(), "another role's class lists {other:?}");
 
     site.scale(1).await;
     let one = site.settled(1, "inv-a").await;

@@ -80,9 +80,12 @@ pub const CLAIM_JOB_LABEL: &str = "onprem.ingot.dev/claim";
 pub const BOOTED_FROM_ANNOTATION: &str = "onprem.ingot.dev/booted-from";
 /// The install boot number whose boot CD was ejected once it reported.
 pub const EJECTED_ANNOTATION: &str = "onprem.ingot.dev/ejected";
+/// The create's tags besides the owner's (a JSON list), reported as the server's tags.
+pub const TAGS_ANNOTATION: &str = "onprem.ingot.dev/tags";
 
 /// Every annotation this cloud writes besides the claim's own: removed with the claim.
-const RECORDS: [&str; 8] = [
+const RECORDS: [&str; 9] = [
+    TAGS_ANNOTATION,
     ADDRESS_ANNOTATION,
     INSTALLED_ANNOTATION,
     ADDRESS_POOL_ANNOTATION,
@@ -399,7 +402,12 @@ impl InventoryCloud {
             ingot_metal::Boot::Ipxe { script_url, .. } => script_url.clone(),
             ingot_metal::Boot::Os(_) => None,
         };
-        if recorded && annotation(&inventory, IPXE_URL_ANNOTATION) == url.as_deref() {
+        let tags: Vec<&String> = spec.tags.iter().filter(|t| **t != claim.owner).collect();
+        let tags = (!tags.is_empty()).then(|| serde_json::to_string(&tags).unwrap_or_default());
+        if recorded
+            && annotation(&inventory, IPXE_URL_ANNOTATION) == url.as_deref()
+            && annotation(&inventory, TAGS_ANNOTATION) == tags.as_deref()
+        {
             return Ok(inventory);
         }
         let pool = &self.settings.address_pool;
@@ -441,6 +449,7 @@ impl InventoryCloud {
                     Some(format!("{}/{}", pool.namespace, pool.name)),
                 ),
                 (IPXE_URL_ANNOTATION, url),
+                (TAGS_ANNOTATION, tags),
             ],
         )
         .await
@@ -631,7 +640,14 @@ impl InventoryCloud {
             state,
             plan: String::new(),
             location: namespace,
-            tags: claim.map(|c| vec![c.owner]).unwrap_or_default(),
+            tags: claim
+                .map(|c| {
+                    let recorded: Vec<String> = annotation(inventory, TAGS_ANNOTATION)
+                        .and_then(|t| serde_json::from_str(t).ok())
+                        .unwrap_or_default();
+                    std::iter::once(c.owner).chain(recorded).collect()
+                })
+                .unwrap_or_default(),
             ports,
             addresses,
             ipxe_script_url: annotation(inventory, IPXE_URL_ANNOTATION).map(str::to_owned),

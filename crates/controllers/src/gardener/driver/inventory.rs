@@ -54,6 +54,8 @@ struct Target {
     image: Image,
     cloud: Arc<InventoryCloud>,
     owner: String,
+    /// The class's role tag: recorded on its claims, and what its machines are listed by.
+    role: String,
 }
 
 impl InventoryDriver {
@@ -75,6 +77,7 @@ impl InventoryDriver {
             ));
         }
         let owner = last_tag(spec.tags.as_deref(), CLUSTER_TAG).unwrap_or_default();
+        let role = last_tag(spec.tags.as_deref(), ROLE_TAG).unwrap_or_default();
         let cloud = InventoryCloud::new(
             self.client.clone(),
             CloudSettings {
@@ -109,6 +112,7 @@ impl InventoryDriver {
             spec,
             cloud: Arc::new(cloud),
             owner,
+            role,
         })
     }
 
@@ -243,6 +247,7 @@ impl Driver for InventoryDriver {
             Boot::Os(String::new()),
         );
         create.userdata = Some(request.to_userdata());
+        create.tags = vec![t.owner.clone(), t.role.clone()];
         let server = t
             .cloud
             .create_server(&create)
@@ -323,9 +328,12 @@ impl Driver for InventoryDriver {
             .list_servers(&t.owner)
             .await
             .map_err(|e| status(e, "Could not list the claimed Inventories"))?;
+        // As on Equinix Metal: the class's machines are those of its cluster and its role.
         Ok(servers
             .into_iter()
             .filter(|s| !s.state.is_gone())
+            // A claim made before roles were recorded has its cluster's tag alone.
+            .filter(|s| s.tags.len() == 1 || s.tags.contains(&t.role))
             .map(|s| (s.provider_id, s.hostname))
             .collect())
     }
