@@ -592,6 +592,11 @@ struct PoolsArgs {
     /// the BMC before it looks again later.
     #[arg(long, default_value_t = 20)]
     pool_release_wait_seconds: u64,
+
+    /// Seconds after which a pool's Instance that found no Inventory to take looks again; a
+    /// watch of Inventories wakes it as soon as one is free and ready.
+    #[arg(long, default_value_t = 15)]
+    pool_no_inventory_retry_seconds: u64,
 }
 
 impl PoolsArgs {
@@ -642,6 +647,7 @@ impl PoolsArgs {
                 .collect(),
             boot_url,
             release_off_wait: Duration::from_secs(self.pool_release_wait_seconds),
+            no_inventory_retry: Duration::from_secs(self.pool_no_inventory_retry_seconds.max(1)),
             crash_point: self.crash_points(),
         }
     }

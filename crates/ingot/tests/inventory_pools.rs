@@ -126,6 +126,8 @@ impl Site {
             .arg("--harvester-mirror=http://127.0.0.1:9/iso")
             .arg("--metal-poll-seconds=1")
             .arg("--pool-release-wait-seconds=5")
+            // A member waiting for an Inventory is woken by the Inventory watch, not this look.
+            .arg("--pool-no-inventory-retry-seconds=600")
             .env("TOKEN", TOKEN)
             .env("RUST_LOG", "info,ingot_controllers=debug")
             .start();

@@ -92,6 +92,9 @@ pub struct Settings {
     /// How long one pass of a delete on premises waits for the power off to be read back
     /// before it looks again later.
     pub release_off_wait: Duration,
+    /// How soon an Instance that found no Inventory to take looks again (a watch of
+    /// Inventories wakes it sooner).
+    pub no_inventory_retry: Duration,
     /// Test hook: the process aborts when it reaches one of these named points
     /// (comma-separated: `after-create`, `before-reinstall`, `after-reinstall`,
     /// `during-finalize`), to prove a crash there is harmless.
@@ -116,6 +119,7 @@ impl Default for Settings {
             inventory_namespaces: Vec::new(),
             boot_url: None,
             release_off_wait: Duration::from_secs(20),
+            no_inventory_retry: Duration::from_secs(15),
             crash_point: None,
         }
     }

@@ -29,6 +29,7 @@ use std::time::Duration;
 use ingot_api::equinix::{
     INSTANCE_FINALIZER, Instance, InstancePool, InstanceStatus, POOL_LABEL, instance_status,
 };
+use ingot_api::seeder::Inventory;
 use ingot_harvester::{Artifacts, HarvesterVersion, JoinConfig};
 use ingot_metal::BareMetalCloud;
 use k8s_openapi::api::core::v1::{Node, Secret};
@@ -51,8 +52,6 @@ use crate::runtime::{self, ControllerRuntime, ReconcileError, finalizer};
 use phase::{Blocked, Inputs, Outcome, Phase, Ready, Transition};
 
 const CONTROLLER: &str = "instance";
-/// How often an Instance that found no free Inventory looks again.
-const NO_SERVER_RETRY: Duration = Duration::from_secs(15);
 /// Tag prefix marking a server as this Instance's, with its UID.
 pub const OWNER_TAG_PREFIX: &str = "ingot-instance:";
 /// Key of the OS password in an Instance's password Secret.
@@ -88,6 +87,10 @@ pub(crate) async fn run(
         .watches_shared_stream(nodes, |node| {
             Some(ObjectRef::<Instance>::new(&node.name_any()))
         });
+    let controller = match inventory_wakes(&ctx) {
+        Some(wakes) => controller.reconcile_on(wakes),
+        None => controller,
+    };
     // The context holds a clone of this backoff: a refusal from Metal waits by it too.
     let runtime = ControllerRuntime::new(
         CONTROLLER,
@@ -95,6 +98,55 @@ pub(crate) async fn run(
         ctx.instance_backoff.clone(),
     );
     runtime::run(controller, runtime, ctx, reconcile, shutdown).await;
+}
+
+/// With pools on premises (`--boot-url`): a watch of Inventories whose every Inventory that
+/// turns up free and ready wakes the Instances waiting for one in its namespace, so they need
+/// not wait for their next look (`--pool-no-inventory-retry-seconds`). The watch is only a wake-up: the claim
+/// reads the Inventories itself, and a watch refused or failing delays nothing beyond that look.
+fn inventory_wakes(
+    ctx: &Arc<PoolsContext>,
+) -> Option<impl futures::Stream<Item = ObjectRef<Instance>> + Send + 'static> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    ctx.shared.settings.boot_url.as_ref()?;
+    let api: Api<Inventory> = Api::all(ctx.client.clone());
+    let instances = ctx.shared.caches.instances.clone();
+    let wakes = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .filter_map(|event| async move {
+            event
+                .inspect_err(|e| tracing::debug!(error = %e, "the Inventory watch of the pools failed; Instances waiting for one look again on their own"))
+                .ok()
+        })
+        .flat_map(move |inventory| {
+            futures::stream::iter(waiting_for(&instances.state(), &inventory))
+        });
+    Some(wakes)
+}
+
+/// The Instances a free, ready `inventory` may serve: those of its namespace whose last create
+/// found no Inventory to take (their `Ready` reason one of [`ingot_metal::Shortage`]'s).
+fn waiting_for(instances: &[Arc<Instance>], inventory: &Inventory) -> Vec<ObjectRef<Instance>> {
+    if crate::onprem::claims::why_taken(inventory, &[]).is_some() {
+        return Vec::new();
+    }
+    let namespace = inventory.namespace();
+    instances
+        .iter()
+        .filter(|i| i.metadata.deletion_timestamp.is_none())
+        .filter(|i| i.spec.inventory_namespace.is_some() && i.spec.inventory_namespace == namespace)
+        .filter(|i| {
+            i.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == READY_CONDITION
+                        && matches!(c.reason.as_str(), "NoneMatching" | "NotReady" | "NoneFree")
+                })
+            })
+        })
+        .map(|i| ObjectRef::from_obj(i.as_ref()))
+        .collect()
 }
 
 async fn reconcile(instance: Arc<Instance>, ctx: Arc<PoolsContext>) -> Result<Action, Error> {
@@ -214,7 +266,7 @@ impl Reconciler<'_> {
                 .blocked(Blocked {
                     reason: metal_reason(&error),
                     message: error.to_string(),
-                    retry: NO_SERVER_RETRY,
+                    retry: self.settings.no_inventory_retry,
                 })
                 .await;
         }

@@ -763,3 +763,59 @@ fn an_inventory_instance_installs_at_its_first_boot() {
     equinix.spec.inventory_selector = None;
     assert!(!phase::single_boot(&equinix));
 }
+
+/// An Inventory that turns up free and ready wakes the Instances of its namespace that found
+/// none to take, and no others.
+#[test]
+fn a_free_ready_inventory_wakes_the_instances_waiting_for_one_in_its_namespace() {
+    use ingot_api::seeder::Inventory;
+    use std::sync::Arc;
+    let waiting = |name: &str, namespace: &str, reason: &str| {
+        let mut i = on_premises(namespace, Some("nodes"));
+        i.metadata.name = Some(name.to_owned());
+        i.status = Some(InstanceStatus {
+            conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: reason.into(),
+                message: String::new(),
+                last_transition_time: Time(Timestamp::now()),
+                observed_generation: None,
+            }],
+            ..InstanceStatus::default()
+        });
+        Arc::new(i)
+    };
+    let instances = vec![
+        waiting("a-none-free", "metal", "NoneFree"),
+        waiting("b-not-ready", "metal", "NotReady"),
+        waiting("c-elsewhere", "lab", "NoneFree"),
+        waiting("d-refused", "metal", "NoAddressPool"),
+    ];
+    let inventory = |status: &str, annotations: serde_json::Value| -> Inventory {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+            "metadata": {"name": "node3", "namespace": "metal", "annotations": annotations},
+            "spec": {"primaryDisk": "/dev/sda",
+                "baseboardSpec": {"connection": {"host": "10.0.0.9", "port": 623, "insecureTLS": true,
+                    "authSecretRef": {"name": "s", "namespace": "metal"}}}},
+            "status": {"status": status}
+        }))
+        .unwrap()
+    };
+    let woken: Vec<String> = super::waiting_for(
+        &instances,
+        &inventory("inventoryNodeReady", serde_json::json!({})),
+    )
+    .into_iter()
+    .map(|r| r.name)
+    .collect();
+    assert_eq!(woken, ["a-none-free", "b-not-ready"]);
+    // Not ready yet, or claimed: nobody is woken.
+    assert!(super::waiting_for(&instances, &inventory("", serde_json::json!({}))).is_empty());
+    let claimed = inventory(
+        "inventoryNodeReady",
+        serde_json::json!({"onprem.ingot.dev/owner": "x", "onprem.ingot.dev/hostname": "y"}),
+    );
+    assert!(super::waiting_for(&instances, &claimed).is_empty());
+}
