@@ -780,6 +780,58 @@ async fn a_pool_s_server_boots_its_boot_cd_by_virtual_media_and_it_is_ejected_on
     let cd = other_bmc.virtual_cd(USER, PASSWORD).await.unwrap();
     assert_eq!(cd["Inserted"], false, "{cd}");
 
+    // A server whose BMC has no virtual media (IPMI): the CD boot fails before the server is
+    // touched, and the server is refused with what to change, not replaced (a replacement
+    // would power off every such Inventory in turn).
+    let ipmi = ingot_ipmi_sim::serve(ingot_ipmi_sim::FleetConfig::uniform(1, PASSWORD))
+        .await
+        .unwrap();
+    let ipmi_bmc = ipmi.bmcs()[0].clone();
+    let no_media: Inventory = object(json!({
+        "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+        "metadata": {"name": "server-v", "labels": {"rack": "v"}},
+        "spec": {"primaryDisk": "/dev/sda", "managementInterfaceMacAddress": ipmi_bmc.mac(0),
+            "baseboardSpec": {"connection": {"host": "127.0.0.1", "port": ipmi_bmc.addr().port(),
+                "insecureTLS": true, "authSecretRef": {"name": "bmc", "namespace": ns}}}}
+    }));
+    Api::<Inventory>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &no_media)
+        .await
+        .unwrap();
+    wait_for("server-v ready", WAIT, || async {
+        let i = inventory(client, ns, "server-v").await;
+        (i.status.and_then(|s| s.status).as_deref() == Some(INVENTORY_NODE_READY)).then_some(())
+    })
+    .await;
+    let rack_v = InventoryCloud::new(
+        client.clone(),
+        Settings {
+            boot_url: Some(url::Url::parse(&boot).unwrap()),
+            boot_media: BootMedia::Cd,
+            ..settings(ns, json!({"rack": "v"}))
+        },
+    )
+    .unwrap();
+    let controls_before = ipmi_bmc.stats().chassis_controls.len();
+    let v = rack_v.create_server(&install_request("v1")).await.unwrap();
+    let refused = wait_for("the CD boot refused", WAIT, || async {
+        rack_v.get_server(&v.id).await.err()
+    })
+    .await;
+    assert!(
+        matches!(refused, Error::Validation { .. })
+            && refused.to_string().contains("virtual media")
+            && refused.to_string().contains("spec.bootMedia: pxe"),
+        "{refused}"
+    );
+    assert_eq!(
+        ipmi_bmc.stats().chassis_controls.len(),
+        controls_before,
+        "the refused CD boot reached the server's power"
+    );
+    assert!(claims::claim_of(&inventory(client, ns, "server-v").await).is_some());
+    rack_v.delete_server(&v.id).await.unwrap();
+
     // Released: off read back, and its CD no longer served.
     rack_a.delete_server(&server.id).await.unwrap();
     assert_eq!(system(bmc).await["PowerState"], "Off");

@@ -56,7 +56,7 @@ use super::image::{self, ImageRequest};
 use super::install::{self, InstallRequest};
 use crate::provisioning::addresses::{PoolRef, allocate_address, release_address};
 use crate::provisioning::allocation::inventory_owner;
-use crate::provisioning::node::phase::{BOOT_MEDIA_ANNOTATION, BootMedia};
+use crate::provisioning::node::phase::{BOOT_MEDIA_ANNOTATION, BootMedia, no_virtual_media};
 use crate::seeder::power::{self, JobOutcome};
 
 /// The server's address, while claimed.
@@ -527,6 +527,31 @@ impl InventoryCloud {
         }))
     }
 
+    /// A CD boot that failed because the BMC has no virtual media is not a failed server to
+    /// replace: its first task failed before the server was touched, and every other
+    /// Inventory may be the same. It is refused instead, saying what to change; the claim
+    /// stays, and nothing is sent.
+    async fn refuse_cd_without_virtual_media(&self, inventory: &Inventory) -> Result<()> {
+        let Some(job) = annotation(inventory, BOOT_JOB_ANNOTATION) else {
+            return Ok(());
+        };
+        let namespace = inventory.namespace().unwrap_or_default();
+        match power::job_outcome(self.job(&namespace, job).await?.as_ref()) {
+            JobOutcome::Failed(why)
+                if annotation(inventory, BOOTED_FROM_ANNOTATION) == Some("cd")
+                    && no_virtual_media(&why) =>
+            {
+                Err(Error::Validation {
+                    message: format!(
+                        "the BMC of Inventory {} cannot insert a CD as virtual media ({why}); the server was not touched: boot it by network (the pool's spec.bootMedia: pxe, or the Inventory's {BOOT_MEDIA_ANNOTATION}: pxe), then delete this server's Instance",
+                        key(inventory)
+                    ),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Where the BMC fetches the server's boot CD: the boot server's
     /// `/media/<namespace>/<name>.iso`.
     fn media_url(&self, inventory: &Inventory) -> Result<String> {
@@ -826,7 +851,11 @@ impl BareMetalCloud for InventoryCloud {
     async fn get_server(&self, id: &str) -> Result<Server> {
         match self.read(id).await? {
             Some(inventory) if self.our_claim(&inventory).is_some() => {
-                self.server(&inventory).await
+                let server = self.server(&inventory).await?;
+                if server.state == ServerState::Failed {
+                    self.refuse_cd_without_virtual_media(&inventory).await?;
+                }
+                Ok(server)
             }
             _ => Err(Error::NotFound {
                 message: format!("no claimed Inventory {id}"),
