@@ -297,10 +297,14 @@ fn installing(observed: &Observed) -> Outcome {
     }
 }
 
+/// The shutdown is always sent, and the server freed once the BMC read it off after that: a
+/// power state read before it (kept while the operator was down, say) may be stale, and
+/// freeing a running server's address would give it to a second one. A server already off
+/// costs one Job, whose Task finds it off and sends nothing.
 fn releasing(observed: &Observed) -> Outcome {
     match (observed.power, &observed.shutdown) {
-        (Power::Off, _) => Outcome::Free,
         (_, JobState::None) => Outcome::ShutDown,
+        (Power::Off, JobState::Succeeded | JobState::Failed(_)) => Outcome::Free,
         (_, JobState::Failed(why)) => Outcome::Wait(
             Some(Note {
                 condition: "clusterCleanupSubmitted",
@@ -471,9 +475,12 @@ mod tests {
         assert!(matches!(step(&o), Outcome::Wait(None, Some(_))));
         o.power = Power::Off;
         assert_eq!(step(&o), Outcome::Free);
-        // Already off: no shutdown is sent at all.
+        // Read off before any shutdown (perhaps a stale reading): the shutdown is sent, and
+        // the server freed only once it completed.
         let mut o = observed(Owner::Unwanted);
         o.power = Power::Off;
-        assert_eq!(step(&o), Outcome::Free);
+        assert_eq!(step(&o), Outcome::ShutDown);
+        o.shutdown = JobState::Running;
+        assert!(matches!(step(&o), Outcome::Wait(None, Some(_))));
     }
 }
