@@ -552,22 +552,19 @@ impl InventoryCloud {
         }
     }
 
-    /// Where the BMC fetches the server's boot CD: the boot server's
-    /// `/media/<namespace>/<name>.iso`.
+    /// Where the BMC fetches the server's boot CD.
     fn media_url(&self, inventory: &Inventory) -> Result<String> {
-        let boot_url = self.settings.boot_url.as_ref().ok_or_else(|| {
+        crate::provisioning::media::media_url(
+            self.settings.boot_url.as_ref(),
+            &inventory.namespace().unwrap_or_default(),
+            &inventory.name_any(),
+        )
+        .ok_or_else(|| {
             Error::InvalidRequest(
                 "a boot CD is served by ingot's boot server: give ingot run --boot-url (and --boot-media-dir)".to_owned(),
             )
-        })?;
-        boot_url
-            .join(&format!(
-                "media/{}/{}.iso",
-                inventory.namespace().unwrap_or_default(),
-                inventory.name_any()
-            ))
-            .map(|u| u.to_string())
-            .map_err(|e| Error::InvalidRequest(format!("the boot URL {boot_url}: {e}")))
+        })?
+        .map_err(Error::InvalidRequest)
     }
 
     /// Creates the Job of this name once (one already there is the same action, not sent

@@ -81,6 +81,23 @@ pub struct NodeBoot<'a> {
     pub script_url: &'a url::Url,
 }
 
+/// Where a BMC fetches the boot CD of Inventory `namespace/name`: the boot server's
+/// `/media/<namespace>/<name>.iso` under `boot_url` (`--boot-url`). `None` without `--boot-url`;
+/// the error names the URL.
+pub fn media_url(
+    boot_url: Option<&url::Url>,
+    namespace: &str,
+    name: &str,
+) -> Option<Result<String, String>> {
+    let boot_url = boot_url?;
+    Some(
+        boot_url
+            .join(&format!("media/{namespace}/{name}.iso"))
+            .map(|u| u.to_string())
+            .map_err(|e| format!("the boot URL {boot_url}: {e}")),
+    )
+}
+
 /// The node's iPXE script: the NIC with its MAC gets the static address, then the chain. A
 /// value with a blank or a control character is refused (it could add a command).
 pub fn node_script(node: &NodeBoot) -> Result<String, String> {

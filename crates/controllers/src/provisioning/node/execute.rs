@@ -516,19 +516,17 @@ fn boot_media(inventory: &Inventory) -> BootMedia {
 
 /// Where the BMC fetches this node's boot CD: the boot server's `/media/<namespace>/<name>.iso`.
 fn media_url(inventory: &Inventory, ctx: &ProvisioningContext) -> Result<String, Error> {
-    let boot_url = ctx.settings.boot_url.as_ref().ok_or_else(|| {
+    crate::provisioning::media::media_url(
+        ctx.settings.boot_url.as_ref(),
+        &inventory.namespace().unwrap_or_default(),
+        &inventory.name_any(),
+    )
+    .ok_or_else(|| {
         Error::Address(
             "a boot CD needs --boot-url (and --boot-media-dir): where the BMC fetches it".into(),
         )
-    })?;
-    boot_url
-        .join(&format!(
-            "media/{}/{}.iso",
-            inventory.namespace().unwrap_or_default(),
-            inventory.name_any()
-        ))
-        .map(|u| u.to_string())
-        .map_err(|e| Error::Settings(format!("the boot URL {boot_url}: {e}")))
+    })?
+    .map_err(Error::Settings)
 }
 
 /// Installed from the boot CD: the eject (once, a Job named after the allocation), recorded.
