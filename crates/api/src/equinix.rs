@@ -70,6 +70,7 @@ const GO_DURATION_MESSAGE: &str =
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.managementInterface) || self.managementInterface.all(i, i == 'eth0')"#).field_path(".managementInterface").message("an Inventory has one known port, eth0 (spec.managementInterfaceMacAddress): with inventorySelector, managementInterface may only name eth0; remove the other names"))]
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || (has(self.addressPool) && self.addressPool != '')"#).field_path(".addressPool").message("addressPool is required with inventorySelector: name the AddressPool of inventoryNamespace the servers' static addresses come from"))]
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.bootMedia) || has(self.inventorySelector)"#).field_path(".bootMedia").message("bootMedia says how servers drawn from Inventories boot: set inventorySelector, or remove bootMedia (Equinix Metal boots its own way)"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.wipePolicy) || has(self.inventorySelector)"#).field_path(".wipePolicy").message("wipePolicy says how servers drawn from Inventories are wiped when released: set inventorySelector, or remove wipePolicy (Equinix Metal wipes its own servers)"))]
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.addressPool) || has(self.inventorySelector)"#).field_path(".addressPool").message("addressPool gives addresses to servers drawn from Inventories: set inventorySelector and inventoryNamespace, or remove addressPool"))]
 pub struct InstancePoolSpec {
     /// Desired number of Instances.
@@ -282,6 +283,17 @@ pub struct InstancePoolSpec {
     #[serde(rename = "bootMedia", default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("enum" = ["pxe", "cd"]))]
     pub boot_media: Option<String>,
+    /// What an inventorySelector pool's released server goes through before it returns to the
+    /// free set: `none` (the default: powered off only) or `metadata` (booted into the wipe
+    /// image given to `ingot run --wipe-kernel-url/--wipe-initrd-url`, which erases the disks'
+    /// partition tables and signatures and reports; only then powered off and freed).
+    #[serde(
+        rename = "wipePolicy",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(extend("enum" = ["none", "metadata"]))]
+    pub wipe_policy: Option<String>,
 }
 
 /// How the servers' ports are wired, as in the fork's README.
@@ -534,6 +546,13 @@ pub struct InstanceSpec {
     /// Copied from the pool.
     #[serde(rename = "bootMedia", default, skip_serializing_if = "Option::is_none")]
     pub boot_media: Option<String>,
+    /// Copied from the pool.
+    #[serde(
+        rename = "wipePolicy",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub wipe_policy: Option<String>,
 }
 
 /// The Instance's status: the original's fields, always present, plus conditions.

@@ -222,6 +222,10 @@ pub struct InventoryProviderSpec {
     /// on Equinix Metal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<Vec<String>>,
+    /// What a released machine's server goes through before it is freed: `none` (the default)
+    /// or `metadata` (the site's wipe image erases its disks' partition tables first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wipe_policy: Option<String>,
 }
 
 /// The OS image an `Inventory` MachineClass boots.

@@ -130,6 +130,16 @@ fn cases() -> Vec<Case> {
             expect: &["spec.bootMedia", "Unsupported value: \"usb\""],
         },
         Case {
+            what: "wipePolicy without inventorySelector",
+            object: pool(json!({"wipePolicy": "metadata"})),
+            expect: &["spec.wipePolicy", "set inventorySelector"],
+        },
+        Case {
+            what: "wipePolicy neither none nor metadata",
+            object: on_premises(json!({"wipePolicy": "everything"})),
+            expect: &["spec.wipePolicy", "Unsupported value: \"everything\""],
+        },
+        Case {
             what: "inventoryNamespace without inventorySelector",
             object: pool(json!({"inventoryNamespace": "metal"})),
             expect: &["spec.inventorySelector", "required with inventoryNamespace"],
@@ -347,7 +357,7 @@ async fn valid_pools_of_both_backends_are_accepted() {
                 json!({"ipxeScriptUrl": "http://boot.example/ipxe", "harvesterVersion": "v1.4.2",
                 "managementInterface": ["eth0"], "managementBondingOptions": {"mode": "active-backup"},
                 "installDisk": "/dev/nvme0n1", "nodeCleanupWaitInterval": "5m", "maxUnhealthy": 1,
-                "bootMedia": "cd",
+                "bootMedia": "cd", "wipePolicy": "metadata",
                 "drainTimeout": "5m", "singleBoot": true, "isoUrl": "http://boot.example/harvester.iso",
                 "plan": "", "metro": "", "facility": [], "billingCycle": "", "spotPriceMax": "",
                 "spotInstance": false, "createMissingVlans": false,

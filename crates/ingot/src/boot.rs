@@ -4,6 +4,7 @@
 //! - `GET /boot/<mac>`: the server's iPXE script, or a script that boots its disk.
 //! - `GET /config/<namespace>/<name>`: its Harvester install config (only to its own address).
 //! - `PUT /disable/<namespace>/<name>`: the installer's SUCCEEDED webhook.
+//! - `PUT /wiped/<namespace>/<name>`: a released server's wipe image reporting its wipe.
 //! - `GET /nocloud/<namespace>/<name>/<file>`: a Gardener machine's cloud-init data (only to
 //!   its own address).
 //! - `GET /media/<namespace>/<name>.iso`: a node's boot CD, for virtual media.
@@ -38,6 +39,7 @@ pub async fn serve(
         .route("/boot/{mac}", get(script))
         .route("/config/{namespace}/{name}", get(config))
         .route("/disable/{namespace}/{name}", put(succeeded))
+        .route("/wiped/{namespace}/{name}", put(wiped))
         .route("/nocloud/{namespace}/{name}/{file}", get(nocloud))
         .route("/media/{namespace}/{file}", get(media))
         .with_state(service);
@@ -144,6 +146,26 @@ async fn succeeded(
         Ok(Answer::Unavailable) => unavailable(),
         Err(error) => {
             warn!(%namespace, %name, %error, "could not record the install");
+            StatusCode::SERVICE_UNAVAILABLE.into_response()
+        }
+    }
+}
+
+async fn wiped(
+    State(service): State<Arc<BootService>>,
+    Extension(Peer(peer)): Extension<Peer>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    match service.wiped(&namespace, &name, peer.ip()).await {
+        Ok(Answer::Ok(())) => {
+            info!(%namespace, %name, "a released server's wipe reported");
+            StatusCode::ACCEPTED.into_response()
+        }
+        Ok(Answer::Forbidden) => refused(&namespace, &name, peer),
+        Ok(Answer::NotFound) => StatusCode::NOT_FOUND.into_response(),
+        Ok(Answer::Unavailable) => unavailable(),
+        Err(error) => {
+            warn!(%namespace, %name, %error, "could not record the wipe");
             StatusCode::SERVICE_UNAVAILABLE.into_response()
         }
     }

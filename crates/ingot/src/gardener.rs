@@ -167,6 +167,7 @@ impl GardenerArgs {
         limiter: Arc<RateLimiter>,
         own: Client,
         boot_url: Option<url::Url>,
+        wipe_image: Option<ingot_controllers::onprem::wipe::WipeImage>,
         metrics: Arc<Metrics>,
         crash_points: Option<String>,
         identity: String,
@@ -204,6 +205,7 @@ impl GardenerArgs {
                     .filter(|n| !n.is_empty())
                     .collect(),
                 boot_url,
+                wipe_image,
                 off_wait: self.machine_release_wait,
                 crash_point: crash_points.clone(),
             },

@@ -569,7 +569,7 @@ struct PoolsArgs {
 
     /// Test hook: abort the process at these points (comma-separated: after-create,
     /// before-reinstall, after-reinstall, during-finalize; onprem-after-claim,
-    /// onprem-after-boot-job, onprem-after-off-confirmed; gardener-after-create,
+    /// onprem-after-boot-job, onprem-after-wipe-job, onprem-after-off-confirmed; gardener-after-create,
     /// gardener-during-drain, gardener-during-delete; rufio-after-send-ahead,
     /// rufio-after-destructive-send; seeder-after-job-create; provisioning-after-allocation,
     /// provisioning-after-boot-job, provisioning-after-webhook; fencing-after-power-off-job,
@@ -597,6 +597,17 @@ struct PoolsArgs {
     /// watch of Inventories wakes it as soon as one is free and ready.
     #[arg(long, default_value_t = 15)]
     pool_no_inventory_retry_seconds: u64,
+
+    /// The kernel of the site's wipe image, which a pool or an Inventory MachineClass with
+    /// `wipePolicy: metadata` boots its released servers into (with --wipe-initrd-url and
+    /// --boot-url). The image's agent reads
+    /// `ingot.wipe`, `ip=` and `ingot.report` from its command line (docs/onprem.md).
+    #[arg(long, env = "INGOT_WIPE_KERNEL_URL")]
+    wipe_kernel_url: Option<url::Url>,
+
+    /// The initrd of the site's wipe image (with --wipe-kernel-url).
+    #[arg(long, env = "INGOT_WIPE_INITRD_URL")]
+    wipe_initrd_url: Option<url::Url>,
 }
 
 impl PoolsArgs {
@@ -613,8 +624,18 @@ impl PoolsArgs {
     }
 
     /// `boot_url`: where servers reach the boot server (`--boot-url`).
-    fn settings(&self, boot_url: Option<url::Url>) -> pools::Settings {
-        pools::Settings {
+    /// The site's wipe image (`--wipe-kernel-url`, `--wipe-initrd-url`): both or neither.
+    fn wipe_image(&self) -> anyhow::Result<Option<ingot_controllers::onprem::wipe::WipeImage>> {
+        ingot_controllers::onprem::wipe::WipeImage::from_flags(
+            self.wipe_kernel_url.as_ref(),
+            self.wipe_initrd_url.as_ref(),
+        )
+        .map_err(|why| anyhow::anyhow!(why))
+    }
+
+    fn settings(&self, boot_url: Option<url::Url>) -> anyhow::Result<pools::Settings> {
+        let wipe_image = self.wipe_image()?;
+        Ok(pools::Settings {
             secret: pools::SecretLocation {
                 namespace: self.equinix_secret_namespace.clone(),
                 name: self.equinix_secret.clone(),
@@ -648,8 +669,9 @@ impl PoolsArgs {
             boot_url,
             release_off_wait: Duration::from_secs(self.pool_release_wait_seconds),
             no_inventory_retry: Duration::from_secs(self.pool_no_inventory_retry_seconds.max(1)),
+            wipe_image,
             crash_point: self.crash_points(),
-        }
+        })
     }
 }
 
@@ -845,7 +867,7 @@ impl Parts {
         };
         let pools = Arc::new(
             pools::PoolsShared::new(
-                args.pools.settings(args.provisioning.boot_url.clone()),
+                args.pools.settings(args.provisioning.boot_url.clone())?,
                 connector,
             )
             .with_eviction_client(eviction_client),
@@ -922,6 +944,7 @@ impl Parts {
                     self.metal_limiter.clone(),
                     self.client.clone(),
                     args.provisioning.boot_url.clone(),
+                    args.pools.wipe_image()?,
                     self.metrics.clone(),
                     args.pools.crash_points(),
                     self.identity.clone(),

@@ -110,6 +110,8 @@ impl Site {
             .arg(format!("--boot-addr=127.0.0.1:{port}"))
             .arg(format!("--boot-url={boot}"))
             .arg("--machine-release-wait=5s")
+            .arg("--wipe-kernel-url=http://127.0.0.1:9/wipe/vmlinuz")
+            .arg("--wipe-initrd-url=http://127.0.0.1:9/wipe/initrd.img")
             .env("RUST_LOG", "info,ingot_controllers=debug")
             .start();
         let site = Site {
@@ -135,8 +137,8 @@ impl Site {
         site
     }
 
-    /// The classes `inv-a` and `inv-b` (another kernel line), their Secret with Gardener-style
-    /// user data, and the MachineDeployment at 0 on `inv-a`.
+    /// The classes `inv-a` and `inv-b` (another kernel line, and its released servers wiped),
+    /// their Secret with Gardener-style user data, and the MachineDeployment at 0 on `inv-a`.
     async fn create_classes(&self) {
         self.apply(&json!({
             "apiVersion": "v1", "kind": "Secret",
@@ -144,7 +146,10 @@ impl Site {
             "stringData": {"userData": USER_DATA},
         }))
         .await;
-        for (name, cmdline) in [("inv-a", "console=ttyS0"), ("inv-b", "console=ttyS1")] {
+        for (name, cmdline, wipe) in [
+            ("inv-a", "console=ttyS0", "none"),
+            ("inv-b", "console=ttyS1", "metadata"),
+        ] {
             self.apply(&json!({
                 "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass",
                 "metadata": {"name": name, "namespace": self.ns},
@@ -159,6 +164,7 @@ impl Site {
                         "cmdline": cmdline,
                     },
                     "tags": ["kubernetes.io/cluster/shoot--e2e", "kubernetes.io/role/node"],
+                    "wipePolicy": wipe,
                 },
                 "secretRef": {"name": "inv-secret", "namespace": self.ns},
             }))
@@ -179,7 +185,7 @@ impl Site {
         self.apply(&md).await;
     }
 
-    /// The class with `inv-a`'s Inventory namespace and image.
+    /// The class with `inv-a`'s Inventory namespace, image and wipe policy.
     async fn mend_class(&self, name: &str) {
         let resource = ApiResource {
             group: "machine.sapcloud.io".into(),
@@ -195,6 +201,7 @@ impl Site {
                 &Patch::Merge(json!({"providerSpec": {
                     "inventoryNamespace": METAL,
                     "image": {"kernel": "http://127.0.0.1:9/vmlinuz"},
+                    "wipePolicy": "none",
                 }})),
             )
             .await
@@ -467,6 +474,7 @@ async fn a_machine_deployment_scales_rolls_and_deletes_on_inventories() {
         InventorySettings {
             namespaces: vec![METAL.to_owned()],
             boot_url: None,
+            wipe_image: None,
             off_wait: Duration::from_secs(1),
             crash_point: None,
         },
@@ -544,34 +552,54 @@ async fn a_machine_deployment_scales_rolls_and_deletes_on_inventories() {
             .collect();
         assert!(left.is_empty(), "{}: {left:?}", inventory.name_any());
     }
+    // Only `inv-b` wipes: its machine's server was erased and reported once, before its off;
+    // the servers `inv-a` released were not.
+    for i in 0..SERVERS {
+        let server = site.servers.server(i).unwrap();
+        let on_b = rolled.values().any(|c| *c == format!("node{i}"));
+        let expected = if on_b { (1, 1) } else { (0, 0) };
+        assert_eq!((server.wipes, server.wipe_reports), expected, "{server:?}");
+    }
 }
 
 /// A class the driver cannot serve says why on its Machine, naming the field, and claims
 /// nothing: an image URL that is not http(s), an Inventory namespace the operator does not
-/// allow (`--machine-inventory-namespaces`), and a selector no Inventory matches
-/// (ResourceExhausted, saying so).
+/// allow (`--machine-inventory-namespaces`), a wipe policy it does not know, and a selector no
+/// Inventory matches (ResourceExhausted, saying so).
 async fn bad_classes_are_refused_naming_the_field(site: &Site) {
-    for (name, namespace, kernel, rack, expected) in [
+    let http = "http://127.0.0.1:9/vmlinuz";
+    for (name, namespace, kernel, rack, wipe, expected) in [
         (
             "inv-ftp",
             METAL,
             "ftp://127.0.0.1:9/vmlinuz",
             "a",
+            "none",
             "providerSpec.image.kernel",
         ),
         (
             "inv-elsewhere",
             "other-site",
-            "http://127.0.0.1:9/vmlinuz",
+            http,
             "a",
+            "none",
             "--machine-inventory-namespaces",
+        ),
+        (
+            "inv-shred",
+            METAL,
+            http,
+            "a",
+            "shred",
+            "providerSpec.wipePolicy \"shred\": use none",
         ),
         // A selector nothing matches: no capacity, and why.
         (
             "inv-none",
             METAL,
-            "http://127.0.0.1:9/vmlinuz",
+            http,
             "z",
+            "none",
             "code = [ResourceExhausted] message = [Could not create machine: no server to take: no Inventory in namespaces metal matches the selector",
         ),
     ] {
@@ -585,6 +613,7 @@ async fn bad_classes_are_refused_naming_the_field(site: &Site) {
                 "addressPool": "nodes",
                 "image": {"kernel": kernel, "initrd": "http://127.0.0.1:9/initrd"},
                 "tags": ["kubernetes.io/cluster/shoot--e2e", "kubernetes.io/role/node"],
+                "wipePolicy": wipe,
             },
             "secretRef": {"name": "inv-secret", "namespace": site.ns},
         }))

@@ -126,6 +126,8 @@ impl Site {
             .arg("--harvester-mirror=http://127.0.0.1:9/iso")
             .arg("--metal-poll-seconds=1")
             .arg("--pool-release-wait-seconds=5")
+            .arg("--wipe-kernel-url=http://127.0.0.1:9/wipe/vmlinuz")
+            .arg("--wipe-initrd-url=http://127.0.0.1:9/wipe/initrd.img")
             // A member waiting for an Inventory is woken by the Inventory watch, not this look.
             .arg("--pool-no-inventory-retry-seconds=600")
             .env("TOKEN", TOKEN)
@@ -164,22 +166,31 @@ impl Site {
 
     /// The pool `rack-a` over the Inventories labelled `rack: a`.
     async fn create_pool(&self, count: i64) {
+        self.create_pool_with(count, json!({})).await;
+    }
+
+    /// [`Self::create_pool`], with these fields besides.
+    async fn create_pool_with(&self, count: i64, extra: serde_json::Value) {
+        let mut spec = json!({
+            "count": count,
+            "inventorySelector": {"matchLabels": {"rack": "a"}},
+            "inventoryNamespace": self.ns,
+            "addressPool": "nodes",
+            "harvesterVersion": "v1.7.1",
+            "nodeCleanupWaitInterval": "6s",
+            "maxUnhealthy": 1,
+            "drainTimeout": "5s"
+        });
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().cloned().unwrap_or_default());
         Api::<InstancePool>::all(self.client.clone())
             .create(
                 &PostParams::default(),
                 &object(json!({
                     "apiVersion": "equinix.harvesterhci.io/v1", "kind": "InstancePool",
                     "metadata": {"name": "rack-a"},
-                    "spec": {
-                        "count": count,
-                        "inventorySelector": {"matchLabels": {"rack": "a"}},
-                        "inventoryNamespace": self.ns,
-                        "addressPool": "nodes",
-                        "harvesterVersion": "v1.7.1",
-                        "nodeCleanupWaitInterval": "6s",
-                        "maxUnhealthy": 1,
-                        "drainTimeout": "5s"
-                    }
+                    "spec": spec
                 })),
             )
             .await
@@ -544,13 +555,15 @@ async fn a_pool_over_inventories_scales_and_waits_for_a_free_inventory() {
 }
 
 /// The operator killed after a claim, after the install boot's Job was created but before it
-/// was recorded, and after a release's power off was read back but before the claim went: one
-/// owner per Inventory, no claim without its Instance, no address without its claim, one
-/// install boot and one power off at the BMC.
+/// was recorded, after the release's wipe boot was created but before it was recorded, and
+/// after a release's power off was read back but before the claim went: one owner per
+/// Inventory, no claim without its Instance, no address without its claim, one install boot,
+/// one wipe and one power off at the BMC.
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_during_claim_boot_and_release_nothing_is_owned_twice_or_leaked() {
     let mut site = Site::start(&CRASHES, Some("onprem-after-claim")).await;
-    site.create_pool(1).await;
+    site.create_pool_with(1, json!({"wipePolicy": "metadata"}))
+        .await;
 
     // Killed right after the claim: it holds, and nothing else was done.
     site.operator.wait_crashed("onprem-after-claim", WAIT).await;
@@ -578,22 +591,40 @@ async fn killed_during_claim_boot_and_release_nothing_is_owned_twice_or_leaked()
     assert_eq!(site.pxe_boots(i), 1, "the install boot was sent twice");
     let offs_before_release = site.power_offs(i);
 
-    // Scaled to 0, killed once the power off was read back, before the address and claim go.
-    site.operator.restart(Some("onprem-after-off-confirmed"));
+    // Scaled to 0 (the pool wipes what it releases), killed once the wipe boot's Job exists
+    // but is not recorded: the claim holds.
+    let boots_before_release = site.pxe_boots(i);
+    site.operator.restart(Some("onprem-after-wipe-job"));
     site.scale(0).await;
+    site.operator
+        .wait_crashed("onprem-after-wipe-job", WAIT)
+        .await;
+    site.consistent().await;
+    assert_eq!(site.claims().await, claims);
+    // Started again, killed once the power off was read back, before the address and claim
+    // go: the wipe boot was sent once, the wipe ran and reported before the power off.
+    site.operator.restart(Some("onprem-after-off-confirmed"));
     site.operator
         .wait_crashed("onprem-after-off-confirmed", WAIT)
         .await;
     site.consistent().await;
     assert_eq!(site.fleet.bmcs[i].state.snapshot().power_state, "Off");
+    assert_eq!(
+        site.pxe_boots(i),
+        boots_before_release + 1,
+        "the wipe boot was sent twice"
+    );
+    let server = site.servers.server(i).unwrap();
+    assert_eq!((server.wipes, server.wipe_reports), (1, 1), "{server:?}");
     site.operator.restart(None);
     site.settled(0).await;
     site.consistent().await;
     assert!(site.allocations().await.is_empty());
+    // The wipe boot's power off, then the release's: each sent once.
     assert_eq!(
         site.power_offs(i),
-        offs_before_release + 1,
-        "the release's power off was sent again: {:?}",
+        offs_before_release + 2,
+        "a power off was sent again: {:?}",
         site.fleet.bmcs[i].state.reset_requests()
     );
 }

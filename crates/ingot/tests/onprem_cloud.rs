@@ -20,6 +20,7 @@ use ingot_controllers::onprem::cloud::{
     ADDRESS_ANNOTATION, BOOT_JOB_ANNOTATION, BOOTS_ANNOTATION, CLAIM_JOB_LABEL, InventoryCloud,
     Settings,
 };
+use ingot_controllers::onprem::wipe::{WipeImage, WipePolicy};
 use ingot_controllers::provisioning::addresses::PoolRef;
 use ingot_controllers::provisioning::boot::BOOT_FROM_DISK;
 use ingot_controllers::provisioning::node::phase::BootMedia;
@@ -105,6 +106,8 @@ fn settings(ns: &str, labels: Value) -> Settings {
         owner: Some(OWNER.to_owned()),
         boot_url: None,
         boot_media: BootMedia::Pxe,
+        wipe: WipePolicy::None,
+        wipe_image: None,
         crash_point: None,
     }
 }
@@ -141,8 +144,9 @@ impl Site {
         Self::start_with(None).await
     }
 
-    /// With `media` (`--boot-media-dir`), the boot server also serves boot CDs at
-    /// `--boot-url`, and lets the test's own address report installs.
+    /// With `media` (`--boot-media-dir`), the boot server also serves boot CDs. Its
+    /// `--boot-url` is its own address, and it lets 127.0.0.1 (the test) report installs and
+    /// wipes.
     async fn start_with(media: Option<&Path>) -> Self {
         let env = ingot_testenv::shared().await;
         let client = env.client().unwrap();
@@ -218,12 +222,11 @@ impl Site {
             .arg("--rufio-machine-interval-seconds=1")
             .arg("--rufio-task-poll-seconds=0.3")
             .arg(format!("--boot-addr=127.0.0.1:{boot_port}"))
+            .arg(format!("--boot-url=http://127.0.0.1:{boot_port}"))
+            .arg("--boot-allow-source=127.0.0.1/32")
             .env("RUST_LOG", "info,ingot_controllers=debug");
         let operator = match media {
-            Some(dir) => operator
-                .arg(format!("--boot-url=http://127.0.0.1:{boot_port}"))
-                .arg(format!("--boot-media-dir={}", dir.display()))
-                .arg("--boot-allow-source=127.0.0.1/32"),
+            Some(dir) => operator.arg(format!("--boot-media-dir={}", dir.display())),
             None => operator,
         }
         .start();
@@ -837,5 +840,175 @@ async fn a_pool_s_server_boots_its_boot_cd_by_virtual_media_and_it_is_ejected_on
     assert_eq!(system(bmc).await["PowerState"], "Off");
     assert_eq!(reqwest::get(&media_url).await.unwrap().status(), 404);
     rack_a.delete_server(&pxe.id).await.unwrap();
+    site.operator.terminate();
+}
+
+/// A `PUT` of the wipe's report from `source` (a loopback address of the test).
+async fn report_wipe(url: &str, source: &str) -> reqwest::StatusCode {
+    reqwest::Client::builder()
+        .local_address(source.parse::<std::net::IpAddr>().unwrap())
+        .no_proxy()
+        .build()
+        .unwrap()
+        .put(url)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_server_is_booted_into_the_wipe_image_and_freed_only_once_it_reported() {
+    let site = Site::start().await;
+    let (client, ns) = (&site.client, site.ns.as_str());
+    let boot = format!("http://127.0.0.1:{}", site.boot_port);
+    let wiping = |image: Option<WipeImage>| {
+        InventoryCloud::new(
+            client.clone(),
+            Settings {
+                boot_url: Some(url::Url::parse(&boot).unwrap()),
+                wipe: WipePolicy::Metadata,
+                wipe_image: image,
+                // Each delete waits this long for the report, then answers "not yet".
+                off_wait: Duration::from_secs(3),
+                ..settings(ns, json!({"rack": "a"}))
+            },
+        )
+        .unwrap()
+    };
+
+    // A wipe asked for with no wipe image to boot: refused before anything is taken.
+    let refused = wiping(None)
+        .create_server(&request("w0"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, Error::Validation { .. })
+            && refused.to_string().contains("--wipe-kernel-url"),
+        "{refused}"
+    );
+    assert!(
+        claim_jobs(client, ns).await.is_empty(),
+        "a refused create sent a Job"
+    );
+
+    let image = WipeImage {
+        kernel: url::Url::parse("http://127.0.0.1:9/wipe/vmlinuz").unwrap(),
+        initrd: url::Url::parse("http://127.0.0.1:9/wipe/initrd.img").unwrap(),
+    };
+    let cloud = wiping(Some(image));
+    let server = cloud.create_server(&request("w1")).await.unwrap();
+    let name = server.id.split_once('/').unwrap().1.to_owned();
+    let bmc = site.bmc(&server.id);
+    let address = server.addresses[0].address.clone();
+    wait_for(&format!("{name} booted"), WAIT, || async {
+        let active = cloud.get_server(&server.id).await.unwrap().state == ServerState::Active;
+        (active && all_completed(&claim_jobs(client, ns).await)).then_some(())
+    })
+    .await;
+    let patches_installed = boot_patches(bmc);
+
+    // The delete boots the server into the wipe image, and answers "not yet" while it runs:
+    // the server stays on, claimed, with its address.
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        waiting.push(cloud.delete_server(&server.id).await.unwrap_err());
+    }
+    for answer in &waiting {
+        assert!(
+            matches!(answer, Error::Transient { .. }) && answer.to_string().contains("being wiped"),
+            "{answer}"
+        );
+    }
+    let s = wait_for(
+        &format!("{name} network-booted for its wipe"),
+        WAIT,
+        || async {
+            let s = system(bmc).await;
+            (boot_patches(bmc) == patches_installed + 1 && s["PowerState"] == "On").then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(s["Boot"]["BootSourceOverrideTarget"], "Pxe", "{s}");
+    let held = inventory(client, ns, &name).await;
+    assert!(
+        claims::claim_of(&held).is_some(),
+        "released before its wipe"
+    );
+    assert!(
+        allocations(client, ns)
+            .await
+            .contains(&(address.clone(), name.clone())),
+        "the address of {name} was freed before its wipe"
+    );
+    // Being released: not adopted by a create of the same hostname, not found, not reinstalled.
+    let adopt = cloud.create_server(&request("w1")).await.unwrap_err();
+    assert!(matches!(adopt, Error::Conflict { .. }), "{adopt}");
+    assert!(cloud.find_server(OWNER, "w1").await.unwrap().is_none());
+    let reinstall = cloud
+        .reinstall(&server.id, &Default::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(reinstall, Error::Conflict { .. }), "{reinstall}");
+    // The boot server hands it the wipe image with its orders, its address and where to report.
+    let report = format!("{boot}/wiped/{ns}/{name}");
+    let script = reqwest::get(format!("{boot}/boot/{}", server.macs()[0]))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        script.starts_with("#!ipxe\n")
+            && script.contains("kernel http://127.0.0.1:9/wipe/vmlinuz initrd=initrd.img ")
+            && script.contains(&format!(
+                "ip={address}::10.31.0.1:255.255.255.248::netboot:off"
+            ))
+            && script.contains(" ingot.wipe=metadata ")
+            && script.contains(&format!(" ingot.report={report}\n"))
+            && script.contains("initrd http://127.0.0.1:9/wipe/initrd.img\n"),
+        "{script}"
+    );
+
+    // A report from anywhere but the server's address (or an allowed source) is refused.
+    assert_eq!(
+        report_wipe(&report, "127.0.0.2").await,
+        reqwest::StatusCode::FORBIDDEN
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let still = cloud.delete_server(&server.id).await.unwrap_err();
+    assert!(still.to_string().contains("being wiped"), "{still}");
+    assert_eq!(system(bmc).await["PowerState"], "On");
+
+    // Its report: the release goes on, off read back, then the claim and the address go.
+    assert_eq!(
+        report_wipe(&report, "127.0.0.1").await,
+        reqwest::StatusCode::ACCEPTED
+    );
+    wait_for(&format!("{name} released"), WAIT, || async {
+        cloud.delete_server(&server.id).await.ok()
+    })
+    .await;
+    assert_eq!(system(bmc).await["PowerState"], "Off");
+    let released = inventory(client, ns, &name).await;
+    assert!(claims::claim_of(&released).is_none());
+    assert!(
+        !released
+            .annotations()
+            .keys()
+            .any(|k| k.starts_with("onprem.ingot.dev/")),
+        "{:?}",
+        released.annotations()
+    );
+    assert!(
+        !allocations(client, ns)
+            .await
+            .iter()
+            .any(|(_, owner)| *owner == name),
+        "the address of {name} is still held"
+    );
+    // One wipe boot in all, however many deletes asked.
+    assert_eq!(boot_patches(bmc), patches_installed + 1);
+    site.boots(&server.macs()[0], BOOT_FROM_DISK).await;
     site.operator.terminate();
 }

@@ -12,6 +12,9 @@
 //! - **Image**: a kernel line with `ds=nocloud-net;s=<seed>` is an OS image booted over the
 //!   network, not the installer: cloud-init's meta-data and user-data are fetched from its own
 //!   address, and Gardener user data joins its Node with the bootstrap token in it.
+//! - **Wipe**: a kernel line with `ingot.wipe=metadata` is ingot's wipe image: the disk is
+//!   erased ([`ServerFleetConfig::wipe_time`]; a later disk boot finds no operating system)
+//!   and the wipe reported to `ingot.report` from the server's own address.
 //! - **Disk**: an installed server is the Harvester node. The create node starts the cluster in
 //!   the target API server (a join credential for its token, its `server/manifests`), registers
 //!   its Node and keeps it Ready; a join node waits for that cluster, then registers with the
@@ -30,6 +33,7 @@ pub mod cluster;
 mod image;
 pub mod kernel;
 mod pxe;
+mod wipe;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -57,6 +61,8 @@ pub struct ServerFleetConfig {
     pub target: kube::Config,
     /// How long the installer runs once the config is accepted.
     pub install_time: Duration,
+    /// How long the wipe image erases before it reports.
+    pub wipe_time: Duration,
     pub poll_interval: Duration,
     pub heartbeat_interval: Duration,
     /// NICs per server (`ServerBmc::mac(0)`, `mac(1)`...); it PXE-boots from the first.
@@ -72,6 +78,7 @@ impl ServerFleetConfig {
             boot_url: boot_url.into(),
             target,
             install_time: Duration::from_secs(3),
+            wipe_time: Duration::from_secs(2),
             poll_interval: Duration::from_millis(100),
             heartbeat_interval: Duration::from_secs(10),
             nics: 2,
@@ -97,6 +104,10 @@ pub enum ServerState {
     Starting,
     /// Its Node is registered and posted Ready.
     Running,
+    /// Booted into a wipe image, erasing its disks.
+    Wiping,
+    /// Its disks erased and the wipe reported; idle until powered off.
+    Wiped,
     /// `reason` says why.
     Stuck,
 }
@@ -123,6 +134,9 @@ pub struct ServerStatus {
     pub script_fetches: u32,
     pub installs: u32,
     pub webhooks_sent: u32,
+    /// Wipes done (the disk erased), and wipe reports the boot server accepted.
+    pub wipes: u32,
+    pub wipe_reports: u32,
     pub warnings: Vec<String>,
     pub since: DateTime<Utc>,
 }
@@ -590,6 +604,8 @@ fn new_status(index: usize, mac: String) -> ServerStatus {
         script_fetches: 0,
         installs: 0,
         webhooks_sent: 0,
+        wipes: 0,
+        wipe_reports: 0,
         warnings: Vec::new(),
         since: Utc::now(),
     }

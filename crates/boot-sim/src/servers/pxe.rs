@@ -29,6 +29,12 @@ enum Booted {
         seed: String,
         ip: Option<kernel::StaticIp>,
     },
+    /// ingot's wipe image: its policy and report URL.
+    Wipe {
+        policy: String,
+        report: Option<String>,
+        ip: Option<kernel::StaticIp>,
+    },
 }
 
 pub(super) async fn boot(fleet: &ServerFleet, i: usize, boot: u64) {
@@ -36,6 +42,9 @@ pub(super) async fn boot(fleet: &ServerFleet, i: usize, boot: u64) {
     match prepare(fleet, i, boot).await {
         Ok(Some(Booted::Installer(plan))) => run_install(fleet, i, boot, plan).await,
         Ok(Some(Booted::Image { seed, ip })) => super::image::run(fleet, i, boot, seed, ip).await,
+        Ok(Some(Booted::Wipe { policy, report, ip })) => {
+            super::wipe::run(fleet, i, boot, policy, report, ip).await
+        }
         // The script exited: the firmware boots the next device, the disk.
         Ok(None) => fleet.disk_boot(i, boot).await,
         Err(reason) => fleet.stuck(i, boot, reason),
@@ -105,6 +114,9 @@ async fn prepare(fleet: &ServerFleet, i: usize, boot: u64) -> Result<Option<Boot
     let ip = kernel::static_ip(&params, &macs)?;
     if let Some(seed) = super::image::nocloud_seed(&params) {
         return Ok(Some(Booted::Image { seed, ip }));
+    }
+    if let Some((policy, report)) = super::wipe::orders(&params) {
+        return Ok(Some(Booted::Wipe { policy, report, ip }));
     }
     let cmd = install::read_cmdline(&kernel_url, &params);
     let refused = |r: install::Refusal| format!("installer: {r}");

@@ -31,7 +31,10 @@
 //! that Job completed (its power off read back from the BMC) and the Machine reads `off`, and
 //! records it ([`OFF_CONFIRMED_ANNOTATION`]); only then is the address freed, the install
 //! Secret and the claim's Jobs deleted and the claim released ([`claims::release_with`], its annotations removed in the
-//! same write). Nothing wipes the disks: the wipe policy is `none`.
+//! same write). With [`WipePolicy::Metadata`], the power off waits for a wipe: the server
+//! is booted once into the site's wipe image ([`wipe`]), a Job named after the claim, recorded
+//! ([`WIPE_JOB_ANNOTATION`]), and only its report ([`WIPED_ANNOTATION`], written by the boot
+//! server) lets the release go on; until then the claim, its address and its files stay.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,8 +57,14 @@ use serde_json::json;
 use super::claims::{self, Claim, Claimed};
 use super::image::{self, ImageRequest};
 use super::install::{self, InstallRequest};
+use super::wipe::{
+    self, WIPE_JOB_ANNOTATION, WIPE_SCRIPT_KEY, WIPED_ANNOTATION, WipeAddress, WipeImage,
+    WipePolicy,
+};
 use crate::provisioning::addresses::{PoolRef, allocate_address, release_address};
 use crate::provisioning::allocation::inventory_owner;
+use crate::provisioning::install::ADDRESS_KEY;
+use crate::provisioning::ipam;
 use crate::provisioning::node::phase::{BOOT_MEDIA_ANNOTATION, BootMedia, no_virtual_media};
 use crate::seeder::power::{self, JobOutcome};
 
@@ -84,7 +93,9 @@ pub const EJECTED_ANNOTATION: &str = "onprem.ingot.dev/ejected";
 pub const TAGS_ANNOTATION: &str = "onprem.ingot.dev/tags";
 
 /// Every annotation this cloud writes besides the claim's own: removed with the claim.
-const RECORDS: [&str; 9] = [
+const RECORDS: [&str; 11] = [
+    WIPE_JOB_ANNOTATION,
+    WIPED_ANNOTATION,
     TAGS_ANNOTATION,
     ADDRESS_ANNOTATION,
     INSTALLED_ANNOTATION,
@@ -131,8 +142,14 @@ pub struct Settings {
     /// How an install boots where the Inventory does not say ([`BOOT_MEDIA_ANNOTATION`]): the
     /// pool's `bootMedia`. A machine's image always boots by network.
     pub boot_media: BootMedia,
+    /// What a delete erases before the power off (a pool's `wipePolicy`).
+    pub wipe: WipePolicy,
+    /// The site's wipe image (`--wipe-kernel-url`, `--wipe-initrd-url`), needed by
+    /// [`WipePolicy::Metadata`].
+    pub wipe_image: Option<WipeImage>,
     /// Test hook: the process aborts at these named points (`onprem-after-claim`,
-    /// `onprem-after-boot-job`, `onprem-after-off-confirmed`), to prove a crash there harmless.
+    /// `onprem-after-boot-job`, `onprem-after-wipe-job`, `onprem-after-off-confirmed`), to
+    /// prove a crash there harmless.
     pub crash_point: Option<String>,
 }
 
@@ -478,21 +495,7 @@ impl InventoryCloud {
         media: BootMedia,
     ) -> Result<Inventory> {
         let name = job_name(&inventory, claim, &format!("boot-{n}"));
-        let tasks = match media {
-            BootMedia::Pxe => json!([
-                {"powerAction": "off"},
-                {"oneTimeBootDeviceAction": {"device": ["pxe"]}},
-                {"powerAction": "on"},
-            ]),
-            // Inserted before the server is touched: a BMC without virtual media fails the
-            // Job there, with the server as it was.
-            BootMedia::Cd => json!([
-                {"virtualMediaAction": {"kind": "CD", "mediaURL": self.media_url(&inventory)?}},
-                {"powerAction": "off"},
-                {"oneTimeBootDeviceAction": {"device": ["cdrom"]}},
-                {"powerAction": "on"},
-            ]),
-        };
+        let tasks = self.boot_tasks(&inventory, media)?;
         self.send(&inventory, claim, &name, tasks).await?;
         self.crash_point("onprem-after-boot-job");
         self.record(
@@ -508,6 +511,32 @@ impl InventoryCloud {
             ],
         )
         .await
+    }
+
+    /// A one-time boot from `media`: power off, the boot device set once, power on.
+    fn boot_tasks(&self, inventory: &Inventory, media: BootMedia) -> Result<serde_json::Value> {
+        Ok(match media {
+            BootMedia::Pxe => json!([
+                {"powerAction": "off"},
+                {"oneTimeBootDeviceAction": {"device": ["pxe"]}},
+                {"powerAction": "on"},
+            ]),
+            // Inserted before the server is touched: a BMC without virtual media fails the
+            // Job there, with the server as it was.
+            BootMedia::Cd => json!([
+                {"virtualMediaAction": {"kind": "CD", "mediaURL": self.media_url(inventory)?}},
+                {"powerAction": "off"},
+                {"oneTimeBootDeviceAction": {"device": ["cdrom"]}},
+                {"powerAction": "on"},
+            ]),
+        })
+    }
+
+    /// How the claim's server boots anything ingot serves it (its install, its wipe): a
+    /// machine's image always by network, else as [`Self::boot_media`] says.
+    async fn claim_media(&self, inventory: &Inventory) -> Result<BootMedia> {
+        let install = !self.boots_image(inventory).await?;
+        self.boot_media(inventory, install)
     }
 
     /// Whether the claim boots a machine's image (its install Secret holds user data), not the
@@ -680,13 +709,15 @@ impl InventoryCloud {
 
     async fn create(&self, spec: &CreateServer) -> Result<Server> {
         self.acts_for(&spec.owner_tag)?;
+        // Refused before anything is taken: such a server could never be released.
+        self.wipe_image()?;
         let claim = Claim {
             owner: spec.owner_tag.clone(),
             hostname: spec.hostname.clone(),
         };
         let inventory = self.claim(&claim).await?;
         self.crash_point("onprem-after-claim");
-        if annotation(&inventory, OFF_CONFIRMED_ANNOTATION).is_some() {
+        if releasing(&inventory) {
             return Err(Error::Conflict {
                 message: format!(
                     "Inventory {} held for {} is being released; create it again once it is",
@@ -769,16 +800,30 @@ impl InventoryCloud {
                 image::image_secret(inventory, &files, &meta_data, &user_data)
             }
         };
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
+        self.write_secret(&namespace, &wanted).await
+    }
+
+    /// Creates the claim's install Secret, or merges `wanted`'s keys into it (all its keys are
+    /// ours); unchanged keys write nothing.
+    async fn write_secret(&self, namespace: &str, wanted: &Secret) -> Result<()> {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let name = wanted.name_any();
         match secrets.get_opt(&name).await.map_err(kube_error)? {
-            None => match secrets.create(&PostParams::default(), &wanted).await {
+            None => match secrets.create(&PostParams::default(), wanted).await {
                 Ok(_) => Ok(()),
                 // Another create wrote it: the next create compares.
                 Err(e) if crate::runtime::is_conflict(&e) => Ok(()),
                 Err(e) => Err(kube_error(e)),
             },
-            Some(current) if current.data == wanted.data => Ok(()),
+            Some(current)
+                if wanted
+                    .data
+                    .iter()
+                    .flatten()
+                    .all(|(k, v)| current.data.as_ref().and_then(|d| d.get(k)) == Some(v)) =>
+            {
+                Ok(())
+            }
             // Its keys are all ours: a merge patch of them, under the resourceVersion read.
             Some(current) => {
                 let patch = json!({
@@ -792,6 +837,139 @@ impl InventoryCloud {
                     .map_err(kube_error)
             }
         }
+    }
+
+    /// The wipe image, where the wipe policy needs one.
+    fn wipe_image(&self) -> Result<Option<&WipeImage>> {
+        match (self.settings.wipe, &self.settings.wipe_image) {
+            (WipePolicy::None, _) => Ok(None),
+            (WipePolicy::Metadata, Some(image)) if self.settings.boot_url.is_some() => {
+                Ok(Some(image))
+            }
+            (WipePolicy::Metadata, _) => Err(Error::Validation {
+                message: "wipePolicy metadata boots released servers into the site's wipe image, and ingot was given none: run ingot with --wipe-kernel-url, --wipe-initrd-url and --boot-url, or set wipePolicy: none".to_owned(),
+            }),
+        }
+    }
+
+    /// A release's wipe ([`wipe`]): the wipe boot sent once and recorded, then (up to
+    /// `off_wait`) its report awaited. Answers the Inventory once wiped; until then "not yet",
+    /// with the claim, its address and its files kept: a server is never freed unwiped.
+    async fn wipe(&self, inventory: Inventory, claim: &Claim) -> Result<Inventory> {
+        let Some(image) = self.wipe_image()? else {
+            return Ok(inventory);
+        };
+        if wipe::wiped(&inventory) {
+            return Ok(inventory);
+        }
+        let inventory = if annotation(&inventory, WIPE_JOB_ANNOTATION).is_none() {
+            self.send_wipe(inventory, claim, image).await?
+        } else {
+            inventory
+        };
+        let namespace = inventory.namespace().unwrap_or_default();
+        let name = inventory.name_any();
+        let job = annotation(&inventory, WIPE_JOB_ANNOTATION)
+            .unwrap_or_default()
+            .to_owned();
+        let deadline = Instant::now() + self.settings.off_wait;
+        loop {
+            let current = self
+                .inventories(&namespace)
+                .get(&name)
+                .await
+                .map_err(kube_error)?;
+            if wipe::wiped(&current) {
+                return Ok(current);
+            }
+            if let JobOutcome::Failed(why) =
+                power::job_outcome(self.job(&namespace, &job).await?.as_ref())
+            {
+                return Err(Error::Validation {
+                    message: format!(
+                        "the wipe boot of Inventory {} (bmc job {namespace}/{job}) failed: {why}; it is not freed unwiped: its claim and address are kept: check its BMC",
+                        key(&current)
+                    ),
+                });
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Transient {
+                    message: format!(
+                        "Inventory {} is being wiped (bmc job {namespace}/{job}); its claim and address are kept until its wipe image reports",
+                        key(&current)
+                    ),
+                    source: None,
+                });
+            }
+            tokio::time::sleep(self.settings.poll).await;
+        }
+    }
+
+    /// Writes the wipe's script into the claim's install Secret, sends the wipe boot (a Job
+    /// named after the claim, created once) and records it.
+    async fn send_wipe(
+        &self,
+        inventory: Inventory,
+        claim: &Claim,
+        image: &WipeImage,
+    ) -> Result<Inventory> {
+        let namespace = inventory.namespace().unwrap_or_default();
+        let invalid = |message: String| Error::Validation {
+            message: format!("the wipe of Inventory {}: {message}", key(&inventory)),
+        };
+        let address = annotation(&inventory, ADDRESS_ANNOTATION)
+            .ok_or_else(|| invalid("it has no address recorded".to_owned()))?
+            .to_owned();
+        let pool_ref = annotation(&inventory, ADDRESS_POOL_ANNOTATION)
+            .and_then(|p| p.split_once('/'))
+            .map(|(namespace, name)| PoolRef {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            })
+            .unwrap_or_else(|| self.settings.address_pool.clone());
+        let pool = Api::<AddressPool>::namespaced(self.client.clone(), &pool_ref.namespace)
+            .get_opt(&pool_ref.name)
+            .await
+            .map_err(kube_error)?
+            .ok_or_else(|| invalid(format!("{pool_ref}, its address's pool, does not exist")))?;
+        let link =
+            ipam::Pool::parse(&pool.spec).map_err(|e| invalid(format!("{pool_ref}: {e}")))?;
+        let (netmask, gateway) = (link.netmask().to_string(), link.gateway().to_string());
+        let boot_url = self.settings.boot_url.as_ref().ok_or_else(|| {
+            invalid("ingot runs without --boot-url, which the wipe reports to".to_owned())
+        })?;
+        let report = boot_url
+            .join(&format!("wiped/{namespace}/{}", inventory.name_any()))
+            .map_err(|e| invalid(format!("the boot URL {boot_url}: {e}")))?;
+        let mac = inventory
+            .spec
+            .management_interface_mac_address
+            .clone()
+            .unwrap_or_default();
+        let at = WipeAddress {
+            mac: &mac,
+            address: &address,
+            netmask: &netmask,
+            gateway: &gateway,
+        };
+        let script = wipe::script(image, self.settings.wipe, &at, &report).map_err(invalid)?;
+        let secret = install::claim_secret(
+            &inventory,
+            &[
+                (WIPE_SCRIPT_KEY, &script),
+                (ADDRESS_KEY, &address),
+                (install::NETMASK_KEY, &netmask),
+                (install::GATEWAY_KEY, &gateway),
+            ],
+        );
+        self.write_secret(&namespace, &secret).await?;
+        let media = self.claim_media(&inventory).await?;
+        let name = job_name(&inventory, claim, "wipe");
+        let tasks = self.boot_tasks(&inventory, media)?;
+        self.send(&inventory, claim, &name, tasks).await?;
+        self.crash_point("onprem-after-wipe-job");
+        self.record(&inventory, claim, &[(WIPE_JOB_ANNOTATION, Some(name))])
+            .await
     }
 
     /// Waits (up to `off_wait`) for the release's power off to be read back.
@@ -864,9 +1042,7 @@ impl BareMetalCloud for InventoryCloud {
         self.acts_for(owner_tag)?;
         let (inventories, _) = self.list().await?;
         match claims::find(&inventories, owner_tag, hostname) {
-            Some(i) if annotation(i, OFF_CONFIRMED_ANNOTATION).is_none() => {
-                Ok(Some(self.server(i).await?))
-            }
+            Some(i) if !releasing(i) => Ok(Some(self.server(i).await?)),
             _ => Ok(None),
         }
     }
@@ -902,7 +1078,7 @@ impl BareMetalCloud for InventoryCloud {
             None => inventory,
         };
         let n = boots(&inventory) + 1;
-        let media = self.boot_media(&inventory, !self.boots_image(&inventory).await?)?;
+        let media = self.claim_media(&inventory).await?;
         self.boot(inventory, &claim, n, media).await.map(drop)
     }
 
@@ -936,9 +1112,17 @@ impl BareMetalCloud for InventoryCloud {
         };
         let namespace = inventory.namespace().unwrap_or_default();
         let inventory = if annotation(&inventory, OFF_CONFIRMED_ANNOTATION).is_none() {
+            let inventory = self.wipe(inventory, &claim).await?;
+            // A wipe booted from the CD leaves it inserted: out with the power off.
+            let tasks = if wipe::wiped(&inventory)
+                && self.claim_media(&inventory).await? == BootMedia::Cd
+            {
+                json!([{"powerAction": "off"}, {"virtualMediaAction": {"kind": "CD", "mediaURL": ""}}])
+            } else {
+                json!([{"powerAction": "off"}])
+            };
             let job = job_name(&inventory, &claim, "release-off");
-            self.send(&inventory, &claim, &job, json!([{"powerAction": "off"}]))
-                .await?;
+            self.send(&inventory, &claim, &job, tasks).await?;
             self.confirm_off(&inventory, &job).await?;
             self.record(
                 &inventory,
@@ -1080,12 +1264,18 @@ fn state_of(off_confirmed: bool, boot: Option<&JobOutcome>, machine: Option<&str
     }
 }
 
+/// Whether a delete is releasing the claim: its wipe sent, or its power off confirmed.
+fn releasing(inventory: &Inventory) -> bool {
+    annotation(inventory, OFF_CONFIRMED_ANNOTATION).is_some()
+        || annotation(inventory, WIPE_JOB_ANNOTATION).is_some()
+}
+
 /// Refuses to act on a claim a delete is releasing.
 fn not_releasing(inventory: &Inventory) -> Result<()> {
-    if annotation(inventory, OFF_CONFIRMED_ANNOTATION).is_some() {
+    if releasing(inventory) {
         return Err(Error::Conflict {
             message: format!(
-                "Inventory {} is being released (confirmed off); finish the delete first",
+                "Inventory {} is being released (wiped or confirmed off); finish the delete first",
                 key(inventory)
             ),
         });

@@ -189,6 +189,20 @@ pub fn render(
 
 /// The claim's install Secret holding `files`, owned by the Inventory.
 pub fn install_secret(inventory: &Inventory, files: &InstallFiles) -> Secret {
+    claim_secret(
+        inventory,
+        &[
+            (SCRIPT_KEY, &files.script),
+            (CONFIG_KEY, &files.config),
+            (ADDRESS_KEY, &files.address),
+            (NETMASK_KEY, &files.netmask),
+            (GATEWAY_KEY, &files.gateway),
+        ],
+    )
+}
+
+/// The claim's install Secret holding these keys, owned by the Inventory.
+pub fn claim_secret(inventory: &Inventory, values: &[(&str, &String)]) -> Secret {
     let owner = OwnerReference {
         api_version: "metal.harvesterhci.io/v1alpha1".to_owned(),
         kind: "Inventory".to_owned(),
@@ -197,16 +211,10 @@ pub fn install_secret(inventory: &Inventory, files: &InstallFiles) -> Secret {
         controller: Some(true),
         block_owner_deletion: None,
     };
-    let data = [
-        (SCRIPT_KEY, &files.script),
-        (CONFIG_KEY, &files.config),
-        (ADDRESS_KEY, &files.address),
-        (NETMASK_KEY, &files.netmask),
-        (GATEWAY_KEY, &files.gateway),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), ByteString(v.clone().into_bytes())))
-    .collect();
+    let data = values
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+        .collect();
     Secret {
         metadata: ObjectMeta {
             name: Some(install_secret_name(&inventory.name_any())),

@@ -13,6 +13,9 @@
 //! - [`image`]: what a Gardener machine's claimed server boots (its MachineClass's OS image,
 //!   its user data as cloud-init NoCloud data), rendered into the same Secret.
 //!
+//! - [`wipe`]: what a released server goes through before it is freed, when its owner asks
+//!   for a wipe: the site's wipe image, booted with its orders, and its report.
+//!
 //! The Instance controller makes one `InventoryCloud` per Instance of a pool with
 //! `spec.inventorySelector`; the Gardener driver for `provider: Inventory` MachineClasses one
 //! per class.
@@ -21,3 +24,4 @@ pub mod claims;
 pub mod cloud;
 pub mod image;
 pub mod install;
+pub mod wipe;

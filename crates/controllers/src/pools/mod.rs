@@ -95,6 +95,9 @@ pub struct Settings {
     /// How soon an Instance that found no Inventory to take looks again (a watch of
     /// Inventories wakes it sooner).
     pub no_inventory_retry: Duration,
+    /// The site's wipe image (`--wipe-kernel-url`, `--wipe-initrd-url`), which a pool with
+    /// `wipePolicy: metadata` boots its released servers into.
+    pub wipe_image: Option<crate::onprem::wipe::WipeImage>,
     /// Test hook: the process aborts when it reaches one of these named points
     /// (comma-separated: `after-create`, `before-reinstall`, `after-reinstall`,
     /// `during-finalize`), to prove a crash there is harmless.
@@ -120,6 +123,7 @@ impl Default for Settings {
             boot_url: None,
             release_off_wait: Duration::from_secs(20),
             no_inventory_retry: Duration::from_secs(15),
+            wipe_image: None,
             crash_point: None,
         }
     }

@@ -197,6 +197,7 @@ fn new_instance(pool: &InstancePool) -> Instance {
             inventory_selector: spec.inventory_selector.clone(),
             inventory_namespace: spec.inventory_namespace.clone(),
             boot_media: spec.boot_media.clone(),
+            wipe_policy: spec.wipe_policy.clone(),
             address_pool: spec.address_pool.clone(),
             ..InstanceSpec::default()
         },

@@ -18,6 +18,9 @@
 //! - `PUT /disable/<namespace>/<name>`: the installer's SUCCEEDED webhook (Seeder's path),
 //!   from the same sources: the node stops being offered the installer, so its next boot is
 //!   from its disk.
+//! - `PUT /wiped/<namespace>/<name>`: a released claim's wipe image reporting its wipe
+//!   ([`crate::onprem::wipe`]), from the same sources; until then `GET /boot/<mac>` hands
+//!   that server its wipe script.
 //!
 //! With `--provisioning-boot tinkerbell`, Smee and Hegel serve the boot: the first two answer
 //! every request as they answer an unknown MAC or node (404), and only the webhook is served.
@@ -426,9 +429,77 @@ impl BootService {
         Ok(Answer::Ok(()))
     }
 
+    /// `PUT /wiped/<namespace>/<name>`: the wipe of a released claim reported, recorded on the
+    /// Inventory ([`crate::onprem::wipe::WIPED_ANNOTATION`]: the wipe boot's Job), so its
+    /// release goes on. Only while that wipe runs, and from the server's own address (or an
+    /// allowed source); a repeat changes nothing.
+    pub async fn wiped(
+        &self,
+        namespace: &str,
+        name: &str,
+        source: IpAddr,
+    ) -> Result<Answer<()>, Error> {
+        use crate::onprem::wipe::{WIPED_ANNOTATION, wiped, wiping};
+        if !self.synced(SYNC_WAIT).await {
+            return Ok(Answer::Unavailable);
+        }
+        let Some(inventory) = self.inventory(namespace, name) else {
+            return Ok(Answer::NotFound);
+        };
+        let Some(secret) = self.node_secret(&inventory) else {
+            return Ok(Answer::NotFound);
+        };
+        if !self.sent_by_node(&secret, source) {
+            return Ok(Answer::Forbidden);
+        }
+        let api: Api<Inventory> = Api::namespaced(self.client.clone(), namespace);
+        let mut current = (*inventory).clone();
+        for attempt in 0..5 {
+            let Some(job) = wiping(&current).map(str::to_owned) else {
+                return Ok(if wiped(&current) {
+                    Answer::Ok(())
+                } else {
+                    Answer::NotFound
+                });
+            };
+            let patch = json!({"metadata": {
+                "resourceVersion": current.resource_version(),
+                "annotations": {WIPED_ANNOTATION: job},
+            }});
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    self.events
+                        .publish(&current, EventType::Normal, "Wiped", "Release", "the wipe image reported: the server's disks are erased, and its release goes on")
+                        .await;
+                    return Ok(Answer::Ok(()));
+                }
+                Err(e) if crate::runtime::is_conflict(&e) && attempt < 4 => {
+                    match api.get_opt(name).await? {
+                        Some(fresh) => current = fresh,
+                        None => return Ok(Answer::NotFound),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Answer::Unavailable)
+    }
+
     /// A claimed server's script: the install its claim wrote while that boot's install has not
     /// reported, else the chain its claim recorded (a URL the owner gave), else its disk.
     fn claimed(&self, inventory: &Inventory) -> Script {
+        use crate::onprem::wipe::{WIPE_SCRIPT_KEY, wiping};
+        if wiping(inventory).is_some() {
+            // Being wiped: the wipe image, or, without its script, nothing (never the install).
+            return self
+                .node_secret(inventory)
+                .and_then(|s| install::value(&s, WIPE_SCRIPT_KEY).map(str::to_owned))
+                .filter(|script| !script.is_empty())
+                .map_or(Script::Disk, Script::Install);
+        }
         if claim_installing(inventory).is_some()
             && let Some(script) = self
                 .node_secret(inventory)

@@ -46,6 +46,10 @@ pub async fn rack(servers: usize) -> Fleet {
         vendor: Vendor::Dell,
         power_delay: Duration::from_secs(2),
         initial_power_on: false,
+        // A killed operator cannot log out: its session holds one of the BMC's 4 slots until
+        // it times out. Real BMCs time out in minutes (iDRAC: 30); a minute here, so that a
+        // test's several kills do not lock the next process out for the rest of the test.
+        session_timeout: Duration::from_secs(60),
         ..BmcSpec::default()
     };
     Fleet::start(

@@ -24,6 +24,7 @@ use super::{
 };
 use crate::onprem::cloud::{InventoryCloud, PROVIDER_SCHEME, Settings as CloudSettings};
 use crate::onprem::image::{Image, ImageRequest};
+use crate::onprem::wipe::WipePolicy;
 use crate::provisioning::addresses::PoolRef;
 use crate::provisioning::node::phase::BootMedia;
 
@@ -35,6 +36,8 @@ pub struct InventorySettings {
     pub namespaces: Vec<String>,
     /// Where servers reach ingot's boot server (`--boot-url`).
     pub boot_url: Option<url::Url>,
+    /// The site's wipe image, for classes with `wipePolicy: metadata`.
+    pub wipe_image: Option<crate::onprem::wipe::WipeImage>,
     /// How long one delete waits for the power off to be read back.
     pub off_wait: Duration,
     /// Test hook: the crash points of [`InventoryCloud`].
@@ -78,6 +81,8 @@ impl InventoryDriver {
         }
         let owner = last_tag(spec.tags.as_deref(), CLUSTER_TAG).unwrap_or_default();
         let role = last_tag(spec.tags.as_deref(), ROLE_TAG).unwrap_or_default();
+        let wipe = WipePolicy::parse(spec.wipe_policy.as_deref())
+            .map_err(|why| Status::new(Code::InvalidArgument, format!("providerSpec.{why}")))?;
         let cloud = InventoryCloud::new(
             self.client.clone(),
             CloudSettings {
@@ -93,6 +98,8 @@ impl InventoryDriver {
                 boot_url: self.settings.boot_url.clone(),
                 // A machine's image boots by network.
                 boot_media: BootMedia::Pxe,
+                wipe,
+                wipe_image: self.settings.wipe_image.clone(),
                 crash_point: self.settings.crash_point.clone(),
             },
         )

@@ -47,6 +47,7 @@ use super::PoolsContext;
 use super::cache::PASSWORD_SECRET_LABEL;
 pub use super::ipxe::{ScriptError, install_script};
 use super::{READY_CONDITION, Settings, credentials, join, update_condition};
+use crate::onprem::wipe::WipePolicy;
 use crate::provisioning::node::phase::BootMedia;
 use crate::runtime::{self, ControllerRuntime, ReconcileError, finalizer};
 use phase::{Blocked, Inputs, Outcome, Phase, Ready, Transition};
@@ -102,7 +103,8 @@ pub(crate) async fn run(
 
 /// With pools on premises (`--boot-url`): a watch of Inventories whose every Inventory that
 /// turns up free and ready wakes the Instances waiting for one in its namespace, so they need
-/// not wait for their next look (`--pool-no-inventory-retry-seconds`). The watch is only a wake-up: the claim
+/// not wait for their next look (`--pool-no-inventory-retry-seconds`), and whose wipe reported
+/// wakes the Instance releasing it, which would otherwise look again only after its back-off. The watch is only a wake-up: the claim
 /// reads the Inventories itself, and a watch refused or failing delays nothing beyond that look.
 fn inventory_wakes(
     ctx: &Arc<PoolsContext>,
@@ -121,7 +123,9 @@ fn inventory_wakes(
                 .ok()
         })
         .flat_map(move |inventory| {
-            futures::stream::iter(waiting_for(&instances.state(), &inventory))
+            let mut woken = waiting_for(&instances.state(), &inventory);
+            woken.extend(wiped_for(&inventory));
+            futures::stream::iter(woken)
         });
     Some(wakes)
 }
@@ -147,6 +151,16 @@ fn waiting_for(instances: &[Arc<Instance>], inventory: &Inventory) -> Vec<Object
         })
         .map(|i| ObjectRef::from_obj(i.as_ref()))
         .collect()
+}
+
+/// The Instance whose released server's wipe just reported (its claim's hostname is the
+/// Instance's name): its release can go on.
+fn wiped_for(inventory: &Inventory) -> Option<ObjectRef<Instance>> {
+    if !crate::onprem::wipe::wiped(inventory) {
+        return None;
+    }
+    let claim = crate::onprem::claims::claim_of(inventory)?;
+    Some(ObjectRef::new(&claim.hostname))
 }
 
 async fn reconcile(instance: Arc<Instance>, ctx: Arc<PoolsContext>) -> Result<Action, Error> {
@@ -673,6 +687,12 @@ pub(crate) fn inventory_cloud(
             boot_url: settings.boot_url.clone(),
             // The schema admits pxe and cd only.
             boot_media: BootMedia::parse(spec.boot_media.as_deref()).unwrap_or(BootMedia::Pxe),
+            wipe: WipePolicy::parse(spec.wipe_policy.as_deref()).map_err(|why| Blocked {
+                reason: "RequestRefused",
+                message: format!("spec.{why}"),
+                retry: Duration::from_secs(300),
+            })?,
+            wipe_image: settings.wipe_image.clone(),
             crash_point: settings.crash_point.clone(),
         },
     )

@@ -819,3 +819,30 @@ fn a_free_ready_inventory_wakes_the_instances_waiting_for_one_in_its_namespace()
     );
     assert!(super::waiting_for(&instances, &claimed).is_empty());
 }
+
+/// An Inventory whose wipe reported wakes the Instance releasing it (its claim's hostname),
+/// and only then.
+#[test]
+fn a_reported_wipe_wakes_the_instance_releasing_its_server() {
+    use ingot_api::seeder::Inventory;
+    let inventory = |annotations: serde_json::Value| -> Inventory {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+            "metadata": {"name": "node1", "namespace": "metal", "annotations": annotations},
+            "spec": {"baseboardSpec": {"connection": {"host": "10.0.0.9", "port": 623,
+                "insecureTLS": true, "authSecretRef": {"name": "s", "namespace": "site"}}}}
+        }))
+        .unwrap()
+    };
+    let claim = serde_json::json!({"onprem.ingot.dev/owner": "pool-a",
+        "onprem.ingot.dev/hostname": "pool-a-xk2pqrst",
+        "onprem.ingot.dev/wipe-job": "node1-wipe-bcdfg"});
+    let mut reported = claim.clone();
+    reported["onprem.ingot.dev/wiped"] = "node1-wipe-bcdfg".into();
+    assert_eq!(
+        super::wiped_for(&inventory(reported)).map(|r| r.name),
+        Some("pool-a-xk2pqrst".to_owned())
+    );
+    assert!(super::wiped_for(&inventory(claim)).is_none());
+    assert!(super::wiped_for(&inventory(serde_json::json!({}))).is_none());
+}
