@@ -459,6 +459,94 @@ fn the_namespaces_pools_and_machines_may_draw_inventories_from_are_passed_to_ing
     );
 }
 
+/// With `provisioning.boot.url`, the chart runs the boot server on `provisioning.boot.port`
+/// of the pods and the Service, with its allowed sources and the site's wipe image; without
+/// it, none. Half a wipe image is refused, naming the values.
+#[test]
+fn the_boot_server_and_the_wipe_image_are_chart_values() {
+    let rendered = |sets: &[&str], only: &str| -> serde_yaml::Value {
+        let sets: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
+        serde_yaml::from_str(&render(
+            "ingot",
+            "ingot-system",
+            &sets,
+            &["--show-only", only],
+        ))
+        .unwrap()
+    };
+    let args = |deployment: &serde_yaml::Value| -> Vec<String> {
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let booting = [
+        "controllers={pools,provisioning}",
+        "provisioning.boot.url=http://10.0.0.5:8082",
+        "provisioning.boot.allowSources={10.9.0.0/16}",
+        "provisioning.wipeImage.kernelUrl=http://10.0.0.5/wipe/vmlinuz",
+        "provisioning.wipeImage.initrdUrl=http://10.0.0.5/wipe/initrd.img",
+    ];
+    let deployment = rendered(&booting, "templates/deployment.yaml");
+    let set = args(&deployment);
+    for expected in [
+        "--boot-addr=0.0.0.0:8082",
+        "--boot-url=http://10.0.0.5:8082",
+        "--boot-allow-source=10.9.0.0/16",
+        "--wipe-kernel-url=http://10.0.0.5/wipe/vmlinuz",
+        "--wipe-initrd-url=http://10.0.0.5/wipe/initrd.img",
+    ] {
+        assert!(set.contains(&expected.to_owned()), "{expected}: {set:?}");
+    }
+    let ports = &deployment["spec"]["template"]["spec"]["containers"][0]["ports"];
+    assert!(
+        ports
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "boot" && p["containerPort"] == 8082),
+        "{ports:?}"
+    );
+    let service = rendered(&booting, "templates/service.yaml");
+    assert!(
+        service["spec"]["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "boot" && p["port"] == 8082 && p["targetPort"] == "boot"),
+        "{service:?}"
+    );
+    let unset = args(&rendered(
+        &["controllers={pools,provisioning}"],
+        "templates/deployment.yaml",
+    ));
+    assert!(
+        !unset
+            .iter()
+            .any(|a| a.starts_with("--boot-") || a.starts_with("--wipe-")),
+        "{unset:?}"
+    );
+    let half = Command::new(helm())
+        .args(["template", "ingot"])
+        .arg(chart_dir())
+        .args(["--set", "controllers={provisioning}"])
+        .args(["--set", "provisioning.boot.url=http://10.0.0.5:8082"])
+        .args([
+            "--set",
+            "provisioning.wipeImage.kernelUrl=http://10.0.0.5/wipe/vmlinuz",
+        ])
+        .output()
+        .unwrap();
+    assert!(!half.status.success());
+    let stderr = String::from_utf8_lossy(&half.stderr);
+    assert!(
+        stderr.contains("provisioning.wipeImage: set both kernelUrl and initrdUrl"),
+        "{stderr}"
+    );
+}
+
 /// Renders `chart` (a directory or archive) with a values file's text; returns the Deployment.
 fn render_deployment_with_values(chart: &Path, namespace: &str, values: &str) -> serde_yaml::Value {
     let values_file = std::env::temp_dir().join(format!(

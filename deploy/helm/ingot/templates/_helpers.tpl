@@ -29,6 +29,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and (include "ingot.enabled" (list . "seeder")) .Values.seeder.powerApi.enabled -}}true{{- end -}}
 {{- end -}}
 
+{{/* Whether ingot's boot server runs: provisioning, with the URL servers reach it at. */}}
+{{- define "ingot.bootServer" -}}
+{{- if and (include "ingot.enabled" (list . "provisioning")) .Values.provisioning.boot.url -}}true{{- end -}}
+{{- end -}}
+
 {{/* Whether the Rufio controllers run: rufio, or seeder or fencing, which start them too. */}}
 {{- define "ingot.rufio" -}}
 {{- if or (include "ingot.enabled" (list . "rufio")) (include "ingot.enabled" (list . "seeder")) (include "ingot.enabled" (list . "fencing")) -}}true{{- end -}}
