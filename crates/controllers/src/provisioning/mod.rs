@@ -128,6 +128,18 @@ pub struct Stores {
 }
 
 impl Stores {
+    /// Waits for every store's first list; `false` if a watch ended first.
+    pub async fn listed(&self) -> bool {
+        let (clusters, inventories, pools, jobs, secrets) = tokio::join!(
+            self.clusters.wait_until_ready(),
+            self.inventories.wait_until_ready(),
+            self.pools.wait_until_ready(),
+            self.jobs.wait_until_ready(),
+            self.secrets.wait_until_ready(),
+        );
+        clusters.is_ok() && inventories.is_ok() && pools.is_ok() && jobs.is_ok() && secrets.is_ok()
+    }
+
     pub fn inventory(&self, namespace: &str, name: &str) -> Option<Arc<Inventory>> {
         self.inventories
             .get(&ObjectRef::new(name).within(namespace))
@@ -389,11 +401,17 @@ pub async fn run(
     tokio::select! {
         _ = feeds => {}
         _ = async {
+            // Nothing is decided from a store before its first list: an Inventory store not
+            // filled yet reads as "no node holds this Cluster", and a deleted Cluster would be
+            // let go with its servers still running.
+            if !stores.listed().await {
+                return;
+            }
             tokio::join!(
                 addresspool::run(ctx.clone(), stores.pools.clone(), pool_trigger, shutdown.clone()),
                 cluster::run(ctx.clone(), stores.clone(), cluster_triggers, shutdown.clone()),
                 node::run(ctx.clone(), stores, node_triggers, shutdown),
-            )
+            );
         } => {}
     }
 }
