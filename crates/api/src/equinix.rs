@@ -70,6 +70,7 @@ const GO_DURATION_MESSAGE: &str =
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || !has(self.managementInterface) || self.managementInterface.all(i, i == 'eth0')"#).field_path(".managementInterface").message("an Inventory has one known port, eth0 (spec.managementInterfaceMacAddress): with inventorySelector, managementInterface may only name eth0; remove the other names"))]
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventorySelector) || (has(self.addressPool) && self.addressPool != '')"#).field_path(".addressPool").message("addressPool is required with inventorySelector: name the AddressPool of inventoryNamespace the servers' static addresses come from"))]
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.bootMedia) || has(self.inventorySelector)"#).field_path(".bootMedia").message("bootMedia says how servers drawn from Inventories boot: set inventorySelector, or remove bootMedia (Equinix Metal boots its own way)"))]
+#[x_kube(validation = kube::core::Rule::new(r#"!has(self.inventoryMinimum) || has(self.inventorySelector)"#).field_path(".inventoryMinimum").message("inventoryMinimum is the least a server drawn from Inventories must have: set inventorySelector, or remove inventoryMinimum (on Equinix Metal the plan says the size)"))]
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.wipePolicy) || has(self.inventorySelector)"#).field_path(".wipePolicy").message("wipePolicy says how servers drawn from Inventories are wiped when released: set inventorySelector, or remove wipePolicy (Equinix Metal wipes its own servers)"))]
 #[x_kube(validation = kube::core::Rule::new(r#"!has(self.addressPool) || has(self.inventorySelector)"#).field_path(".addressPool").message("addressPool gives addresses to servers drawn from Inventories: set inventorySelector and inventoryNamespace, or remove addressPool"))]
 pub struct InstancePoolSpec {
@@ -294,6 +295,32 @@ pub struct InstancePoolSpec {
     )]
     #[schemars(extend("enum" = ["none", "metadata"]))]
     pub wipe_policy: Option<String>,
+    /// The least an inventorySelector pool's server must have, as its BMC reports it (read
+    /// once per Inventory, recorded as `provisioning.ingot.dev/{cores,memory-gib,disk-gib}`):
+    /// Inventories below it, or whose BMC does not report a size asked for, are not taken.
+    #[serde(
+        rename = "inventoryMinimum",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub inventory_minimum: Option<InventoryMinimum>,
+}
+
+/// The least a pool's server must have; each field optional.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct InventoryMinimum {
+    /// Processor cores, all sockets together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub cores: Option<i64>,
+    /// Memory, in GiB.
+    #[serde(rename = "memoryGiB", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub memory_gib: Option<i64>,
+    /// The largest disk, in GiB.
+    #[serde(rename = "diskGiB", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub disk_gib: Option<i64>,
 }
 
 /// How the servers' ports are wired, as in the fork's README.
@@ -553,6 +580,13 @@ pub struct InstanceSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub wipe_policy: Option<String>,
+    /// Copied from the pool.
+    #[serde(
+        rename = "inventoryMinimum",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub inventory_minimum: Option<InventoryMinimum>,
 }
 
 /// The Instance's status: the original's fields, always present, plus conditions.

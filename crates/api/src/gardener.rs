@@ -226,6 +226,10 @@ pub struct InventoryProviderSpec {
     /// or `metadata` (the site's wipe image erases its disks' partition tables first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wipe_policy: Option<String>,
+    /// The least a machine's server must have (`cores`, `memoryGiB`, `diskGiB`), as an
+    /// InstancePool's `inventoryMinimum`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory_minimum: Option<crate::equinix::InventoryMinimum>,
 }
 
 /// The OS image an `Inventory` MachineClass boots.

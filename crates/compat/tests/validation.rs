@@ -140,6 +140,19 @@ fn cases() -> Vec<Case> {
             expect: &["spec.wipePolicy", "Unsupported value: \"everything\""],
         },
         Case {
+            what: "inventoryMinimum without inventorySelector",
+            object: pool(json!({"inventoryMinimum": {"cores": 32}})),
+            expect: &["spec.inventoryMinimum", "set inventorySelector"],
+        },
+        Case {
+            what: "inventoryMinimum of no cores",
+            object: on_premises(json!({"inventoryMinimum": {"cores": 0}})),
+            expect: &[
+                "spec.inventoryMinimum.cores",
+                "should be greater than or equal to 1",
+            ],
+        },
+        Case {
             what: "inventoryNamespace without inventorySelector",
             object: pool(json!({"inventoryNamespace": "metal"})),
             expect: &["spec.inventorySelector", "required with inventoryNamespace"],
@@ -358,6 +371,7 @@ async fn valid_pools_of_both_backends_are_accepted() {
                 "managementInterface": ["eth0"], "managementBondingOptions": {"mode": "active-backup"},
                 "installDisk": "/dev/nvme0n1", "nodeCleanupWaitInterval": "5m", "maxUnhealthy": 1,
                 "bootMedia": "cd", "wipePolicy": "metadata",
+                "inventoryMinimum": {"cores": 32, "memoryGiB": 128, "diskGiB": 400},
                 "drainTimeout": "5m", "singleBoot": true, "isoUrl": "http://boot.example/harvester.iso",
                 "plan": "", "metro": "", "facility": [], "billingCycle": "", "spotPriceMax": "",
                 "spotInstance": false, "createMissingVlans": false,

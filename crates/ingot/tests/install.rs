@@ -419,13 +419,7 @@ fn the_namespaces_pools_and_machines_may_draw_inventories_from_are_passed_to_ing
             sets,
             &["--show-only", "templates/deployment.yaml"],
         );
-        let deployment: serde_yaml::Value = serde_yaml::from_str(&deployment).unwrap();
-        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap().to_owned())
-            .collect()
+        container_args(&serde_yaml::from_str(&deployment).unwrap())
     };
     let set = args(&[
         "controllers={pools,provisioning}".to_owned(),
@@ -474,14 +468,6 @@ fn the_boot_server_and_the_wipe_image_are_chart_values() {
         ))
         .unwrap()
     };
-    let args = |deployment: &serde_yaml::Value| -> Vec<String> {
-        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap().to_owned())
-            .collect()
-    };
     let booting = [
         "controllers={pools,provisioning}",
         "provisioning.boot.url=http://10.0.0.5:8082",
@@ -490,7 +476,7 @@ fn the_boot_server_and_the_wipe_image_are_chart_values() {
         "provisioning.wipeImage.initrdUrl=http://10.0.0.5/wipe/initrd.img",
     ];
     let deployment = rendered(&booting, "templates/deployment.yaml");
-    let set = args(&deployment);
+    let set = container_args(&deployment);
     for expected in [
         "--boot-addr=0.0.0.0:8082",
         "--boot-url=http://10.0.0.5:8082",
@@ -518,7 +504,7 @@ fn the_boot_server_and_the_wipe_image_are_chart_values() {
             .any(|p| p["name"] == "boot" && p["port"] == 8082 && p["targetPort"] == "boot"),
         "{service:?}"
     );
-    let unset = args(&rendered(
+    let unset = container_args(&rendered(
         &["controllers={pools,provisioning}"],
         "templates/deployment.yaml",
     ));

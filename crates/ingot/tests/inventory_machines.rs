@@ -202,6 +202,7 @@ impl Site {
                     "inventoryNamespace": METAL,
                     "image": {"kernel": "http://127.0.0.1:9/vmlinuz"},
                     "wipePolicy": "none",
+                    "inventoryMinimum": null,
                 }})),
             )
             .await
@@ -564,17 +565,18 @@ async fn a_machine_deployment_scales_rolls_and_deletes_on_inventories() {
 
 /// A class the driver cannot serve says why on its Machine, naming the field, and claims
 /// nothing: an image URL that is not http(s), an Inventory namespace the operator does not
-/// allow (`--machine-inventory-namespaces`), a wipe policy it does not know, and a selector no
-/// Inventory matches (ResourceExhausted, saying so).
+/// allow (`--machine-inventory-namespaces`), a wipe policy it does not know, a selector no
+/// Inventory matches and a minimum none has (ResourceExhausted, saying so).
 async fn bad_classes_are_refused_naming_the_field(site: &Site) {
     let http = "http://127.0.0.1:9/vmlinuz";
-    for (name, namespace, kernel, rack, wipe, expected) in [
+    for (name, namespace, kernel, rack, wipe, minimum, expected) in [
         (
             "inv-ftp",
             METAL,
             "ftp://127.0.0.1:9/vmlinuz",
             "a",
             "none",
+            1,
             "providerSpec.image.kernel",
         ),
         (
@@ -583,6 +585,7 @@ async fn bad_classes_are_refused_naming_the_field(site: &Site) {
             http,
             "a",
             "none",
+            1,
             "--machine-inventory-namespaces",
         ),
         (
@@ -591,6 +594,7 @@ async fn bad_classes_are_refused_naming_the_field(site: &Site) {
             http,
             "a",
             "shred",
+            1,
             "providerSpec.wipePolicy \"shred\": use none",
         ),
         // A selector nothing matches: no capacity, and why.
@@ -600,7 +604,18 @@ async fn bad_classes_are_refused_naming_the_field(site: &Site) {
             http,
             "z",
             "none",
+            1,
             "code = [ResourceExhausted] message = [Could not create machine: no server to take: no Inventory in namespaces metal matches the selector",
+        ),
+        // A minimum no server has (the Dells have 56 cores): no capacity, and what each lacks.
+        (
+            "inv-small",
+            METAL,
+            http,
+            "a",
+            "none",
+            1000,
+            "has 1000 cores: metal/node",
         ),
     ] {
         site.apply(&json!({
@@ -614,6 +629,7 @@ async fn bad_classes_are_refused_naming_the_field(site: &Site) {
                 "image": {"kernel": kernel, "initrd": "http://127.0.0.1:9/initrd"},
                 "tags": ["kubernetes.io/cluster/shoot--e2e", "kubernetes.io/role/node"],
                 "wipePolicy": wipe,
+                "inventoryMinimum": {"cores": minimum},
             },
             "secretRef": {"name": "inv-secret", "namespace": site.ns},
         }))

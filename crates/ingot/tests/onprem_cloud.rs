@@ -108,6 +108,7 @@ fn settings(ns: &str, labels: Value) -> Settings {
         boot_media: BootMedia::Pxe,
         wipe: WipePolicy::None,
         wipe_image: None,
+        minimum: Default::default(),
         crash_point: None,
     }
 }
@@ -753,22 +754,52 @@ async fn a_pool_s_server_boots_its_boot_cd_by_virtual_media_and_it_is_ejected_on
         "the eject touched the power"
     );
 
-    // An Inventory that says how it boots decides for itself: the other server is annotated
-    // for a network boot, and the pool's CD is not inserted in it.
     let other = if name == "server-0" {
         "server-1"
     } else {
         "server-0"
     };
-    Api::<Inventory>::namespaced(client.clone(), ns)
-        .patch(
-            other,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                "provisioning.ingot.dev/boot-media": "pxe"}}})),
-        )
+    // An annotation naming no boot media: the create is refused naming it, nothing is booted,
+    // and the claim is released by the delete.
+    let annotate = |value: &'static str| async move {
+        Api::<Inventory>::namespaced(client.clone(), ns)
+            .patch(
+                other,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "provisioning.ingot.dev/boot-media": value}}})),
+            )
+            .await
+            .unwrap();
+    };
+    annotate("usb").await;
+    let usb = rack_a
+        .create_server(&install_request("usb1"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(usb, Error::Validation { .. })
+            && usb
+                .to_string()
+                .contains("provisioning.ingot.dev/boot-media")
+            && usb.to_string().contains("\"usb\""),
+        "{usb}"
+    );
+    assert!(
+        !claim_jobs(client, ns)
+            .await
+            .iter()
+            .any(|j| j.name_any().starts_with(other)),
+        "a refused boot sent a Job"
+    );
+    rack_a
+        .delete_server(&format!("{ns}/{other}"))
         .await
         .unwrap();
+    assert!(claims::claim_of(&inventory(client, ns, other).await).is_none());
+    // An Inventory that says how it boots decides for itself: the other server is annotated
+    // for a network boot, and the pool's CD is not inserted in it.
+    annotate("pxe").await;
     let pxe = rack_a
         .create_server(&install_request("pxe1"))
         .await

@@ -57,6 +57,7 @@ use serde_json::json;
 use super::claims::{self, Claim, Claimed};
 use super::image::{self, ImageRequest};
 use super::install::{self, InstallRequest};
+use super::size::{self, Fit, Minimum};
 use super::wipe::{
     self, WIPE_JOB_ANNOTATION, WIPE_SCRIPT_KEY, WIPED_ANNOTATION, WipeAddress, WipeImage,
     WipePolicy,
@@ -142,6 +143,8 @@ pub struct Settings {
     /// How an install boots where the Inventory does not say ([`BOOT_MEDIA_ANNOTATION`]): the
     /// pool's `bootMedia`. A machine's image always boots by network.
     pub boot_media: BootMedia,
+    /// The least a server taken must have (a pool's `inventoryMinimum`); empty: any.
+    pub minimum: Minimum,
     /// What a delete erases before the power off (a pool's `wipePolicy`).
     pub wipe: WipePolicy,
     /// The site's wipe image (`--wipe-kernel-url`, `--wipe-initrd-url`), needed by
@@ -292,6 +295,9 @@ impl InventoryCloud {
                 ),
             };
         }
+        if let Some(too_small) = self.too_small(&matching, clusters, &shown) {
+            return too_small;
+        }
         let not_ready: Vec<String> = matching
             .iter()
             .filter(|i| claims::why_taken(i, clusters) == Some(claims::Taken::NotReady))
@@ -316,6 +322,61 @@ impl InventoryCloud {
         }
     }
 
+    /// Why no Inventory matching the selector was taken, when it is their size: every one not
+    /// held elsewhere (ready or not) below the minimum (`NoneMatching`), or the free ones' sizes
+    /// not read yet (`NotReady`), each named.
+    fn too_small(
+        &self,
+        matching: &[&Arc<Inventory>],
+        clusters: &[Arc<Cluster>],
+        shown: &str,
+    ) -> Option<Error> {
+        let minimum = &self.settings.minimum;
+        if minimum.is_empty() {
+            return None;
+        }
+        // Not claimed nor allocated: what the minimum alone may rule out (a size once read
+        // stays, so an Inventory whose BMC is not reached right now is judged too).
+        let takeable: Vec<(String, Fit, bool)> = matching
+            .iter()
+            .filter_map(|i| match claims::why_taken(i, clusters) {
+                None => Some((key(i), size::fits(i, minimum), true)),
+                Some(claims::Taken::NotReady) => Some((key(i), size::fits(i, minimum), false)),
+                Some(_) => None,
+            })
+            .collect();
+        let short: Vec<String> = takeable
+            .iter()
+            .filter_map(|(k, f, _)| match f {
+                Fit::No(why) => Some(format!("{k} ({why})")),
+                _ => None,
+            })
+            .collect();
+        if !takeable.is_empty() && short.len() == takeable.len() {
+            return Some(Error::NoServer {
+                why: Shortage::NoneMatching,
+                message: format!(
+                    "none of the {} Inventories matching {shown:?} that are not taken has {minimum}: {}; add larger ones, or lower inventoryMinimum",
+                    takeable.len(),
+                    short.join(", ")
+                ),
+            });
+        }
+        let unread: Vec<&str> = takeable
+            .iter()
+            .filter(|(_, f, free)| *free && *f == Fit::Unknown)
+            .map(|(k, _, _)| k.as_str())
+            .collect();
+        let free_fit = takeable.iter().any(|(_, f, free)| *free && *f == Fit::Yes);
+        (!unread.is_empty() && !free_fit).then(|| Error::NoServer {
+            why: Shortage::NotReady,
+            message: format!(
+                "the minimum asked for is {minimum}, and the size of these free Inventories matching {shown:?} is not read from their BMC yet: {}",
+                unread.join(", ")
+            ),
+        })
+    }
+
     /// Claims a free Inventory for `claim`, or finds the one it holds.
     async fn claim(&self, claim: &Claim) -> Result<Inventory> {
         // A claimer that lost every race on one list reads again: each 409 is a change (often
@@ -325,12 +386,13 @@ impl InventoryCloud {
             if let Some(held) = claims::find(&inventories, &claim.owner, &claim.hostname) {
                 return Ok((**held).clone());
             }
-            let candidates = claims::candidates(
+            let mut candidates = claims::candidates(
                 &inventories,
                 &clusters,
                 &self.settings.selector,
                 &claim.hostname,
             );
+            candidates.retain(|i| size::fits(i, &self.settings.minimum) == Fit::Yes);
             if candidates.is_empty() {
                 return Err(self.shortage(&inventories, &clusters));
             }

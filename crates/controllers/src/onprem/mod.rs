@@ -13,6 +13,9 @@
 //! - [`image`]: what a Gardener machine's claimed server boots (its MachineClass's OS image,
 //!   its user data as cloud-init NoCloud data), rendered into the same Secret.
 //!
+//! - [`size`]: how large a server is (read once from its BMC, recorded on its Inventory), and
+//!   whether it has a pool's `spec.inventoryMinimum`.
+//!
 //! - [`wipe`]: what a released server goes through before it is freed, when its owner asks
 //!   for a wipe: the site's wipe image, booted with its orders, and its report.
 //!
@@ -24,4 +27,5 @@ pub mod claims;
 pub mod cloud;
 pub mod image;
 pub mod install;
+pub mod size;
 pub mod wipe;

@@ -198,6 +198,7 @@ fn new_instance(pool: &InstancePool) -> Instance {
             inventory_namespace: spec.inventory_namespace.clone(),
             boot_media: spec.boot_media.clone(),
             wipe_policy: spec.wipe_policy.clone(),
+            inventory_minimum: spec.inventory_minimum.clone(),
             address_pool: spec.address_pool.clone(),
             ..InstanceSpec::default()
         },

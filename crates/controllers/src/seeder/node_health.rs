@@ -40,6 +40,7 @@ use crate::runtime::{self, Backoff, ControllerRuntime};
 
 use super::inventory::{is_local, node_name};
 use super::{Error, SeederContext, hardware, health, push};
+use crate::onprem::size;
 use crate::rufio::bmcs;
 use crate::rufio::tenancy::ConnectionField;
 
@@ -89,6 +90,14 @@ async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result
     let key = key(&inventory);
     let ready =
         inventory.status.as_ref().and_then(|s| s.status.as_deref()) == Some(INVENTORY_NODE_READY);
+    if ctx.settings.provisioning
+        && !is_local(&inventory)
+        && ready
+        && inventory.metadata.deletion_timestamp.is_none()
+        && !size::size_read(&inventory)
+    {
+        return read_size(&inventory, &ctx).await;
+    }
     if !is_local(&inventory)
         || inventory.metadata.deletion_timestamp.is_some()
         || !inventory.spec.events.enabled
@@ -139,6 +148,58 @@ async fn reconcile(inventory: Arc<Inventory>, ctx: Arc<SeederContext>) -> Result
         push::ensure(&inventory, interval, &ctx).await;
     }
     Ok(Action::requeue(interval))
+}
+
+/// A server provisioning may take (not local): its size read from its BMC once, and recorded on
+/// the Inventory with the time of the read ([`size`]), so that a pool can ask for a minimum. A
+/// BMC not read is tried again later, quietly: its readiness says the rest.
+async fn read_size(inventory: &Inventory, ctx: &SeederContext) -> Result<Action, Error> {
+    let api: Api<Inventory> = Api::namespaced(
+        ctx.client.clone(),
+        &inventory.namespace().unwrap_or_default(),
+    );
+    // The store may not show a read this controller just wrote: the Inventory as it is now.
+    if api
+        .get_opt(&inventory.name_any())
+        .await?
+        .is_none_or(|now| size::size_read(&now))
+    {
+        return Ok(Action::await_change());
+    }
+    let facts = match reach(inventory, ctx).await {
+        Ok(bmc) => bmc.inventory().await.map_err(|e| bmcs::error_chain(&e)),
+        Err(message) => Err(message),
+    };
+    let facts = match facts {
+        Ok(facts) => facts,
+        Err(why) => {
+            debug!(inventory = %key(inventory), %why, "its size not read");
+            return Ok(Action::requeue(RETRY_MAX));
+        }
+    };
+    let read = size::size_annotations(&facts);
+    // A dimension not reported is removed: a read again after a hardware change is exact.
+    let mut annotations: Map<String, Value> = size::SIZE_ANNOTATIONS
+        .iter()
+        .map(|k| {
+            (
+                (*k).to_owned(),
+                read.get(k).map_or(Value::Null, |v| v.as_str().into()),
+            )
+        })
+        .collect();
+    annotations.insert(
+        size::SIZE_READ_ANNOTATION.to_owned(),
+        Timestamp::now().to_string().into(),
+    );
+    api.patch(
+        &inventory.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+    )
+    .await?;
+    info!(inventory = %key(inventory), size = ?read, "size read from the BMC");
+    Ok(Action::await_change())
 }
 
 /// One read of the BMC and what follows from it; whether the BMC could be read.

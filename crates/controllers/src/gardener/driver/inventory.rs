@@ -100,6 +100,7 @@ impl InventoryDriver {
                 boot_media: BootMedia::Pxe,
                 wipe,
                 wipe_image: self.settings.wipe_image.clone(),
+                minimum: crate::onprem::size::Minimum::of(spec.inventory_minimum.as_ref()),
                 crash_point: self.settings.crash_point.clone(),
             },
         )

@@ -693,6 +693,7 @@ pub(crate) fn inventory_cloud(
                 retry: Duration::from_secs(300),
             })?,
             wipe_image: settings.wipe_image.clone(),
+            minimum: crate::onprem::size::Minimum::of(spec.inventory_minimum.as_ref()),
             crash_point: settings.crash_point.clone(),
         },
     )

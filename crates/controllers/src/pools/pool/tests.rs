@@ -186,12 +186,21 @@ fn a_pool_over_inventories_needs_no_equinix_credentials() {
         "{}",
         plan.checks[0].message
     );
-    // Its members draw from the same Inventories and boot as it chose.
+    // Its members draw from the same Inventories, of the size it asks for, and boot and are
+    // wiped as it chose.
     on_premises.spec.boot_media = Some("cd".into());
+    on_premises.spec.wipe_policy = Some("metadata".into());
+    let minimum = ingot_api::equinix::InventoryMinimum {
+        cores: Some(32),
+        ..Default::default()
+    };
+    on_premises.spec.inventory_minimum = Some(minimum.clone());
     let member_spec = super::new_instance(&on_premises).spec;
     assert_eq!(member_spec.inventory_namespace.as_deref(), Some("metal"));
     assert_eq!(member_spec.address_pool.as_deref(), Some("nodes"));
     assert_eq!(member_spec.boot_media.as_deref(), Some("cd"));
+    assert_eq!(member_spec.wipe_policy.as_deref(), Some("metadata"));
+    assert_eq!(member_spec.inventory_minimum, Some(minimum));
     // One too many: the scale-down removes one, as for any pool.
     let members = vec![
         member("p-a", 60),
