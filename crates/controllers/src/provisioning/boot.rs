@@ -452,40 +452,18 @@ impl BootService {
         if !self.sent_by_node(&secret, source) {
             return Ok(Answer::Forbidden);
         }
-        let api: Api<Inventory> = Api::namespaced(self.client.clone(), namespace);
-        let mut current = (*inventory).clone();
-        for attempt in 0..5 {
-            let Some(job) = wiping(&current).map(str::to_owned) else {
-                return Ok(if wiped(&current) {
-                    Answer::Ok(())
-                } else {
-                    Answer::NotFound
-                });
-            };
-            let patch = json!({"metadata": {
-                "resourceVersion": current.resource_version(),
-                "annotations": {WIPED_ANNOTATION: job},
-            }});
-            match api
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {
-                    self.events
-                        .publish(&current, EventType::Normal, "Wiped", "Release", "the wipe image reported: the server's disks are erased, and its release goes on")
-                        .await;
-                    return Ok(Answer::Ok(()));
-                }
-                Err(e) if crate::runtime::is_conflict(&e) && attempt < 4 => {
-                    match api.get_opt(name).await? {
-                        Some(fresh) => current = fresh,
-                        None => return Ok(Answer::NotFound),
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(Answer::Unavailable)
+        self.record_report(
+            &inventory,
+            WIPED_ANNOTATION,
+            |i| wiping(i).map(str::to_owned),
+            wiped,
+            |_| {
+                "the wipe image reported: the server's disks are erased, and its release goes on"
+                    .to_owned()
+            },
+            "Wiped",
+        )
+        .await
     }
 
     /// A claimed server's script: the install its claim wrote while that boot's install has not
@@ -520,15 +498,40 @@ impl BootService {
     /// retried, a few times: the installer calls once.
     async fn record_claim_install(&self, inventory: &Inventory) -> Result<Answer<()>, Error> {
         use crate::onprem::cloud::INSTALLED_ANNOTATION;
+        self.record_report(
+            inventory,
+            INSTALLED_ANNOTATION,
+            claim_installing,
+            claim_installed,
+            |boot| format!("the Harvester installer of install boot {boot} reported SUCCEEDED: the server boots from its disk until it is installed again"),
+            "Installed",
+        )
+        .await
+    }
+
+    /// A server's report recorded as one annotation of its Inventory, under the
+    /// `resourceVersion` read: `pending` gives the value while the report is awaited, `done`
+    /// says whether it was recorded already (a repeat). A write that loses a race is read
+    /// again and retried, a few times: the server reports once.
+    async fn record_report(
+        &self,
+        inventory: &Inventory,
+        key: &str,
+        pending: impl Fn(&Inventory) -> Option<String>,
+        done: impl Fn(&Inventory) -> bool,
+        note: impl Fn(&str) -> String,
+        reason: &str,
+    ) -> Result<Answer<()>, Error> {
+        let name = inventory.name_any();
         let api: Api<Inventory> = Api::namespaced(
             self.client.clone(),
             &inventory.namespace().unwrap_or_default(),
         );
         let mut current = inventory.clone();
         for attempt in 0..5 {
-            let Some(boot) = claim_installing(&current) else {
+            let Some(value) = pending(&current) else {
                 // Already recorded (a repeat), or released meanwhile.
-                return Ok(if claim_installed(&current) {
+                return Ok(if done(&current) {
                     Answer::Ok(())
                 } else {
                     Answer::NotFound
@@ -536,24 +539,26 @@ impl BootService {
             };
             let patch = json!({"metadata": {
                 "resourceVersion": current.resource_version(),
-                "annotations": {INSTALLED_ANNOTATION: boot},
+                "annotations": {key: value},
             }});
             match api
-                .patch(
-                    &current.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
                 Ok(_) => {
                     self.events
-                        .publish(&current, EventType::Normal, "Installed", "Provision", format!("the Harvester installer of install boot {boot} reported SUCCEEDED: the server boots from its disk until it is installed again"))
+                        .publish(
+                            &current,
+                            EventType::Normal,
+                            reason,
+                            "Provision",
+                            note(&value),
+                        )
                         .await;
                     return Ok(Answer::Ok(()));
                 }
                 Err(e) if crate::runtime::is_conflict(&e) && attempt < 4 => {
-                    match api.get_opt(&current.name_any()).await? {
+                    match api.get_opt(&name).await? {
                         Some(fresh) => current = fresh,
                         None => return Ok(Answer::NotFound),
                     }
