@@ -149,9 +149,15 @@ install_qemu_peer() {
     rm -rf "$dir" "$dir.work"
     mkdir -p "$dir" "$dir.work"
     work="$dir.work"
-    for entry in $(grep -vE '^\s*(#|$|lib:)' "$record"); do
+    for entry in $(grep -vE '^\s*(#|$|lib:|suite:)' "$record"); do
       _qemu_peer_unpack "$entry" "$dir" "$work" || return 1
     done
+    # Packages of another Debian release: unpacked apart, their files picked below.
+    local suite
+    while read -r suite entry; do
+      suite=${suite#suite:}
+      _qemu_peer_unpack_from "$suite" "$entry" "$dir/$suite" "$work" || return 1
+    done < <(grep -E '^suite:' "$record")
     # The libraries qemu-system-x86_64 and its TCG module need that neither the machine nor the
     # directory has: one round per level of dependencies.
     for round in 1 2 3 4 5; do
@@ -195,9 +201,46 @@ install_qemu_peer() {
     mkdir -p "$dir/boot-media"
     cp "$dir/usr/lib/ISOLINUX/isolinux.bin" "$dir/usr/lib/syslinux/modules/bios/ldlinux.c32" \
       "$dir/boot/ipxe.lkrn" "$dir/boot-media/" || return 1
+    cp "$dir/trixie/usr/lib/ipxe/ipxe-amd64.efi" "$dir/boot-media/ipxe.efi" || return 1
     touch "$dir/.complete"
   fi
   export INGOT_QEMU_DIR="$dir"
+}
+
+# Fetches Debian package `name=version` of release $1 (e.g. trixie) and unpacks it into $3: apt-get
+# with a package list of its own for that release, from the archive the machine's apt sources
+# name, kept in $4 (the peer's work directory) and fetched once.
+_qemu_peer_unpack_from() {
+  local suite=$1 entry=$2 dest=$3 work=$4 archive lists deb
+  archive=$({
+    grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{ print $2 }'
+    grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list | awk '{ print $2 }'
+  } | grep -v security | head -1)
+  if [[ -z $archive ]]; then
+    echo "no Debian archive in the machine's apt sources, to fetch $entry ($suite) from" >&2
+    return 1
+  fi
+  lists="$work/apt-$suite"
+  local -a apt=(-o "Dir::Etc::sourcelist=$lists/sources.list" -o Dir::Etc::sourceparts=-
+    -o "Dir::State::Lists=$lists/lists" -o "Dir::Cache=$lists/cache")
+  if [[ ! -f $lists/.updated ]]; then
+    mkdir -p "$lists/lists/partial" "$lists/cache/archives/partial"
+    echo "deb $archive $suite main" >"$lists/sources.list"
+    apt-get "${apt[@]}" update -qq || {
+      echo "could not read the package list of Debian $suite (for $entry in scripts/deps/qemu.txt)" >&2
+      return 1
+    }
+    touch "$lists/.updated"
+  fi
+  rm -rf "$work/deb" && mkdir -p "$work/deb" "$dest"
+  if ! (cd "$work/deb" && apt-get "${apt[@]}" download -qq "$entry" 2>/dev/null); then
+    echo "could not download $entry of Debian $suite (recorded in scripts/deps/qemu.txt); if the" \
+      "archive no longer has that version, record one it has" >&2
+    return 1
+  fi
+  for deb in "$work/deb"/*.deb; do
+    dpkg-deb -x "$deb" "$dest" || return 1
+  done
 }
 
 # Fetches Debian package `name=version` with apt-get download into $3 and unpacks it into $2.

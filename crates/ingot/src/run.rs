@@ -172,7 +172,8 @@ struct ProvisioningArgs {
 
     /// A directory with isolinux.bin, ldlinux.c32 and ipxe.lkrn (Debian: the isolinux,
     /// syslinux-common and ipxe packages): the boot server then serves each node being
-    /// installed a boot CD for virtual media, `GET /media/<namespace>/<name>.iso`.
+    /// installed a boot CD for virtual media, `GET /media/<namespace>/<name>.iso`. With
+    /// ipxe.efi there too (iPXE 1.21.1 or later), the CD also boots UEFI machines.
     #[arg(long, env = "INGOT_BOOT_MEDIA_DIR")]
     boot_media_dir: Option<std::path::PathBuf>,
 

@@ -30,7 +30,7 @@ use ingot_bmc_sim::{BmcSpec, Fleet, FleetOptions, Vendor};
 use ingot_controllers::provisioning::boot::BOOT_FROM_DISK;
 use ingot_testenv::harness::operator::Operator;
 use ingot_testenv::harness::wait_for;
-use ingot_testenv::qemu::{QemuOptions, QemuPeer, QemuServer};
+use ingot_testenv::qemu::{Firmware, QemuOptions, QemuPeer, QemuServer};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -355,6 +355,7 @@ async fn a_real_machine_boots_ingots_script_fetches_its_config_and_reports_insta
             memory_mib: 512,
             boot_url: &format!("http://{GATEWAY}:{port}/boot/${{net0/mac}}"),
             cdrom: None,
+            firmware: Firmware::Bios,
         },
     );
     let report =
@@ -461,13 +462,28 @@ async fn a_real_machine_boots_ingots_script_fetches_its_config_and_reports_insta
 /// script: the node's address set static, no DHCP asked), which chains to the same install
 /// script a PXE boot gets; the installer configures that address, fetches ingot's config and
 /// reports SUCCEEDED. Once installed, the CD is no longer served and ingot ejects it at the BMC.
+/// The machine boots in BIOS mode (SeaBIOS: ISOLINUX, then `ipxe.lkrn`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_machine_boots_its_boot_cd_into_the_installer() {
     let Some(peer) = QemuPeer::installed_or_skip("provisioning_qemu") else {
         return;
     };
+    boots_its_boot_cd_into_the_installer(&peer, "provcd", Firmware::Bios).await;
+}
+
+/// The same CD boots a UEFI machine (OVMF): the firmware takes the CD's EFI entry, whose FAT
+/// image holds iPXE for UEFI (`ipxe.efi`) and the node's script as `autoexec.ipxe`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_uefi_machine_boots_the_same_boot_cd_into_the_installer() {
+    let Some(peer) = QemuPeer::installed_or_skip("provisioning_qemu") else {
+        return;
+    };
+    boots_its_boot_cd_into_the_installer(&peer, "provuefi", Firmware::Uefi).await;
+}
+
+async fn boots_its_boot_cd_into_the_installer(peer: &QemuPeer, tag: &str, firmware: Firmware) {
     let _one = ONE_MACHINE.lock().await;
-    let site = site(&peer, "provcd", true).await;
+    let site = site(peer, tag, true).await;
     // ingot's boot Job inserted the node's CD at the BMC and booted it once: the BMC fetches the
     // image as a real one would, from the URL inserted (through slirp's address for the host).
     let bmc = &site.fleet.bmcs[0];
@@ -503,13 +519,14 @@ async fn a_real_machine_boots_its_boot_cd_into_the_installer() {
     std::fs::write(&cd, &iso).unwrap();
 
     let mut vm = QemuServer::start(
-        &peer,
+        peer,
         &QemuOptions {
             mac: &site.mac,
             memory_mib: 512,
             // Not used: the CD's script sets the address and the boot URL itself.
             boot_url: "",
             cdrom: Some(&cd),
+            firmware,
         },
     );
     let report = |vm: &QemuServer| {
@@ -540,10 +557,14 @@ async fn a_real_machine_boots_its_boot_cd_into_the_installer() {
     let to_webhook = vm.elapsed();
     let status = vm.wait_exit(WAIT).await;
     eprintln!(
-        "CD boot to the installer's webhook: {:.1} s ({})",
+        "CD boot ({firmware:?}) to the installer's webhook: {:.1} s ({})",
         to_webhook.as_secs_f64(),
         vm.accel
     );
+    // Which boot program ran: ISOLINUX's iPXE for BIOS, the EFI system partition's for UEFI.
+    let serial = vm.serial();
+    let from_esp = serial.contains("autoexec.ipxe... ok");
+    assert_eq!(from_esp, firmware == Firmware::Uefi, "{}", report(&vm));
     assert!(status.success(), "{status}\n{}", report(&vm));
     let log = site.operator.log();
     assert!(

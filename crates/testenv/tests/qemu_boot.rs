@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ingot_testenv::qemu::{QemuOptions, QemuPeer, QemuServer};
+use ingot_testenv::qemu::{Firmware, QemuOptions, QemuPeer, QemuServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -167,6 +167,7 @@ fn boot(peer: &QemuPeer, site: &Site) -> QemuServer {
             memory_mib: 512,
             boot_url: &format!("{}/boot/${{net0/mac}}", site.base()),
             cdrom: None,
+            firmware: Firmware::Bios,
         },
     )
 }

@@ -1,11 +1,18 @@
 //! The boot CD of one node, for sites without PXE (virtual media): a small ISO 9660 image that
-//! ISOLINUX boots (El Torito, BIOS, no emulation) into iPXE (`ipxe.lkrn`), whose script is the
-//! image's `node.ipxe`: the node's address set static on the NIC with its MAC, then a chain to
-//! the boot server's `/boot/<mac>`, the same script a PXE boot gets. No DHCP is needed.
+//! boots into iPXE running the node's script: the node's address set static on the NIC with its
+//! MAC, then a chain to the boot server's `/boot/<mac>`, the same script a PXE boot gets. No
+//! DHCP is needed.
 //!
-//! The three boot programs are the site's own files (`--boot-media-dir`: Debian's `isolinux`,
+//! - BIOS: ISOLINUX (El Torito, no emulation) boots `ipxe.lkrn` with the script `node.ipxe` as
+//!   its initrd.
+//! - UEFI, when `--boot-media-dir` also holds `ipxe.efi`: a second El Torito entry, for the EFI
+//!   platform, whose image is a FAT file system ([`super::fat`]) with `/EFI/BOOT/BOOTX64.EFI`
+//!   (iPXE) and the script as `/autoexec.ipxe`, which iPXE runs from the file system it was
+//!   loaded from (iPXE 1.21.1 and later). So the CD boots in the machine's current boot mode.
+//!
+//! The boot programs are the site's own files (`--boot-media-dir`: Debian's `isolinux`,
 //! `syslinux-common` and `ipxe` packages ship them), read once at start; the image is built per
-//! request, in memory, a few hundred KiB.
+//! request, in memory, a few hundred KiB (about 2 MiB with `ipxe.efi`).
 
 use std::path::Path;
 
@@ -18,6 +25,8 @@ pub struct MediaFiles {
     pub isolinux: Vec<u8>,
     pub ldlinux: Vec<u8>,
     pub ipxe: Vec<u8>,
+    /// iPXE for UEFI (`ipxe.efi`), optional: without it the CD boots BIOS machines only.
+    pub ipxe_efi: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for MediaFiles {
@@ -26,6 +35,7 @@ impl std::fmt::Debug for MediaFiles {
             .field("isolinux", &self.isolinux.len())
             .field("ldlinux", &self.ldlinux.len())
             .field("ipxe", &self.ipxe.len())
+            .field("ipxe_efi", &self.ipxe_efi.as_ref().map(Vec::len))
             .finish()
     }
 }
@@ -33,8 +43,12 @@ impl std::fmt::Debug for MediaFiles {
 /// The files `--boot-media-dir` must hold.
 pub const PROGRAMS: [&str; 3] = ["isolinux.bin", "ldlinux.c32", "ipxe.lkrn"];
 
+/// The file `--boot-media-dir` may hold for UEFI machines.
+pub const UEFI_PROGRAM: &str = "ipxe.efi";
+
 impl MediaFiles {
-    /// Reads `isolinux.bin`, `ldlinux.c32` and `ipxe.lkrn` from `dir`, naming what is missing.
+    /// Reads `isolinux.bin`, `ldlinux.c32` and `ipxe.lkrn` from `dir`, naming what is missing,
+    /// and `ipxe.efi` when it is there.
     pub fn load(dir: &Path) -> Result<Self, String> {
         let read = |name: &str| -> Result<Vec<u8>, String> {
             let path = dir.join(name);
@@ -57,6 +71,11 @@ impl MediaFiles {
             isolinux: read(PROGRAMS[0])?,
             ldlinux: read(PROGRAMS[1])?,
             ipxe: read(PROGRAMS[2])?,
+            ipxe_efi: match dir.join(UEFI_PROGRAM).try_exists() {
+                Ok(true) => Some(read(UEFI_PROGRAM)?),
+                Ok(false) => None,
+                Err(e) => return Err(format!("{}: {e}", dir.join(UEFI_PROGRAM).display())),
+            },
         };
         if files.isolinux.len() < BOOT_INFO_END {
             return Err(format!(
@@ -148,17 +167,41 @@ pub fn node_script(node: &NodeBoot) -> Result<String, String> {
 /// given that way).
 const ISOLINUX_CFG: &str = "DEFAULT ipxe\nPROMPT 0\nTIMEOUT 0\nLABEL ipxe\n  KERNEL /isolinux/ipxe.lkrn\n  INITRD /isolinux/node.ipxe\n";
 
+/// Where UEFI firmware looks for the boot program of removable media.
+const EFI_BOOT_PROGRAM: &str = "EFI/BOOT/BOOTX64.EFI";
+
 /// The node's boot CD.
 pub fn node_iso(files: &MediaFiles, node: &NodeBoot) -> Result<Vec<u8>, String> {
     let script = node_script(node)?;
-    let entries: [(&str, &[u8]); 5] = [
-        ("IPXE.LKRN", &files.ipxe),
+    let esp = match &files.ipxe_efi {
+        Some(ipxe_efi) => Some(super::fat::fat12(
+            "INGOT_BOOT",
+            &[
+                (EFI_BOOT_PROGRAM, ipxe_efi),
+                ("autoexec.ipxe", script.as_bytes()),
+            ],
+        )?),
+        None => None,
+    };
+    let mut entries: Vec<(&str, &[u8])> = Vec::new();
+    if let Some(esp) = &esp {
+        entries.push(("EFIBOOT.IMG", esp));
+    }
+    entries.extend([
+        ("IPXE.LKRN", &files.ipxe[..]),
         ("ISOLINUX.BIN", &files.isolinux),
         ("ISOLINUX.CFG", ISOLINUX_CFG.as_bytes()),
         ("LDLINUX.C32", &files.ldlinux),
         ("NODE.IPXE", script.as_bytes()),
-    ];
-    Ok(iso9660("INGOT_BOOT", "ISOLINUX", &entries, "ISOLINUX.BIN"))
+    ]);
+    let efi = esp.is_some().then_some("EFIBOOT.IMG");
+    Ok(iso9660(
+        "INGOT_BOOT",
+        "ISOLINUX",
+        &entries,
+        "ISOLINUX.BIN",
+        efi,
+    ))
 }
 
 const SECTOR: usize = 2048;
@@ -168,8 +211,14 @@ const BOOT_INFO_END: usize = 64;
 /// An ISO 9660 image whose root holds one directory `dir` with `files` (sorted by name, upper
 /// case, at most a sector of entries), El Torito bootable from `boot` (no emulation, four
 /// 512-byte sectors loaded at 07C0:0000), its boot information table filled in as ISOLINUX
-/// needs it.
-pub fn iso9660(volume: &str, dir: &str, files: &[(&str, &[u8])], boot: &str) -> Vec<u8> {
+/// needs it; with `efi`, also for UEFI, from that file (an EFI system partition image).
+pub fn iso9660(
+    volume: &str,
+    dir: &str,
+    files: &[(&str, &[u8])],
+    boot: &str,
+    efi: Option<&str>,
+) -> Vec<u8> {
     const PVD: usize = 16;
     const BOOT_RECORD: usize = 17;
     const TERMINATOR: usize = 18;
@@ -290,11 +339,15 @@ pub fn iso9660(volume: &str, dir: &str, files: &[(&str, &[u8])], boot: &str) -> 
 
     // The files; the boot program with its boot information table.
     let mut boot_at = None;
+    let mut efi_at = None;
     for ((name, data), (at, len)) in files.iter().zip(&extents) {
         let start = at * SECTOR;
         image[start..start + len].copy_from_slice(data);
         if *name == boot {
             boot_at = Some((*at, *len));
+        }
+        if Some(*name) == efi {
+            efi_at = Some((*at, *len));
         }
     }
     let (boot_lba, boot_len) = boot_at.unwrap_or((CATALOG + 1, 0));
@@ -326,6 +379,17 @@ pub fn iso9660(volume: &str, dir: &str, files: &[(&str, &[u8])], boot: &str) -> 
     catalog[32] = 0x88;
     catalog[38..40].copy_from_slice(&4u16.to_le_bytes());
     catalog[40..44].copy_from_slice(&(boot_lba as u32).to_le_bytes());
+    if let Some((efi_lba, efi_len)) = efi_at {
+        // The last section header (0x91), for the EFI platform (0xEF), one entry: bootable, no
+        // emulation, the whole image counted in 512-byte sectors.
+        catalog[64] = 0x91;
+        catalog[65] = 0xEF;
+        catalog[66..68].copy_from_slice(&1u16.to_le_bytes());
+        catalog[96] = 0x88;
+        let sectors = u16::try_from(efi_len.div_ceil(512)).unwrap_or(0);
+        catalog[102..104].copy_from_slice(&sectors.to_le_bytes());
+        catalog[104..108].copy_from_slice(&(efi_lba as u32).to_le_bytes());
+    }
     image[sector(CATALOG)].copy_from_slice(&catalog);
     image
 }
@@ -386,6 +450,7 @@ mod tests {
             isolinux,
             ldlinux: b"ldlinux".to_vec(),
             ipxe: b"ipxe".to_vec(),
+            ipxe_efi: None,
         }
     }
 
@@ -443,5 +508,45 @@ mod tests {
         assert!(text.contains("INITRD /isolinux/node.ipxe"));
         // Built twice, the same bytes.
         assert_eq!(iso, node_iso(&files, &node(&url)).unwrap());
+    }
+
+    #[test]
+    fn with_ipxe_efi_the_image_also_boots_uefi_from_an_efi_system_partition() {
+        let url = url::Url::parse("http://10.0.2.2:8081/boot/x").unwrap();
+        let bios_only = node_iso(&files(), &node(&url)).unwrap();
+        let catalog_of = |iso: &[u8]| {
+            let at = u32::from_le_bytes(iso[17 * SECTOR + 71..17 * SECTOR + 75].try_into().unwrap())
+                as usize;
+            iso[at * SECTOR..(at + 1) * SECTOR].to_vec()
+        };
+        assert_eq!(
+            catalog_of(&bios_only)[64],
+            0,
+            "no EFI section without ipxe.efi"
+        );
+
+        let mut files = files();
+        files.ipxe_efi = Some(b"MZ ipxe for uefi".to_vec());
+        let iso = node_iso(&files, &node(&url)).unwrap();
+        let c = catalog_of(&iso);
+        // The BIOS entry stays the default one.
+        assert_eq!((c[32], c[33]), (0x88, 0));
+        // The last section: the EFI platform, one bootable no-emulation entry.
+        assert_eq!((c[64], c[65], c[66], c[67]), (0x91, 0xEF, 1, 0));
+        assert_eq!((c[96], c[97]), (0x88, 0));
+        let sectors = u16::from_le_bytes([c[102], c[103]]) as usize;
+        let lba = u32::from_le_bytes(c[104..108].try_into().unwrap()) as usize;
+        // Its image: the FAT file system with iPXE where UEFI looks and the node's script.
+        let script = node_script(&node(&url)).unwrap();
+        let esp = crate::provisioning::fat::fat12(
+            "INGOT_BOOT",
+            &[
+                (EFI_BOOT_PROGRAM, b"MZ ipxe for uefi"),
+                ("autoexec.ipxe", script.as_bytes()),
+            ],
+        )
+        .unwrap();
+        assert_eq!(sectors, esp.len() / 512);
+        assert_eq!(&iso[lba * SECTOR..lba * SECTOR + esp.len()], &esp[..]);
     }
 }

@@ -28,6 +28,7 @@ pub mod addresspool;
 pub mod allocation;
 pub mod boot;
 pub mod cluster;
+pub mod fat;
 pub mod install;
 pub mod ipam;
 pub mod media;

@@ -70,6 +70,8 @@ impl QemuPeer {
             peer.qemu(),
             peer.ipxe_rom_dir().join(ROM),
             peer.busybox(),
+            peer.uefi_firmware(),
+            peer.boot_media_dir().join("ipxe.efi"),
             kernel,
             peer.kernel_modules()?,
         ] {
@@ -92,7 +94,8 @@ impl QemuPeer {
         self.dir.join("usr/bin/qemu-system-x86_64")
     }
 
-    /// `isolinux.bin`, `ldlinux.c32` and `ipxe.lkrn`, as `ingot run --boot-media-dir` takes them.
+    /// `isolinux.bin`, `ldlinux.c32`, `ipxe.lkrn` and `ipxe.efi`, as `ingot run --boot-media-dir`
+    /// takes them.
     pub fn boot_media_dir(&self) -> PathBuf {
         self.dir.join("boot-media")
     }
@@ -100,6 +103,11 @@ impl QemuPeer {
     /// The directory of Debian's iPXE ROMs for QEMU's NICs (`efi-virtio.rom`...).
     pub fn ipxe_rom_dir(&self) -> PathBuf {
         self.dir.join("usr/lib/ipxe/qemu")
+    }
+
+    /// UEFI firmware for QEMU (Debian's OVMF).
+    pub fn uefi_firmware(&self) -> PathBuf {
+        self.dir.join("usr/share/ovmf/OVMF.fd")
     }
 
     pub fn busybox(&self) -> PathBuf {
@@ -242,9 +250,18 @@ pub struct QemuOptions<'a> {
     /// The boot file URL slirp's DHCP hands iPXE; iPXE expands settings in it (`${net0/mac}`).
     /// Not used with `cdrom`.
     pub boot_url: &'a str,
-    /// A CD image to boot from instead of the network (`-cdrom`, `-boot d`), as a BMC's virtual
-    /// media is.
+    /// A CD image to boot from instead of the network, as a BMC's virtual media is.
     pub cdrom: Option<&'a Path>,
+    pub firmware: Firmware,
+}
+
+/// The machine's firmware, that is its boot mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Firmware {
+    /// SeaBIOS (legacy BIOS boot).
+    Bios,
+    /// OVMF (UEFI boot). Its CD is named first in the boot order (`bootindex=0`).
+    Uefi,
 }
 
 /// A running machine booting from the network, its serial console in `serial_log`.
@@ -260,8 +277,9 @@ pub struct QemuServer {
 }
 
 impl QemuServer {
-    /// Starts QEMU: `-boot n` from a virtio NIC with Debian's iPXE ROM, `-netdev user` with the
-    /// boot URL, the serial console to a file, `-no-reboot` (a reboot ends it, as powering off does).
+    /// Starts QEMU: `-boot n` from a virtio NIC with Debian's iPXE ROM (or from the CD),
+    /// `-netdev user` with the boot URL, the serial console to a file, `-no-reboot` (a reboot ends
+    /// it, as powering off does); SeaBIOS, or OVMF for [`Firmware::Uefi`].
     pub fn start(peer: &QemuPeer, options: &QemuOptions) -> Self {
         check_mac(options.mac).unwrap_or_else(|e| panic!("{e}"));
         let (accel, reason) = Accel::detect();
@@ -313,8 +331,24 @@ impl QemuServer {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap_or_else(|e| panic!("qemu.log: {e}")))
             .stderr(log);
-        if let Some(cdrom) = options.cdrom {
-            command.arg("-cdrom").arg(cdrom);
+        if options.firmware == Firmware::Uefi {
+            command.arg("-bios").arg(peer.uefi_firmware());
+        }
+        match (options.cdrom, options.firmware) {
+            (Some(cdrom), Firmware::Bios) => {
+                command.arg("-cdrom").arg(cdrom);
+            }
+            (Some(cdrom), Firmware::Uefi) => {
+                // OVMF takes its boot order from `bootindex`, not from `-boot`.
+                let cdrom = cdrom.display().to_string().replace(',', ",,");
+                command
+                    .arg("-drive")
+                    .arg(format!(
+                        "file={cdrom},media=cdrom,if=none,id=cd,readonly=on"
+                    ))
+                    .args(["-device", "ide-cd,drive=cd,bootindex=0"]);
+            }
+            (None, _) => {}
         }
         let command_line = format!("{command:?}");
         let child = command
