@@ -454,8 +454,8 @@ fn the_namespaces_pools_and_machines_may_draw_inventories_from_are_passed_to_ing
 }
 
 /// With `provisioning.boot.url`, the chart runs the boot server on `provisioning.boot.port`
-/// of the pods and the Service, with its allowed sources and the site's wipe image; without
-/// it, none. Half a wipe image is refused, naming the values.
+/// of the pods and the Service, with its allowed sources, the site's wipe image and the boot
+/// CD's programs (a volume); without it, none. Half a wipe image is refused, naming the values.
 #[test]
 fn the_boot_server_and_the_wipe_image_are_chart_values() {
     let rendered = |sets: &[&str], only: &str| -> serde_yaml::Value {
@@ -474,6 +474,7 @@ fn the_boot_server_and_the_wipe_image_are_chart_values() {
         "provisioning.boot.allowSources={10.9.0.0/16}",
         "provisioning.wipeImage.kernelUrl=http://10.0.0.5/wipe/vmlinuz",
         "provisioning.wipeImage.initrdUrl=http://10.0.0.5/wipe/initrd.img",
+        "provisioning.bootMedia.persistentVolumeClaim.claimName=boot-media",
     ];
     let deployment = rendered(&booting, "templates/deployment.yaml");
     let set = container_args(&deployment);
@@ -483,9 +484,32 @@ fn the_boot_server_and_the_wipe_image_are_chart_values() {
         "--boot-allow-source=10.9.0.0/16",
         "--wipe-kernel-url=http://10.0.0.5/wipe/vmlinuz",
         "--wipe-initrd-url=http://10.0.0.5/wipe/initrd.img",
+        "--boot-media-dir=/etc/ingot/boot-media",
     ] {
         assert!(set.contains(&expected.to_owned()), "{expected}: {set:?}");
     }
+    // The boot CD's programs: the volume given, mounted read-only where the flag points.
+    let pod = &deployment["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "boot-media")
+        .unwrap();
+    assert_eq!(volume["persistentVolumeClaim"]["claimName"], "boot-media");
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "boot-media")
+        .unwrap();
+    assert_eq!(
+        (&mount["mountPath"], &mount["readOnly"]),
+        (
+            &serde_yaml::Value::from("/etc/ingot/boot-media"),
+            &serde_yaml::Value::from(true)
+        )
+    );
     let ports = &deployment["spec"]["template"]["spec"]["containers"][0]["ports"];
     assert!(
         ports
@@ -513,6 +537,23 @@ fn the_boot_server_and_the_wipe_image_are_chart_values() {
             .iter()
             .any(|a| a.starts_with("--boot-") || a.starts_with("--wipe-")),
         "{unset:?}"
+    );
+    // Without a boot server, the boot CD's volume is not mounted either.
+    let no_server = rendered(
+        &[
+            "controllers={pools,provisioning}",
+            "provisioning.bootMedia.persistentVolumeClaim.claimName=boot-media",
+        ],
+        "templates/deployment.yaml",
+    );
+    assert!(
+        !container_args(&no_server)
+            .iter()
+            .any(|a| a.starts_with("--boot-"))
+    );
+    assert!(
+        no_server["spec"]["template"]["spec"]["volumes"].is_null(),
+        "{no_server:?}"
     );
     let half = Command::new(helm())
         .args(["template", "ingot"])
