@@ -20,6 +20,7 @@ use ingot_controllers::onprem::cloud::{
     ADDRESS_ANNOTATION, BOOT_JOB_ANNOTATION, BOOTS_ANNOTATION, CLAIM_JOB_LABEL, InventoryCloud,
     Settings,
 };
+use ingot_controllers::onprem::image::{Image, ImageRequest};
 use ingot_controllers::onprem::wipe::{WipeImage, WipePolicy};
 use ingot_controllers::provisioning::addresses::PoolRef;
 use ingot_controllers::provisioning::boot::BOOT_FROM_DISK;
@@ -871,6 +872,108 @@ async fn a_pool_s_server_boots_its_boot_cd_by_virtual_media_and_it_is_ejected_on
     assert_eq!(system(bmc).await["PowerState"], "Off");
     assert_eq!(reqwest::get(&media_url).await.unwrap().status(), 404);
     rack_a.delete_server(&pxe.id).await.unwrap();
+    site.operator.terminate();
+}
+
+/// A Gardener machine's create request: an image and its user data, as the Inventory driver
+/// writes it.
+fn image_request(hostname: &str) -> CreateServer {
+    let mut request = request(hostname);
+    request.userdata = Some(
+        ImageRequest {
+            image: Image {
+                kernel: "http://127.0.0.1:9/garden/vmlinuz".into(),
+                initrd: "http://127.0.0.1:9/garden/initrd".into(),
+                cmdline: "console=ttyS0".into(),
+            },
+            user_data: "#cloud-config\nhostname: m1\n".into(),
+        }
+        .to_userdata(),
+    );
+    request
+}
+
+/// A machine's image boots as its Inventory says: annotated `cd`, from the boot CD (the cloud's
+/// own choice is the network, as for Gardener machines). A live image runs from that CD, so it
+/// stays inserted while the claim holds, and comes out with the release's power off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_image_boots_from_the_cd_its_inventory_asks_for_ejected_at_release() {
+    let Some(peer) = ingot_testenv::qemu::QemuPeer::installed_or_skip("onprem_cloud") else {
+        return;
+    };
+    let site = Site::start_with(Some(&peer.boot_media_dir())).await;
+    let (client, ns) = (&site.client, site.ns.as_str());
+    let boot = format!("http://127.0.0.1:{}", site.boot_port);
+    let machines = InventoryCloud::new(
+        client.clone(),
+        Settings {
+            boot_url: Some(url::Url::parse(&boot).unwrap()),
+            ..settings(ns, json!({"rack": "a"}))
+        },
+    )
+    .unwrap();
+    for name in ["server-0", "server-1"] {
+        Api::<Inventory>::namespaced(client.clone(), ns)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "provisioning.ingot.dev/boot-media": "cd"}}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    let server = machines.create_server(&image_request("m1")).await.unwrap();
+    let name = server.id.split_once('/').unwrap().1.to_owned();
+    let bmc = site.bmc(&server.id);
+    let media_url = format!("{boot}/media/{ns}/{name}.iso");
+    let cd = wait_for(
+        &format!("{name}'s CD inserted and booted"),
+        WAIT,
+        || async {
+            let cd = bmc.virtual_cd(USER, PASSWORD).await?;
+            let s = system(bmc).await;
+            (cd["Inserted"] == true
+                && s["Boot"]["BootSourceOverrideTarget"] == "Cd"
+                && s["PowerState"] == "On")
+                .then_some(cd)
+        },
+    )
+    .await;
+    assert_eq!(cd["Image"], media_url.as_str(), "{cd}");
+    let iso = reqwest::get(&media_url).await.unwrap();
+    assert_eq!(iso.status(), 200);
+    // The CD chains to the boot server, which hands the server the machine's image.
+    let script = reqwest::get(format!("{boot}/boot/{}", server.macs()[0]))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        script.contains("http://127.0.0.1:9/garden/vmlinuz") && script.contains("ds=nocloud-net"),
+        "{script}"
+    );
+    // Running: the CD stays in (no install report comes from a live image).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let cd = bmc.virtual_cd(USER, PASSWORD).await.unwrap();
+    assert_eq!(cd["Inserted"], true, "{cd}");
+    assert!(
+        !claim_jobs(client, ns)
+            .await
+            .iter()
+            .any(|j| j.name_any().contains("-eject-")),
+        "a running machine's CD was ejected"
+    );
+
+    // Released: off and ejected at the BMC, then freed; the CD no longer served.
+    machines.delete_server(&server.id).await.unwrap();
+    assert_eq!(system(bmc).await["PowerState"], "Off");
+    let cd = bmc.virtual_cd(USER, PASSWORD).await.unwrap();
+    assert_eq!(cd["Inserted"], false, "{cd}");
+    assert!(claims::claim_of(&inventory(client, ns, &name).await).is_none());
+    assert_eq!(reqwest::get(&media_url).await.unwrap().status(), 404);
     site.operator.terminate();
 }
 

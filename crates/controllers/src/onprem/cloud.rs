@@ -534,12 +534,11 @@ impl InventoryCloud {
         .await
     }
 
-    /// How this install boots: the Inventory's annotation where set, else the pool's choice;
-    /// a machine's image by network. An annotation ingot cannot follow is refused, naming it.
-    fn boot_media(&self, inventory: &Inventory, install: bool) -> Result<BootMedia> {
-        if !install {
-            return Ok(BootMedia::Pxe);
-        }
+    /// How the claim's server boots anything ingot serves it (its install or a machine's image,
+    /// its wipe): the Inventory's annotation where set, else the cloud's choice (a pool's
+    /// `spec.bootMedia`; the network for machines). An annotation ingot cannot follow is
+    /// refused, naming it.
+    fn boot_media(&self, inventory: &Inventory) -> Result<BootMedia> {
         match annotation(inventory, BOOT_MEDIA_ANNOTATION) {
             None => Ok(self.settings.boot_media),
             Some(value) => BootMedia::parse(Some(value)).map_err(|why| Error::Validation {
@@ -594,53 +593,38 @@ impl InventoryCloud {
         })
     }
 
-    /// How the claim's server boots anything ingot serves it (its install, its wipe): a
-    /// machine's image always by network, else as [`Self::boot_media`] says.
-    async fn claim_media(&self, inventory: &Inventory) -> Result<BootMedia> {
-        let install = !self.boots_image(inventory).await?;
-        self.boot_media(inventory, install)
-    }
-
-    /// Whether the claim boots a machine's image (its install Secret holds user data), not the
-    /// installer.
-    async fn boots_image(&self, inventory: &Inventory) -> Result<bool> {
-        let secret = Api::<Secret>::namespaced(
-            self.client.clone(),
-            &inventory.namespace().unwrap_or_default(),
-        )
-        .get_opt(&install::install_secret_name(&inventory.name_any()))
-        .await
-        .map_err(kube_error)?;
-        Ok(secret.is_some_and(|s| {
-            s.data
-                .as_ref()
-                .is_some_and(|d| d.contains_key(image::USER_DATA_KEY))
-        }))
-    }
-
     /// A CD boot that failed because the BMC has no virtual media is not a failed server to
     /// replace: its first task failed before the server was touched, and every other
     /// Inventory may be the same. It is refused instead, saying what to change; the claim
     /// stays, and nothing is sent.
     async fn refuse_cd_without_virtual_media(&self, inventory: &Inventory) -> Result<()> {
-        let Some(job) = annotation(inventory, BOOT_JOB_ANNOTATION) else {
-            return Ok(());
-        };
-        let namespace = inventory.namespace().unwrap_or_default();
-        match power::job_outcome(self.job(&namespace, job).await?.as_ref()) {
-            JobOutcome::Failed(why)
-                if annotation(inventory, BOOTED_FROM_ANNOTATION) == Some("cd")
-                    && no_virtual_media(&why) =>
-            {
-                Err(Error::Validation {
-                    message: format!(
-                        "the BMC of Inventory {} cannot insert a CD as virtual media ({why}); the server was not touched: boot it by network (the pool's spec.bootMedia: pxe, or the Inventory's {BOOT_MEDIA_ANNOTATION}: pxe), then delete this server's Instance",
-                        key(inventory)
-                    ),
-                })
-            }
-            _ => Ok(()),
+        match self.cd_boot_refused(inventory).await? {
+            Some(why) => Err(Error::Validation {
+                message: format!(
+                    "the BMC of Inventory {} cannot insert a CD as virtual media ({why}); the server was not touched: boot it by network (the pool's spec.bootMedia: pxe, or the Inventory's {BOOT_MEDIA_ANNOTATION}: pxe), then delete this server's Instance",
+                    key(inventory)
+                ),
+            }),
+            None => Ok(()),
         }
+    }
+
+    /// The BMC's reason when the claim's boot from the CD failed because the BMC has no
+    /// virtual media; `None` for any other boot.
+    async fn cd_boot_refused(&self, inventory: &Inventory) -> Result<Option<String>> {
+        let Some(job) = annotation(inventory, BOOT_JOB_ANNOTATION) else {
+            return Ok(None);
+        };
+        if annotation(inventory, BOOTED_FROM_ANNOTATION) != Some("cd") {
+            return Ok(None);
+        }
+        let namespace = inventory.namespace().unwrap_or_default();
+        Ok(
+            match power::job_outcome(self.job(&namespace, job).await?.as_ref()) {
+                JobOutcome::Failed(why) if no_virtual_media(&why) => Some(why),
+                _ => None,
+            },
+        )
     }
 
     /// Where the BMC fetches the server's boot CD.
@@ -789,7 +773,6 @@ impl InventoryCloud {
             });
         }
         let inventory = self.ensure_address(inventory, &claim, spec).await?;
-        let mut install = false;
         if let Some(userdata) = &spec.userdata {
             let request = match ImageRequest::parse(userdata) {
                 Some(image) => Request::Image(image),
@@ -797,11 +780,10 @@ impl InventoryCloud {
                     InstallRequest::parse(userdata).map_err(Error::InvalidRequest)?,
                 ),
             };
-            install = matches!(request, Request::Install(_));
             self.ensure_install(&inventory, &claim, &request).await?;
         }
         let inventory = if boots(&inventory) == 0 {
-            let media = self.boot_media(&inventory, install)?;
+            let media = self.boot_media(&inventory)?;
             self.boot(inventory, &claim, 1, media).await?
         } else {
             inventory
@@ -1025,7 +1007,7 @@ impl InventoryCloud {
             ],
         );
         self.write_secret(&namespace, &secret).await?;
-        let media = self.claim_media(&inventory).await?;
+        let media = self.boot_media(&inventory)?;
         let name = job_name(&inventory, claim, "wipe");
         let tasks = self.boot_tasks(&inventory, media)?;
         self.send(&inventory, claim, &name, tasks).await?;
@@ -1140,7 +1122,7 @@ impl BareMetalCloud for InventoryCloud {
             None => inventory,
         };
         let n = boots(&inventory) + 1;
-        let media = self.claim_media(&inventory).await?;
+        let media = self.boot_media(&inventory)?;
         self.boot(inventory, &claim, n, media).await.map(drop)
     }
 
@@ -1175,10 +1157,13 @@ impl BareMetalCloud for InventoryCloud {
         let namespace = inventory.namespace().unwrap_or_default();
         let inventory = if annotation(&inventory, OFF_CONFIRMED_ANNOTATION).is_none() {
             let inventory = self.wipe(inventory, &claim).await?;
-            // A wipe booted from the CD leaves it inserted: out with the power off.
-            let tasks = if wipe::wiped(&inventory)
-                && self.claim_media(&inventory).await? == BootMedia::Cd
-            {
+            // A claim booted from the CD may have it inserted still (a machine's live image runs
+            // from it; a wipe booted from it): out with the power off. An empty slot is not
+            // ejected again (the BMC client reads the slot first); a BMC that took no CD is
+            // not asked.
+            let cd_in = annotation(&inventory, BOOTED_FROM_ANNOTATION) == Some("cd")
+                && self.cd_boot_refused(&inventory).await?.is_none();
+            let tasks = if cd_in {
                 json!([{"powerAction": "off"}, {"virtualMediaAction": {"kind": "CD", "mediaURL": ""}}])
             } else {
                 json!([{"powerAction": "off"}])

@@ -96,7 +96,8 @@ impl InventoryDriver {
                 poll: Duration::from_secs(1),
                 owner: Some(owner.clone()),
                 boot_url: self.settings.boot_url.clone(),
-                // A machine's image boots by network.
+                // By network, unless the Inventory asks for the CD
+                // (`provisioning.ingot.dev/boot-media: cd`).
                 boot_media: BootMedia::Pxe,
                 wipe,
                 wipe_image: self.settings.wipe_image.clone(),
