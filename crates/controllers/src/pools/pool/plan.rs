@@ -199,6 +199,32 @@ fn on_premises(pool: &InstancePool) -> Option<&str> {
         .map(|_| pool.spec.inventory_namespace.as_deref().unwrap_or_default())
 }
 
+/// The fields set on a pool over Inventories that only Equinix Metal reads, and which are
+/// therefore ignored (the API server refuses the others: `plan`, `metro`, billing, spot...).
+/// An empty value counts as unset.
+fn not_read_on_premises(pool: &InstancePool) -> Vec<&'static str> {
+    let spec = &pool.spec;
+    let text = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.is_empty());
+    let list = |v: &Option<Vec<String>>| v.as_ref().is_some_and(|v| !v.is_empty());
+    [
+        ("spec.ipxeScriptUrl", text(&spec.ipxe_script_url)),
+        ("spec.isoUrl", text(&spec.iso_url)),
+        ("spec.singleBoot", spec.single_boot.is_some()),
+        ("spec.customData", text(&spec.custom_data)),
+        ("spec.usersshKeys", list(&spec.user_ssh_keys)),
+        ("spec.projectsshKeys", list(&spec.project_ssh_keys)),
+        ("spec.nosshKeys", spec.no_ssh_keys == Some(true)),
+        (
+            "spec.features",
+            spec.features.as_ref().is_some_and(|f| !f.is_empty()),
+        ),
+        ("spec.facility", list(&spec.facility)),
+    ]
+    .into_iter()
+    .filter_map(|(field, set)| set.then_some(field))
+    .collect()
+}
+
 /// `spec.count`, never below zero.
 fn requested(pool: &InstancePool) -> i64 {
     pool.spec.count.unwrap_or(0).max(0)
@@ -208,15 +234,26 @@ fn requested(pool: &InstancePool) -> i64 {
 /// on the pool; Instances wait for them.
 fn checks(seen: &Observed<'_>) -> Vec<Condition> {
     let backend = match on_premises(seen.pool) {
-        Some(namespace) => Condition::new(
-            BACKEND_CONDITION,
-            true,
-            INVENTORIES,
-            format!(
-                "servers are Inventories of namespace {namespace} matching the pool's inventorySelector, their addresses from AddressPool {namespace}/{}; the Equinix Metal credentials are not used",
-                seen.pool.spec.address_pool.as_deref().unwrap_or_default()
-            ),
-        ),
+        Some(namespace) => {
+            let unread = not_read_on_premises(seen.pool);
+            Condition::new(
+                BACKEND_CONDITION,
+                true,
+                INVENTORIES,
+                format!(
+                    "servers are Inventories of namespace {namespace} matching the pool's inventorySelector, their addresses from AddressPool {namespace}/{}; the Equinix Metal credentials are not used{}",
+                    seen.pool.spec.address_pool.as_deref().unwrap_or_default(),
+                    if unread.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            ", nor {}, which only Equinix Metal reads",
+                            unread.join(", ")
+                        )
+                    }
+                ),
+            )
+        }
         None => credentials(seen),
     };
     let join = match &seen.join {

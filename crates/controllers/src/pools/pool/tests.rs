@@ -186,6 +186,28 @@ fn a_pool_over_inventories_needs_no_equinix_credentials() {
         "{}",
         plan.checks[0].message
     );
+    assert!(
+        !plan.checks[0].message.contains("only Equinix Metal reads"),
+        "{}",
+        plan.checks[0].message
+    );
+    // The Equinix-only fields it carries are named as not read.
+    let mut carrying = on_premises.clone();
+    carrying.spec.ipxe_script_url = Some("http://boot.example/install.ipxe".into());
+    carrying.spec.single_boot = Some(true);
+    carrying.spec.user_ssh_keys = Some(vec!["key-id".into()]);
+    carrying.spec.iso_url = Some(String::new());
+    let seen = Observed {
+        pool: &carrying,
+        ..seen
+    };
+    let message = super::plan::plan(&seen).checks[0].message.clone();
+    assert!(
+        message.ends_with(
+            ", nor spec.ipxeScriptUrl, spec.singleBoot, spec.usersshKeys, which only Equinix Metal reads"
+        ),
+        "{message}"
+    );
     // Its members draw from the same Inventories, of the size it asks for, and boot and are
     // wiped as it chose.
     on_premises.spec.boot_media = Some("cd".into());
