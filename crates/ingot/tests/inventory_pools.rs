@@ -55,6 +55,12 @@ const CRASHES: Net = Net {
     node_cidr: "127.0.22.0/24",
     gateway: "127.0.22.1",
 };
+const NO_MEDIA: Net = Net {
+    release_namespace: "ingot-nomedia",
+    vip: "127.0.13.1",
+    node_cidr: "127.0.23.0/24",
+    gateway: "127.0.23.1",
+};
 const TOKEN: &str = "pool-join-token-7d2f";
 const SERVERS: usize = 4;
 const WAIT: Duration = Duration::from_secs(240);
@@ -559,6 +565,85 @@ async fn a_pool_over_inventories_scales_and_waits_for_a_free_inventory() {
 /// after a release's power off was read back but before the claim went: one owner per
 /// Inventory, no claim without its Instance, no address without its claim, one install boot,
 /// one wipe and one power off at the BMC.
+/// A pool that boots its servers from the CD, on an Inventory whose BMC has no virtual media
+/// (IPMI): the CD boot fails at its insert, before the server is touched, and the Instance shows
+/// the refusal (`Ready` `False`, `RequestRefused`, the BMC's reason and what to change) instead
+/// of being replaced; the claim stays and nothing more reaches the BMC.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cd_boot_on_a_bmc_without_virtual_media_is_shown_on_the_instance() {
+    let site = Site::start(&NO_MEDIA, None).await;
+    let ipmi = ingot_ipmi_sim::serve(ingot_ipmi_sim::FleetConfig::uniform(1, "ipmi-password"))
+        .await
+        .unwrap();
+    let bmc = ipmi.bmcs()[0].clone();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(site.client.clone(), &site.ns)
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": "nodev"},
+                "stringData": {"username": "admin", "password": "ipmi-password"}})),
+        )
+        .await
+        .unwrap();
+    site.inventories()
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "metadata": {"name": "nodev", "labels": {"rack": "v"}},
+                "spec": {"primaryDisk": "/dev/sda", "managementInterfaceMacAddress": bmc.mac(0),
+                    "baseboardSpec": {"connection": {"host": "127.0.0.1",
+                        "port": bmc.addr().port(), "insecureTLS": true,
+                        "authSecretRef": {"name": "nodev", "namespace": site.ns}}}}
+            })),
+        )
+        .await
+        .unwrap();
+    wait_for("nodev ready", WAIT, || async {
+        let i = site.inventories().get("nodev").await.ok()?;
+        (i.status?.status.as_deref() == Some(ingot_api::seeder::INVENTORY_NODE_READY)).then_some(())
+    })
+    .await;
+    let controls_before = bmc.stats().chassis_controls.len();
+    site.create_pool_with(
+        1,
+        json!({"inventorySelector": {"matchLabels": {"rack": "v"}}, "bootMedia": "cd"}),
+    )
+    .await;
+    let (instance, message) = wait_for("the Instance to show the refusal", WAIT, || async {
+        let instance = site.instances().await.into_iter().next()?;
+        let ready = instance
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")?
+            .clone();
+        (ready.status == "False" && ready.reason == "RequestRefused")
+            .then(|| (instance.name_any(), ready.message))
+    })
+    .await;
+    assert!(
+        message.contains("Inventory metal/nodev")
+            && message.contains("virtual media")
+            && message.contains("spec.bootMedia: pxe"),
+        "{message}"
+    );
+    // Not replaced: the one Instance keeps its claim, and the server's power was not touched.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let instances = site.instances().await;
+    assert_eq!(instances.len(), 1);
+    assert_eq!(instances[0].name_any(), instance);
+    assert_eq!(
+        site.claims().await,
+        BTreeMap::from([(instance.clone(), "nodev".to_owned())])
+    );
+    assert_eq!(
+        bmc.stats().chassis_controls.len(),
+        controls_before,
+        "the refused CD boot reached the server's power"
+    );
+    site.operator.terminate();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_during_claim_boot_and_release_nothing_is_owned_twice_or_leaked() {
     let mut site = Site::start(&CRASHES, Some("onprem-after-claim")).await;
