@@ -1144,5 +1144,79 @@ async fn a_released_server_is_booted_into_the_wipe_image_and_freed_only_once_it_
     // One wipe boot in all, however many deletes asked.
     assert_eq!(boot_patches(bmc), patches_installed + 1);
     site.boots(&server.macs()[0], BOOT_FROM_DISK).await;
+
+    // A wipe boot that fails (the BMC refuses ingot's credentials): each delete says so and
+    // keeps the claim, and nothing is sent again; once the BMC is mended and that Job deleted
+    // (as the message says), the next delete sends the wipe boot once more.
+    let second = cloud.create_server(&request("w2")).await.unwrap();
+    let second_name = second.id.split_once('/').unwrap().1.to_owned();
+    let second_bmc = site.bmc(&second.id);
+    wait_for(&format!("{second_name} booted"), WAIT, || async {
+        let active = cloud.get_server(&second.id).await.unwrap().state == ServerState::Active;
+        (active && all_completed(&claim_jobs(client, ns).await)).then_some(())
+    })
+    .await;
+    let patches_before = boot_patches(second_bmc);
+    let set_password = |password: &'static str| async move {
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .patch(
+                "bmc",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"stringData": {"password": password}})),
+            )
+            .await
+            .unwrap();
+    };
+    set_password("not-the-password").await;
+    let failed = wait_for("the wipe boot to fail", WAIT, || async {
+        match cloud.delete_server(&second.id).await {
+            Err(e @ Error::Validation { .. }) => Some(e),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(
+        failed.to_string().contains("the wipe boot of Inventory")
+            && failed.to_string().contains("delete that Job"),
+        "{failed}"
+    );
+    let again = cloud.delete_server(&second.id).await.unwrap_err();
+    assert!(matches!(again, Error::Validation { .. }), "{again}");
+    assert_eq!(
+        boot_patches(second_bmc),
+        patches_before,
+        "a failed wipe boot was sent again"
+    );
+    assert!(claims::claim_of(&inventory(client, ns, &second_name).await).is_some());
+    set_password(PASSWORD).await;
+    let wipe_job =
+        inventory(client, ns, &second_name).await.annotations()["onprem.ingot.dev/wipe-job"]
+            .clone();
+    Api::<Job>::namespaced(client.clone(), ns)
+        .delete(&wipe_job, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        &format!("{second_name} network-booted for its wipe again"),
+        WAIT,
+        || async {
+            let _ = cloud.delete_server(&second.id).await;
+            let s = system(second_bmc).await;
+            (boot_patches(second_bmc) == patches_before + 1 && s["PowerState"] == "On")
+                .then_some(())
+        },
+    )
+    .await;
+    let second_report = format!("{boot}/wiped/{ns}/{second_name}");
+    assert_eq!(
+        report_wipe(&second_report, "127.0.0.1").await,
+        reqwest::StatusCode::ACCEPTED
+    );
+    wait_for(&format!("{second_name} released"), WAIT, || async {
+        cloud.delete_server(&second.id).await.ok()
+    })
+    .await;
+    assert!(claims::claim_of(&inventory(client, ns, &second_name).await).is_none());
+    assert_eq!(boot_patches(second_bmc), patches_before + 1);
     site.operator.terminate();
 }

@@ -906,12 +906,16 @@ impl InventoryCloud {
         if wipe::wiped(&inventory) {
             return Ok(inventory);
         }
-        let inventory = if annotation(&inventory, WIPE_JOB_ANNOTATION).is_none() {
-            self.send_wipe(inventory, claim, image).await?
-        } else {
-            inventory
-        };
         let namespace = inventory.namespace().unwrap_or_default();
+        let inventory = match annotation(&inventory, WIPE_JOB_ANNOTATION) {
+            None => self.send_wipe(inventory, claim, image).await?,
+            // Recorded, then deleted: a person asked for the failed wipe boot again (its Job is
+            // created before it is recorded, and only a release deletes it). Sent once more.
+            Some(job) if self.job(&namespace, job).await?.is_none() => {
+                self.send_wipe(inventory, claim, image).await?
+            }
+            Some(_) => inventory,
+        };
         let name = inventory.name_any();
         let job = annotation(&inventory, WIPE_JOB_ANNOTATION)
             .unwrap_or_default()
@@ -931,7 +935,7 @@ impl InventoryCloud {
             {
                 return Err(Error::Validation {
                     message: format!(
-                        "the wipe boot of Inventory {} (bmc job {namespace}/{job}) failed: {why}; it is not freed unwiped: its claim and address are kept: check its BMC",
+                        "the wipe boot of Inventory {} (bmc job {namespace}/{job}) failed: {why}; it is not freed unwiped: its claim and address are kept: check its BMC, then delete that Job to send the wipe boot again",
                         key(&current)
                     ),
                 });

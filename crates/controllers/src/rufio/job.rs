@@ -171,6 +171,9 @@ pub enum TaskState {
     Failed(String),
     /// A Task of that name that this Job does not control.
     Foreign,
+    /// A Task left by an earlier Job of this name (deleted, then created again: its owner has
+    /// the name but another uid), which the garbage collector removes.
+    Orphaned,
 }
 
 pub fn task_state(task: Option<&Task>, job: &Job) -> TaskState {
@@ -185,7 +188,18 @@ pub fn task_state(task: Option<&Task>, job: &Job) -> TaskState {
             && job.metadata.uid.as_ref().is_none_or(|uid| *uid == o.uid)
     });
     if !owned {
-        return TaskState::Foreign;
+        let earlier_namesake = task.metadata.owner_references.iter().flatten().any(|o| {
+            o.controller == Some(true)
+                && o.kind == "Job"
+                && o.api_version == API_VERSION
+                && Some(&o.name) == job.metadata.name.as_ref()
+                && job.metadata.uid.as_ref().is_some_and(|uid| *uid != o.uid)
+        });
+        return if earlier_namesake {
+            TaskState::Orphaned
+        } else {
+            TaskState::Foreign
+        };
     }
     let conditions = task
         .status
@@ -263,6 +277,9 @@ pub fn next_step(namespace: &str, job: &str, states: &[TaskState], total: usize)
                     "task {namespace}/{name} exists but is not controlled by this Job: delete it or rename the Job"
                 ));
             }
+            // A Job deleted to be sent again, before the garbage collector took its Tasks:
+            // its deletion wakes this Job, which then creates its own.
+            TaskState::Orphaned => return Outcome::Wait,
         }
     }
     if states.len() >= total {
@@ -695,6 +712,11 @@ mod tests {
             panic!()
         };
         assert!(m.contains("not controlled"), "{m}");
+        // The Task of a deleted namesake is waited for until it is collected, not failed on.
+        assert_eq!(
+            next_step("ns", "j", &[Completed, Orphaned], 2),
+            Outcome::Wait
+        );
     }
 
     fn job(uid: &str) -> Job {
@@ -747,10 +769,14 @@ mod tests {
             ),
             TaskState::Failed("boom".into())
         );
+        // Another uid under this Job's name: an earlier Job of the name, deleted.
         assert_eq!(
             task_state(Some(&task("u2", json!([]))), &j),
-            TaskState::Foreign
+            TaskState::Orphaned
         );
+        let mut other = task("u1", json!([]));
+        other.metadata.owner_references.as_mut().unwrap()[0].name = "other".into();
+        assert_eq!(task_state(Some(&other), &j), TaskState::Foreign);
     }
 
     #[test]
