@@ -22,6 +22,7 @@ use ingot_controllers::provisioning::node::phase::BootMedia;
 use ingot_metal::{BareMetalCloud, Boot, CreateServer, Error, Shortage};
 use ingot_testenv::harness::operator::Operator;
 use ingot_testenv::wait_for;
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use onprem_support::{create_inventories, object};
 use serde_json::json;
@@ -161,5 +162,26 @@ async fn only_inventories_as_large_as_the_minimum_are_taken() {
     .await
     .unwrap();
     assert_eq!(forty.id, format!("{ns}/node2"));
+
+    // Deleting the time of the read has the size read again (after a hardware change): what
+    // was recorded is replaced by what the BMC reports.
+    inventories
+        .patch(
+            "node1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                SIZE_READ_ANNOTATION: null, CORES_ANNOTATION: "1"}}})),
+        )
+        .await
+        .unwrap();
+    let again = wait_for("node1's size read again", WAIT, || async {
+        let i = inventories.get("node1").await.ok()?;
+        i.annotations()
+            .contains_key(SIZE_READ_ANNOTATION)
+            .then_some(i)
+    })
+    .await;
+    assert_eq!(again.annotations()[CORES_ANNOTATION], "32");
+    assert_eq!(again.annotations()[MEMORY_ANNOTATION], "128");
     operator.terminate();
 }

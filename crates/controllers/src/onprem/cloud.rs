@@ -295,7 +295,7 @@ impl InventoryCloud {
                 ),
             };
         }
-        if let Some(too_small) = self.too_small(&matching, clusters, &shown) {
+        if let Some(too_small) = too_small(&self.settings.minimum, &matching, clusters, &shown) {
             return too_small;
         }
         let not_ready: Vec<String> = matching
@@ -320,61 +320,6 @@ impl InventoryCloud {
                 matching.len()
             ),
         }
-    }
-
-    /// Why no Inventory matching the selector was taken, when it is their size: every one not
-    /// held elsewhere (ready or not) below the minimum (`NoneMatching`), or the free ones' sizes
-    /// not read yet (`NotReady`), each named.
-    fn too_small(
-        &self,
-        matching: &[&Arc<Inventory>],
-        clusters: &[Arc<Cluster>],
-        shown: &str,
-    ) -> Option<Error> {
-        let minimum = &self.settings.minimum;
-        if minimum.is_empty() {
-            return None;
-        }
-        // Not claimed nor allocated: what the minimum alone may rule out (a size once read
-        // stays, so an Inventory whose BMC is not reached right now is judged too).
-        let takeable: Vec<(String, Fit, bool)> = matching
-            .iter()
-            .filter_map(|i| match claims::why_taken(i, clusters) {
-                None => Some((key(i), size::fits(i, minimum), true)),
-                Some(claims::Taken::NotReady) => Some((key(i), size::fits(i, minimum), false)),
-                Some(_) => None,
-            })
-            .collect();
-        let short: Vec<String> = takeable
-            .iter()
-            .filter_map(|(k, f, _)| match f {
-                Fit::No(why) => Some(format!("{k} ({why})")),
-                _ => None,
-            })
-            .collect();
-        if !takeable.is_empty() && short.len() == takeable.len() {
-            return Some(Error::NoServer {
-                why: Shortage::NoneMatching,
-                message: format!(
-                    "none of the {} Inventories matching {shown:?} that are not taken has {minimum}: {}; add larger ones, or lower inventoryMinimum",
-                    takeable.len(),
-                    short.join(", ")
-                ),
-            });
-        }
-        let unread: Vec<&str> = takeable
-            .iter()
-            .filter(|(_, f, free)| *free && *f == Fit::Unknown)
-            .map(|(k, _, _)| k.as_str())
-            .collect();
-        let free_fit = takeable.iter().any(|(_, f, free)| *free && *f == Fit::Yes);
-        (!unread.is_empty() && !free_fit).then(|| Error::NoServer {
-            why: Shortage::NotReady,
-            message: format!(
-                "the minimum asked for is {minimum}, and the size of these free Inventories matching {shown:?} is not read from their BMC yet: {}",
-                unread.join(", ")
-            ),
-        })
     }
 
     /// Claims a free Inventory for `claim`, or finds the one it holds.
@@ -1297,6 +1242,60 @@ impl BareMetalCloud for InventoryCloud {
     }
 }
 
+/// Why no Inventory matching the selector was taken, when it is their size: every one not
+/// held elsewhere (ready or not) below the minimum (`NoneMatching`), or the free ones' sizes
+/// not read yet (`NotReady`), each named.
+fn too_small(
+    minimum: &Minimum,
+    matching: &[&Arc<Inventory>],
+    clusters: &[Arc<Cluster>],
+    shown: &str,
+) -> Option<Error> {
+    if minimum.is_empty() {
+        return None;
+    }
+    // Not claimed nor allocated: what the minimum alone may rule out (a size once read
+    // stays, so an Inventory whose BMC is not reached right now is judged too).
+    let takeable: Vec<(String, Fit, bool)> = matching
+        .iter()
+        .filter_map(|i| match claims::why_taken(i, clusters) {
+            None => Some((key(i), size::fits(i, minimum), true)),
+            Some(claims::Taken::NotReady) => Some((key(i), size::fits(i, minimum), false)),
+            Some(_) => None,
+        })
+        .collect();
+    let short: Vec<String> = takeable
+        .iter()
+        .filter_map(|(k, f, _)| match f {
+            Fit::No(why) => Some(format!("{k} ({why})")),
+            _ => None,
+        })
+        .collect();
+    if !takeable.is_empty() && short.len() == takeable.len() {
+        return Some(Error::NoServer {
+            why: Shortage::NoneMatching,
+            message: format!(
+                "none of the {} Inventories matching {shown:?} that are not taken has {minimum}: {}; add larger ones, or lower inventoryMinimum",
+                takeable.len(),
+                short.join(", ")
+            ),
+        });
+    }
+    let unread: Vec<&str> = takeable
+        .iter()
+        .filter(|(_, f, free)| *free && *f == Fit::Unknown)
+        .map(|(k, _, _)| k.as_str())
+        .collect();
+    let free_fit = takeable.iter().any(|(_, f, free)| *free && *f == Fit::Yes);
+    (!unread.is_empty() && !free_fit).then(|| Error::NoServer {
+        why: Shortage::NotReady,
+        message: format!(
+            "the minimum asked for is {minimum}, and the size of these free Inventories matching {shown:?} is not read from their BMC yet: {}",
+            unread.join(", ")
+        ),
+    })
+}
+
 /// A server's state: released (confirmed off by a delete), else from its last install boot's
 /// Job, and once that ran, from the power its Machine reads.
 fn state_of(off_confirmed: bool, boot: Option<&JobOutcome>, machine: Option<&str>) -> ServerState {
@@ -1485,6 +1484,78 @@ mod tests {
                         "authSecretRef": {"name": "bmc", "namespace": "site"}}}},
         }))
         .unwrap()
+    }
+
+    /// An Inventory of namespace `site`, ready or not, its size read (`cores`) or not.
+    fn sized(name: &str, ready: bool, cores: Option<&str>) -> Arc<Inventory> {
+        let mut annotations = serde_json::Map::new();
+        if let Some(cores) = cores {
+            annotations.insert(size::CORES_ANNOTATION.into(), cores.into());
+            annotations.insert(
+                size::SIZE_READ_ANNOTATION.into(),
+                "2026-12-01T00:00:00Z".into(),
+            );
+        }
+        let status = if ready {
+            json!({"status": ingot_api::seeder::INVENTORY_NODE_READY})
+        } else {
+            json!({})
+        };
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "metal.harvesterhci.io/v1alpha1", "kind": "Inventory",
+                "metadata": {"name": name, "namespace": "site", "annotations": annotations},
+                "spec": {"managementInterfaceMacAddress": "AA:BB:CC:DD:EE:01",
+                         "baseboardSpec": {"connection": {"host": "10.0.0.1", "port": 623,
+                            "insecureTLS": true, "authSecretRef": {"name": "bmc", "namespace": "site"}}}},
+                "status": status,
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_size_shortage_names_the_inventories_too_small_or_not_read_yet() {
+        let forty = Minimum {
+            cores: Some(40),
+            ..Minimum::default()
+        };
+        let answer = |inventories: &[Arc<Inventory>]| {
+            let matching: Vec<&Arc<Inventory>> = inventories.iter().collect();
+            too_small(&forty, &matching, &[], "rack=a")
+        };
+        // No minimum: size is never the reason.
+        let small = [sized("n1", true, Some("32"))];
+        let matching: Vec<&Arc<Inventory>> = small.iter().collect();
+        assert!(too_small(&Minimum::default(), &matching, &[], "rack=a").is_none());
+        // Every one not taken (ready or not) below it: NoneMatching, each named with its size.
+        let Some(Error::NoServer { why, message }) = answer(&[
+            sized("n1", true, Some("32")),
+            sized("n2", false, Some("16")),
+        ]) else {
+            panic!()
+        };
+        assert_eq!(why, Shortage::NoneMatching);
+        assert!(
+            message.contains("site/n1 (32 cores)") && message.contains("site/n2 (16 cores)"),
+            "{message}"
+        );
+        // A free one whose size is not read yet, and none that fits: NotReady, naming it.
+        let Some(Error::NoServer { why, message }) =
+            answer(&[sized("n1", true, Some("32")), sized("n3", true, None)])
+        else {
+            panic!()
+        };
+        assert_eq!(why, Shortage::NotReady);
+        assert!(
+            message.contains("not read from their BMC yet: site/n3")
+                && !message.contains("site/n1"),
+            "{message}"
+        );
+        // A free one that fits: not the size's fault.
+        assert!(answer(&[sized("n3", true, None), sized("n4", true, Some("48"))]).is_none());
+        // Unread and not ready: its readiness, not its size, is what the shortage says.
+        assert!(answer(&[sized("n1", true, Some("32")), sized("n5", false, None)]).is_none());
     }
 
     #[test]
