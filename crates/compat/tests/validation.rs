@@ -223,7 +223,28 @@ fn cases() -> Vec<Case> {
             ),
             expect: &[
                 "spec.networkingConfiguration.interfaceConfiguration",
-                "assigns VLANs to Equinix Metal ports",
+                "only sets the management network's VLAN",
+                "named eth0 or bond0",
+            ],
+        },
+        Case {
+            what: "more than the management VLAN on premises",
+            object: on_premises(
+                json!({"networkingConfiguration": {"interfaceConfiguration": [{"name": "bond0", "vlanIDS": ["100", "200"]}]}}),
+            ),
+            expect: &[
+                "spec.networkingConfiguration.interfaceConfiguration",
+                "one VLAN number in vlanIDS",
+            ],
+        },
+        Case {
+            what: "a Metal virtual network as the management VLAN on premises",
+            object: on_premises(
+                json!({"networkingConfiguration": {"interfaceConfiguration": [{"name": "eth0", "vlanIDS": ["8b1c3f52-0d8e-4a8c-9a57-6f1f3c7b2a10"]}]}}),
+            ),
+            expect: &[
+                "spec.networkingConfiguration.interfaceConfiguration",
+                "one VLAN number in vlanIDS",
             ],
         },
         Case {
@@ -377,6 +398,12 @@ async fn valid_pools_of_both_backends_are_accepted() {
                 "spotInstance": false, "createMissingVlans": false,
                 "networkingConfiguration": {"type": "", "interfaceConfiguration": []},
                 "inventorySelector": {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["a", "b"]}]}}),
+            ),
+        ),
+        (
+            "a pool over Inventories on a tagged management network",
+            on_premises(
+                json!({"networkingConfiguration": {"interfaceConfiguration": [{"name": "bond0", "vlanIDS": ["100"]}]}}),
             ),
         ),
         (

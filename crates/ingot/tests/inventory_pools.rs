@@ -170,12 +170,8 @@ impl Site {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    /// The pool `rack-a` over the Inventories labelled `rack: a`.
-    async fn create_pool(&self, count: i64) {
-        self.create_pool_with(count, json!({})).await;
-    }
-
-    /// [`Self::create_pool`], with these fields besides.
+    /// The pool `rack-a` over the Inventories labelled `rack: a`, with these fields besides
+    /// (or instead).
     async fn create_pool_with(&self, count: i64, extra: serde_json::Value) {
         let mut spec = json!({
             "count": count,
@@ -387,10 +383,17 @@ impl Site {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pool_over_inventories_scales_and_waits_for_a_free_inventory() {
     let site = Site::start(&SCALING, None).await;
-    site.create_pool(2).await;
+    // The management network is tagged: VLAN 100 on the management bond.
+    site.create_pool_with(
+        2,
+        json!({"networkingConfiguration": {"interfaceConfiguration": [
+            {"name": "bond0", "vlanIDS": ["100"]}]}}),
+    )
+    .await;
 
-    // 0 → 2: two Inventories claimed, each booted once into the installer, joined as the
-    // Instance's Node at the address allocated to it.
+    // 0 → 2: two Inventories claimed, each booted once into the installer (its address on the
+    // pool's VLAN, which the emulated installer checks), joined as the Instance's Node at the
+    // address allocated to it.
     let two = site.settled(2).await;
     let allocations = site.allocations().await;
     for (instance, inventory) in &two {
@@ -407,6 +410,20 @@ async fn a_pool_over_inventories_scales_and_waits_for_a_free_inventory() {
             .map(|a| a.address);
         assert_eq!(internal.as_ref(), allocations.get(inventory), "{instance}");
         assert_eq!(site.pxe_boots(Site::index(inventory)), 1, "{inventory}");
+        let install =
+            Api::<k8s_openapi::api::core::v1::Secret>::namespaced(site.client.clone(), &site.ns)
+                .get(&format!("{inventory}-pool-install"))
+                .await
+                .unwrap();
+        let file =
+            |key: &str| String::from_utf8(install.data.as_ref().unwrap()[key].0.clone()).unwrap();
+        assert!(
+            file("ipxe").contains("::vlan100:off vlan=vlan100:netboot"),
+            "{}",
+            file("ipxe")
+        );
+        let config: serde_yaml::Value = serde_yaml::from_str(&file("config")).unwrap();
+        assert_eq!(config["install"]["managementInterface"]["vlanId"], 100);
     }
     let pool = Api::<InstancePool>::all(site.client.clone())
         .get("rack-a")

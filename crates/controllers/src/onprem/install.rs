@@ -51,6 +51,10 @@ pub struct InstallRequest {
     pub bond_options: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ssh_keys: Vec<String>,
+    /// The management network's VLAN (above 1: tagged), from the pool's
+    /// `networkingConfiguration.interfaceConfiguration`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan_id: Option<u32>,
 }
 
 impl std::fmt::Debug for InstallRequest {
@@ -170,7 +174,7 @@ pub fn render(
         os_password: Hidden::new(request.os_password.clone()),
         ssh_keys: request.ssh_keys.clone(),
         nameservers: Vec::new(),
-        vlan_id: None,
+        vlan_id: request.vlan_id,
         bond_options: request.bond_options.clone(),
         wipe_disks: false,
         stream_image_mode: false,
@@ -248,6 +252,7 @@ mod tests {
             disk: None,
             bond_options: None,
             ssh_keys: Vec::new(),
+            vlan_id: None,
         }
     }
 
@@ -326,6 +331,36 @@ mod tests {
             Some("server-0-pool-install")
         );
         assert_eq!(secret.metadata.owner_references.unwrap()[0].uid, "u-1");
+        // With the pool's management VLAN: the address on that VLAN, in the script and config.
+        let tagged = render(
+            &InstallRequest {
+                vlan_id: Some(100),
+                ..request()
+            },
+            &inventory(),
+            "pool-abcdefgh",
+            "10.0.9.17",
+            &pool(),
+            &boot,
+        )
+        .unwrap();
+        assert!(
+            tagged.script.contains(
+                "ip=10.0.9.17::10.0.9.254:255.255.255.0::vlan100:off vlan=vlan100:netboot"
+            ),
+            "{}",
+            tagged.script
+        );
+        let config: serde_yaml::Value = serde_yaml::from_str(&tagged.config).unwrap();
+        assert_eq!(config["install"]["managementInterface"]["vlanId"], 100);
+        assert!(
+            config["install"]["managementInterface"]
+                .get("vlanId")
+                .is_some()
+                && !files.config.contains("vlanId"),
+            "{}",
+            files.config
+        );
     }
 
     #[test]

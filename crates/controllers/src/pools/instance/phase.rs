@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use ingot_api::equinix::{Instance, InstanceStatus, instance_status};
+use ingot_api::equinix::{Instance, InstanceSpec, InstanceStatus, instance_status};
 use ingot_harvester::{JoinConfig, ManagementNetwork, SHELL_SCRIPT};
 use ingot_metal::{
     BareMetalCloud, Boot, BootUpdate, CreateServer, NetworkMode, PortKind, Reinstall, Server,
@@ -378,12 +378,51 @@ fn install_request(inputs: &Inputs<'_>) -> std::result::Result<String, Blocked> 
         disk: spec.install_disk.clone().filter(|d| !d.is_empty()),
         bond_options: spec.management_bonding_options.clone(),
         ssh_keys: Vec::new(),
+        vlan_id: management_vlan(spec)?,
     };
     serde_json::to_string(&request).map_err(|e| Blocked {
         reason: "InvalidConfig",
         message: format!("the install request could not be written: {e}"),
         retry: Duration::from_secs(300),
     })
+}
+
+/// On premises, the management network's VLAN: the one entry of
+/// `networkingConfiguration.interfaceConfiguration` (`eth0` or `bond0`, one VLAN number), which
+/// goes into the install config; no entry, none. The API server refuses anything else; what it
+/// let through is refused here, naming the field.
+fn management_vlan(spec: &InstanceSpec) -> std::result::Result<Option<u32>, Blocked> {
+    let entries: Vec<_> = spec
+        .networking_configuration
+        .iter()
+        .flat_map(|n| n.interface_configuration.iter().flatten())
+        .collect();
+    let refused = |what: String| Blocked {
+        reason: "InvalidNetworking",
+        message: format!(
+            "spec.networkingConfiguration.interfaceConfiguration {what}: on premises it only sets the management network's VLAN, one entry named eth0 or bond0 with one VLAN number"
+        ),
+        retry: Duration::from_secs(300),
+    };
+    match entries.as_slice() {
+        [] => Ok(None),
+        [entry] => {
+            let name = entry.name.as_deref().unwrap_or_default();
+            if name != "eth0" && name != "bond0" {
+                return Err(refused(format!("names {name:?}")));
+            }
+            match entry.vlan_ids.as_deref().unwrap_or_default() {
+                [vlan] => match vlan.parse::<u32>() {
+                    Ok(id @ 1..=4094) => Ok((id > 1).then_some(id)),
+                    _ => Err(refused(format!(
+                        "has the VLAN {vlan:?}, not a number from 1 to 4094"
+                    ))),
+                },
+                vlans => Err(refused(format!("has {} VLANs", vlans.len()))),
+            }
+        }
+        more => Err(refused(format!("has {} entries", more.len()))),
+    }
 }
 
 /// The first boot and its userdata.
@@ -933,6 +972,10 @@ async fn apply_network(
     cloud: &dyn BareMetalCloud,
     server: &Server,
 ) -> Result<std::result::Result<Server, Blocked>> {
+    // On premises the VLAN is in the install config, and the ports are the site's.
+    if inputs.on_premises() {
+        return Ok(Ok(server.clone()));
+    }
     let Some(networking) = &inputs.instance.spec.networking_configuration else {
         return Ok(Ok(server.clone()));
     };

@@ -764,6 +764,69 @@ fn an_inventory_instance_installs_at_its_first_boot() {
     assert!(!phase::single_boot(&equinix));
 }
 
+/// On premises the pool's interfaceConfiguration is the management network's VLAN, written
+/// into the install request; anything else is refused naming the field, and nothing is created.
+#[tokio::test]
+async fn an_inventory_instance_carries_its_management_vlan_into_the_install() {
+    use ingot_api::equinix::{InterfaceConfiguration, NetworkingConfiguration};
+    let cloud = FakeCloud::with(vec![]);
+    let with = |name: &str, vlans: &[&str]| {
+        let mut instance = on_premises("metal", Some("nodes"));
+        instance.spec.networking_configuration = Some(NetworkingConfiguration {
+            type_: None,
+            interface_configuration: Some(vec![InterfaceConfiguration {
+                name: Some(name.into()),
+                vlan_ids: Some(vlans.iter().map(|v| (*v).to_owned()).collect()),
+            }]),
+        });
+        instance
+    };
+    let install = |outcome: Outcome| -> serde_json::Value {
+        let Outcome::Create { request } = outcome else {
+            panic!("{outcome:?}")
+        };
+        serde_json::from_str(request.userdata.as_deref().unwrap()).unwrap()
+    };
+    let tagged = install(
+        run(&with("bond0", &["100"]), &settings(), &cloud, false)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(tagged["vlanId"], 100, "{tagged}");
+    let untagged = install(
+        run(
+            &on_premises("metal", Some("nodes")),
+            &settings(),
+            &cloud,
+            false,
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(untagged.get("vlanId").is_none(), "{untagged}");
+    for (instance, said) in [
+        (with("eth1", &["100"]), "names \"eth1\""),
+        (with("eth0", &["100", "200"]), "has 2 VLANs"),
+        (
+            with("eth0", &["8b1c3f52-0d8e-4a8c-9a57-6f1f3c7b2a10"]),
+            "not a number from 1 to 4094",
+        ),
+    ] {
+        let Outcome::Blocked(Blocked {
+            reason, message, ..
+        }) = run(&instance, &settings(), &cloud, false).await.unwrap()
+        else {
+            panic!("{said}: not refused")
+        };
+        assert_eq!(reason, "InvalidNetworking");
+        assert!(
+            message.contains("spec.networkingConfiguration.interfaceConfiguration")
+                && message.contains(said),
+            "{message}"
+        );
+    }
+}
+
 /// An Inventory that turns up free and ready wakes the Instances of its namespace that found
 /// none to take, and no others.
 #[test]
