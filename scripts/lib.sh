@@ -211,7 +211,7 @@ install_qemu_peer() {
 # with a package list of its own for that release, from the archive the machine's apt sources
 # name, kept in $4 (the peer's work directory) and fetched once.
 _qemu_peer_unpack_from() {
-  local suite=$1 entry=$2 dest=$3 work=$4 archive lists deb
+  local suite=$1 entry=$2 dest=$3 work=$4 archive lists
   archive=$({
     grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{ print $2 }'
     grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list | awk '{ print $2 }'
@@ -238,16 +238,14 @@ _qemu_peer_unpack_from() {
       "archive no longer has that version, record one it has" >&2
     return 1
   fi
-  for deb in "$work/deb"/*.deb; do
-    dpkg-deb -x "$deb" "$dest" || return 1
-  done
+  _qemu_peer_extract "$work/deb" "$dest"
 }
 
 # Fetches Debian package `name=version` with apt-get download into $3 and unpacks it into $2.
 # apt-get update runs (as root) only when the download fails: the package lists may be missing
 # or older than the recorded version.
 _qemu_peer_unpack() {
-  local entry=$1 dir=$2 work=$3 pkg=${1%%=*} deb
+  local entry=$1 dir=$2 work=$3 pkg=${1%%=*}
   rm -rf "$work/deb" && mkdir -p "$work/deb"
   if ! (cd "$work/deb" && apt-get download -qq "$entry" 2>/dev/null); then
     if [[ $(id -u) -eq 0 ]]; then
@@ -263,7 +261,13 @@ _qemu_peer_unpack() {
       return 1
     fi
   fi
-  for deb in "$work/deb"/*.deb; do
-    dpkg-deb -x "$deb" "$dir" || return 1
+  _qemu_peer_extract "$work/deb" "$dir"
+}
+
+# Unpacks every .deb of $1 into $2.
+_qemu_peer_extract() {
+  local deb
+  for deb in "$1"/*.deb; do
+    dpkg-deb -x "$deb" "$2" || return 1
   done
 }

@@ -651,6 +651,42 @@ fn h1_name_index(name: &str) -> usize {
     name.rsplit('-').next().unwrap().parse().unwrap()
 }
 
+/// Sets Inventory `name`'s `provisioning.ingot.dev/boot-media` annotation.
+async fn set_boot_media(client: &Client, ns: &str, name: &str, value: &str) {
+    Api::<Inventory>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "provisioning.ingot.dev/boot-media": value}}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits until the server behind `bmc` has a CD inserted, a CD boot asked for and its power
+/// on (and `also` holds); returns the CD as the BMC shows it.
+async fn cd_booted<F, Fut>(bmc: &Sushy, name: &str, also: F) -> Value
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    wait_for(
+        &format!("{name}'s CD inserted and booted"),
+        WAIT,
+        || async {
+            let cd = bmc.virtual_cd(USER, PASSWORD).await?;
+            let s = system(bmc).await;
+            let booted = cd["Inserted"] == true
+                && s["Boot"]["BootSourceOverrideTarget"] == "Cd"
+                && s["PowerState"] == "On"
+                && also().await;
+            booted.then_some(cd)
+        },
+    )
+    .await
+}
+
 /// A pool's install request, as the pools controller writes it.
 fn install_request(hostname: &str) -> CreateServer {
     let mut request = request(hostname);
@@ -686,19 +722,9 @@ async fn a_pool_s_server_boots_its_boot_cd_by_virtual_media_and_it_is_ejected_on
     let name = server.id.split_once('/').unwrap().1.to_owned();
     let bmc = site.bmc(&server.id);
     let media_url = format!("{boot}/media/{ns}/{name}.iso");
-    let cd = wait_for(
-        &format!("{name}'s CD inserted and booted"),
-        WAIT,
-        || async {
-            let cd = bmc.virtual_cd(USER, PASSWORD).await?;
-            let s = system(bmc).await;
-            let booted = cd["Inserted"] == true
-                && s["Boot"]["BootSourceOverrideTarget"] == "Cd"
-                && s["PowerState"] == "On"
-                && rack_a.get_server(&server.id).await.unwrap().state == ServerState::Active;
-            booted.then_some(cd)
-        },
-    )
+    let cd = cd_booted(bmc, &name, || async {
+        rack_a.get_server(&server.id).await.unwrap().state == ServerState::Active
+    })
     .await;
     assert_eq!(cd["Image"], media_url.as_str(), "{cd}");
     // The image the BMC took is ingot's CD for this server: ISO 9660, with its address.
@@ -762,18 +788,7 @@ async fn a_pool_s_server_boots_its_boot_cd_by_virtual_media_and_it_is_ejected_on
     };
     // An annotation naming no boot media: the create is refused naming it, nothing is booted,
     // and the claim is released by the delete.
-    let annotate = |value: &'static str| async move {
-        Api::<Inventory>::namespaced(client.clone(), ns)
-            .patch(
-                other,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {
-                    "provisioning.ingot.dev/boot-media": value}}})),
-            )
-            .await
-            .unwrap();
-    };
-    annotate("usb").await;
+    set_boot_media(client, ns, other, "usb").await;
     let usb = rack_a
         .create_server(&install_request("usb1"))
         .await
@@ -800,7 +815,7 @@ async fn a_pool_s_server_boots_its_boot_cd_by_virtual_media_and_it_is_ejected_on
     assert!(claims::claim_of(&inventory(client, ns, other).await).is_none());
     // An Inventory that says how it boots decides for itself: the other server is annotated
     // for a network boot, and the pool's CD is not inserted in it.
-    annotate("pxe").await;
+    set_boot_media(client, ns, other, "pxe").await;
     let pxe = rack_a
         .create_server(&install_request("pxe1"))
         .await
@@ -913,34 +928,14 @@ async fn a_machine_image_boots_from_the_cd_its_inventory_asks_for_ejected_at_rel
     )
     .unwrap();
     for name in ["server-0", "server-1"] {
-        Api::<Inventory>::namespaced(client.clone(), ns)
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {
-                    "provisioning.ingot.dev/boot-media": "cd"}}})),
-            )
-            .await
-            .unwrap();
+        set_boot_media(client, ns, name, "cd").await;
     }
 
     let server = machines.create_server(&image_request("m1")).await.unwrap();
     let name = server.id.split_once('/').unwrap().1.to_owned();
     let bmc = site.bmc(&server.id);
     let media_url = format!("{boot}/media/{ns}/{name}.iso");
-    let cd = wait_for(
-        &format!("{name}'s CD inserted and booted"),
-        WAIT,
-        || async {
-            let cd = bmc.virtual_cd(USER, PASSWORD).await?;
-            let s = system(bmc).await;
-            (cd["Inserted"] == true
-                && s["Boot"]["BootSourceOverrideTarget"] == "Cd"
-                && s["PowerState"] == "On")
-                .then_some(cd)
-        },
-    )
-    .await;
+    let cd = cd_booted(bmc, &name, || async { true }).await;
     assert_eq!(cd["Image"], media_url.as_str(), "{cd}");
     let iso = reqwest::get(&media_url).await.unwrap();
     assert_eq!(iso.status(), 200);
