@@ -1100,10 +1100,17 @@ async fn serve_boot(
         anyhow::bail!("--boot-addr serves provisioned servers: add provisioning to --controllers");
     }
     let media = match &args.provisioning.boot_media_dir {
-        Some(dir) => Some(std::sync::Arc::new(
-            ingot_controllers::provisioning::media::MediaFiles::load(dir)
-                .map_err(|e| anyhow::anyhow!("--boot-media-dir: {e}"))?,
-        )),
+        Some(dir) => {
+            let files = ingot_controllers::provisioning::media::MediaFiles::load(dir)
+                .map_err(|e| anyhow::anyhow!("--boot-media-dir: {e}"))?;
+            if files.ipxe_efi.is_none() {
+                warn!(
+                    dir = %dir.display(),
+                    "--boot-media-dir has no ipxe.efi: the boot CD boots BIOS machines only, not UEFI ones"
+                );
+            }
+            Some(std::sync::Arc::new(files))
+        }
         None => None,
     };
     let (service, feed) = ingot_controllers::provisioning::boot::BootService::new(
