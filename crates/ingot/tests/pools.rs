@@ -2899,15 +2899,27 @@ async fn a_server_that_is_not_the_instance_s_is_never_deleted() {
         .as_str()
         .unwrap()
         .to_owned();
-    stack
-        .instances()
-        .patch_status(
-            &member,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {"instanceID": foreign}})),
-        )
-        .await
-        .unwrap();
+    // Written by hand once the Instance is managed; a status write of the operator's that
+    // read the Instance before this one may land after it, so it is written until it stays.
+    wait_for(
+        "the foreign id to stay in the Instance's status",
+        Duration::from_secs(60),
+        async || {
+            stack
+                .instances()
+                .patch_status(
+                    &member,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"status": {"instanceID": foreign}})),
+                )
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let now = stack.instances().get(&member).await.unwrap();
+            (now.status.map(|s| s.instance_id).as_deref() == Some(foreign.as_str())).then_some(())
+        },
+    )
+    .await;
 
     stack
         .pools()
