@@ -12,7 +12,7 @@
 //!
 //! The boot programs are the site's own files (`--boot-media-dir`: Debian's `isolinux`,
 //! `syslinux-common` and `ipxe` packages ship them), read once at start; the image is built per
-//! request, in memory, a few hundred KiB (about 2 MiB with `ipxe.efi`).
+//! request, in memory, a few hundred KiB (1.5 MiB with a 1 MiB `ipxe.efi`).
 
 use std::path::Path;
 
