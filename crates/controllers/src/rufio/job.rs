@@ -180,26 +180,18 @@ pub fn task_state(task: Option<&Task>, job: &Job) -> TaskState {
     let Some(task) = task else {
         return TaskState::Missing;
     };
-    let owned = task.metadata.owner_references.iter().flatten().any(|o| {
+    // Its controller, when that is a Job of this name: this one, or an earlier one (another
+    // uid: deleted, then created again).
+    let namesake = task.metadata.owner_references.iter().flatten().find(|o| {
         o.controller == Some(true)
             && o.kind == "Job"
             && o.api_version == API_VERSION
             && Some(&o.name) == job.metadata.name.as_ref()
-            && job.metadata.uid.as_ref().is_none_or(|uid| *uid == o.uid)
     });
-    if !owned {
-        let earlier_namesake = task.metadata.owner_references.iter().flatten().any(|o| {
-            o.controller == Some(true)
-                && o.kind == "Job"
-                && o.api_version == API_VERSION
-                && Some(&o.name) == job.metadata.name.as_ref()
-                && job.metadata.uid.as_ref().is_some_and(|uid| *uid != o.uid)
-        });
-        return if earlier_namesake {
-            TaskState::Orphaned
-        } else {
-            TaskState::Foreign
-        };
+    match (namesake, job.metadata.uid.as_ref()) {
+        (None, _) => return TaskState::Foreign,
+        (Some(owner), Some(uid)) if owner.uid != *uid => return TaskState::Orphaned,
+        _ => {}
     }
     let conditions = task
         .status
