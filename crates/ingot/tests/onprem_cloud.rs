@@ -261,6 +261,19 @@ impl Site {
     }
 
     /// The sushy of a server (`<ns>/server-<i>`).
+    /// The operator's boot server, as its `--boot-url` names it.
+    fn boot_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.boot_port)
+    }
+
+    /// [`settings`] for the Inventories with these labels, with the operator's boot URL.
+    fn booting(&self, labels: Value) -> Settings {
+        Settings {
+            boot_url: Some(url::Url::parse(&self.boot_url()).unwrap()),
+            ..settings(&self.ns, labels)
+        }
+    }
+
     fn bmc(&self, id: &str) -> &Sushy {
         let index: usize = id.rsplit('-').next().unwrap().parse().unwrap();
         &self.sushy[index]
@@ -705,13 +718,12 @@ async fn a_pool_s_server_boots_its_boot_cd_by_virtual_media_and_it_is_ejected_on
     };
     let site = Site::start_with(Some(&peer.boot_media_dir())).await;
     let (client, ns) = (&site.client, site.ns.as_str());
-    let boot = format!("http://127.0.0.1:{}", site.boot_port);
+    let boot = site.boot_url();
     let rack_a = InventoryCloud::new(
         client.clone(),
         Settings {
-            boot_url: Some(url::Url::parse(&boot).unwrap()),
             boot_media: BootMedia::Cd,
-            ..settings(ns, json!({"rack": "a"}))
+            ..site.booting(json!({"rack": "a"}))
         },
     )
     .unwrap();
@@ -856,9 +868,8 @@ async fn a_pool_s_server_boots_its_boot_cd_by_virtual_media_and_it_is_ejected_on
     let rack_v = InventoryCloud::new(
         client.clone(),
         Settings {
-            boot_url: Some(url::Url::parse(&boot).unwrap()),
             boot_media: BootMedia::Cd,
-            ..settings(ns, json!({"rack": "v"}))
+            ..site.booting(json!({"rack": "v"}))
         },
     )
     .unwrap();
@@ -918,12 +929,11 @@ async fn a_machine_image_boots_from_the_cd_its_inventory_asks_for_ejected_at_rel
     };
     let site = Site::start_with(Some(&peer.boot_media_dir())).await;
     let (client, ns) = (&site.client, site.ns.as_str());
-    let boot = format!("http://127.0.0.1:{}", site.boot_port);
+    let boot = site.boot_url();
     let machines = InventoryCloud::new(
         client.clone(),
         Settings {
-            boot_url: Some(url::Url::parse(&boot).unwrap()),
-            ..settings(ns, json!({"rack": "a"}))
+            ..site.booting(json!({"rack": "a"}))
         },
     )
     .unwrap();
@@ -990,17 +1000,16 @@ async fn report_wipe(url: &str, source: &str) -> reqwest::StatusCode {
 async fn a_released_server_is_booted_into_the_wipe_image_and_freed_only_once_it_reported() {
     let site = Site::start().await;
     let (client, ns) = (&site.client, site.ns.as_str());
-    let boot = format!("http://127.0.0.1:{}", site.boot_port);
+    let boot = site.boot_url();
     let wiping = |image: Option<WipeImage>| {
         InventoryCloud::new(
             client.clone(),
             Settings {
-                boot_url: Some(url::Url::parse(&boot).unwrap()),
                 wipe: WipePolicy::Metadata,
                 wipe_image: image,
                 // Each delete waits this long for the report, then answers "not yet".
                 off_wait: Duration::from_secs(3),
-                ..settings(ns, json!({"rack": "a"}))
+                ..site.booting(json!({"rack": "a"}))
             },
         )
         .unwrap()

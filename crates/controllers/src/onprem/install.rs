@@ -280,15 +280,18 @@ mod tests {
     #[test]
     fn a_claimed_server_joins_with_its_static_address_and_the_pools_token() {
         let boot = url::Url::parse("http://10.0.0.5:8082").unwrap();
-        let files = render(
-            &request(),
-            &inventory(),
-            "pool-abcdefgh",
-            "10.0.9.17",
-            &pool(),
-            &boot,
-        )
-        .unwrap();
+        let rendered = |request: &InstallRequest| {
+            render(
+                request,
+                &inventory(),
+                "pool-abcdefgh",
+                "10.0.9.17",
+                &pool(),
+                &boot,
+            )
+            .unwrap()
+        };
+        let files = rendered(&request());
         assert!(
             files
                 .script
@@ -332,18 +335,10 @@ mod tests {
         );
         assert_eq!(secret.metadata.owner_references.unwrap()[0].uid, "u-1");
         // With the pool's management VLAN: the address on that VLAN, in the script and config.
-        let tagged = render(
-            &InstallRequest {
-                vlan_id: Some(100),
-                ..request()
-            },
-            &inventory(),
-            "pool-abcdefgh",
-            "10.0.9.17",
-            &pool(),
-            &boot,
-        )
-        .unwrap();
+        let tagged = rendered(&InstallRequest {
+            vlan_id: Some(100),
+            ..request()
+        });
         assert!(
             tagged.script.contains(
                 "ip=10.0.9.17::10.0.9.254:255.255.255.0::vlan100:off vlan=vlan100:netboot"
